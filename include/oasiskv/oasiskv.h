@@ -1,0 +1,181 @@
+/* OasisKV runtime: the public C API an inference engine uses.
+ *
+ * The full KV cache of every sequence lives in the HOST tier (authoritative);
+ * the DEVICE tier holds a pool of block slots shared by all sequences, and each
+ * (sequence, layer, KV head) keeps its own sparse working set of at most K
+ * blocks plus its active (last) block, found through a head-wise
+ * logical-to-logical map (block table). Each decode step runs the real token
+ * stacked with draft (look-ahead) tokens; the draft queries predict the next
+ * step's top-K blocks and a background pipeline per layer (predict -> select
+ * -> transfer) brings missing blocks in, at most C = ceil(fetch_ratio * K) per
+ * KV head per step (capped eviction). Method: arXiv 2608.08097, "OasisKV".
+ *
+ * See docs/api.md for a usage example.
+ */
+#ifndef OASISKV_OASISKV_H
+#define OASISKV_OASISKV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "oasiskv/allocator.h"
+#include "oasiskv/hal.h"
+#include "oasiskv/kernels.h"
+#include "oasiskv/status.h"
+#include "oasiskv/version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum okv_mode_e {
+  OKV_MODE_DENSE = 0,    /* every block resident (the reference) */
+  OKV_MODE_OASIS = 1,    /* draft-query look-ahead prediction, background pipeline, capped eviction */
+  OKV_MODE_PROXY = 2,    /* the real token's current query predicts the next step (FreeKV/Quest-style) */
+  OKV_MODE_ONDEMAND = 3, /* select with the current query, fetch every miss before attention, no cap */
+  OKV_MODE_COUNT
+} okv_mode_t;
+
+/* "dense", "oasis", "proxy", "ondemand". */
+const char *okv_mode_name(okv_mode_t mode);
+/* Parses a mode name; NOT_FOUND... returns INVALID_ARGUMENT for an unknown name. */
+okv_status_t okv_mode_parse(const char *name, okv_mode_t *out_mode);
+
+typedef struct okv_runtime_config_t {
+  /* Model shape. */
+  uint32_t n_layers;
+  uint32_t n_q_heads;       /* multiple of n_kv_heads */
+  uint32_t n_kv_heads;
+  uint32_t head_dim;        /* 1..256 */
+  okv_dtype_t kv_dtype;     /* default OKV_DTYPE_F32 */
+  uint32_t block_tokens;    /* must be 16 (OKV_BLOCK_TOKENS) */
+  /* Policy. */
+  okv_mode_t mode;          /* default OKV_MODE_OASIS */
+  uint32_t budget_blocks;   /* K: blocks per KV head in the working set, besides the active block; default 128 */
+  double fetch_ratio;       /* in (0, 1]; cap C = ceil(fetch_ratio * K) new blocks per KV head per step; default 0.05 */
+  uint32_t dense_threshold_blocks; /* a sequence keeps all its KV resident until its context exceeds this
+                                      many blocks; default = budget_blocks (must be <= budget_blocks) */
+  /* Sizing. */
+  uint32_t max_seqs;            /* sequences alive at once; default 64 */
+  uint32_t max_context_tokens;  /* per sequence; default 131072 */
+  uint64_t device_pool_bytes;   /* DEVICE bytes for the slot pool; 0 = room for max_seqs full working sets */
+  uint64_t host_capacity_bytes; /* HOST tier bytes the runtime may use; 0 = the device's HOST limit */
+  bool track_recall;            /* compute recall: true next-step top-K resident in time (costs a scoring pass) */
+} okv_runtime_config_t;
+
+/* Sets every default (shape fields to 0: the caller must set them). */
+void okv_runtime_config_init(okv_runtime_config_t *config);
+
+/* Validates every field; INVALID_ARGUMENT names the field. */
+okv_status_t okv_runtime_config_validate(const okv_runtime_config_t *config);
+
+typedef struct okv_runtime_t okv_runtime_t;
+
+/* Creates a runtime on `device` (retained). Allocates the DEVICE slot pool and
+ * starts the background pipeline thread. allocator NULL = system.
+ * Errors: INVALID_ARGUMENT (config, field named), OUT_OF_MEMORY (tier named),
+ * UNAVAILABLE. Thread safety: a runtime is driven by one engine thread; its
+ * background pipeline is internal. */
+okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_config_t *config,
+                                const okv_allocator_t *allocator, okv_runtime_t **out_runtime);
+/* Waits for in-flight transfers, frees everything. NULL is accepted. */
+void okv_runtime_destroy(okv_runtime_t *runtime);
+
+/* Effective configuration (defaults resolved). */
+const okv_runtime_config_t *okv_runtime_config(const okv_runtime_t *runtime);
+
+/* ---- Sequences ---- */
+
+/* Prefilled K/V handed to okv_runtime_seq_add, float32, layout
+ * [n_layers][n_tokens][n_kv_heads][head_dim] for k and for v (borrowed for the call). */
+typedef struct okv_prefill_t {
+  uint32_t n_tokens;
+  const float *k;
+  const float *v;
+} okv_prefill_t;
+
+/* Adds a sequence, optionally with prefilled K/V (bulk-loaded into the HOST
+ * tier, summaries built; the initial working set is the last K blocks per head,
+ * or everything while under the dense threshold). Writes the new id.
+ * Errors: OUT_OF_MEMORY when the slot pool or the HOST tier cannot hold the
+ * sequence's working set (nothing is left allocated), INVALID_ARGUMENT. */
+okv_status_t okv_runtime_seq_add(okv_runtime_t *runtime, const okv_prefill_t *prefill, uint32_t *out_seq_id);
+
+/* Removes a sequence and frees its slots and host blocks, also while its
+ * transfers are in flight. Errors: NOT_FOUND. */
+okv_status_t okv_runtime_seq_remove(okv_runtime_t *runtime, uint32_t seq_id);
+
+/* Context length in tokens. Errors: NOT_FOUND. */
+okv_status_t okv_runtime_seq_length(const okv_runtime_t *runtime, uint32_t seq_id, uint32_t *out_n_tokens);
+
+/* Lists the logical blocks resident for (seq, layer, kv_head), ascending,
+ * active block included; writes up to `capacity` and the count. For tests and
+ * analysis. Errors: NOT_FOUND, INVALID_ARGUMENT. */
+okv_status_t okv_runtime_seq_resident(const okv_runtime_t *runtime, uint32_t seq_id, uint32_t layer,
+                                      uint32_t kv_head, uint32_t *out_blocks, uint32_t capacity,
+                                      uint32_t *out_count);
+
+/* ---- Decode step ----
+ * A step processes one real token per sequence of a batch, stacked with
+ * n_query_tokens - 1 draft tokens (OKV_MODE_OASIS needs >= 2; other modes accept 1..4).
+ * Usage per step: okv_runtime_step_begin, then for l = 0..n_layers-1
+ * okv_runtime_step_layer, then okv_runtime_step_end. */
+okv_status_t okv_runtime_step_begin(okv_runtime_t *runtime, uint32_t n_seqs, const uint32_t *seq_ids,
+                                    uint32_t n_query_tokens);
+
+/* Layer l of the current step (layers in order 0..n_layers-1):
+ *  1. appends the real token's K/V (k_new, v_new: f32 [n_seqs][n_kv_heads][head_dim]) to the HOST tier,
+ *     the resident active block and the summaries (committed);
+ *  2. waits only for layer l's transfers issued in the previous step (layer-local sync) and
+ *     commits them to the map (failed transfers are dropped; their blocks stay misses);
+ *     OKV_MODE_ONDEMAND instead selects with the real query and fetches every miss now;
+ *  3. runs sparse attention for the T stacked tokens over the working set:
+ *     q: f32 [n_seqs][T][n_q_heads][head_dim]; draft_kv: f32 [n_seqs][T-1][2][n_kv_heads][head_dim]
+ *     (the draft tokens' own K then V, never committed; may be NULL when T == 1);
+ *     out: f32 [n_seqs][T][n_q_heads][head_dim];
+ *  4. hands layer l to the background pipeline (predict with the draft queries in OASIS, the real
+ *     query in PROXY; select with capped eviction; one batched HOST->DEVICE copy; one event).
+ * Errors: INVALID_ARGUMENT, COPY_FAILED (a transfer for this layer failed: attention still ran over
+ * what was validly resident and `out` is valid), OUT_OF_MEMORY. */
+okv_status_t okv_runtime_step_layer(okv_runtime_t *runtime, uint32_t layer, const float *k_new,
+                                    const float *v_new, const float *q, const float *draft_kv, float *out);
+
+/* Ends the step; writes this step's stats when out_stats is not NULL. */
+typedef struct okv_step_stats_t okv_step_stats_t;
+okv_status_t okv_runtime_step_end(okv_runtime_t *runtime, okv_step_stats_t *out_stats);
+
+/* Read-only attention over what is resident now for a batch, without
+ * committing anything or touching the pipeline (e.g. the self drafter's extra
+ * uncommitted forward). Same layouts as okv_runtime_step_layer with T = n_query_tokens and
+ * inflight_kv: f32 [n_seqs][T][2][n_kv_heads][head_dim] for all T tokens (token t sees
+ * in-flight tokens 0..t). */
+okv_status_t okv_runtime_peek_layer(okv_runtime_t *runtime, uint32_t n_seqs, const uint32_t *seq_ids,
+                                    uint32_t layer, uint32_t n_query_tokens, const float *q,
+                                    const float *inflight_kv, float *out);
+
+/* ---- Stats ---- */
+struct okv_step_stats_t {
+  uint64_t hits;              /* predicted blocks already resident (no traffic) */
+  uint64_t misses;            /* predicted blocks not resident */
+  uint64_t admitted;          /* misses scheduled for transfer (<= C per KV head) */
+  uint64_t deferred;          /* misses left for later steps by the cap */
+  uint64_t evicted;           /* victims replaced */
+  uint64_t failed_blocks;     /* transfers that failed (blocks stay misses) */
+  uint64_t blocks_moved;      /* blocks copied HOST->DEVICE */
+  uint64_t bytes_moved[OKV_TIER_COUNT][OKV_TIER_COUNT]; /* [src][dst] */
+  double stall_seconds;       /* foreground time waiting on transfers */
+  uint64_t recall_hits;       /* true next-step top-K blocks resident in time (track_recall) */
+  uint64_t recall_total;
+  uint64_t steps;             /* steps summed (1 for a step's stats) */
+  uint64_t deferred_steps;    /* steps where the cap deferred at least one block */
+};
+
+/* Cumulative stats over the runtime's life (layer = UINT32_MAX) or for one layer. */
+okv_status_t okv_runtime_stats(const okv_runtime_t *runtime, uint32_t layer, okv_step_stats_t *out_stats);
+/* Clears cumulative stats. */
+void okv_runtime_stats_reset(okv_runtime_t *runtime);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* OASISKV_OASISKV_H */

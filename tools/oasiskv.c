@@ -1,0 +1,47 @@
+/* oasiskv: command-line front end of the OasisKV runtime. */
+#include <stdio.h>
+#include <string.h>
+
+#include "oasiskv/version.h"
+#include "tools/cli.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: oasiskv <command> [options]\n"
+          "commands:\n"
+          "  info              version, backends compiled in, devices and tiers\n"
+          "  eval              teacher-forced evaluation of a model with its KV cache offloaded\n"
+          "  generate          generate text with the KV cache offloaded\n"
+          "  bench kernels     kernel roofline benchmark\n"
+          "  bench runtime     runtime bookkeeping overhead benchmark\n"
+          "  version           print the version\n"
+          "run 'oasiskv <command> --help' for a command's options\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "info")) return okv_cli_info(argc - 1, argv + 1);
+  if (!strcmp(cmd, "eval")) return okv_cli_eval(argc - 1, argv + 1);
+  if (!strcmp(cmd, "generate")) return okv_cli_generate(argc - 1, argv + 1);
+  if (!strcmp(cmd, "bench")) {
+    if (argc >= 3 && !strcmp(argv[2], "kernels")) return okv_cli_bench_kernels(argc - 2, argv + 2);
+    if (argc >= 3 && !strcmp(argv[2], "runtime")) return okv_cli_bench_runtime(argc - 2, argv + 2);
+    fprintf(stderr, "oasiskv bench: expected 'kernels' or 'runtime'\n");
+    return 2;
+  }
+  if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+    printf("oasiskv %s\n", OKV_VERSION_STRING);
+    return 0;
+  }
+  if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+    usage(stdout);
+    return 0;
+  }
+  fprintf(stderr, "oasiskv: unknown command '%s'\n", cmd);
+  usage(stderr);
+  return 2;
+}
