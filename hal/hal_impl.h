@@ -151,6 +151,30 @@ void okv_score_desc_free(const okv_allocator_t *a, okv_score_desc_t *d);
 okv_status_t okv_topk_desc_clone(const okv_allocator_t *a, const okv_topk_desc_t *d, okv_topk_desc_t **out);
 void okv_topk_desc_free(const okv_allocator_t *a, okv_topk_desc_t *d);
 
+
+/* ---- Added by the HAL core (after the skeleton) ---- */
+
+/* Checks that `obj` is a live HAL object of `kind` (registered by
+ * okv_hal_resource_init, not yet released to zero). Returns OKV_OK, or
+ * INVALID_ARGUMENT "<arg_name>: invalid or released handle" (NULL, never
+ * created, already destroyed) / "<arg_name>: handle is a <kind>, expected a
+ * <kind>" without touching a dead object. Thread-safe (one process-wide
+ * mutex). Used by every public okv_hal_* entry, including hal/hal_kernels.c. */
+okv_status_t okv_hal_check_live(const void *obj, okv_hal_kind_t kind, const char *arg_name);
+
+/* Field ownership between hal/ and a backend:
+ *  - device: the backend's create fills vtable, info (backend, name, ordinal,
+ *    physical_bytes, alloc_tiers, copy_mask) and may pre-set a default in
+ *    capacity_bytes[t] (0 = "physical size for DEVICE, unlimited otherwise");
+ *    hal/ then sets base, fault_hooks = NULL, allocator, capacity_bytes from
+ *    params, used_bytes = 0, usage_mutex and n_threads (params or online CPUs).
+ *  - buffer/stream/event: the backend allocates the struct (with the device's
+ *    allocator) and fills its own part (host_ptr/device_ptr for buffers); hal/
+ *    then sets base (okv_hal_resource_init), device (retained), tier and size.
+ *    A backend may call okv_hal_resource_init itself; doing it twice is harmless.
+ *  - destroy hooks free only the backend's part and the struct; hal/ has
+ *    already unregistered the handle and releases `device` after the hook. */
+
 #ifdef __cplusplus
 }
 #endif
