@@ -105,9 +105,10 @@ float okv_f16_to_f32(uint16_t x) {
 static bool mul_u64(uint64_t a, uint64_t b, uint64_t *out) { return !__builtin_mul_overflow(a, b, out); }
 
 static okv_status_t check_stream(const okv_hal_stream_t *stream, const char *fn) {
-  if (stream == NULL) return INVALID("%s: stream is NULL", fn);
-  if (stream->base.kind != OKV_HAL_KIND_STREAM || stream->device == NULL || stream->device->vtable == NULL)
-    return INVALID("%s: stream is not a live stream", fn);
+  okv_status_t s = okv_hal_check_live(stream, OKV_HAL_KIND_STREAM, "stream");
+  if (s != OKV_OK) return okv_status_annotate(s, "%s", fn);
+  if (stream->device == NULL || stream->device->vtable == NULL)
+    return INVALID("%s: stream has no device", fn);
   return OKV_OK;
 }
 
@@ -116,8 +117,8 @@ static okv_status_t check_stream(const okv_hal_stream_t *stream, const char *fn)
  * when `align4`. */
 static okv_status_t check_range(const okv_hal_stream_t *stream, const okv_hal_buffer_t *buf, uint64_t offset,
                                 uint64_t bytes, bool align4, const char *fn, const char *name) {
-  if (buf == NULL) return INVALID("%s: %s is NULL", fn, name);
-  if (buf->base.kind != OKV_HAL_KIND_BUFFER) return INVALID("%s: %s is not a live buffer", fn, name);
+  okv_status_t s = okv_hal_check_live(buf, OKV_HAL_KIND_BUFFER, name);
+  if (s != OKV_OK) return okv_status_annotate(s, "%s", fn);
   if (buf->device != stream->device) return INVALID("%s: %s belongs to another device than the stream", fn, name);
   if (align4 && (offset & 3u)) return INVALID("%s: offset of %s (%llu) is not 4-byte aligned", fn, name,
                                                (unsigned long long)offset);
