@@ -1,2 +1,187 @@
-/* placeholder: being written */
-typedef int okv_placeholder_llama2c_t;
+/* llama2.c legacy checkpoint loader and default input paths. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tools/model/model.h"
+
+#ifndef OKV_SHARED_DIR
+#define OKV_SHARED_DIR "../shared"
+#endif
+
+static const char *const k_env_names[] = {"OKV_MODEL", "OKV_TOKENIZER", "OKV_TEXT"};
+static const char *const k_rel_files[] = {"models/stories260K.bin", "models/tok512.bin", "data/tinystories_val.txt"};
+
+static bool file_exists(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static okv_status_t copy_path(const char *p, char *out, size_t cap) {
+  size_t n = strlen(p);
+  if (n + 1 > cap) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "path '%s' is longer than %zu bytes", p, cap);
+  memcpy(out, p, n + 1);
+  return OKV_OK;
+}
+
+okv_status_t okv_model_path_resolve(okv_model_path_kind_t kind, const char *flag, char *out_path,
+                                    size_t capacity) {
+  if ((unsigned)kind > OKV_MODEL_PATH_TEXT || !out_path || capacity == 0)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_model_path_resolve: bad kind or out_path");
+  if (flag) return copy_path(flag, out_path, capacity);
+  const char *env = getenv(k_env_names[kind]);
+  if (env && *env) return copy_path(env, out_path, capacity);
+  char buf[4096];
+  snprintf(buf, sizeof buf, "../shared/%s", k_rel_files[kind]);
+  if (file_exists(buf)) return copy_path(buf, out_path, capacity);
+  char buf2[4096];
+  snprintf(buf2, sizeof buf2, "%s/%s", OKV_SHARED_DIR, k_rel_files[kind]);
+  if (file_exists(buf2)) return copy_path(buf2, out_path, capacity);
+  return okv_status_make(OKV_STATUS_NOT_FOUND, "no %s given: tried $%s, %s and %s",
+                         kind == OKV_MODEL_PATH_MODEL ? "model" : kind == OKV_MODEL_PATH_TOKENIZER ? "tokenizer" : "text",
+                         k_env_names[kind], buf, buf2);
+}
+
+static int32_t read_le_i32(const unsigned char *p) {
+  uint32_t u = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+  int32_t v;
+  memcpy(&v, &u, sizeof v);
+  return v;
+}
+
+static okv_status_t check_range(const char *path, const char *field, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                           "checkpoint '%s': header field %s = %lld out of range [%lld, %lld]", path, field,
+                           (long long)v, (long long)lo, (long long)hi);
+  return OKV_OK;
+}
+
+okv_status_t okv_model_load(const char *path, const okv_allocator_t *allocator, okv_model_t **out_model) {
+  if (!path || !out_model) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_model_load: NULL path or out_model");
+  *out_model = NULL;
+  okv_allocator_t alloc = allocator ? *allocator : okv_allocator_system();
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    int e = errno;
+    return okv_status_make(e == ENOENT ? OKV_STATUS_NOT_FOUND : OKV_STATUS_IO_ERROR, "checkpoint '%s': %s", path,
+                           strerror(e));
+  }
+  okv_status_t st = OKV_OK;
+  okv_model_t *m = NULL;
+  unsigned char hdr[28];
+  if (fread(hdr, 1, sizeof hdr, f) != sizeof hdr) {
+    st = okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "checkpoint '%s': truncated header (needs 28 bytes)", path);
+    goto done;
+  }
+  int32_t h[7];
+  for (int i = 0; i < 7; ++i) h[i] = read_le_i32(hdr + 4 * i);
+  static const char *const names[7] = {"dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len"};
+  static const int64_t lo[7] = {2, 1, 1, 1, 1, -(1 << 20), 1};
+  static const int64_t hi[7] = {1 << 16, 1 << 18, 1024, 1024, 1024, 1 << 20, 1 << 20};
+  for (int i = 0; i < 7; ++i) {
+    st = check_range(path, names[i], h[i], lo[i], hi[i]);
+    if (st) goto done;
+  }
+  if (h[5] == 0 || (h[5] > -4 && h[5] < 4)) {
+    st = okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "checkpoint '%s': header field vocab_size = %d out of range", path,
+                         h[5]);
+    goto done;
+  }
+  if (h[0] % h[3] != 0) {
+    st = okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "checkpoint '%s': dim %d is not a multiple of n_heads %d", path,
+                         h[0], h[3]);
+    goto done;
+  }
+  if (h[3] % h[4] != 0) {
+    st = okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "checkpoint '%s': n_heads %d is not a multiple of n_kv_heads %d",
+                         path, h[3], h[4]);
+    goto done;
+  }
+  okv_model_config_t c;
+  c.dim = (uint32_t)h[0];
+  c.hidden_dim = (uint32_t)h[1];
+  c.n_layers = (uint32_t)h[2];
+  c.n_q_heads = (uint32_t)h[3];
+  c.n_kv_heads = (uint32_t)h[4];
+  c.shared_classifier = h[5] > 0;
+  c.vocab_size = (uint32_t)(h[5] > 0 ? h[5] : -h[5]);
+  c.seq_len = (uint32_t)h[6];
+  c.head_dim = c.dim / c.n_q_heads;
+  if (c.head_dim % 2 != 0 || c.head_dim > 256) {
+    st = okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "checkpoint '%s': head_dim %u must be even and <= 256", path,
+                         c.head_dim);
+    goto done;
+  }
+  uint64_t D = c.dim, H = c.hidden_dim, L = c.n_layers, V = c.vocab_size, kvd = (uint64_t)c.n_kv_heads * c.head_dim;
+  uint64_t n_floats = V * D + L * D + L * D * D + 2 * L * kvd * D + L * D * D + L * D + 3 * L * H * D + D +
+                      (uint64_t)c.seq_len * c.head_dim + (c.shared_classifier ? 0 : V * D);
+  uint64_t expect_bytes = 28 + 4 * n_floats;
+  if (fseek(f, 0, SEEK_END) != 0) {
+    st = okv_status_make(OKV_STATUS_IO_ERROR, "checkpoint '%s': cannot seek: %s", path, strerror(errno));
+    goto done;
+  }
+  long fsize = ftell(f);
+  if (fsize < 0 || (uint64_t)fsize != expect_bytes) {
+    st = okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                         "checkpoint '%s': file has %ld bytes but its header (dim %u, hidden %u, layers %u, heads "
+                         "%u/%u, vocab %d, seq_len %u) needs %llu",
+                         path, fsize, c.dim, c.hidden_dim, c.n_layers, c.n_q_heads, c.n_kv_heads, h[5], c.seq_len,
+                         (unsigned long long)expect_bytes);
+    goto done;
+  }
+  m = okv_calloc(&alloc, 1, sizeof *m);
+  if (m) m->allocator = alloc;
+  float *w = m ? okv_malloc(&alloc, (size_t)n_floats * sizeof(float)) : NULL;
+  if (!w) {
+    st = okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "checkpoint '%s': cannot allocate %llu bytes of weights", path,
+                         (unsigned long long)(n_floats * 4));
+    goto done;
+  }
+  m->storage = w;
+  m->config = c;
+  if (fseek(f, 28, SEEK_SET) != 0 || fread(w, sizeof(float), (size_t)n_floats, f) != (size_t)n_floats) {
+    st = okv_status_make(OKV_STATUS_IO_ERROR, "checkpoint '%s': read failed", path);
+    goto done;
+  }
+  for (uint64_t i = 0; i < n_floats; ++i) {
+    if (!isfinite(w[i])) {
+      st = okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "checkpoint '%s': weight %llu is not finite", path,
+                           (unsigned long long)i);
+      goto done;
+    }
+  }
+  const float *p = w;
+  m->token_embedding = p; p += V * D;
+  m->rms_att = p; p += L * D;
+  m->wq = p; p += L * D * D;
+  m->wk = p; p += L * kvd * D;
+  m->wv = p; p += L * kvd * D;
+  m->wo = p; p += L * D * D;
+  m->rms_ffn = p; p += L * D;
+  m->w1 = p; p += L * H * D;
+  m->w2 = p; p += L * D * H;
+  m->w3 = p; p += L * H * D;
+  m->rms_final = p; p += D;
+  m->rope_cos = p; p += (uint64_t)c.seq_len * c.head_dim / 2;
+  m->rope_sin = p; p += (uint64_t)c.seq_len * c.head_dim / 2;
+  m->classifier = c.shared_classifier ? m->token_embedding : p;
+done:
+  fclose(f);
+  if (st) {
+    okv_model_free(m);
+    return st;
+  }
+  *out_model = m;
+  return OKV_OK;
+}
+
+void okv_model_free(okv_model_t *model) {
+  if (!model) return;
+  okv_allocator_t a = model->allocator;
+  if (model->storage) okv_free(&a, model->storage);
+  okv_free(&a, model);
+}

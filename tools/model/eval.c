@@ -1,0 +1,213 @@
+/* Teacher-forced evaluation of one (mode, drafter, budget) over text windows,
+ * batched: one runtime sequence per window. */
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "tools/model/model.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void okv_eval_reference_free(okv_eval_reference_t *r) {
+  if (!r) return;
+  if (r->offsets) okv_free(&r->allocator, r->offsets);
+  if (r->log_probs) okv_free(&r->allocator, r->log_probs);
+  r->offsets = NULL;
+  r->log_probs = NULL;
+}
+
+/* log-sum-exp of logits in double. */
+static double logsumexp(const float *x, uint32_t n) {
+  double mx = x[0];
+  for (uint32_t i = 1; i < n; ++i)
+    if (x[i] > mx) mx = x[i];
+  double s = 0.0;
+  for (uint32_t i = 0; i < n; ++i) s += exp((double)x[i] - mx);
+  return mx + log(s);
+}
+
+okv_status_t okv_eval_run(const okv_model_t *model, okv_hal_device_t *device, const okv_eval_window_t *windows,
+                          uint32_t n_windows, const okv_eval_config_t *config,
+                          const okv_eval_reference_t *reference, const okv_allocator_t *allocator,
+                          okv_eval_reference_t *out_reference, okv_eval_result_t *out_result) {
+  if (!model || !device || !windows || n_windows == 0 || !config || !out_result)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_eval_run: NULL argument or no windows");
+  const okv_model_config_t *mc = &model->config;
+  okv_allocator_t a = allocator ? *allocator : okv_allocator_system();
+  uint32_t max_len = 0;
+  uint64_t total_positions = 0;
+  for (uint32_t w = 0; w < n_windows; ++w) {
+    if (!windows[w].tokens || windows[w].n_tokens < 2 || windows[w].n_tokens > mc->seq_len)
+      return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_eval_run: window %u has %u tokens (needs 2..seq_len %u)", w,
+                             windows[w].n_tokens, mc->seq_len);
+    for (uint32_t p = 0; p < windows[w].n_tokens; ++p)
+      if (windows[w].tokens[p] >= mc->vocab_size)
+        return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_eval_run: window %u token %u out of vocabulary", w, p);
+    if (windows[w].n_tokens > max_len) max_len = windows[w].n_tokens;
+    total_positions += windows[w].n_tokens - 1;
+  }
+  if ((unsigned)config->mode >= OKV_MODE_COUNT)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_eval_run: unknown mode %d", (int)config->mode);
+  okv_drafter_t drafter = config->mode == OKV_MODE_OASIS ? config->drafter : OKV_DRAFTER_NONE;
+  if (config->mode == OKV_MODE_OASIS && (drafter == OKV_DRAFTER_NONE || (unsigned)drafter >= OKV_DRAFTER_COUNT))
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_eval_run: mode oasis needs a drafter (oracle, self, ngram)");
+  if (reference && (reference->n_windows != n_windows || reference->vocab_size != mc->vocab_size ||
+                    reference->offsets[n_windows] != total_positions))
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_eval_run: the dense reference was made on other windows");
+
+  okv_runtime_config_t rc;
+  okv_runtime_config_init(&rc);
+  rc.n_layers = mc->n_layers;
+  rc.n_q_heads = mc->n_q_heads;
+  rc.n_kv_heads = mc->n_kv_heads;
+  rc.head_dim = mc->head_dim;
+  rc.kv_dtype = OKV_DTYPE_F32;
+  rc.block_tokens = OKV_BLOCK_TOKENS;
+  rc.mode = config->mode;
+  uint32_t ctx_blocks = (mc->seq_len + OKV_BLOCK_TOKENS - 1) / OKV_BLOCK_TOKENS;
+  /* Dense keeps everything resident: size its working set to the whole context. */
+  rc.budget_blocks = config->mode == OKV_MODE_DENSE ? ctx_blocks : config->budget_blocks;
+  rc.dense_threshold_blocks = rc.budget_blocks;
+  rc.fetch_ratio = config->fetch_ratio;
+  rc.max_seqs = n_windows;
+  rc.max_context_tokens = ctx_blocks * OKV_BLOCK_TOKENS;
+  rc.track_recall = config->mode != OKV_MODE_DENSE;
+
+  okv_status_t st = OKV_OK;
+  okv_runtime_t *rt = NULL;
+  okv_engine_t *eng = NULL;
+  uint32_t *seq_ids = okv_calloc(&a, n_windows, sizeof *seq_ids);
+  uint32_t *act_ids = okv_calloc(&a, n_windows, sizeof *act_ids);
+  uint32_t *act_win = okv_calloc(&a, n_windows, sizeof *act_win);
+  uint32_t *act_tok = okv_calloc(&a, n_windows, sizeof *act_tok);
+  uint32_t *act_draft = okv_calloc(&a, n_windows, sizeof *act_draft);
+  float *logits = okv_calloc(&a, (size_t)n_windows * mc->vocab_size, sizeof *logits);
+  uint32_t n_added = 0;
+  okv_eval_reference_t ref_out = {0};
+  if (!seq_ids || !act_ids || !act_win || !act_tok || !act_draft || !logits) {
+    st = okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_eval_run: out of memory");
+    goto done;
+  }
+  if (out_reference) {
+    ref_out.allocator = a;
+    ref_out.n_windows = n_windows;
+    ref_out.vocab_size = mc->vocab_size;
+    ref_out.offsets = okv_calloc(&a, (size_t)n_windows + 1, sizeof *ref_out.offsets);
+    ref_out.log_probs = okv_malloc(&a, (size_t)total_positions * mc->vocab_size * sizeof(float));
+    if (!ref_out.offsets || !ref_out.log_probs) {
+      st = okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_eval_run: out of memory for the dense log-probs");
+      goto done;
+    }
+    for (uint32_t w = 0; w < n_windows; ++w) ref_out.offsets[w + 1] = ref_out.offsets[w] + windows[w].n_tokens - 1;
+  }
+  st = okv_runtime_create(device, &rc, &a, &rt);
+  if (st) goto done;
+  st = okv_engine_create(model, rt, n_windows, drafter != OKV_DRAFTER_NONE ? 1 : 0, &a, &eng);
+  if (st) goto done;
+  for (; n_added < n_windows; ++n_added) {
+    st = okv_runtime_seq_add(rt, NULL, &seq_ids[n_added]);
+    if (st) goto done;
+  }
+  okv_runtime_stats_reset(rt);
+
+  double nll = 0.0, kl = 0.0;
+  uint64_t agree = 0, done_positions = 0;
+  double t0 = now_s();
+  for (uint32_t p = 0; p + 1 < max_len; ++p) {
+    uint32_t n_act = 0;
+    for (uint32_t w = 0; w < n_windows; ++w) {
+      if (p + 1 >= windows[w].n_tokens) continue;
+      act_ids[n_act] = seq_ids[w];
+      act_win[n_act] = w;
+      act_tok[n_act] = windows[w].tokens[p];
+      if (drafter == OKV_DRAFTER_ORACLE) act_draft[n_act] = windows[w].tokens[p + 1];
+      else if (drafter == OKV_DRAFTER_NGRAM) act_draft[n_act] = okv_drafter_ngram_next(windows[w].tokens, p + 1);
+      ++n_act;
+    }
+    if (drafter == OKV_DRAFTER_SELF) {
+      st = okv_engine_peek(eng, n_act, act_ids, act_tok, logits);
+      if (st) goto done;
+      for (uint32_t i = 0; i < n_act; ++i)
+        act_draft[i] = okv_logits_argmax(logits + (size_t)i * mc->vocab_size, mc->vocab_size);
+    }
+    st = okv_engine_step(eng, n_act, act_ids, act_tok, drafter != OKV_DRAFTER_NONE ? 1 : 0, act_draft, logits, NULL);
+    if (st) goto done;
+    for (uint32_t i = 0; i < n_act; ++i) {
+      uint32_t w = act_win[i];
+      const float *lg = logits + (size_t)i * mc->vocab_size;
+      double lse = logsumexp(lg, mc->vocab_size);
+      nll += lse - (double)lg[windows[w].tokens[p + 1]];
+      if (out_reference) {
+        float *dst = ref_out.log_probs + ((size_t)ref_out.offsets[w] + p) * mc->vocab_size;
+        for (uint32_t v = 0; v < mc->vocab_size; ++v) dst[v] = (float)((double)lg[v] - lse);
+      }
+      if (reference) {
+        const float *lp = reference->log_probs + ((size_t)reference->offsets[w] + p) * mc->vocab_size;
+        double k = 0.0;
+        for (uint32_t v = 0; v < mc->vocab_size; ++v) {
+          double pd = exp((double)lp[v]);
+          k += pd * ((double)lp[v] - ((double)lg[v] - lse));
+        }
+        kl += k > 0.0 ? k : 0.0;
+        if (okv_logits_argmax(lp, mc->vocab_size) == okv_logits_argmax(lg, mc->vocab_size)) ++agree;
+      }
+    }
+    done_positions += n_act;
+    if (config->progress) config->progress(config->progress_user, done_positions, total_positions);
+  }
+  double elapsed = now_s() - t0;
+
+  okv_eval_result_t r;
+  memset(&r, 0, sizeof r);
+  r.mode = config->mode;
+  r.drafter = drafter;
+  r.budget_blocks = config->mode == OKV_MODE_DENSE ? rc.budget_blocks : config->budget_blocks;
+  r.fetch_ratio = config->fetch_ratio;
+  r.tokens_evaluated = total_positions;
+  r.mean_nll = nll / (double)total_positions;
+  r.perplexity = exp(r.mean_nll);
+  r.top1_agreement = reference ? (double)agree / (double)total_positions : NAN;
+  r.kl_vs_dense = reference ? kl / (double)total_positions : NAN;
+  okv_step_stats_t s;
+  st = okv_runtime_stats(rt, UINT32_MAX, &s);
+  if (st) goto done;
+  r.recall = s.recall_total ? (double)s.recall_hits / (double)s.recall_total : NAN;
+  r.n_layers = mc->n_layers;
+  for (uint32_t l = 0; l < mc->n_layers && l < 64; ++l) {
+    okv_step_stats_t sl;
+    st = okv_runtime_stats(rt, l, &sl);
+    if (st) goto done;
+    r.recall_per_layer[l] = sl.recall_total ? (double)sl.recall_hits / (double)sl.recall_total : NAN;
+  }
+  r.bytes_moved = s.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE];
+  r.blocks_moved = s.blocks_moved;
+  r.blocks_moved_per_token = (double)s.blocks_moved / (double)total_positions;
+  r.deferred_steps = s.deferred_steps;
+  r.hits = s.hits;
+  r.misses = s.misses;
+  r.stall_seconds = s.stall_seconds;
+  r.elapsed_s = elapsed;
+  r.tokens_per_second = elapsed > 0 ? (double)total_positions / elapsed : 0.0;
+  *out_result = r;
+
+done:
+  for (uint32_t i = 0; i < n_added; ++i) okv_status_free(okv_runtime_seq_remove(rt, seq_ids[i]));
+  okv_engine_destroy(eng);
+  okv_runtime_destroy(rt);
+  if (seq_ids) okv_free(&a, seq_ids);
+  if (act_ids) okv_free(&a, act_ids);
+  if (act_win) okv_free(&a, act_win);
+  if (act_tok) okv_free(&a, act_tok);
+  if (act_draft) okv_free(&a, act_draft);
+  if (logits) okv_free(&a, logits);
+  if (st || !out_reference) {
+    okv_eval_reference_free(&ref_out);
+  } else {
+    *out_reference = ref_out;
+  }
+  return st;
+}

@@ -1,0 +1,264 @@
+/* The model side of the oasiskv eval/generate commands: a llama2.c checkpoint
+ * loader, its BPE tokenizer, a forward pass whose every K/V goes through the
+ * OasisKV runtime (okv_engine_*), the look-ahead drafters and the
+ * teacher-forced evaluation loop.
+ *
+ * Architecture (llama2.c "legacy" checkpoints): pre-norm transformer, RMSNorm
+ * (eps 1e-5), rotary position embedding on pairs (2i, 2i+1) of each head with
+ * frequency 10000^(-2i/head_dim) (taken from the checkpoint's RoPE tables),
+ * grouped-query attention (query head h uses KV head h / (n_q_heads/n_kv_heads)),
+ * SwiGLU feed-forward w2(silu(w1 x) * w3 x), tied or untied classifier.
+ *
+ * Thread safety: a model and a tokenizer are read-only after loading and may
+ * be shared by threads; an engine is driven by one thread (like its runtime).
+ * Every object is created with an allocator (NULL = system) and frees through it.
+ */
+#ifndef OASISKV_TOOLS_MODEL_MODEL_H
+#define OASISKV_TOOLS_MODEL_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "oasiskv/oasiskv.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Token ids fixed by the llama2.c tokenizers. */
+#define OKV_TOKEN_UNK 0u
+#define OKV_TOKEN_BOS 1u
+#define OKV_TOKEN_EOS 2u
+/* Byte-fallback tokens: byte b is token b + OKV_TOKEN_BYTE_BASE. */
+#define OKV_TOKEN_BYTE_BASE 3u
+/* RMSNorm epsilon of the llama2.c models. */
+#define OKV_MODEL_RMS_EPS 1e-5f
+
+/* ---- Default input paths ---- */
+
+typedef enum okv_model_path_kind_e {
+  OKV_MODEL_PATH_MODEL = 0,     /* env OKV_MODEL,     file models/stories260K.bin */
+  OKV_MODEL_PATH_TOKENIZER = 1, /* env OKV_TOKENIZER, file models/tok512.bin */
+  OKV_MODEL_PATH_TEXT = 2,      /* env OKV_TEXT,      file data/tinystories_val.txt */
+} okv_model_path_kind_t;
+
+/* Resolves an input path: `flag` when not NULL, else the environment
+ * variable, else ../shared/<file> relative to the current directory if it
+ * exists, else <source tree>/../shared/<file> (compile-time OKV_SHARED_DIR).
+ * Writes a NUL-terminated path into out_path (capacity bytes).
+ * Errors: NOT_FOUND (no candidate exists; the message lists what was tried),
+ * INVALID_ARGUMENT (path longer than capacity). */
+okv_status_t okv_model_path_resolve(okv_model_path_kind_t kind, const char *flag, char *out_path,
+                                    size_t capacity);
+
+/* ---- Checkpoint ---- */
+
+typedef struct okv_model_config_t {
+  uint32_t dim;              /* model width */
+  uint32_t hidden_dim;       /* FFN width */
+  uint32_t n_layers;
+  uint32_t n_q_heads;
+  uint32_t n_kv_heads;       /* divides n_q_heads */
+  uint32_t vocab_size;
+  uint32_t seq_len;          /* positions the RoPE tables cover */
+  uint32_t head_dim;         /* dim / n_q_heads, even, <= 256 */
+  bool shared_classifier;    /* classifier = token embedding (header vocab_size > 0) */
+} okv_model_config_t;
+
+/* Loaded weights, fp32, row-major ([out][in] for every matrix). Pointers point
+ * into one owned allocation. */
+typedef struct okv_model_t {
+  okv_model_config_t config;
+  okv_allocator_t allocator;
+  float *storage;
+  const float *token_embedding; /* [vocab][dim] */
+  const float *rms_att;         /* [n_layers][dim] */
+  const float *wq;              /* [n_layers][n_q_heads*head_dim][dim] */
+  const float *wk;              /* [n_layers][n_kv_heads*head_dim][dim] */
+  const float *wv;              /* [n_layers][n_kv_heads*head_dim][dim] */
+  const float *wo;              /* [n_layers][dim][n_q_heads*head_dim] */
+  const float *rms_ffn;         /* [n_layers][dim] */
+  const float *w1;              /* [n_layers][hidden][dim] */
+  const float *w2;              /* [n_layers][dim][hidden] */
+  const float *w3;              /* [n_layers][hidden][dim] */
+  const float *rms_final;       /* [dim] */
+  const float *rope_cos;        /* [seq_len][head_dim/2] (legacy freq_cis_real) */
+  const float *rope_sin;        /* [seq_len][head_dim/2] (legacy freq_cis_imag) */
+  const float *classifier;      /* [vocab][dim] */
+} okv_model_t;
+
+/* Loads a llama2.c legacy (version 0) checkpoint: 7 little-endian int32
+ * (dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len; a
+ * negative vocab_size means an unshared classifier stored last), then the fp32
+ * weights in the order of okv_model_t, including the RoPE tables.
+ * Errors: NOT_FOUND (file missing), IO_ERROR (read failed), INVALID_ARGUMENT
+ * (a header field out of range, naming the field and the file; file size not
+ * matching the header, stating both sizes; non-finite weights).
+ * The caller frees *out_model with okv_model_free. */
+okv_status_t okv_model_load(const char *path, const okv_allocator_t *allocator, okv_model_t **out_model);
+/* NULL is accepted. */
+void okv_model_free(okv_model_t *model);
+
+/* ---- Tokenizer ---- */
+
+typedef struct okv_tokenizer_t okv_tokenizer_t;
+
+/* Loads a llama2.c tokenizer file: int32 max_token_length, then per token a
+ * float score, an int32 length and that many bytes. `vocab_size` is the
+ * model's: the file must hold exactly that many tokens.
+ * Errors: NOT_FOUND, IO_ERROR, INVALID_ARGUMENT (truncated, trailing bytes —
+ * a tokenizer of another vocabulary size —, a token length out of range,
+ * NUL bytes in a token). */
+okv_status_t okv_tokenizer_load(const char *path, uint32_t vocab_size, const okv_allocator_t *allocator,
+                                okv_tokenizer_t **out_tokenizer);
+/* NULL is accepted. */
+void okv_tokenizer_free(okv_tokenizer_t *tokenizer);
+uint32_t okv_tokenizer_vocab_size(const okv_tokenizer_t *tokenizer);
+
+/* Encodes `n_bytes` of UTF-8 `text` the sentencepiece way of llama2.c:
+ * optional BOS, a dummy-prefix space (for non-empty text), every code point
+ * looked up as a token or else split into byte-fallback tokens (byte + 3),
+ * then greedy merges of the adjacent pair whose merged string is a token with
+ * the highest score (first such pair on ties) until none merges.
+ * Writes up to `capacity` ids; *out_n_tokens gets the full count even when it
+ * exceeds capacity (then OKV_OK is still returned and the caller may retry).
+ * Errors: INVALID_ARGUMENT (text not valid UTF-8, naming the byte offset; a
+ * NUL byte), OUT_OF_MEMORY. */
+okv_status_t okv_tokenizer_encode(const okv_tokenizer_t *tokenizer, const char *text, size_t n_bytes, bool bos,
+                                  uint32_t *out_tokens, size_t capacity, size_t *out_n_tokens);
+
+/* The text of `token` following `prev_token`: byte tokens give their byte,
+ * the leading space of a piece right after BOS is dropped (the dummy prefix),
+ * BOS/EOS/UNK and out-of-range ids give "". Writes into out_piece (a
+ * NUL-terminated string, at most `capacity` bytes including the NUL) and the
+ * byte count to *out_n_bytes (a byte token may be "\0": check the count).
+ * Errors: INVALID_ARGUMENT (capacity too small). */
+okv_status_t okv_tokenizer_piece(const okv_tokenizer_t *tokenizer, uint32_t prev_token, uint32_t token,
+                                 char *out_piece, size_t capacity, size_t *out_n_bytes);
+
+/* ---- Engine: the forward pass over the runtime ---- */
+
+typedef struct okv_engine_t okv_engine_t;
+
+/* Creates an engine running `model` with its KV cache in `runtime` (both
+ * borrowed; they must outlive the engine). The runtime's shape must match
+ * the model (n_layers, n_q_heads, n_kv_heads, head_dim).
+ * max_seqs: the largest batch a step takes; max_drafts: draft tokens per
+ * sequence per step (0..3).
+ * Errors: INVALID_ARGUMENT (shape mismatch naming the field), OUT_OF_MEMORY. */
+okv_status_t okv_engine_create(const okv_model_t *model, okv_runtime_t *runtime, uint32_t max_seqs,
+                               uint32_t max_drafts, const okv_allocator_t *allocator, okv_engine_t **out_engine);
+/* NULL is accepted. */
+void okv_engine_destroy(okv_engine_t *engine);
+
+/* One decode step for a batch: sequence seq_ids[i] takes its real token
+ * tokens[i] at position = its current length (committed: its K/V is appended
+ * to the runtime in every layer), stacked with n_drafts draft tokens
+ * draft_tokens[i*n_drafts + j] at the following positions (their K/V is passed
+ * as draft_kv and never committed). Writes the real tokens' logits:
+ * out_logits f32 [n_seqs][vocab]; out_step_stats may be NULL.
+ * Method: stacked real + look-ahead queries, arXiv 2608.08097 sec. 3.
+ * Errors: INVALID_ARGUMENT (token id >= vocab, position >= seq_len, batch or
+ * n_drafts over the engine's maxima, mode OASIS with n_drafts == 0), the
+ * runtime's errors (a COPY_FAILED from a layer is returned after the step
+ * finished; the logits are valid). */
+okv_status_t okv_engine_step(okv_engine_t *engine, uint32_t n_seqs, const uint32_t *seq_ids,
+                             const uint32_t *tokens, uint32_t n_drafts, const uint32_t *draft_tokens,
+                             float *out_logits, okv_step_stats_t *out_step_stats);
+
+/* An uncommitted forward of tokens[i] (at each sequence's current length)
+ * over what is resident now (okv_runtime_peek_layer, the token's own K/V as
+ * the in-flight token); nothing is appended. Writes out_logits f32
+ * [n_seqs][vocab]. Used by the self drafter.
+ * Errors: as okv_engine_step. */
+okv_status_t okv_engine_peek(okv_engine_t *engine, uint32_t n_seqs, const uint32_t *seq_ids,
+                             const uint32_t *tokens, float *out_logits);
+
+/* ---- Drafters: the look-ahead token stacked behind the real one ---- */
+
+typedef enum okv_drafter_e {
+  OKV_DRAFTER_NONE = 0,   /* no draft (dense, proxy, ondemand) */
+  OKV_DRAFTER_ORACLE = 1, /* the true next token of the text (teacher-forced eval only) */
+  OKV_DRAFTER_SELF = 2,   /* the model's greedy next token from an uncommitted peek forward */
+  OKV_DRAFTER_NGRAM = 3,  /* prompt lookup over the sequence's own history */
+  OKV_DRAFTER_COUNT
+} okv_drafter_t;
+
+/* "none", "oracle", "self", "ngram". */
+const char *okv_drafter_name(okv_drafter_t drafter);
+/* Errors: INVALID_ARGUMENT for an unknown name (listing the valid ones). */
+okv_status_t okv_drafter_parse(const char *name, okv_drafter_t *out_drafter);
+
+/* The n-gram (prompt lookup) draft after history[0..n_history): for n = 3,
+ * then 2, then 1, find the latest earlier occurrence of the last n tokens
+ * (ending before the last token) and return the token that followed it; when
+ * nothing matches, repeat the last token. n_history >= 1. */
+uint32_t okv_drafter_ngram_next(const uint32_t *history, size_t n_history);
+
+/* Index of the largest logit (the lowest index on ties). */
+uint32_t okv_logits_argmax(const float *logits, uint32_t n);
+
+/* ---- Teacher-forced evaluation ---- */
+
+typedef struct okv_eval_window_t {
+  const uint32_t *tokens; /* BOS first */
+  uint32_t n_tokens;      /* >= 2, <= seq_len */
+} okv_eval_window_t;
+
+/* Dense log-probabilities kept to compare the other modes against. */
+typedef struct okv_eval_reference_t {
+  uint32_t n_windows, vocab_size;
+  uint32_t *offsets;      /* [n_windows + 1] position offsets of each window's rows */
+  float *log_probs;       /* [offsets[n_windows]][vocab] */
+  okv_allocator_t allocator;
+} okv_eval_reference_t;
+
+typedef struct okv_eval_config_t {
+  okv_mode_t mode;
+  okv_drafter_t drafter;       /* used in OKV_MODE_OASIS only; NONE there is an error */
+  uint32_t budget_blocks;      /* K */
+  double fetch_ratio;
+  /* Called after each step with (done, total) positions; may be NULL. */
+  void (*progress)(void *user, uint64_t done, uint64_t total);
+  void *progress_user;
+} okv_eval_config_t;
+
+typedef struct okv_eval_result_t {
+  okv_mode_t mode;
+  okv_drafter_t drafter;
+  uint32_t budget_blocks;
+  double fetch_ratio;
+  uint64_t tokens_evaluated;   /* predicted positions over all windows */
+  double mean_nll;             /* nats per token */
+  double perplexity;           /* exp(mean_nll) */
+  double top1_agreement;       /* fraction of positions whose argmax equals dense's (NAN without reference) */
+  double kl_vs_dense;          /* mean KL(dense || mode) in nats (NAN without reference) */
+  double recall;               /* recall_hits / recall_total over all layers (NAN when not tracked) */
+  uint32_t n_layers;
+  double recall_per_layer[64]; /* first n_layers entries (min(n_layers, 64)) */
+  uint64_t bytes_moved;        /* HOST->DEVICE bytes over the run */
+  uint64_t blocks_moved;
+  double blocks_moved_per_token;
+  uint64_t deferred_steps;     /* steps where the cap deferred at least one block (summed over layers) */
+  uint64_t hits, misses;
+  double stall_seconds;
+  double elapsed_s;
+  double tokens_per_second;    /* tokens_evaluated / elapsed_s (drafter work included) */
+} okv_eval_result_t;
+
+/* Runs `config` over the windows, batched (one runtime sequence per window),
+ * on `device`. When out_reference is not NULL (dense run) the log-probs are
+ * stored there (free with okv_eval_reference_free); when `reference` is not
+ * NULL the top-1 agreement and KL are computed against it.
+ * Errors: INVALID_ARGUMENT (config, windows), the runtime's and engine's. */
+okv_status_t okv_eval_run(const okv_model_t *model, okv_hal_device_t *device, const okv_eval_window_t *windows,
+                          uint32_t n_windows, const okv_eval_config_t *config,
+                          const okv_eval_reference_t *reference, const okv_allocator_t *allocator,
+                          okv_eval_reference_t *out_reference, okv_eval_result_t *out_result);
+void okv_eval_reference_free(okv_eval_reference_t *reference);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
