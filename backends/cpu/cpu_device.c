@@ -1,2 +1,852 @@
-/* placeholder: being written */
-typedef int okv_placeholder_cpu_device_t;
+/* CPU backend: one device whose DEVICE tier is a capacity-limited host arena
+ * and whose HOST tier is plain host memory. Each stream owns a worker thread
+ * that consumes a FIFO of operations (copies, batched block copies, event
+ * records, waits on events, kernel closures, injected failures), so everything
+ * enqueued is asynchronous to the caller, like on a GPU.
+ *
+ * Allocator discipline: the worker thread never calls the device allocator.
+ * Finished operations stay on the stream's list and are reclaimed (buffers and
+ * events released, payloads freed) by the next API call on that stream:
+ * enqueue, synchronize or release. So buffers used by enqueued work stay
+ * retained at least until the work ran. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "backends/cpu/cpu_kernels.h"
+#include "hal/hal_impl.h"
+
+/* The kernel descriptor clones (hal/hal_kernels.c) and the CPU kernels
+ * (cpu_kernels.c) are written alongside this file; weak references keep the
+ * library linkable while they are absent, and the kernel entries then report
+ * UNAVAILABLE. */
+#pragma weak okv_attention_desc_clone
+#pragma weak okv_attention_desc_free
+#pragma weak okv_summary_desc_clone
+#pragma weak okv_summary_desc_free
+#pragma weak okv_score_desc_clone
+#pragma weak okv_score_desc_free
+#pragma weak okv_topk_desc_clone
+#pragma weak okv_topk_desc_free
+#pragma weak okv_cpu_attention
+#pragma weak okv_cpu_summarize_blocks
+#pragma weak okv_cpu_summary_append
+#pragma weak okv_cpu_score_blocks
+#pragma weak okv_cpu_topk
+
+#define OKV_CPU_ALIGN 64u
+#define OKV_CPU_MMAP_MIN_BYTES (1u << 20)        /* larger buffers come zeroed from mmap */
+#define OKV_CPU_PARALLEL_COPY_BYTES (1u << 20)   /* batched copies above this use OpenMP */
+#define OKV_CPU_DEFAULT_DEVICE_BYTES (1ull << 30) /* DEVICE arena limit unless params say otherwise */
+
+/* ---- Objects ---- */
+
+typedef struct okv_cpu_device_t {
+  okv_hal_device_t base;
+} okv_cpu_device_t;
+
+typedef struct okv_cpu_buffer_t {
+  okv_hal_buffer_t base;
+  bool mapped; /* host_ptr from mmap (else posix_memalign) */
+  size_t map_bytes;
+} okv_cpu_buffer_t;
+
+typedef enum okv_cpu_op_kind_e {
+  OKV_CPU_OP_COPY,
+  OKV_CPU_OP_BLOCKS,
+  OKV_CPU_OP_RECORD,
+  OKV_CPU_OP_WAIT,
+  OKV_CPU_OP_FAIL,
+  OKV_CPU_OP_KERNEL,
+} okv_cpu_op_kind_t;
+
+typedef struct okv_cpu_op_t okv_cpu_op_t;
+struct okv_cpu_op_t {
+  okv_cpu_op_t *next;
+  okv_cpu_op_kind_t kind;
+  uint64_t seq; /* position in its stream, from 1 */
+  okv_hal_buffer_t *bufs[5]; /* retained until reclaimed */
+  int n_bufs;
+  okv_hal_event_t *event; /* retained (RECORD, WAIT) */
+  uint64_t gen;           /* event generation recorded / waited for */
+  /* COPY: bufs[0] -> bufs[1] */
+  uint64_t src_offset, dst_offset, bytes;
+  /* BLOCKS: bufs[0] -> bufs[1] */
+  uint64_t block_bytes;
+  size_t n_blocks;
+  okv_block_copy_t *pairs; /* owned */
+  /* FAIL */
+  okv_status_code_t code;
+  char message[256];
+  /* KERNEL */
+  void (*run)(okv_cpu_op_t *op, int n_threads);
+  void (*free_payload)(const okv_allocator_t *a, okv_cpu_op_t *op);
+  void *payload;      /* cloned descriptor */
+  void *arrays[3];    /* owned host arrays (summary append) */
+  uint32_t head_dim, n;
+  okv_dtype_t dtype;
+};
+
+typedef struct okv_cpu_stream_t {
+  okv_hal_stream_t base;
+  pthread_mutex_t mutex;
+  pthread_cond_t work_cond; /* worker: an op arrived or stop */
+  pthread_cond_t idle_cond; /* synchronize: the queue ran dry */
+  okv_cpu_op_t *first;      /* oldest op not yet reclaimed */
+  okv_cpu_op_t *next_run;   /* op the worker runs (or will run) next; ops before it are done */
+  okv_cpu_op_t *last;
+  bool stop;
+  uint64_t n_enqueued;        /* seq of the newest op */
+  uint64_t n_done;            /* seq of the newest finished op */
+  okv_status_t pending_error; /* first unreported error of the stream */
+  pthread_t thread;
+} okv_cpu_stream_t;
+
+typedef struct okv_cpu_event_t {
+  okv_hal_event_t base;
+  pthread_mutex_t mutex;
+  pthread_cond_t cond;
+  uint64_t recorded;  /* generation of the latest record call */
+  uint64_t completed; /* highest generation the worker reached */
+  bool has_time;
+  struct timespec time; /* CLOCK_MONOTONIC completion time of `recorded` */
+  okv_status_t error;   /* error captured by the latest completed record */
+  okv_hal_stream_t *last_stream; /* stream of the latest record (may be gone: check before use) */
+  uint64_t last_seq;             /* seq of that record op */
+} okv_cpu_event_t;
+
+static const okv_hal_device_vtable_t okv_cpu_vtable;
+
+/* ---- Device description ---- */
+
+static const char *okv_cpu_arch(void) {
+#if defined(__x86_64__)
+  return "x86_64";
+#elif defined(__aarch64__)
+  return "aarch64";
+#else
+  return "cpu";
+#endif
+}
+
+static int okv_cpu_online(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+static uint64_t okv_cpu_mem_total(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return (pages > 0 && page > 0) ? (uint64_t)pages * (uint64_t)page : 0;
+}
+
+static void okv_cpu_fill_info(okv_hal_device_info_t *info, int n_threads) {
+  memset(info, 0, sizeof(*info));
+  snprintf(info->backend, sizeof(info->backend), "cpu");
+  snprintf(info->name, sizeof(info->name), "%s host (%d thread%s)", okv_cpu_arch(), n_threads,
+           n_threads == 1 ? "" : "s");
+  info->ordinal = 0;
+  uint64_t mem = okv_cpu_mem_total();
+  info->physical_bytes[OKV_TIER_DEVICE] = mem;
+  info->physical_bytes[OKV_TIER_HOST] = mem;
+  info->alloc_tiers = OKV_TIER_BIT(OKV_TIER_DEVICE) | OKV_TIER_BIT(OKV_TIER_HOST);
+  uint32_t both = OKV_TIER_BIT(OKV_TIER_DEVICE) | OKV_TIER_BIT(OKV_TIER_HOST);
+  info->copy_mask[OKV_TIER_DEVICE] = both;
+  info->copy_mask[OKV_TIER_HOST] = both;
+}
+
+static okv_status_t okv_cpu_enumerate(okv_hal_device_info_t *out_infos, size_t capacity, size_t *out_count) {
+  *out_count = 1;
+  if (capacity >= 1 && out_infos) okv_cpu_fill_info(&out_infos[0], okv_cpu_online());
+  return OKV_OK;
+}
+
+static okv_status_t okv_cpu_create(const okv_hal_device_params_t *params, const okv_allocator_t *allocator,
+                                   okv_hal_device_t **out_device) {
+  if (params->ordinal != 0)
+    return okv_status_make(OKV_STATUS_UNAVAILABLE, "params->ordinal: %d out of range (the cpu backend has 1 device)",
+                           params->ordinal);
+  okv_cpu_device_t *dev = okv_calloc(allocator, 1, sizeof(*dev));
+  if (!dev) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: could not allocate the cpu device");
+  dev->base.vtable = &okv_cpu_vtable;
+  dev->base.allocator = *allocator;
+  okv_cpu_fill_info(&dev->base.info, params->n_threads > 0 ? params->n_threads : okv_cpu_online());
+  dev->base.capacity_bytes[OKV_TIER_DEVICE] = OKV_CPU_DEFAULT_DEVICE_BYTES;
+  *out_device = &dev->base;
+  return OKV_OK;
+}
+
+static void okv_cpu_device_destroy(okv_hal_device_t *device) {
+  okv_allocator_t a = device->allocator;
+  okv_free(&a, device);
+}
+
+const okv_hal_backend_t okv_cpu_backend = {
+    .name = "cpu",
+    .enumerate = okv_cpu_enumerate,
+    .create = okv_cpu_create,
+};
+
+/* ---- Buffers ---- */
+
+static okv_status_t okv_cpu_buffer_alloc(okv_hal_device_t *device, okv_tier_t tier, uint64_t bytes,
+                                         okv_hal_buffer_t **out_buffer) {
+  okv_cpu_buffer_t *buf = okv_calloc(&device->allocator, 1, sizeof(*buf));
+  if (!buf) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: could not allocate a buffer object");
+  void *mem = NULL;
+  if (bytes >= OKV_CPU_MMAP_MIN_BYTES) {
+    mem = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) mem = NULL;
+    buf->mapped = mem != NULL;
+    buf->map_bytes = (size_t)bytes;
+  } else if (posix_memalign(&mem, OKV_CPU_ALIGN, (size_t)bytes) == 0) {
+    memset(mem, 0, (size_t)bytes);
+  } else {
+    mem = NULL;
+  }
+  if (!mem) {
+    okv_free(&device->allocator, buf);
+    return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "%s tier: the host could not provide %" PRIu64 " bytes",
+                           okv_tier_name(tier), bytes);
+  }
+  buf->base.host_ptr = mem;
+  buf->base.device_ptr = mem;
+  buf->base.device = device;
+  buf->base.tier = tier;
+  buf->base.size = bytes;
+  *out_buffer = &buf->base;
+  return OKV_OK;
+}
+
+static void okv_cpu_buffer_destroy(okv_hal_buffer_t *buffer) {
+  okv_cpu_buffer_t *buf = (okv_cpu_buffer_t *)buffer;
+  if (buf->mapped) {
+    munmap(buffer->host_ptr, buf->map_bytes);
+  } else {
+    free(buffer->host_ptr);
+  }
+  okv_free(&buffer->device->allocator, buf);
+}
+
+static okv_status_t okv_cpu_buffer_write(okv_hal_buffer_t *buffer, uint64_t offset, const void *src, uint64_t bytes) {
+  memcpy((unsigned char *)buffer->host_ptr + offset, src, (size_t)bytes);
+  return OKV_OK;
+}
+
+static okv_status_t okv_cpu_buffer_read(okv_hal_buffer_t *buffer, uint64_t offset, void *dst, uint64_t bytes) {
+  memcpy(dst, (const unsigned char *)buffer->host_ptr + offset, (size_t)bytes);
+  return OKV_OK;
+}
+
+static unsigned char *okv_cpu_ptr(okv_hal_buffer_t *b, uint64_t offset) {
+  return b ? (unsigned char *)b->host_ptr + offset : NULL;
+}
+
+/* ---- Stream worker ---- */
+
+/* Keeps the first unreported error of the stream; caller holds the stream mutex. */
+static void okv_cpu_stream_set_error_locked(okv_cpu_stream_t *s, okv_status_t err) {
+  if (!err) return;
+  if (s->pending_error) {
+    okv_status_free(err);
+  } else {
+    s->pending_error = err;
+  }
+}
+
+static void okv_cpu_run_blocks(okv_cpu_op_t *op, int n_threads) {
+  const unsigned char *src = okv_cpu_ptr(op->bufs[0], 0);
+  unsigned char *dst = okv_cpu_ptr(op->bufs[1], 0);
+  const okv_block_copy_t *pairs = op->pairs;
+  const size_t bb = (size_t)op->block_bytes;
+  const long n = (long)op->n_blocks;
+  const bool same = op->bufs[0] == op->bufs[1];
+#ifdef _OPENMP
+  const bool parallel = (uint64_t)op->n_blocks * op->block_bytes > OKV_CPU_PARALLEL_COPY_BYTES && n > 1;
+#pragma omp parallel for schedule(static) num_threads(n_threads) if (parallel)
+#else
+  (void)n_threads;
+#endif
+  for (long i = 0; i < n; ++i) {
+    if (same) {
+      memmove(dst + pairs[i].dst_offset, src + pairs[i].src_offset, bb);
+    } else {
+      memcpy(dst + pairs[i].dst_offset, src + pairs[i].src_offset, bb);
+    }
+  }
+}
+
+static void okv_cpu_run_record(okv_cpu_stream_t *s, okv_cpu_op_t *op) {
+  okv_cpu_event_t *ev = (okv_cpu_event_t *)op->event;
+  pthread_mutex_lock(&s->mutex);
+  okv_status_t err = s->pending_error;
+  s->pending_error = OKV_OK;
+  pthread_mutex_unlock(&s->mutex);
+
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  pthread_mutex_lock(&ev->mutex);
+  if (op->gen > ev->completed) ev->completed = op->gen;
+  if (op->gen == ev->recorded) {
+    ev->time = now;
+    ev->has_time = true;
+    okv_status_free(ev->error);
+    ev->error = err;
+    err = OKV_OK;
+  }
+  pthread_cond_broadcast(&ev->cond);
+  pthread_mutex_unlock(&ev->mutex);
+
+  if (err) {
+    /* The event was re-recorded before this marker ran: the error belongs to
+     * the stream's next record. */
+    pthread_mutex_lock(&s->mutex);
+    okv_cpu_stream_set_error_locked(s, err);
+    pthread_mutex_unlock(&s->mutex);
+  }
+}
+
+static void okv_cpu_run_wait(okv_cpu_op_t *op) {
+  okv_cpu_event_t *ev = (okv_cpu_event_t *)op->event;
+  pthread_mutex_lock(&ev->mutex);
+  while (ev->completed < op->gen) pthread_cond_wait(&ev->cond, &ev->mutex);
+  pthread_mutex_unlock(&ev->mutex);
+}
+
+static void okv_cpu_run_op(okv_cpu_stream_t *s, okv_cpu_op_t *op) {
+  int n_threads = s->base.device->n_threads;
+  switch (op->kind) {
+    case OKV_CPU_OP_COPY: {
+      const unsigned char *src = okv_cpu_ptr(op->bufs[0], op->src_offset);
+      unsigned char *dst = okv_cpu_ptr(op->bufs[1], op->dst_offset);
+      memmove(dst, src, (size_t)op->bytes);
+      break;
+    }
+    case OKV_CPU_OP_BLOCKS: okv_cpu_run_blocks(op, n_threads); break;
+    case OKV_CPU_OP_RECORD: okv_cpu_run_record(s, op); break;
+    case OKV_CPU_OP_WAIT: okv_cpu_run_wait(op); break;
+    case OKV_CPU_OP_FAIL:
+      pthread_mutex_lock(&s->mutex);
+      okv_cpu_stream_set_error_locked(s, okv_status_make(op->code, "%s", op->message));
+      pthread_mutex_unlock(&s->mutex);
+      break;
+    case OKV_CPU_OP_KERNEL: op->run(op, n_threads); break;
+  }
+}
+
+static void *okv_cpu_stream_main(void *arg) {
+  okv_cpu_stream_t *s = arg;
+  pthread_mutex_lock(&s->mutex);
+  for (;;) {
+    while (!s->next_run && !s->stop) pthread_cond_wait(&s->work_cond, &s->mutex);
+    if (!s->next_run) break; /* stop requested and the queue is drained */
+    okv_cpu_op_t *op = s->next_run;
+    pthread_mutex_unlock(&s->mutex);
+    okv_cpu_run_op(s, op);
+    pthread_mutex_lock(&s->mutex);
+    s->next_run = op->next;
+    s->n_done = op->seq;
+    pthread_cond_broadcast(&s->idle_cond);
+  }
+  pthread_mutex_unlock(&s->mutex);
+  return NULL;
+}
+
+/* Frees a finished (or never enqueued) op: releases what it retained. Runs on
+ * an API thread, never on the worker. */
+static void okv_cpu_op_free(const okv_allocator_t *a, okv_cpu_op_t *op) {
+  for (int i = 0; i < op->n_bufs; ++i) okv_status_free(okv_hal_buffer_release(op->bufs[i]));
+  if (op->event) okv_status_free(okv_hal_event_release(op->event));
+  if (op->free_payload) op->free_payload(a, op);
+  for (int i = 0; i < 3; ++i) okv_free(a, op->arrays[i]);
+  okv_free(a, op->pairs);
+  okv_free(a, op);
+}
+
+/* Reclaims every finished op of the stream. */
+static void okv_cpu_stream_reclaim(okv_cpu_stream_t *s) {
+  pthread_mutex_lock(&s->mutex);
+  okv_cpu_op_t *done = s->first, *stop_at = s->next_run;
+  if (done == stop_at) {
+    pthread_mutex_unlock(&s->mutex);
+    return;
+  }
+  s->first = stop_at;
+  if (!stop_at) s->last = NULL;
+  pthread_mutex_unlock(&s->mutex);
+  const okv_allocator_t *a = &s->base.device->allocator;
+  while (done != stop_at) {
+    okv_cpu_op_t *next = done->next;
+    okv_cpu_op_free(a, done);
+    done = next;
+  }
+}
+
+static okv_cpu_op_t *okv_cpu_op_new(okv_hal_stream_t *stream, okv_cpu_op_kind_t kind) {
+  okv_cpu_op_t *op = okv_calloc(&stream->device->allocator, 1, sizeof(*op));
+  if (op) op->kind = kind;
+  return op;
+}
+
+static okv_status_t okv_cpu_op_oom(const char *what) {
+  return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: could not allocate the %s operation", what);
+}
+
+/* Retains `b` into op->bufs (NULL is skipped). */
+static okv_status_t okv_cpu_op_hold(okv_cpu_op_t *op, okv_hal_buffer_t *b) {
+  if (!b) return OKV_OK;
+  OKV_RETURN_IF_ERROR(okv_hal_buffer_retain(b));
+  op->bufs[op->n_bufs++] = b;
+  return OKV_OK;
+}
+
+static uint64_t okv_cpu_enqueue(okv_hal_stream_t *stream, okv_cpu_op_t *op) {
+  okv_cpu_stream_t *s = (okv_cpu_stream_t *)stream;
+  okv_cpu_stream_reclaim(s);
+  pthread_mutex_lock(&s->mutex);
+  op->next = NULL;
+  op->seq = ++s->n_enqueued;
+  if (s->last) {
+    s->last->next = op;
+  } else {
+    s->first = op;
+  }
+  s->last = op;
+  if (!s->next_run) s->next_run = op;
+  uint64_t seq = op->seq;
+  pthread_cond_signal(&s->work_cond);
+  pthread_mutex_unlock(&s->mutex);
+  return seq;
+}
+
+/* ---- Streams ---- */
+
+static okv_status_t okv_cpu_stream_create(okv_hal_device_t *device, okv_hal_stream_t **out_stream) {
+  okv_cpu_stream_t *s = okv_calloc(&device->allocator, 1, sizeof(*s));
+  if (!s) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: could not allocate a stream");
+  s->base.device = device;
+  if (pthread_mutex_init(&s->mutex, NULL) != 0) goto fail_mutex;
+  if (pthread_cond_init(&s->work_cond, NULL) != 0) goto fail_work;
+  if (pthread_cond_init(&s->idle_cond, NULL) != 0) goto fail_idle;
+  int rc = pthread_create(&s->thread, NULL, okv_cpu_stream_main, s);
+  if (rc != 0) {
+    pthread_cond_destroy(&s->idle_cond);
+    pthread_cond_destroy(&s->work_cond);
+    pthread_mutex_destroy(&s->mutex);
+    okv_free(&device->allocator, s);
+    return okv_status_make(rc == EAGAIN ? OKV_STATUS_OUT_OF_MEMORY : OKV_STATUS_INTERNAL,
+                           "stream: could not start its worker thread (%s)", strerror(rc));
+  }
+  *out_stream = &s->base;
+  return OKV_OK;
+fail_idle:
+  pthread_cond_destroy(&s->work_cond);
+fail_work:
+  pthread_mutex_destroy(&s->mutex);
+fail_mutex:
+  okv_free(&device->allocator, s);
+  return okv_status_make(OKV_STATUS_INTERNAL, "stream: could not initialise its mutex/condition variables");
+}
+
+static void okv_cpu_stream_destroy(okv_hal_stream_t *stream) {
+  okv_cpu_stream_t *s = (okv_cpu_stream_t *)stream;
+  pthread_mutex_lock(&s->mutex);
+  s->stop = true;
+  pthread_cond_signal(&s->work_cond);
+  pthread_mutex_unlock(&s->mutex);
+  pthread_join(s->thread, NULL); /* the worker drains the queue first */
+  okv_cpu_stream_reclaim(s);
+  okv_status_free(s->pending_error);
+  pthread_cond_destroy(&s->idle_cond);
+  pthread_cond_destroy(&s->work_cond);
+  pthread_mutex_destroy(&s->mutex);
+  okv_free(&stream->device->allocator, s);
+}
+
+static okv_status_t okv_cpu_stream_synchronize(okv_hal_stream_t *stream) {
+  okv_cpu_stream_t *s = (okv_cpu_stream_t *)stream;
+  pthread_mutex_lock(&s->mutex);
+  while (s->next_run) pthread_cond_wait(&s->idle_cond, &s->mutex);
+  okv_status_t err = s->pending_error;
+  s->pending_error = OKV_OK;
+  pthread_mutex_unlock(&s->mutex);
+  okv_cpu_stream_reclaim(s);
+  return err;
+}
+
+static okv_status_t okv_cpu_enqueue_failure(okv_hal_stream_t *stream, okv_status_code_t code, const char *message) {
+  okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_FAIL);
+  if (!op) return okv_cpu_op_oom("failure");
+  op->code = code;
+  snprintf(op->message, sizeof(op->message), "%s", message ? message : "asynchronous failure");
+  okv_cpu_enqueue(stream, op);
+  return OKV_OK;
+}
+
+/* ---- Events ---- */
+
+static okv_status_t okv_cpu_event_create(okv_hal_device_t *device, okv_hal_event_t **out_event) {
+  okv_cpu_event_t *ev = okv_calloc(&device->allocator, 1, sizeof(*ev));
+  if (!ev) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: could not allocate an event");
+  ev->base.device = device;
+  if (pthread_mutex_init(&ev->mutex, NULL) != 0) {
+    okv_free(&device->allocator, ev);
+    return okv_status_make(OKV_STATUS_INTERNAL, "event: pthread_mutex_init failed");
+  }
+  if (pthread_cond_init(&ev->cond, NULL) != 0) {
+    pthread_mutex_destroy(&ev->mutex);
+    okv_free(&device->allocator, ev);
+    return okv_status_make(OKV_STATUS_INTERNAL, "event: pthread_cond_init failed");
+  }
+  *out_event = &ev->base;
+  return OKV_OK;
+}
+
+static void okv_cpu_event_destroy(okv_hal_event_t *event) {
+  okv_cpu_event_t *ev = (okv_cpu_event_t *)event;
+  okv_status_free(ev->error);
+  pthread_cond_destroy(&ev->cond);
+  pthread_mutex_destroy(&ev->mutex);
+  okv_free(&event->device->allocator, ev);
+}
+
+static okv_status_t okv_cpu_event_record(okv_hal_event_t *event, okv_hal_stream_t *stream) {
+  okv_cpu_event_t *ev = (okv_cpu_event_t *)event;
+  okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_RECORD);
+  if (!op) return okv_cpu_op_oom("event record");
+  okv_status_t s = okv_hal_event_retain(event);
+  if (s != OKV_OK) {
+    okv_cpu_op_free(&stream->device->allocator, op);
+    return s;
+  }
+  op->event = event;
+  pthread_mutex_lock(&ev->mutex);
+  op->gen = ++ev->recorded;
+  ev->has_time = false;
+  okv_status_free(ev->error);
+  ev->error = OKV_OK;
+  pthread_mutex_unlock(&ev->mutex);
+  uint64_t gen = op->gen;
+  uint64_t seq = okv_cpu_enqueue(stream, op); /* op may be reclaimed from here on */
+  pthread_mutex_lock(&ev->mutex);
+  if (ev->recorded == gen) {
+    ev->last_stream = stream;
+    ev->last_seq = seq;
+  }
+  pthread_mutex_unlock(&ev->mutex);
+  return OKV_OK;
+}
+
+/* A copy of the event's captured error; caller holds ev->mutex. */
+static okv_status_t okv_cpu_event_error_locked(okv_cpu_event_t *ev) {
+  if (!ev->error) return OKV_OK;
+  return okv_status_make(okv_status_code(ev->error), "%s", okv_status_message(ev->error));
+}
+
+/* Once a host thread has seen `ev` complete, reclaims the finished ops of the
+ * stream it was recorded on (up to and including the record), so the buffers
+ * they held are released as soon as the caller knows the work ran. The stream
+ * may have been released meanwhile: it is looked up through the registry. */
+static void okv_cpu_event_reclaim(okv_cpu_event_t *ev) {
+  pthread_mutex_lock(&ev->mutex);
+  okv_hal_stream_t *stream = ev->last_stream;
+  uint64_t seq = ev->last_seq;
+  pthread_mutex_unlock(&ev->mutex);
+  if (!stream || okv_status_consume(okv_hal_stream_retain(stream)) != OKV_STATUS_OK) return;
+  okv_cpu_stream_t *s = (okv_cpu_stream_t *)stream;
+  pthread_mutex_lock(&s->mutex);
+  /* The record op finishes right after stamping the event; the address may
+   * also belong to a newer stream whose counter is lower: then skip. */
+  bool ours = s->n_enqueued >= seq;
+  while (ours && s->n_done < seq) pthread_cond_wait(&s->idle_cond, &s->mutex);
+  pthread_mutex_unlock(&s->mutex);
+  okv_cpu_stream_reclaim(s);
+  okv_status_free(okv_hal_stream_release(stream));
+}
+
+static okv_status_t okv_cpu_event_query(okv_hal_event_t *event, bool *out_done) {
+  okv_cpu_event_t *ev = (okv_cpu_event_t *)event;
+  pthread_mutex_lock(&ev->mutex);
+  bool done = ev->completed >= ev->recorded;
+  okv_status_t s = done ? okv_cpu_event_error_locked(ev) : OKV_OK;
+  pthread_mutex_unlock(&ev->mutex);
+  if (done) okv_cpu_event_reclaim(ev);
+  *out_done = done;
+  return s;
+}
+
+static okv_status_t okv_cpu_event_wait(okv_hal_event_t *event) {
+  okv_cpu_event_t *ev = (okv_cpu_event_t *)event;
+  pthread_mutex_lock(&ev->mutex);
+  while (ev->completed < ev->recorded) pthread_cond_wait(&ev->cond, &ev->mutex);
+  okv_status_t s = okv_cpu_event_error_locked(ev);
+  pthread_mutex_unlock(&ev->mutex);
+  okv_cpu_event_reclaim(ev);
+  return s;
+}
+
+static okv_status_t okv_cpu_stream_wait_event(okv_hal_stream_t *stream, okv_hal_event_t *event) {
+  okv_cpu_event_t *ev = (okv_cpu_event_t *)event;
+  pthread_mutex_lock(&ev->mutex);
+  uint64_t gen = ev->recorded;
+  bool done = ev->completed >= gen;
+  pthread_mutex_unlock(&ev->mutex);
+  if (done) return OKV_OK; /* nothing to wait for */
+  okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_WAIT);
+  if (!op) return okv_cpu_op_oom("stream wait");
+  okv_status_t s = okv_hal_event_retain(event);
+  if (s != OKV_OK) {
+    okv_cpu_op_free(&stream->device->allocator, op);
+    return s;
+  }
+  op->event = event;
+  op->gen = gen;
+  okv_cpu_enqueue(stream, op);
+  return OKV_OK;
+}
+
+/* Completion time of a done event; caller must not hold its mutex. */
+static okv_status_t okv_cpu_event_time(okv_hal_event_t *event, const char *arg, struct timespec *out) {
+  okv_cpu_event_t *ev = (okv_cpu_event_t *)event;
+  pthread_mutex_lock(&ev->mutex);
+  bool done = ev->completed >= ev->recorded, has = ev->has_time;
+  *out = ev->time;
+  pthread_mutex_unlock(&ev->mutex);
+  if (!done) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "%s: the event has not completed yet", arg);
+  if (!has) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "%s: the event was never recorded", arg);
+  return OKV_OK;
+}
+
+static okv_status_t okv_cpu_event_elapsed(okv_hal_event_t *start, okv_hal_event_t *end, double *out_seconds) {
+  struct timespec t0, t1;
+  OKV_RETURN_IF_ERROR(okv_cpu_event_time(start, "start", &t0));
+  OKV_RETURN_IF_ERROR(okv_cpu_event_time(end, "end", &t1));
+  *out_seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  return OKV_OK;
+}
+
+/* ---- Copies ---- */
+
+static okv_status_t okv_cpu_copy(okv_hal_stream_t *stream, okv_hal_buffer_t *src, uint64_t src_offset,
+                                 okv_hal_buffer_t *dst, uint64_t dst_offset, uint64_t bytes) {
+  okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_COPY);
+  if (!op) return okv_cpu_op_oom("copy");
+  okv_status_t s = okv_cpu_op_hold(op, src);
+  if (s == OKV_OK) s = okv_cpu_op_hold(op, dst);
+  if (s != OKV_OK) {
+    okv_cpu_op_free(&stream->device->allocator, op);
+    return s;
+  }
+  op->src_offset = src_offset;
+  op->dst_offset = dst_offset;
+  op->bytes = bytes;
+  okv_cpu_enqueue(stream, op);
+  return OKV_OK;
+}
+
+static okv_status_t okv_cpu_copy_blocks(okv_hal_stream_t *stream, okv_hal_buffer_t *src, okv_hal_buffer_t *dst,
+                                        uint64_t block_bytes, size_t n_blocks, const okv_block_copy_t *pairs) {
+  const okv_allocator_t *a = &stream->device->allocator;
+  if (n_blocks > SIZE_MAX / sizeof(okv_block_copy_t))
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "n_blocks: %zu is too large", n_blocks);
+  okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_BLOCKS);
+  if (!op) return okv_cpu_op_oom("block copy");
+  op->pairs = okv_malloc(a, n_blocks * sizeof(okv_block_copy_t));
+  okv_status_t s = op->pairs ? OKV_OK : okv_cpu_op_oom("block copy pair list of the");
+  if (s == OKV_OK) s = okv_cpu_op_hold(op, src);
+  if (s == OKV_OK) s = okv_cpu_op_hold(op, dst);
+  if (s != OKV_OK) {
+    okv_cpu_op_free(a, op);
+    return s;
+  }
+  memcpy(op->pairs, pairs, n_blocks * sizeof(okv_block_copy_t));
+  op->block_bytes = block_bytes;
+  op->n_blocks = n_blocks;
+  okv_cpu_enqueue(stream, op);
+  return OKV_OK;
+}
+
+/* ---- Kernels: clone the descriptor, retain its buffers, run on the worker ---- */
+
+static okv_status_t okv_cpu_kernel_missing(const char *what) {
+  return okv_status_make(OKV_STATUS_UNAVAILABLE, "cpu backend: the %s kernel is not linked into this build", what);
+}
+
+/* Holds every buffer listed (NULLs skipped), then enqueues; frees op on error. */
+static okv_status_t okv_cpu_kernel_submit(okv_hal_stream_t *stream, okv_cpu_op_t *op, okv_hal_buffer_t *const *bufs,
+                                          int n) {
+  okv_status_t s = OKV_OK;
+  for (int i = 0; i < n && s == OKV_OK; ++i) s = okv_cpu_op_hold(op, bufs[i]);
+  if (s != OKV_OK) {
+    okv_cpu_op_free(&stream->device->allocator, op);
+    return s;
+  }
+  okv_cpu_enqueue(stream, op);
+  return OKV_OK;
+}
+
+static void okv_cpu_run_attention(okv_cpu_op_t *op, int n_threads) {
+  const okv_attention_desc_t *d = op->payload;
+  okv_cpu_attention(d, okv_cpu_ptr(d->kv_pool, 0), (const float *)okv_cpu_ptr(d->q, d->q_offset),
+                    (const float *)okv_cpu_ptr(d->inflight_kv, d->inflight_offset),
+                    (float *)okv_cpu_ptr(d->out, d->out_offset), (float *)okv_cpu_ptr(d->block_mass, d->mass_offset),
+                    n_threads);
+}
+static void okv_cpu_free_attention(const okv_allocator_t *a, okv_cpu_op_t *op) {
+  okv_attention_desc_free(a, op->payload);
+}
+
+static okv_status_t okv_cpu_attention_enqueue(okv_hal_stream_t *stream, const okv_attention_desc_t *desc) {
+  if (!okv_attention_desc_clone || !okv_cpu_attention) return okv_cpu_kernel_missing("attention");
+  okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_KERNEL);
+  if (!op) return okv_cpu_op_oom("attention");
+  okv_attention_desc_t *c = NULL;
+  okv_status_t s = okv_attention_desc_clone(&stream->device->allocator, desc, &c);
+  if (s != OKV_OK) {
+    okv_cpu_op_free(&stream->device->allocator, op);
+    return s;
+  }
+  op->payload = c;
+  op->run = okv_cpu_run_attention;
+  op->free_payload = okv_cpu_free_attention;
+  okv_hal_buffer_t *bufs[5] = {c->kv_pool, c->q, c->inflight_kv, c->out, c->block_mass};
+  return okv_cpu_kernel_submit(stream, op, bufs, 5);
+}
+
+static void okv_cpu_run_summarize(okv_cpu_op_t *op, int n_threads) {
+  const okv_summary_desc_t *d = op->payload;
+  okv_cpu_summarize_blocks(d, okv_cpu_ptr(d->kv, 0), (float *)okv_cpu_ptr(d->summaries, 0), n_threads);
+}
+static void okv_cpu_free_summarize(const okv_allocator_t *a, okv_cpu_op_t *op) { okv_summary_desc_free(a, op->payload); }
+
+static okv_status_t okv_cpu_summarize_enqueue(okv_hal_stream_t *stream, const okv_summary_desc_t *desc) {
+  if (!okv_summary_desc_clone || !okv_cpu_summarize_blocks) return okv_cpu_kernel_missing("block summary");
+  okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_KERNEL);
+  if (!op) return okv_cpu_op_oom("block summary");
+  okv_summary_desc_t *c = NULL;
+  okv_status_t s = okv_summary_desc_clone(&stream->device->allocator, desc, &c);
+  if (s != OKV_OK) {
+    okv_cpu_op_free(&stream->device->allocator, op);
+    return s;
+  }
+  op->payload = c;
+  op->run = okv_cpu_run_summarize;
+  op->free_payload = okv_cpu_free_summarize;
+  okv_hal_buffer_t *bufs[2] = {c->kv, c->summaries};
+  return okv_cpu_kernel_submit(stream, op, bufs, 2);
+}
+
+static void okv_cpu_run_summary_append(okv_cpu_op_t *op, int n_threads) {
+  (void)n_threads;
+  okv_cpu_summary_append((float *)okv_cpu_ptr(op->bufs[0], 0), op->head_dim, op->dtype, op->n,
+                         (const uint64_t *)op->arrays[0], (const float *)op->arrays[1], (const uint8_t *)op->arrays[2]);
+}
+
+static okv_status_t okv_cpu_summary_append_enqueue(okv_hal_stream_t *stream, okv_hal_buffer_t *summaries,
+                                                   uint32_t head_dim, okv_dtype_t kv_dtype, uint32_t n,
+                                                   const uint64_t *summary_index, const float *keys,
+                                                   const uint8_t *first) {
+  if (!okv_cpu_summary_append) return okv_cpu_kernel_missing("summary append");
+  if (n == 0) return OKV_OK;
+  const okv_allocator_t *a = &stream->device->allocator;
+  okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_KERNEL);
+  if (!op) return okv_cpu_op_oom("summary append");
+  size_t n_keys = (size_t)n * head_dim;
+  op->arrays[0] = okv_malloc(a, (size_t)n * sizeof(uint64_t));
+  op->arrays[1] = okv_malloc(a, n_keys * sizeof(float));
+  op->arrays[2] = first ? okv_malloc(a, n) : NULL;
+  if (!op->arrays[0] || !op->arrays[1] || (first && !op->arrays[2])) {
+    okv_cpu_op_free(a, op);
+    return okv_cpu_op_oom("summary append");
+  }
+  memcpy(op->arrays[0], summary_index, (size_t)n * sizeof(uint64_t));
+  memcpy(op->arrays[1], keys, n_keys * sizeof(float));
+  if (first) memcpy(op->arrays[2], first, n);
+  op->head_dim = head_dim;
+  op->dtype = kv_dtype;
+  op->n = n;
+  op->run = okv_cpu_run_summary_append;
+  okv_hal_buffer_t *bufs[1] = {summaries};
+  return okv_cpu_kernel_submit(stream, op, bufs, 1);
+}
+
+static void okv_cpu_run_score(okv_cpu_op_t *op, int n_threads) {
+  const okv_score_desc_t *d = op->payload;
+  okv_cpu_score_blocks(d, (const float *)okv_cpu_ptr(d->q, d->q_offset), (const float *)okv_cpu_ptr(d->summaries, 0),
+                       (float *)okv_cpu_ptr(d->scores, 0), n_threads);
+}
+static void okv_cpu_free_score(const okv_allocator_t *a, okv_cpu_op_t *op) { okv_score_desc_free(a, op->payload); }
+
+static okv_status_t okv_cpu_score_enqueue(okv_hal_stream_t *stream, const okv_score_desc_t *desc) {
+  if (!okv_score_desc_clone || !okv_cpu_score_blocks) return okv_cpu_kernel_missing("block scoring");
+  okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_KERNEL);
+  if (!op) return okv_cpu_op_oom("block scoring");
+  okv_score_desc_t *c = NULL;
+  okv_status_t s = okv_score_desc_clone(&stream->device->allocator, desc, &c);
+  if (s != OKV_OK) {
+    okv_cpu_op_free(&stream->device->allocator, op);
+    return s;
+  }
+  op->payload = c;
+  op->run = okv_cpu_run_score;
+  op->free_payload = okv_cpu_free_score;
+  okv_hal_buffer_t *bufs[3] = {c->q, c->summaries, c->scores};
+  return okv_cpu_kernel_submit(stream, op, bufs, 3);
+}
+
+static void okv_cpu_run_topk(okv_cpu_op_t *op, int n_threads) {
+  const okv_topk_desc_t *d = op->payload;
+  okv_cpu_topk(d, (const float *)okv_cpu_ptr(d->scores, 0), (uint32_t *)okv_cpu_ptr(d->out_indices, d->out_offset),
+               (uint32_t *)okv_cpu_ptr(d->out_counts, d->counts_offset), n_threads);
+}
+static void okv_cpu_free_topk(const okv_allocator_t *a, okv_cpu_op_t *op) { okv_topk_desc_free(a, op->payload); }
+
+static okv_status_t okv_cpu_topk_enqueue(okv_hal_stream_t *stream, const okv_topk_desc_t *desc) {
+  if (!okv_topk_desc_clone || !okv_cpu_topk) return okv_cpu_kernel_missing("top-K");
+  okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_KERNEL);
+  if (!op) return okv_cpu_op_oom("top-K");
+  okv_topk_desc_t *c = NULL;
+  okv_status_t s = okv_topk_desc_clone(&stream->device->allocator, desc, &c);
+  if (s != OKV_OK) {
+    okv_cpu_op_free(&stream->device->allocator, op);
+    return s;
+  }
+  op->payload = c;
+  op->run = okv_cpu_run_topk;
+  op->free_payload = okv_cpu_free_topk;
+  okv_hal_buffer_t *bufs[3] = {c->scores, c->out_indices, c->out_counts};
+  return okv_cpu_kernel_submit(stream, op, bufs, 3);
+}
+
+static const okv_hal_device_vtable_t okv_cpu_vtable = {
+    .device_destroy = okv_cpu_device_destroy,
+    .buffer_alloc = okv_cpu_buffer_alloc,
+    .buffer_destroy = okv_cpu_buffer_destroy,
+    .buffer_write = okv_cpu_buffer_write,
+    .buffer_read = okv_cpu_buffer_read,
+    .stream_create = okv_cpu_stream_create,
+    .stream_destroy = okv_cpu_stream_destroy,
+    .stream_synchronize = okv_cpu_stream_synchronize,
+    .event_create = okv_cpu_event_create,
+    .event_destroy = okv_cpu_event_destroy,
+    .event_record = okv_cpu_event_record,
+    .event_query = okv_cpu_event_query,
+    .event_wait = okv_cpu_event_wait,
+    .stream_wait_event = okv_cpu_stream_wait_event,
+    .event_elapsed = okv_cpu_event_elapsed,
+    .copy = okv_cpu_copy,
+    .copy_blocks = okv_cpu_copy_blocks,
+    .enqueue_failure = okv_cpu_enqueue_failure,
+    .attention = okv_cpu_attention_enqueue,
+    .summarize_blocks = okv_cpu_summarize_enqueue,
+    .summary_append = okv_cpu_summary_append_enqueue,
+    .score_blocks = okv_cpu_score_enqueue,
+    .topk = okv_cpu_topk_enqueue,
+};

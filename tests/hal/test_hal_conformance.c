@@ -1,0 +1,647 @@
+/* HAL conformance suite: written once against the public HAL API and run per
+ * backend (argv[1] = "cpu", "cuda", "hip"). Every check is byte-exact against
+ * a host-side model of what the buffers must hold. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "hal/hal_fault.h"
+#include "tests/common/test_common.h"
+
+static const char *g_backend = "cpu";
+
+typedef struct fixture_t {
+  okv_allocator_t alloc;
+  okv_hal_device_t *dev;
+  okv_hal_stream_t *stream;
+  okv_hal_device_info_t info;
+  okv_test_rng_t rng;
+} fixture_t;
+
+static int setup(void **state) {
+  fixture_t *f = test_calloc(1, sizeof(*f));
+  f->alloc = okv_test_allocator();
+  okv_hal_device_params_t p;
+  okv_hal_device_params_init(&p);
+  p.capacity_bytes[OKV_TIER_DEVICE] = 256ull << 20;
+  p.capacity_bytes[OKV_TIER_HOST] = 256ull << 20;
+  okv_status_t s = okv_hal_device_create(g_backend, &p, &f->alloc, &f->dev);
+  if (s != OKV_OK) {
+    print_error("device create: %s\n", okv_status_message(s));
+    okv_status_free(s);
+    test_free(f);
+    return -1;
+  }
+  s = okv_hal_stream_create(f->dev, &f->stream);
+  if (s == OKV_OK) s = okv_hal_device_info(f->dev, &f->info);
+  if (s != OKV_OK) {
+    print_error("stream create: %s\n", okv_status_message(s));
+    okv_status_free(s);
+    return -1;
+  }
+  okv_test_rng_seed(&f->rng, 0xC0FFEE);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture_t *f = *state;
+  int rc = 0;
+  if (okv_status_consume(okv_hal_stream_release(f->stream)) != OKV_STATUS_OK) rc = -1;
+  /* Everything a test allocated must be back: usage 0 in every tier. */
+  for (int t = 0; t < OKV_TIER_COUNT; ++t) {
+    uint64_t cap = 0, used = 0;
+    if (okv_status_consume(okv_hal_device_tier_usage(f->dev, (okv_tier_t)t, &cap, &used)) != OKV_STATUS_OK ||
+        used != 0) {
+      print_error("tier %s: %llu bytes still used after the test\n", okv_tier_name((okv_tier_t)t),
+                  (unsigned long long)used);
+      rc = -1;
+    }
+  }
+  if (okv_status_consume(okv_hal_device_release(f->dev)) != OKV_STATUS_OK) rc = -1;
+  test_free(f);
+  return rc;
+}
+
+/* ---- Helpers ---- */
+
+static okv_hal_buffer_t *buf_new(fixture_t *f, okv_tier_t tier, uint64_t bytes) {
+  okv_hal_buffer_t *b = NULL;
+  OKV_ASSERT_OK(okv_hal_buffer_alloc(f->dev, tier, bytes, &b));
+  assert_non_null(b);
+  return b;
+}
+
+static void buf_free(okv_hal_buffer_t *b) { OKV_ASSERT_OK(okv_hal_buffer_release(b)); }
+
+static void fill_random(okv_test_rng_t *r, unsigned char *p, size_t n) {
+  for (size_t i = 0; i < n; ++i) p[i] = (unsigned char)(okv_test_rng_u64(r) >> 56);
+}
+
+/* Writes random bytes to the whole buffer and returns a host copy (test_malloc). */
+static unsigned char *buf_randomize(fixture_t *f, okv_hal_buffer_t *b) {
+  size_t n = (size_t)okv_hal_buffer_size(b);
+  unsigned char *h = test_malloc(n);
+  fill_random(&f->rng, h, n);
+  OKV_ASSERT_OK(okv_hal_buffer_write(b, 0, h, n));
+  return h;
+}
+
+static void buf_expect(okv_hal_buffer_t *b, const unsigned char *expected) {
+  size_t n = (size_t)okv_hal_buffer_size(b);
+  unsigned char *h = test_malloc(n);
+  OKV_ASSERT_OK(okv_hal_buffer_read(b, 0, h, n));
+  size_t bad = n;
+  for (size_t i = 0; i < n; ++i) {
+    if (h[i] != expected[i]) {
+      bad = i;
+      break;
+    }
+  }
+  test_free(h);
+  if (bad != n) {
+    print_error("byte %zu of a %s buffer of %zu bytes differs\n", bad, okv_tier_name(okv_hal_buffer_tier(b)), n);
+    fail();
+  }
+}
+
+static bool tier_allocatable(const fixture_t *f, okv_tier_t t) { return (f->info.alloc_tiers & OKV_TIER_BIT(t)) != 0; }
+
+/* ---- Device and capacity ---- */
+
+static void test_device_info(void **state) {
+  fixture_t *f = *state;
+  assert_string_equal(f->info.backend, g_backend);
+  assert_true(strlen(f->info.name) > 0);
+  assert_true(tier_allocatable(f, OKV_TIER_DEVICE));
+  assert_true(tier_allocatable(f, OKV_TIER_HOST));
+  /* The four directions every backend must support. */
+  assert_true(f->info.copy_mask[OKV_TIER_HOST] & OKV_TIER_BIT(OKV_TIER_DEVICE));
+  assert_true(f->info.copy_mask[OKV_TIER_DEVICE] & OKV_TIER_BIT(OKV_TIER_HOST));
+  assert_true(f->info.copy_mask[OKV_TIER_DEVICE] & OKV_TIER_BIT(OKV_TIER_DEVICE));
+  assert_true(f->info.copy_mask[OKV_TIER_HOST] & OKV_TIER_BIT(OKV_TIER_HOST));
+  uint64_t cap = 0, used = 1;
+  OKV_ASSERT_OK(okv_hal_device_tier_usage(f->dev, OKV_TIER_DEVICE, &cap, &used));
+  assert_int_equal(cap, 256ull << 20);
+  assert_int_equal(used, 0);
+}
+
+static void test_capacity_exhaustion(void **state) {
+  fixture_t *f = *state;
+  const uint64_t limit = (1ull << 20) + 4096;
+  const okv_tier_t tiers[2] = {OKV_TIER_DEVICE, OKV_TIER_HOST};
+  for (int i = 0; i < 2; ++i) {
+    okv_tier_t t = tiers[i];
+    okv_hal_device_params_t p;
+    okv_hal_device_params_init(&p);
+    p.capacity_bytes[t] = limit;
+    okv_hal_device_t *dev = NULL;
+    OKV_ASSERT_OK(okv_hal_device_create(g_backend, &p, &f->alloc, &dev));
+    uint64_t cap = 0, used = 0;
+    OKV_ASSERT_OK(okv_hal_device_tier_usage(dev, t, &cap, &used));
+    assert_int_equal(cap, limit);
+
+    okv_hal_buffer_t *a = NULL, *b = NULL, *c = NULL;
+    OKV_ASSERT_OK(okv_hal_buffer_alloc(dev, t, 1ull << 20, &a));
+    OKV_ASSERT_OK(okv_hal_buffer_alloc(dev, t, 4096, &b)); /* exact fit */
+    OKV_ASSERT_OK(okv_hal_device_tier_usage(dev, t, &cap, &used));
+    assert_int_equal(used, limit);
+
+    okv_status_t s = okv_hal_buffer_alloc(dev, t, 1, &c); /* one byte more */
+    assert_int_equal(okv_status_code(s), OKV_STATUS_OUT_OF_MEMORY);
+    assert_non_null(strstr(okv_status_message(s), okv_tier_name(t)));
+    okv_status_free(s);
+    assert_null(c);
+    OKV_ASSERT_OK(okv_hal_device_tier_usage(dev, t, &cap, &used));
+    assert_int_equal(used, limit); /* nothing left allocated by the failure */
+
+    /* Fresh buffers are zeroed. */
+    unsigned char probe[4096];
+    memset(probe, 0xff, sizeof(probe));
+    OKV_ASSERT_OK(okv_hal_buffer_read(b, 0, probe, sizeof(probe)));
+    for (size_t k = 0; k < sizeof(probe); ++k) assert_int_equal(probe[k], 0);
+    OKV_ASSERT_OK(okv_hal_buffer_read(a, (1ull << 20) - 4096, probe, sizeof(probe)));
+    for (size_t k = 0; k < sizeof(probe); ++k) assert_int_equal(probe[k], 0);
+
+    OKV_ASSERT_OK(okv_hal_buffer_release(a));
+    OKV_ASSERT_OK(okv_hal_device_tier_usage(dev, t, &cap, &used));
+    assert_int_equal(used, 4096);
+    OKV_ASSERT_OK(okv_hal_buffer_alloc(dev, t, 1ull << 20, &c)); /* room again */
+    OKV_ASSERT_OK(okv_hal_buffer_release(c));
+    OKV_ASSERT_OK(okv_hal_buffer_release(b));
+    OKV_ASSERT_OK(okv_hal_device_tier_usage(dev, t, &cap, &used));
+    assert_int_equal(used, 0);
+    OKV_ASSERT_OK(okv_hal_device_release(dev));
+  }
+}
+
+static void test_alloc_invalid(void **state) {
+  fixture_t *f = *state;
+  okv_hal_buffer_t *b = NULL;
+  OKV_ASSERT_CODE(okv_hal_buffer_alloc(f->dev, OKV_TIER_DEVICE, 0, &b), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_hal_buffer_alloc(f->dev, OKV_TIER_COUNT, 64, &b), OKV_STATUS_INVALID_ARGUMENT);
+  if (!tier_allocatable(f, OKV_TIER_REMOTE))
+    OKV_ASSERT_CODE(okv_hal_buffer_alloc(f->dev, OKV_TIER_REMOTE, 64, &b), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_hal_buffer_alloc(f->dev, OKV_TIER_DEVICE, 64, NULL), OKV_STATUS_INVALID_ARGUMENT);
+  /* Far over the limit, and a size whose arithmetic would overflow. */
+  OKV_ASSERT_CODE(okv_hal_buffer_alloc(f->dev, OKV_TIER_DEVICE, 1ull << 40, &b), OKV_STATUS_OUT_OF_MEMORY);
+  OKV_ASSERT_CODE(okv_hal_buffer_alloc(f->dev, OKV_TIER_DEVICE, UINT64_MAX, &b), OKV_STATUS_OUT_OF_MEMORY);
+  assert_null(b);
+
+  b = buf_new(f, OKV_TIER_HOST, 100);
+  assert_int_equal(okv_hal_buffer_size(b), 100);
+  assert_int_equal(okv_hal_buffer_tier(b), OKV_TIER_HOST);
+  assert_non_null(okv_hal_buffer_host_ptr(b)); /* HOST buffers always have one */
+  unsigned char x[8] = {0};
+  OKV_ASSERT_CODE(okv_hal_buffer_write(b, 96, x, 8), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_hal_buffer_read(b, UINT64_MAX - 2, x, 8), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_hal_buffer_read(b, 101, x, 0), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_OK(okv_hal_buffer_write(b, 92, x, 8));
+  OKV_ASSERT_OK(okv_hal_buffer_read(b, 100, x, 0));
+  buf_free(b);
+}
+
+/* ---- Copies ---- */
+
+static void test_copy_all_directions(void **state) {
+  fixture_t *f = *state;
+  const okv_tier_t tiers[2] = {OKV_TIER_DEVICE, OKV_TIER_HOST};
+  for (int si = 0; si < 2; ++si) {
+    for (int di = 0; di < 2; ++di) {
+      okv_tier_t st = tiers[si], dt = tiers[di];
+      for (int iter = 0; iter < 12; ++iter) {
+        uint64_t src_bytes = 1 + okv_test_rng_below(&f->rng, 70000);
+        uint64_t dst_bytes = 1 + okv_test_rng_below(&f->rng, 70000);
+        okv_hal_buffer_t *src = buf_new(f, st, src_bytes), *dst = buf_new(f, dt, dst_bytes);
+        unsigned char *hs = buf_randomize(f, src), *hd = buf_randomize(f, dst);
+        uint64_t max_len = src_bytes < dst_bytes ? src_bytes : dst_bytes;
+        uint64_t len = 1 + okv_test_rng_below(&f->rng, (uint32_t)max_len);
+        uint64_t so = okv_test_rng_below(&f->rng, (uint32_t)(src_bytes - len + 1));
+        uint64_t d_o = okv_test_rng_below(&f->rng, (uint32_t)(dst_bytes - len + 1));
+        OKV_ASSERT_OK(okv_hal_copy_async(f->stream, src, so, dst, d_o, len));
+        OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+        memcpy(hd + d_o, hs + so, len);
+        buf_expect(dst, hd);
+        buf_expect(src, hs); /* the source is untouched */
+        test_free(hs);
+        test_free(hd);
+        buf_free(src);
+        buf_free(dst);
+      }
+    }
+  }
+}
+
+static void test_copy_ranges_validated(void **state) {
+  fixture_t *f = *state;
+  okv_hal_buffer_t *src = buf_new(f, OKV_TIER_HOST, 4096), *dst = buf_new(f, OKV_TIER_DEVICE, 1024);
+  unsigned char *hs = buf_randomize(f, src), *hd = buf_randomize(f, dst);
+  OKV_ASSERT_CODE(okv_hal_copy_async(f->stream, src, 0, dst, 0, 1025), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_hal_copy_async(f->stream, src, 4000, dst, 0, 100), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_hal_copy_async(f->stream, src, UINT64_MAX, dst, 0, 2), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_hal_copy_async(f->stream, src, 0, dst, 1000, UINT64_MAX - 500), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_OK(okv_hal_copy_async(f->stream, src, 17, dst, 3, 0)); /* no-op */
+  OKV_ASSERT_OK(okv_hal_copy_async(f->stream, src, 4096, dst, 1024, 0)); /* empty range at the end */
+  OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+  buf_expect(dst, hd);
+  test_free(hs);
+  test_free(hd);
+  buf_free(src);
+  buf_free(dst);
+}
+
+static void test_copy_blocks_random(void **state) {
+  fixture_t *f = *state;
+  const uint64_t bb = 8192; /* one K+V block: 16 tokens x head_dim 128 x bf16 */
+  const uint32_t n_src = 200, n_dst = 64;
+  okv_hal_buffer_t *src = buf_new(f, OKV_TIER_HOST, n_src * bb), *dst = buf_new(f, OKV_TIER_DEVICE, n_dst * bb);
+  unsigned char *hs = buf_randomize(f, src), *hd = buf_randomize(f, dst);
+  okv_block_copy_t pairs[64], keep[64];
+  for (int round = 0; round < 6; ++round) {
+    /* Distinct destination slots (a random permutation prefix), random source blocks. */
+    uint32_t perm[64];
+    for (uint32_t i = 0; i < n_dst; ++i) perm[i] = i;
+    for (uint32_t i = n_dst - 1; i > 0; --i) {
+      uint32_t j = okv_test_rng_below(&f->rng, i + 1), tmp = perm[i];
+      perm[i] = perm[j];
+      perm[j] = tmp;
+    }
+    size_t n = 1 + okv_test_rng_below(&f->rng, n_dst);
+    for (size_t i = 0; i < n; ++i) {
+      pairs[i].src_offset = (uint64_t)okv_test_rng_below(&f->rng, n_src) * bb;
+      pairs[i].dst_offset = (uint64_t)perm[i] * bb;
+    }
+    memcpy(keep, pairs, n * sizeof(pairs[0]));
+    OKV_ASSERT_OK(okv_hal_copy_blocks_async(f->stream, src, dst, bb, n, pairs));
+    memset(pairs, 0xee, sizeof(pairs)); /* the pairs must have been copied at enqueue */
+    OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+    for (size_t i = 0; i < n; ++i) memcpy(hd + keep[i].dst_offset, hs + keep[i].src_offset, bb);
+    buf_expect(dst, hd);
+  }
+
+  /* Unaligned offsets and odd block sizes are plain byte ranges. */
+  for (size_t i = 0; i < 5; ++i) {
+    pairs[i].src_offset = 1 + 1000 * i;
+    pairs[i].dst_offset = 3 + 777 * (4 - i);
+    keep[i] = pairs[i];
+  }
+  OKV_ASSERT_OK(okv_hal_copy_blocks_async(f->stream, src, dst, 333, 5, pairs));
+  OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+  for (size_t i = 0; i < 5; ++i) memcpy(hd + keep[i].dst_offset, hs + keep[i].src_offset, 333);
+  buf_expect(dst, hd);
+
+  /* Empty list: a no-op (NULL pairs accepted). */
+  OKV_ASSERT_OK(okv_hal_copy_blocks_async(f->stream, src, dst, bb, 0, NULL));
+  OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+  buf_expect(dst, hd);
+
+  /* One out-of-range pair anywhere: INVALID_ARGUMENT and nothing copied. */
+  for (size_t i = 0; i < 8; ++i) {
+    pairs[i].src_offset = (uint64_t)i * bb;
+    pairs[i].dst_offset = (uint64_t)(63 - i) * bb;
+  }
+  pairs[5].dst_offset = (uint64_t)n_dst * bb - bb + 1; /* one byte past the end */
+  OKV_ASSERT_CODE(okv_hal_copy_blocks_async(f->stream, src, dst, bb, 8, pairs), OKV_STATUS_INVALID_ARGUMENT);
+  pairs[5].dst_offset = 0;
+  pairs[7].src_offset = UINT64_MAX - 10; /* overflow-safe check */
+  OKV_ASSERT_CODE(okv_hal_copy_blocks_async(f->stream, src, dst, bb, 8, pairs), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_hal_copy_blocks_async(f->stream, src, dst, 0, 8, pairs), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_hal_copy_blocks_async(f->stream, src, dst, bb, 3, NULL), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+  buf_expect(dst, hd);
+
+  test_free(hs);
+  test_free(hd);
+  buf_free(src);
+  buf_free(dst);
+}
+
+static void test_copy_blocks_large_batch(void **state) {
+  fixture_t *f = *state;
+  /* > 1 MiB in one batch (the CPU backend goes parallel here), every slot written. */
+  const uint64_t bb = 16384;
+  const uint32_t n = 256;
+  okv_hal_buffer_t *src = buf_new(f, OKV_TIER_HOST, n * bb), *dst = buf_new(f, OKV_TIER_DEVICE, n * bb);
+  unsigned char *hs = buf_randomize(f, src), *hd = test_calloc(n, bb);
+  okv_block_copy_t *pairs = test_malloc(n * sizeof(*pairs));
+  for (uint32_t i = 0; i < n; ++i) {
+    pairs[i].src_offset = (uint64_t)i * bb;
+    pairs[i].dst_offset = (uint64_t)((i * 37u) % n) * bb; /* 37 is coprime with 256: a permutation */
+    memcpy(hd + pairs[i].dst_offset, hs + pairs[i].src_offset, bb);
+  }
+  OKV_ASSERT_OK(okv_hal_copy_blocks_async(f->stream, src, dst, bb, n, pairs));
+  OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+  buf_expect(dst, hd);
+  test_free(pairs);
+  test_free(hs);
+  test_free(hd);
+  buf_free(src);
+  buf_free(dst);
+}
+
+/* ---- Ordering ---- */
+
+static void test_stream_order(void **state) {
+  fixture_t *f = *state;
+  const uint64_t n = 1 << 20;
+  okv_hal_buffer_t *a = buf_new(f, OKV_TIER_HOST, n), *b = buf_new(f, OKV_TIER_DEVICE, n),
+                   *c = buf_new(f, OKV_TIER_DEVICE, n), *d = buf_new(f, OKV_TIER_HOST, n),
+                   *x = buf_new(f, OKV_TIER_HOST, n);
+  unsigned char *ha = buf_randomize(f, a), *hx = buf_randomize(f, x);
+  /* A chain a -> b -> c -> d: each copy reads what the previous one wrote. */
+  OKV_ASSERT_OK(okv_hal_copy_async(f->stream, a, 0, b, 0, n));
+  OKV_ASSERT_OK(okv_hal_copy_async(f->stream, b, 0, c, 0, n));
+  OKV_ASSERT_OK(okv_hal_copy_async(f->stream, c, 0, d, 0, n));
+  /* Then a is overwritten from x: only after the chain has read it (write-after-read). */
+  OKV_ASSERT_OK(okv_hal_copy_async(f->stream, x, 0, a, 0, n));
+  /* And the tail of b is overwritten from the head of a (the new a). */
+  OKV_ASSERT_OK(okv_hal_copy_async(f->stream, a, 0, b, n / 2, n / 2));
+  OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+  buf_expect(d, ha);
+  buf_expect(a, hx);
+  unsigned char *hb = test_malloc(n);
+  memcpy(hb, ha, n / 2);
+  memcpy(hb + n / 2, hx, n / 2);
+  buf_expect(b, hb);
+  test_free(hb);
+  test_free(ha);
+  test_free(hx);
+  buf_free(a);
+  buf_free(b);
+  buf_free(c);
+  buf_free(d);
+  buf_free(x);
+}
+
+static void test_cross_stream_event_wait(void **state) {
+  fixture_t *f = *state;
+  const uint64_t n = 8u << 20;
+  okv_hal_stream_t *s2 = NULL;
+  OKV_ASSERT_OK(okv_hal_stream_create(f->dev, &s2));
+  okv_hal_event_t *ev = NULL;
+  OKV_ASSERT_OK(okv_hal_event_create(f->dev, &ev));
+  okv_hal_buffer_t *src = buf_new(f, OKV_TIER_HOST, n), *mid = buf_new(f, OKV_TIER_DEVICE, n),
+                   *out = buf_new(f, OKV_TIER_HOST, n);
+  for (int round = 0; round < 3; ++round) {
+    unsigned char *hs = buf_randomize(f, src);
+    /* Stream 1 produces mid (a large copy, so an unordered reader would see stale data). */
+    OKV_ASSERT_OK(okv_hal_copy_async(f->stream, src, 0, mid, 0, n));
+    OKV_ASSERT_OK(okv_hal_event_record(ev, f->stream));
+    /* Stream 2 consumes it after waiting on the event. */
+    OKV_ASSERT_OK(okv_hal_stream_wait_event(s2, ev));
+    OKV_ASSERT_OK(okv_hal_copy_async(s2, mid, 0, out, 0, n));
+    OKV_ASSERT_OK(okv_hal_stream_synchronize(s2));
+    bool done = false;
+    OKV_ASSERT_OK(okv_hal_event_query(ev, &done));
+    assert_true(done); /* stream 2 finished, so the event it waited for has too */
+    buf_expect(out, hs);
+    test_free(hs);
+  }
+  OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+  buf_free(src);
+  buf_free(mid);
+  buf_free(out);
+  OKV_ASSERT_OK(okv_hal_event_release(ev));
+  OKV_ASSERT_OK(okv_hal_stream_release(s2));
+}
+
+static void test_event_states_and_elapsed(void **state) {
+  fixture_t *f = *state;
+  okv_hal_event_t *e[3] = {NULL, NULL, NULL};
+  for (int i = 0; i < 3; ++i) OKV_ASSERT_OK(okv_hal_event_create(f->dev, &e[i]));
+  /* Never recorded: done, and waiting returns at once. */
+  bool done = false;
+  OKV_ASSERT_OK(okv_hal_event_query(e[0], &done));
+  assert_true(done);
+  OKV_ASSERT_OK(okv_hal_event_wait(e[0]));
+  double dt = -1.0;
+  assert_int_not_equal(okv_status_consume(okv_hal_event_elapsed(e[0], e[1], &dt)), OKV_STATUS_OK);
+
+  const uint64_t n = 4u << 20;
+  okv_hal_buffer_t *a = buf_new(f, OKV_TIER_HOST, n), *b = buf_new(f, OKV_TIER_DEVICE, n);
+  OKV_ASSERT_OK(okv_hal_event_record(e[0], f->stream));
+  OKV_ASSERT_OK(okv_hal_copy_async(f->stream, a, 0, b, 0, n));
+  OKV_ASSERT_OK(okv_hal_event_record(e[1], f->stream));
+  OKV_ASSERT_OK(okv_hal_copy_async(f->stream, b, 0, a, 0, n));
+  OKV_ASSERT_OK(okv_hal_event_record(e[2], f->stream));
+  OKV_ASSERT_OK(okv_hal_event_wait(e[2]));
+  for (int i = 0; i < 3; ++i) {
+    OKV_ASSERT_OK(okv_hal_event_query(e[i], &done));
+    assert_true(done); /* in-order: the earlier events completed first */
+  }
+  double t01 = 0, t12 = 0, t02 = 0;
+  OKV_ASSERT_OK(okv_hal_event_elapsed(e[0], e[1], &t01));
+  OKV_ASSERT_OK(okv_hal_event_elapsed(e[1], e[2], &t12));
+  OKV_ASSERT_OK(okv_hal_event_elapsed(e[0], e[2], &t02));
+  assert_true(t01 > 0.0);
+  assert_true(t12 > 0.0);
+  assert_true(t02 >= t01 && t02 >= t12);
+  assert_true(t02 < 10.0); /* seconds, not milliseconds or nanoseconds */
+  OKV_ASSERT_CODE(okv_hal_event_elapsed(e[0], e[1], NULL), OKV_STATUS_INVALID_ARGUMENT);
+
+  /* Re-recording resets the event: it completes again after new work. */
+  OKV_ASSERT_OK(okv_hal_event_record(e[0], f->stream));
+  OKV_ASSERT_OK(okv_hal_event_wait(e[0]));
+  OKV_ASSERT_OK(okv_hal_event_elapsed(e[2], e[0], &dt));
+  assert_true(dt >= 0.0);
+
+  buf_free(a);
+  buf_free(b);
+  for (int i = 0; i < 3; ++i) OKV_ASSERT_OK(okv_hal_event_release(e[i]));
+}
+
+/* ---- Lifetime ---- */
+
+static void test_release_while_enqueued(void **state) {
+  fixture_t *f = *state;
+  const uint64_t n = 2u << 20;
+  okv_hal_buffer_t *src = buf_new(f, OKV_TIER_HOST, n), *dst = buf_new(f, OKV_TIER_DEVICE, n);
+  unsigned char *hs = buf_randomize(f, src);
+  /* The stream retains the source until the copy has run. */
+  OKV_ASSERT_OK(okv_hal_copy_async(f->stream, src, 0, dst, 0, n));
+  buf_free(src);
+  OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+  buf_expect(dst, hs);
+
+  /* Releasing a stream waits for its queued work. */
+  okv_hal_stream_t *s2 = NULL;
+  OKV_ASSERT_OK(okv_hal_stream_create(f->dev, &s2));
+  okv_hal_buffer_t *out = buf_new(f, OKV_TIER_HOST, n);
+  OKV_ASSERT_OK(okv_hal_copy_async(s2, dst, 0, out, 0, n));
+  OKV_ASSERT_OK(okv_hal_stream_release(s2));
+  buf_expect(out, hs);
+  test_free(hs);
+  buf_free(dst);
+  buf_free(out);
+}
+
+static void test_invalid_handles(void **state) {
+  fixture_t *f = *state;
+  okv_hal_buffer_t *b = buf_new(f, OKV_TIER_DEVICE, 256), *h = buf_new(f, OKV_TIER_HOST, 256);
+  /* Retain/release count. */
+  OKV_ASSERT_OK(okv_hal_buffer_retain(b));
+  OKV_ASSERT_OK(okv_hal_buffer_release(b));
+  OKV_ASSERT_OK(okv_hal_buffer_release(b));
+  /* Double release and any use of a released handle. */
+  OKV_ASSERT_CODE(okv_hal_buffer_release(b), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_hal_buffer_retain(b), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_hal_copy_async(f->stream, h, 0, b, 0, 16), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_hal_buffer_write(b, 0, "x", 1), OKV_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(okv_hal_buffer_size(b), 0);
+  assert_null(okv_hal_buffer_host_ptr(b));
+
+  /* NULL, a bogus pointer, and a handle of the wrong kind. */
+  okv_hal_resource_t fake = {0};
+  OKV_ASSERT_CODE(okv_hal_buffer_release(NULL), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_hal_stream_release((okv_hal_stream_t *)&fake), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_hal_event_release((okv_hal_event_t *)h), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_hal_stream_synchronize((okv_hal_stream_t *)h), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_hal_device_release((okv_hal_device_t *)f->stream), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_hal_copy_async((okv_hal_stream_t *)h, h, 0, h, 0, 1), OKV_STATUS_INVALID_ARGUMENT);
+
+  /* Streams, events and devices. */
+  okv_hal_stream_t *s2 = NULL;
+  okv_hal_event_t *ev = NULL;
+  OKV_ASSERT_OK(okv_hal_stream_create(f->dev, &s2));
+  OKV_ASSERT_OK(okv_hal_event_create(f->dev, &ev));
+  OKV_ASSERT_OK(okv_hal_stream_release(s2));
+  OKV_ASSERT_CODE(okv_hal_stream_release(s2), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_hal_event_record(ev, s2), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_OK(okv_hal_event_release(ev));
+  OKV_ASSERT_CODE(okv_hal_event_release(ev), OKV_STATUS_INVALID_ARGUMENT);
+  bool done = false;
+  OKV_ASSERT_CODE(okv_hal_event_query(ev, &done), OKV_STATUS_INVALID_ARGUMENT);
+
+  okv_hal_device_t *d2 = NULL;
+  OKV_ASSERT_OK(okv_hal_device_create(g_backend, NULL, &f->alloc, &d2));
+  OKV_ASSERT_OK(okv_hal_device_release(d2));
+  OKV_ASSERT_CODE(okv_hal_device_release(d2), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_hal_stream_create(d2, &s2), OKV_STATUS_INVALID_ARGUMENT);
+
+  /* Objects of another device are refused. */
+  OKV_ASSERT_OK(okv_hal_device_create(g_backend, NULL, &f->alloc, &d2));
+  okv_hal_buffer_t *other = NULL;
+  OKV_ASSERT_OK(okv_hal_buffer_alloc(d2, OKV_TIER_HOST, 256, &other));
+  OKV_ASSERT_CODE(okv_hal_copy_async(f->stream, h, 0, other, 0, 16), OKV_STATUS_INVALID_ARGUMENT);
+  /* The device outlives its last handle release while objects still hold it. */
+  OKV_ASSERT_OK(okv_hal_device_release(d2));
+  OKV_ASSERT_OK(okv_hal_buffer_write(other, 0, "abc", 3));
+  OKV_ASSERT_OK(okv_hal_buffer_release(other));
+  buf_free(h);
+}
+
+/* ---- Fault injection ---- */
+
+typedef struct fault_plan_t {
+  int fail_alloc_left;
+  int fail_copy_left;
+  int copies_seen;
+} fault_plan_t;
+
+static bool hook_fail_alloc(void *user, okv_tier_t tier, uint64_t bytes) {
+  fault_plan_t *p = user;
+  (void)bytes;
+  if (tier == OKV_TIER_DEVICE && p->fail_alloc_left > 0) {
+    --p->fail_alloc_left;
+    return true;
+  }
+  return false;
+}
+
+static bool hook_fail_copy(void *user, okv_tier_t src, okv_tier_t dst, size_t n_blocks, uint64_t bytes) {
+  fault_plan_t *p = user;
+  (void)src;
+  (void)dst;
+  (void)n_blocks;
+  (void)bytes;
+  ++p->copies_seen;
+  if (p->fail_copy_left > 0) {
+    --p->fail_copy_left;
+    return true;
+  }
+  return false;
+}
+
+static void test_fault_hooks(void **state) {
+  fixture_t *f = *state;
+  fault_plan_t plan = {1, 0, 0};
+  okv_hal_fault_hooks_t hooks = {&plan, hook_fail_alloc, hook_fail_copy};
+  OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(f->dev, &hooks));
+
+  /* Failed allocation: OUT_OF_MEMORY naming the tier, nothing accounted. */
+  okv_hal_buffer_t *b = NULL;
+  okv_status_t s = okv_hal_buffer_alloc(f->dev, OKV_TIER_DEVICE, 4096, &b);
+  assert_int_equal(okv_status_code(s), OKV_STATUS_OUT_OF_MEMORY);
+  assert_non_null(strstr(okv_status_message(s), "device"));
+  okv_status_free(s);
+  assert_null(b);
+  uint64_t cap = 0, used = 1;
+  OKV_ASSERT_OK(okv_hal_device_tier_usage(f->dev, OKV_TIER_DEVICE, &cap, &used));
+  assert_int_equal(used, 0);
+
+  const uint64_t n = 64 * 1024;
+  okv_hal_buffer_t *src = buf_new(f, OKV_TIER_HOST, n), *dst = buf_new(f, OKV_TIER_DEVICE, n);
+  unsigned char *hs = buf_randomize(f, src), *hd = buf_randomize(f, dst);
+  okv_hal_event_t *ev = NULL;
+  OKV_ASSERT_OK(okv_hal_event_create(f->dev, &ev));
+
+  /* A failed copy: the call succeeds, the next event reports COPY_FAILED, nothing was copied. */
+  plan.fail_copy_left = 1;
+  OKV_ASSERT_OK(okv_hal_copy_async(f->stream, src, 0, dst, 0, n));
+  OKV_ASSERT_OK(okv_hal_event_record(ev, f->stream));
+  OKV_ASSERT_CODE(okv_hal_event_wait(ev), OKV_STATUS_COPY_FAILED);
+  bool done = false;
+  OKV_ASSERT_CODE(okv_hal_event_query(ev, &done), OKV_STATUS_COPY_FAILED); /* stays reported on the event */
+  assert_true(done);
+  OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream)); /* already reported: cleared */
+  buf_expect(dst, hd);
+
+  /* The next event on the same stream is OK again, and copies work. */
+  OKV_ASSERT_OK(okv_hal_copy_async(f->stream, src, 0, dst, 0, n));
+  OKV_ASSERT_OK(okv_hal_event_record(ev, f->stream));
+  OKV_ASSERT_OK(okv_hal_event_wait(ev));
+  buf_expect(dst, hs);
+
+  /* A failed batched copy, reported by synchronize when no event was recorded. */
+  buf_free(dst);
+  dst = buf_new(f, OKV_TIER_DEVICE, n);
+  memset(hd, 0, n);
+  okv_block_copy_t pairs[2] = {{0, 4096}, {8192, 0}};
+  plan.fail_copy_left = 1;
+  OKV_ASSERT_OK(okv_hal_copy_blocks_async(f->stream, src, dst, 1024, 2, pairs));
+  OKV_ASSERT_CODE(okv_hal_stream_synchronize(f->stream), OKV_STATUS_COPY_FAILED);
+  OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+  buf_expect(dst, hd);
+  assert_int_equal(plan.copies_seen, 3);
+
+  /* Hooks removed: nothing fails any more. */
+  OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(f->dev, NULL));
+  plan.fail_alloc_left = 5;
+  b = buf_new(f, OKV_TIER_DEVICE, 4096);
+  buf_free(b);
+
+  test_free(hs);
+  test_free(hd);
+  buf_free(src);
+  buf_free(dst);
+  OKV_ASSERT_OK(okv_hal_event_release(ev));
+}
+
+int main(int argc, char **argv) {
+  g_backend = okv_test_backend_or_skip(argc, argv);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_device_info, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_capacity_exhaustion, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_alloc_invalid, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_copy_all_directions, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_copy_ranges_validated, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_copy_blocks_random, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_copy_blocks_large_batch, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_stream_order, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cross_stream_event_wait, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_event_states_and_elapsed, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_release_while_enqueued, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_invalid_handles, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_fault_hooks, setup, teardown),
+  };
+  return cmocka_run_group_tests_name("hal_conformance", tests, NULL, NULL);
+}
