@@ -1,2 +1,486 @@
-/* placeholder: being written */
-typedef int okv_placeholder_cpu_kernels_t;
+/* CPU kernels: sparse paged decode attention, block summaries, Quest scoring
+ * and top-K on raw host pointers (semantics: include/oasiskv/kernels.h, layout
+ * and design: docs/kernels.md).
+ *
+ * Parallelism: OpenMP over (sequence, KV head) units; when there are fewer
+ * units than threads, a unit's working set is split into ranges whose partial
+ * softmax states are merged with log-sum-exp. Vectorisation: GCC vector
+ * extensions over the 16 tokens of a block (keys are stored transposed,
+ * Kt[head_dim][16], so a lane is a token and no horizontal sum is needed per
+ * token), compiled for AVX-512, AVX2+FMA and the baseline, picked at run time.
+ *
+ * Memory: no heap allocation; per-thread scratch lives on the stack (at most
+ * ~100 KiB per thread), the split-merge scratch on the caller's stack
+ * (<= 64 KiB). */
+#include "backends/cpu/cpu_kernels.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Floating-point contraction (a * b + c -> fma) is off in ISO C mode; the
+ * kernels want FMAs where the target has them. */
+#pragma GCC optimize("fp-contract=fast")
+/* The vector helpers are always inlined, so the vector-argument ABI note of
+ * GCC (-Wpsabi) does not apply. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+typedef uint32_t v16u32 __attribute__((vector_size(64)));
+typedef uint16_t v16u16 __attribute__((vector_size(32)));
+
+#define okv_v16f_splat(x) ((v16f){0} + (float)(x))
+#define okv_lane_index() ((v16i){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
+
+#define OKV_PASS_ROWS 16u          /* query rows (t, g) of one unit processed per pass over its blocks */
+#define OKV_SPLIT_SCRATCH_FLOATS 16384u /* 64 KiB of partial states for split working sets */
+#define OKV_LOG2E 1.4426950408889634
+
+typedef struct okv_cpu_attn_ctx_t {
+  const okv_attention_desc_t *d;
+  const uint8_t *kv_pool;
+  size_t slot_bytes;
+  uint32_t hdp; /* head_dim rounded up to 16 */
+} okv_cpu_attn_ctx_t;
+
+/* ---- per-ISA instantiations ---- */
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,bmi,bmi2")
+#define OKV_ISA(name) okv_##name##_avx512
+#include "backends/cpu/cpu_kernels_isa.h"
+#undef OKV_ISA
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,bmi,bmi2")
+#define OKV_ISA(name) okv_##name##_avx2
+#include "backends/cpu/cpu_kernels_isa.h"
+#undef OKV_ISA
+#pragma GCC pop_options
+
+#define OKV_ISA(name) okv_##name##_base
+#include "backends/cpu/cpu_kernels_isa.h"
+#undef OKV_ISA
+
+/* ---- ISA selection ---- */
+
+static atomic_int okv_cpu_isa_cap = ATOMIC_VAR_INIT(OKV_CPU_ISA_AVX512);
+
+okv_cpu_isa_t okv_cpu_isa_detected(void) {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("bmi2"))
+    return OKV_CPU_ISA_AVX512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2"))
+    return OKV_CPU_ISA_AVX2;
+  return OKV_CPU_ISA_BASELINE;
+}
+
+okv_cpu_isa_t okv_cpu_isa_limit(okv_cpu_isa_t max_isa) {
+  if ((int)max_isa < 0) max_isa = OKV_CPU_ISA_BASELINE;
+  if ((int)max_isa > OKV_CPU_ISA_AVX512) max_isa = OKV_CPU_ISA_AVX512;
+  atomic_store(&okv_cpu_isa_cap, (int)max_isa);
+  return okv_cpu_isa_active();
+}
+
+okv_cpu_isa_t okv_cpu_isa_active(void) {
+  okv_cpu_isa_t det = okv_cpu_isa_detected();
+  int cap = atomic_load(&okv_cpu_isa_cap);
+  return (int)det < cap ? det : (okv_cpu_isa_t)cap;
+}
+
+const char *okv_cpu_isa_name(okv_cpu_isa_t isa) {
+  switch (isa) {
+    case OKV_CPU_ISA_BASELINE: return "baseline";
+    case OKV_CPU_ISA_AVX2: return "avx2+fma";
+    case OKV_CPU_ISA_AVX512: return "avx512";
+    default: return "unknown";
+  }
+}
+
+static int okv_cpu_threads(int n_threads) {
+#ifdef _OPENMP
+  return n_threads > 0 ? n_threads : omp_get_max_threads();
+#else
+  (void)n_threads;
+  return 1;
+#endif
+}
+
+/* ---- element access (scalar paths) ---- */
+
+static inline float okv_elem(const uint8_t *p, okv_dtype_t dt, size_t i) {
+  switch (dt) {
+    case OKV_DTYPE_F16: {
+      uint16_t h;
+      memcpy(&h, p + 2 * i, 2);
+      return okv_f16_to_f32(h);
+    }
+    case OKV_DTYPE_BF16: {
+      uint16_t h;
+      memcpy(&h, p + 2 * i, 2);
+      return okv_bf16_to_f32(h);
+    }
+    default: {
+      float f;
+      memcpy(&f, p + 4 * i, 4);
+      return f;
+    }
+  }
+}
+
+static inline float okv_round_dtype(float x, okv_dtype_t dt) {
+  switch (dt) {
+    case OKV_DTYPE_F16: return okv_f16_to_f32(okv_f32_to_f16(x));
+    case OKV_DTYPE_BF16: return okv_bf16_to_f32(okv_f32_to_bf16(x));
+    default: return x;
+  }
+}
+
+/* ---- attention ---- */
+
+typedef void (*okv_pass_fn)(const okv_cpu_attn_ctx_t *, uint32_t, uint32_t, uint32_t, uint32_t, const float *,
+                            float *, float *, float *);
+typedef void (*okv_mass_fn)(const okv_cpu_attn_ctx_t *, uint32_t, uint32_t, uint32_t, const float *, const float *,
+                            const float *, float *);
+
+/* Query rows r0..r0+nr of unit (s, h), scaled into the log2 domain. Row r is
+ * query token t = r / G, group member g = r % G. */
+static void okv_load_rows(const okv_attention_desc_t *d, const float *q, uint32_t s, uint32_t h, uint32_t r0,
+                          uint32_t nr, float *qs) {
+  const uint32_t G = d->group_size, hd = d->head_dim, nq = d->n_kv_heads * G;
+  const float scale = (float)(OKV_LOG2E / sqrt((double)hd));
+  for (uint32_t i = 0; i < nr; i++) {
+    uint32_t r = r0 + i, t = r / G, g = r % G;
+    const float *src = q + (((size_t)s * d->n_query_tokens + t) * nq + (size_t)h * G + g) * hd;
+    for (uint32_t k = 0; k < hd; k++) qs[(size_t)i * hd + k] = src[k] * scale;
+  }
+}
+
+/* Adds the in-flight tokens visible to each row (scalar; at most 4 tokens). */
+static void okv_inflight_rows(const okv_attention_desc_t *d, const float *inflight, uint32_t s, uint32_t h,
+                              uint32_t r0, uint32_t nr, uint32_t hdp, const float *qs, float *m, float *l,
+                              float *acc) {
+  const uint32_t T = d->n_query_tokens, ni = d->n_inflight, hd = d->head_dim, G = d->group_size;
+  for (uint32_t i = 0; i < ni; i++) {
+    uint32_t owner = T - ni + i;
+    const float *k = inflight + (((size_t)s * ni + i) * 2u * d->n_kv_heads + h) * hd;
+    const float *v = k + (size_t)d->n_kv_heads * hd;
+    for (uint32_t ri = 0; ri < nr; ri++) {
+      if ((r0 + ri) / G < owner) continue;
+      const float *qr = qs + (size_t)ri * hd;
+      float logit = 0.0f;
+      for (uint32_t e = 0; e < hd; e++) logit += qr[e] * k[e];
+      float mn = logit > m[ri] ? logit : m[ri];
+      float a = exp2f(m[ri] - mn), pe = exp2f(logit - mn);
+      float *ar = acc + (size_t)ri * hdp;
+      for (uint32_t e = 0; e < hd; e++) ar[e] = ar[e] * a + pe * v[e];
+      l[ri] = l[ri] * a + pe;
+      m[ri] = mn;
+    }
+  }
+}
+
+static void okv_store_rows(const okv_attention_desc_t *d, float *out, uint32_t s, uint32_t h, uint32_t r0,
+                           uint32_t nr, uint32_t hdp, const float *l, const float *acc) {
+  const uint32_t G = d->group_size, hd = d->head_dim, nq = d->n_kv_heads * G;
+  for (uint32_t i = 0; i < nr; i++) {
+    uint32_t r = r0 + i, t = r / G, g = r % G;
+    float *dst = out + (((size_t)s * d->n_query_tokens + t) * nq + (size_t)h * G + g) * hd;
+    if (l[i] > 0.0f) {
+      float inv = 1.0f / l[i];
+      for (uint32_t k = 0; k < hd; k++) dst[k] = acc[(size_t)i * hdp + k] * inv;
+    } else {
+      memset(dst, 0, (size_t)hd * sizeof(float));
+    }
+  }
+}
+
+void okv_cpu_attention(const okv_attention_desc_t *d, const void *kv_pool, const float *q, const float *inflight_kv,
+                       float *out, float *block_mass, int n_threads) {
+  const uint32_t U = d->n_seqs * d->n_kv_heads, T = d->n_query_tokens, R = T * d->group_size;
+  const uint32_t hd = d->head_dim, hdp = (hd + 15u) & ~15u;
+  okv_cpu_attn_ctx_t cx = {d, (const uint8_t *)kv_pool, (size_t)okv_block_bytes(d->kv_dtype, hd), hdp};
+  okv_pass_fn pass = okv_pass_blocks_base;
+  okv_mass_fn mass_fn = okv_mass_blocks_base;
+  switch (okv_cpu_isa_active()) {
+    case OKV_CPU_ISA_AVX512:
+      pass = okv_pass_blocks_avx512;
+      mass_fn = okv_mass_blocks_avx512;
+      break;
+    case OKV_CPU_ISA_AVX2:
+      pass = okv_pass_blocks_avx2;
+      mass_fn = okv_mass_blocks_avx2;
+      break;
+    default: break;
+  }
+  const int nt = okv_cpu_threads(n_threads);
+
+  /* Split long working sets when there are too few units for the threads. */
+  uint32_t S = 1;
+  const size_t per_item = (size_t)R * (hdp + 2u);
+  if (nt > 1 && U < 2u * (uint32_t)nt) {
+    uint32_t max_nb = 0;
+    for (uint32_t u = 0; u < U; u++) {
+      uint32_t nb = d->ws_offsets[u + 1] - d->ws_offsets[u];
+      max_nb = nb > max_nb ? nb : max_nb;
+    }
+    S = (2u * (uint32_t)nt + U - 1u) / U;
+    if (S > max_nb / 4u) S = max_nb / 4u;
+    size_t cap = OKV_SPLIT_SCRATCH_FLOATS / ((size_t)U * per_item);
+    if (S > cap) S = (uint32_t)cap;
+    if (S < 2) S = 1;
+  }
+  float scratch[S > 1 ? (size_t)U * S * per_item : 1];
+
+  const long n_items = (long)U * S;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+#pragma omp for schedule(dynamic, 1)
+    for (long it = 0; it < n_items; it++) {
+      uint32_t u = (uint32_t)(it / S), sp = (uint32_t)(it % S);
+      uint32_t s = u / d->n_kv_heads, h = u % d->n_kv_heads;
+      uint32_t nb = d->ws_offsets[u + 1] - d->ws_offsets[u];
+      uint32_t b0 = (uint32_t)((uint64_t)nb * sp / S), b1 = (uint32_t)((uint64_t)nb * (sp + 1) / S);
+      float qs[OKV_PASS_ROWS * 256], acc[OKV_PASS_ROWS * 256], m[OKV_PASS_ROWS], l[OKV_PASS_ROWS];
+      if (S == 1 && block_mass != NULL)
+        memset(block_mass + (size_t)d->ws_offsets[u] * T, 0, (size_t)nb * T * sizeof(float));
+      for (uint32_t r0 = 0; r0 < R; r0 += OKV_PASS_ROWS) {
+        uint32_t nr = R - r0 < OKV_PASS_ROWS ? R - r0 : OKV_PASS_ROWS;
+        okv_load_rows(d, q, s, h, r0, nr, qs);
+        for (uint32_t i = 0; i < nr; i++) m[i] = -INFINITY, l[i] = 0.0f;
+        memset(acc, 0, (size_t)nr * hdp * sizeof(float));
+        if (b1 > b0) pass(&cx, u, b0, b1, nr, qs, m, l, acc);
+        if (sp == 0 && d->n_inflight > 0) okv_inflight_rows(d, inflight_kv, s, h, r0, nr, hdp, qs, m, l, acc);
+        if (S == 1) {
+          okv_store_rows(d, out, s, h, r0, nr, hdp, l, acc);
+          if (block_mass != NULL && nb > 0) mass_fn(&cx, u, r0, nr, qs, m, l, block_mass);
+        } else {
+          float *st = scratch + (size_t)it * per_item;
+          for (uint32_t i = 0; i < nr; i++) {
+            float *row = st + (size_t)(r0 + i) * (hdp + 2u);
+            row[0] = m[i];
+            row[1] = l[i];
+            memcpy(row + 2, acc + (size_t)i * hdp, (size_t)hdp * sizeof(float));
+          }
+        }
+      }
+    }
+    if (S > 1) {
+      /* Log-sum-exp merge of the partial states of each unit. */
+#pragma omp for schedule(dynamic, 1)
+      for (long ul = 0; ul < (long)U; ul++) {
+        uint32_t u = (uint32_t)ul, s = u / d->n_kv_heads, h = u % d->n_kv_heads;
+        uint32_t nb = d->ws_offsets[u + 1] - d->ws_offsets[u];
+        float qs[OKV_PASS_ROWS * 256], acc[OKV_PASS_ROWS * 256], m[OKV_PASS_ROWS], l[OKV_PASS_ROWS];
+        if (block_mass != NULL)
+          memset(block_mass + (size_t)d->ws_offsets[u] * T, 0, (size_t)nb * T * sizeof(float));
+        for (uint32_t r0 = 0; r0 < R; r0 += OKV_PASS_ROWS) {
+          uint32_t nr = R - r0 < OKV_PASS_ROWS ? R - r0 : OKV_PASS_ROWS;
+          for (uint32_t i = 0; i < nr; i++) {
+            float mx = -INFINITY, sum = 0.0f;
+            for (uint32_t sp = 0; sp < S; sp++) {
+              const float *row = scratch + ((size_t)u * S + sp) * per_item + (size_t)(r0 + i) * (hdp + 2u);
+              mx = row[0] > mx ? row[0] : mx;
+            }
+            float *ar = acc + (size_t)i * hdp;
+            memset(ar, 0, (size_t)hdp * sizeof(float));
+            for (uint32_t sp = 0; sp < S; sp++) {
+              const float *row = scratch + ((size_t)u * S + sp) * per_item + (size_t)(r0 + i) * (hdp + 2u);
+              if (!(row[1] > 0.0f)) continue;
+              float w = exp2f(row[0] - mx);
+              sum += row[1] * w;
+              for (uint32_t k = 0; k < hdp; k++) ar[k] += row[2 + k] * w;
+            }
+            m[i] = mx;
+            l[i] = sum;
+          }
+          okv_store_rows(d, out, s, h, r0, nr, hdp, l, acc);
+          if (block_mass != NULL && nb > 0) {
+            okv_load_rows(d, q, s, h, r0, nr, qs);
+            mass_fn(&cx, u, r0, nr, qs, m, l, block_mass);
+          }
+        }
+      }
+    }
+  }
+}
+
+/* ---- summaries ---- */
+
+void okv_cpu_summarize_blocks(const okv_summary_desc_t *d, const void *kv, float *summaries, int n_threads) {
+  const uint32_t hd = d->head_dim;
+  const size_t bb = (size_t)okv_block_bytes(d->kv_dtype, hd);
+  const int nt = okv_cpu_threads(n_threads);
+  const long n = (long)d->n_blocks;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && n >= 64)
+  for (long i = 0; i < n; i++) {
+    const uint8_t *kt = (const uint8_t *)kv + (size_t)d->block_index[i] * bb;
+    float *mn = summaries + (size_t)d->summary_index[i] * 2u * hd, *mx = mn + hd;
+    uint32_t valid = d->valid[i];
+    for (uint32_t e = 0; e < hd; e++) {
+      float lo = INFINITY, hi = -INFINITY;
+      for (uint32_t j = 0; j < valid; j++) {
+        float x = okv_elem(kt, d->kv_dtype, (size_t)e * OKV_BLOCK_TOKENS + j);
+        lo = x < lo ? x : lo;
+        hi = x > hi ? x : hi;
+      }
+      mn[e] = lo;
+      mx[e] = hi;
+    }
+  }
+}
+
+void okv_cpu_summary_append(float *summaries, uint32_t head_dim, okv_dtype_t kv_dtype, uint32_t n,
+                            const uint64_t *summary_index, const float *keys, const uint8_t *first) {
+  for (uint32_t i = 0; i < n; i++) {
+    float *mn = summaries + (size_t)summary_index[i] * 2u * head_dim, *mx = mn + head_dim;
+    const float *k = keys + (size_t)i * head_dim;
+    for (uint32_t e = 0; e < head_dim; e++) {
+      float x = okv_round_dtype(k[e], kv_dtype);
+      if (first[i]) {
+        mn[e] = x;
+        mx[e] = x;
+      } else {
+        mn[e] = x < mn[e] ? x : mn[e];
+        mx[e] = x > mx[e] ? x : mx[e];
+      }
+    }
+  }
+}
+
+/* ---- scoring ---- */
+
+#define OKV_SCORE_CHUNK 256u /* blocks per work item */
+
+typedef void (*okv_score_fn)(const float *, uint32_t, uint32_t, uint32_t, uint32_t, const float *, const float *,
+                             float *);
+
+void okv_cpu_score_blocks(const okv_score_desc_t *d, const float *q, const float *summaries, float *scores,
+                          int n_threads) {
+  const uint32_t U = d->n_seqs * d->n_kv_heads, G = d->group_size, hd = d->head_dim, hdp = (hd + 15u) & ~15u;
+  const uint32_t nq = d->n_kv_heads * G, rows = (d->t_end - d->t_begin) * G;
+  const float scale = (float)(1.0 / sqrt((double)hd));
+  okv_score_fn fn = okv_score_range_base;
+  switch (okv_cpu_isa_active()) {
+    case OKV_CPU_ISA_AVX512: fn = okv_score_range_avx512; break;
+    case OKV_CPU_ISA_AVX2: fn = okv_score_range_avx2; break;
+    default: break;
+  }
+  uint32_t max_nb = 0;
+  for (uint32_t u = 0; u < U; u++) max_nb = d->seg_n_blocks[u] > max_nb ? d->seg_n_blocks[u] : max_nb;
+  const long n_chunks = (long)((max_nb + OKV_SCORE_CHUNK - 1u) / OKV_SCORE_CHUNK);
+  const long n_items = (long)U * n_chunks;
+  const int nt = okv_cpu_threads(n_threads);
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && n_items > 1)
+  for (long it = 0; it < n_items; it++) {
+    uint32_t u = (uint32_t)(it / n_chunks), c = (uint32_t)(it % n_chunks);
+    uint32_t nb = d->seg_n_blocks[u], b0 = c * OKV_SCORE_CHUNK;
+    if (b0 >= nb) continue;
+    uint32_t b1 = nb - b0 > OKV_SCORE_CHUNK ? b0 + OKV_SCORE_CHUNK : nb;
+    uint32_t s = u / d->n_kv_heads, h = u % d->n_kv_heads;
+    const float *summ = summaries + (size_t)(d->seg_summary_first[u] + b0) * 2u * hd;
+    float *dst = scores + d->seg_score_first[u] + b0;
+    float qp[OKV_PASS_ROWS * 256], qn[OKV_PASS_ROWS * 256], tmp[OKV_SCORE_CHUNK];
+    for (uint32_t r0 = 0; r0 < rows; r0 += OKV_PASS_ROWS) {
+      uint32_t nr = rows - r0 < OKV_PASS_ROWS ? rows - r0 : OKV_PASS_ROWS;
+      for (uint32_t i = 0; i < nr; i++) {
+        uint32_t r = r0 + i, t = d->t_begin + r / G, g = r % G;
+        const float *src = q + (((size_t)s * d->n_query_tokens + t) * nq + (size_t)h * G + g) * hd;
+        for (uint32_t e = 0; e < hdp; e++) {
+          float x = e < hd ? src[e] * scale : 0.0f;
+          qp[(size_t)i * hdp + e] = x > 0.0f ? x : 0.0f;
+          qn[(size_t)i * hdp + e] = x < 0.0f ? x : 0.0f;
+        }
+      }
+      if (r0 == 0) {
+        fn(summ, hd, hdp, b1 - b0, nr, qp, qn, dst);
+      } else {
+        fn(summ, hd, hdp, b1 - b0, nr, qp, qn, tmp);
+        for (uint32_t b = 0; b < b1 - b0; b++) dst[b] = tmp[b] > dst[b] ? tmp[b] : dst[b];
+      }
+    }
+  }
+}
+
+/* ---- top-K ---- */
+
+/* Total-order key: higher score first, then lower block index; NaN = -inf, -0 = +0. */
+static inline uint64_t okv_topk_key(float x, uint32_t idx) {
+  if (x != x) x = -INFINITY;
+  if (x == 0.0f) x = 0.0f;
+  uint32_t b;
+  memcpy(&b, &x, 4);
+  b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  return ((uint64_t)b << 32) | (uint64_t)(~idx);
+}
+
+/* Min-heap sift-down of h[i] in h[0..n). */
+static inline void okv_heap_down(uint64_t *h, uint32_t n, uint32_t i) {
+  uint64_t x = h[i];
+  for (;;) {
+    uint32_t c = 2u * i + 1u;
+    if (c >= n) break;
+    if (c + 1u < n && h[c + 1u] < h[c]) c++;
+    if (h[c] >= x) break;
+    h[i] = h[c];
+    i = c;
+  }
+  h[i] = x;
+}
+
+void okv_cpu_topk(const okv_topk_desc_t *d, const float *scores, uint32_t *out_indices, uint32_t *out_counts,
+                  int n_threads) {
+  const int nt = okv_cpu_threads(n_threads);
+  const long n_seg = (long)d->n_segments;
+  const uint32_t k = d->k;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && n_seg > 1)
+  for (long ul = 0; ul < n_seg; ul++) {
+    uint32_t u = (uint32_t)ul, n = d->seg_n[u];
+    const float *sc = scores + d->seg_score_first[u];
+    uint64_t excl[65536u / 64u];
+    uint64_t heap[OKV_TOPK_MAX];
+    bool has_excl = d->excl_offsets != NULL && d->excl_offsets[u + 1] > d->excl_offsets[u];
+    if (has_excl) {
+      memset(excl, 0, ((size_t)n + 63u) / 64u * sizeof(uint64_t));
+      for (uint32_t i = d->excl_offsets[u]; i < d->excl_offsets[u + 1]; i++)
+        excl[d->excl_blocks[i] >> 6] |= 1ull << (d->excl_blocks[i] & 63u);
+    }
+    uint32_t cnt = 0, b = 0;
+    /* Fill the heap with the first k candidates, then keep the k best. */
+    for (; b < n && cnt < k; b++) {
+      if (has_excl && (excl[b >> 6] >> (b & 63u) & 1u)) continue;
+      heap[cnt++] = okv_topk_key(sc[b], b);
+    }
+    for (uint32_t i = cnt / 2u; i-- > 0;) okv_heap_down(heap, cnt, i);
+    if (cnt == k) {
+      uint64_t thr = heap[0];
+      for (; b < n; b++) {
+        uint64_t key = okv_topk_key(sc[b], b);
+        if (key <= thr) continue;
+        if (has_excl && (excl[b >> 6] >> (b & 63u) & 1u)) continue;
+        heap[0] = key;
+        okv_heap_down(heap, cnt, 0);
+        thr = heap[0];
+      }
+    }
+    /* Heap sort: popping the minimum to the end leaves descending order. */
+    for (uint32_t m = cnt; m > 1; m--) {
+      uint64_t top = heap[0];
+      heap[0] = heap[m - 1u];
+      heap[m - 1u] = top;
+      okv_heap_down(heap, m - 1u, 0);
+    }
+    uint32_t *dst = out_indices + (size_t)u * k;
+    for (uint32_t i = 0; i < cnt; i++) dst[i] = ~(uint32_t)heap[i];
+    for (uint32_t i = cnt; i < k; i++) dst[i] = UINT32_MAX;
+    if (out_counts != NULL) out_counts[u] = cnt;
+  }
+}

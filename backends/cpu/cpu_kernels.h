@@ -23,6 +23,28 @@ void okv_cpu_score_blocks(const okv_score_desc_t *d, const float *q, const float
 void okv_cpu_topk(const okv_topk_desc_t *d, const float *scores, uint32_t *out_indices, uint32_t *out_counts,
                   int n_threads);
 
+
+/* ---- Added by the kernels work (after the skeleton) ---- */
+
+/* SIMD level the CPU kernels dispatch to at run time. The same source is
+ * compiled for each level; the widest one the CPU supports is used, capped by
+ * okv_cpu_isa_limit (tests use the cap to exercise every path on one machine). */
+typedef enum okv_cpu_isa_e {
+  OKV_CPU_ISA_BASELINE = 0, /* the build's target (SSE2 on default x86-64 builds) */
+  OKV_CPU_ISA_AVX2 = 1,     /* AVX2 + FMA + F16C */
+  OKV_CPU_ISA_AVX512 = 2,   /* AVX-512 F/BW/VL/DQ + FMA */
+} okv_cpu_isa_t;
+
+/* The widest level this CPU supports. Thread-safe. */
+okv_cpu_isa_t okv_cpu_isa_detected(void);
+/* The level kernels use now: min(detected, cap). Thread-safe. */
+okv_cpu_isa_t okv_cpu_isa_active(void);
+/* Sets the cap (process-wide; values are clamped to the enum range) and
+ * returns the level now active. Kernels already running keep their level. */
+okv_cpu_isa_t okv_cpu_isa_limit(okv_cpu_isa_t max_isa);
+/* "baseline", "avx2+fma", "avx512". */
+const char *okv_cpu_isa_name(okv_cpu_isa_t isa);
+
 #ifdef __cplusplus
 }
 #endif

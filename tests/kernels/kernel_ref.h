@@ -1,0 +1,35 @@
+/* Scalar double-precision reference of the OasisKV kernels (the oracle of the
+ * kernel tests). Written for clarity, not speed: direct softmax over all
+ * logits, sort-based top-K. Semantics: include/oasiskv/kernels.h.
+ * Inputs are host arrays laid out exactly as the kernels' buffers. */
+#ifndef OASISKV_TESTS_KERNEL_REF_H
+#define OASISKV_TESTS_KERNEL_REF_H
+
+#include <stdint.h>
+
+#include "oasiskv/kernels.h"
+
+/* Element i of a dtype array (exact widening to double). */
+double okv_ref_elem(const void *p, okv_dtype_t dtype, uint64_t i);
+
+/* Attention of `d` (buffers ignored; host arrays given) into
+ * out [n_seqs][T][n_q_heads][head_dim] (double), and, when mass != NULL, the
+ * block mass [ws_total][T] averaged over the G query heads. Rows that see no
+ * key are zero. If inflight_mass != NULL it receives [n_seqs][T][n_q_heads]
+ * the probability of the in-flight tokens of each row. */
+void okv_ref_attention(const okv_attention_desc_t *d, const void *kv_pool, const float *q,
+                       const float *inflight_kv, double *out, double *mass, double *inflight_mass);
+
+/* Summaries (min/max of the first valid keys) of one block into
+ * out [2][head_dim]. */
+void okv_ref_summary(const void *slot, okv_dtype_t dtype, uint32_t head_dim, uint32_t valid, float *out);
+
+/* Quest bound of every block of every segment: scores indexed like the kernel's
+ * score buffer (element seg_score_first[u] + b); other entries untouched. */
+void okv_ref_score(const okv_score_desc_t *d, const float *q, const float *summaries, double *scores);
+
+/* Sort-based top-K: out_indices [n_segments][k] (UINT32_MAX padding),
+ * out_counts [n_segments]. */
+void okv_ref_topk(const okv_topk_desc_t *d, const float *scores, uint32_t *out_indices, uint32_t *out_counts);
+
+#endif
