@@ -168,12 +168,28 @@ struct okv_step_stats_t {
   uint64_t recall_total;
   uint64_t steps;             /* steps summed (1 for a step's stats) */
   uint64_t deferred_steps;    /* steps where the cap deferred at least one block */
+  /* Added by core (after the original fields): */
+  double bookkeeping_seconds; /* host time in the runtime's own code paths (mapping, selection, scheduling,
+                                 plan building), foreground + background thread; excludes kernels, copies and
+                                 waits on them */
+  double attention_seconds;   /* foreground time from enqueueing attention to its completion */
+  uint64_t append_bytes;      /* HOST->DEVICE bytes copied to keep active blocks' slots current (not in
+                                 bytes_moved, which counts fetched blocks only) */
 };
 
 /* Cumulative stats over the runtime's life (layer = UINT32_MAX) or for one layer. */
 okv_status_t okv_runtime_stats(const okv_runtime_t *runtime, uint32_t layer, okv_step_stats_t *out_stats);
 /* Clears cumulative stats. */
 void okv_runtime_stats_reset(okv_runtime_t *runtime);
+
+/* ---- Added by core (after the original declarations) ---- */
+
+/* How many more sequences with a prefill of `n_tokens` tokens okv_runtime_seq_add
+ * would accept now: bounded by free sequence entries (max_seqs), free DEVICE
+ * slots (sparse modes reserve K + 1 + C slots per layer and KV head at
+ * seq_add; OKV_MODE_DENSE needs one per block) and free HOST extents. An
+ * estimate only in that HOST extents may fragment. Errors: INVALID_ARGUMENT. */
+okv_status_t okv_runtime_seq_capacity(const okv_runtime_t *runtime, uint32_t n_tokens, uint32_t *out_n_seqs);
 
 #ifdef __cplusplus
 }

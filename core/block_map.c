@@ -1,0 +1,112 @@
+/* Head-wise logical-to-logical map (see core/block_map.h). */
+#include "core/block_map.h"
+
+#include <string.h>
+
+okv_status_t okv_block_map_init(okv_block_map_t *map, const okv_allocator_t *a, uint32_t cap_free_slots) {
+  memset(map, 0, sizeof *map);
+  return okv_block_map_reserve_free(map, a, cap_free_slots);
+}
+
+void okv_block_map_free(okv_block_map_t *map, const okv_allocator_t *a) {
+  void *arrs[] = {map->slot_of, map->last_selected, map->res_pos, map->mark, map->resident, map->free_slots};
+  for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++)
+    if (arrs[i] != NULL) okv_free(a, arrs[i]);
+  memset(map, 0, sizeof *map);
+}
+
+static okv_status_t grow_u32(const okv_allocator_t *a, uint32_t **arr, uint32_t old_n, uint32_t new_n,
+                             uint32_t fill) {
+  uint32_t *p = okv_realloc(a, *arr, (size_t)new_n * sizeof(uint32_t));
+  if (p == NULL) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "block map: host allocator failed for %u entries", new_n);
+  for (uint32_t i = old_n; i < new_n; i++) p[i] = fill;
+  *arr = p;
+  return OKV_OK;
+}
+
+okv_status_t okv_block_map_reserve(okv_block_map_t *map, const okv_allocator_t *a, uint32_t n_blocks) {
+  if (n_blocks <= map->cap_blocks) return OKV_OK;
+  uint32_t cap = map->cap_blocks ? map->cap_blocks : 16u;
+  while (cap < n_blocks) cap = cap > UINT32_MAX / 2 ? n_blocks : cap * 2u;
+  /* Each array is grown separately; a failure leaves the larger arrays in
+   * place with cap_blocks unchanged, which is still consistent. */
+  OKV_RETURN_IF_ERROR(grow_u32(a, &map->slot_of, map->cap_blocks, cap, OKV_NO_SLOT));
+  OKV_RETURN_IF_ERROR(grow_u32(a, &map->last_selected, map->cap_blocks, cap, 0));
+  OKV_RETURN_IF_ERROR(grow_u32(a, &map->res_pos, map->cap_blocks, cap, 0));
+  OKV_RETURN_IF_ERROR(grow_u32(a, &map->mark, map->cap_blocks, cap, 0));
+  OKV_RETURN_IF_ERROR(grow_u32(a, &map->resident, map->cap_blocks, cap, 0));
+  map->cap_blocks = cap;
+  return OKV_OK;
+}
+
+okv_status_t okv_block_map_reserve_free(okv_block_map_t *map, const okv_allocator_t *a, uint32_t cap_free_slots) {
+  if (cap_free_slots <= map->cap_free) return OKV_OK;
+  OKV_RETURN_IF_ERROR(grow_u32(a, &map->free_slots, map->cap_free, cap_free_slots, OKV_NO_SLOT));
+  map->cap_free = cap_free_slots;
+  return OKV_OK;
+}
+
+void okv_block_map_map(okv_block_map_t *map, uint32_t block, uint32_t slot, uint32_t step) {
+  map->slot_of[block] = slot;
+  map->last_selected[block] = step;
+  map->res_pos[block] = map->n_resident;
+  map->resident[map->n_resident++] = block;
+}
+
+uint32_t okv_block_map_unmap(okv_block_map_t *map, uint32_t block) {
+  uint32_t slot = map->slot_of[block];
+  uint32_t pos = map->res_pos[block];
+  uint32_t last = map->resident[--map->n_resident];
+  map->resident[pos] = last;
+  map->res_pos[last] = pos;
+  map->slot_of[block] = OKV_NO_SLOT;
+  return slot;
+}
+
+void okv_block_map_push_free(okv_block_map_t *map, uint32_t slot) { map->free_slots[map->n_free++] = slot; }
+
+bool okv_block_map_pop_free(okv_block_map_t *map, uint32_t *out_slot) {
+  if (map->n_free == 0) return false;
+  *out_slot = map->free_slots[--map->n_free];
+  return true;
+}
+
+uint32_t okv_block_map_lru(const okv_block_map_t *map, uint32_t except) {
+  uint32_t best = OKV_NO_BLOCK;
+  for (uint32_t i = 0; i < map->n_resident; i++) {
+    uint32_t b = map->resident[i];
+    if (b == except) continue;
+    if (best == OKV_NO_BLOCK || map->last_selected[b] < map->last_selected[best] ||
+        (map->last_selected[b] == map->last_selected[best] && b < best))
+      best = b;
+  }
+  return best;
+}
+
+okv_status_t okv_block_map_check(const okv_block_map_t *map) {
+  uint32_t n_mapped = 0;
+  for (uint32_t b = 0; b < map->n_blocks; b++) {
+    if (map->slot_of[b] == OKV_NO_SLOT) continue;
+    n_mapped++;
+    if (map->res_pos[b] >= map->n_resident || map->resident[map->res_pos[b]] != b)
+      return okv_status_make(OKV_STATUS_INTERNAL, "block map: block %u is mapped but not listed as resident", b);
+  }
+  for (uint32_t b = map->n_blocks; b < map->cap_blocks; b++)
+    if (map->slot_of[b] != OKV_NO_SLOT)
+      return okv_status_make(OKV_STATUS_INTERNAL, "block map: block %u beyond n_blocks = %u is mapped", b,
+                             map->n_blocks);
+  if (n_mapped != map->n_resident)
+    return okv_status_make(OKV_STATUS_INTERNAL, "block map: %u blocks mapped but %u listed resident", n_mapped,
+                           map->n_resident);
+  /* Injective onto slots: mapped slots and free slots are pairwise distinct. */
+  uint32_t n = map->n_resident + map->n_free;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t si = i < map->n_resident ? map->slot_of[map->resident[i]] : map->free_slots[i - map->n_resident];
+    if (si == OKV_NO_SLOT) return okv_status_make(OKV_STATUS_INTERNAL, "block map: free-slot stack holds no slot");
+    for (uint32_t j = i + 1; j < n; j++) {
+      uint32_t sj = j < map->n_resident ? map->slot_of[map->resident[j]] : map->free_slots[j - map->n_resident];
+      if (si == sj) return okv_status_make(OKV_STATUS_INTERNAL, "block map: slot %u used twice", si);
+    }
+  }
+  return OKV_OK;
+}

@@ -1,0 +1,69 @@
+/* Internal: the head-wise logical-to-logical map of one (sequence, layer, KV
+ * head) — which logical blocks of the full KV are resident in which DEVICE
+ * slots — with the last-selected step of every resident block (the LRU key of
+ * capped eviction) and the head's own stack of free slots.
+ * Paper arXiv 2608.08097, "Memory": per-KV-head logical-to-logical map.
+ *
+ * Pure bookkeeping: no device, no locking. Not thread-safe; the runtime gives
+ * each (layer) to one thread at a time. Every array is allocated with the
+ * allocator passed to the call that grows it. */
+#ifndef OASISKV_CORE_BLOCK_MAP_H
+#define OASISKV_CORE_BLOCK_MAP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "oasiskv/allocator.h"
+#include "oasiskv/status.h"
+
+#define OKV_NO_SLOT UINT32_MAX
+#define OKV_NO_BLOCK UINT32_MAX
+
+typedef struct okv_block_map_t {
+  uint32_t n_blocks;       /* logical blocks of the head's context */
+  uint32_t cap_blocks;     /* capacity of the per-block arrays */
+  uint32_t *slot_of;       /* [cap] slot of a resident block, OKV_NO_SLOT otherwise */
+  uint32_t *last_selected; /* [cap] step the block was last selected (valid while resident) */
+  uint32_t *res_pos;       /* [cap] index of the block in resident[] (valid while resident) */
+  uint32_t *mark;          /* [cap] scratch stamp used by selection */
+  uint32_t mark_stamp;
+  uint32_t *resident;      /* [cap] resident logical blocks, unordered */
+  uint32_t n_resident;
+  uint32_t *free_slots;    /* stack of the head's free slots */
+  uint32_t n_free, cap_free;
+} okv_block_map_t;
+
+/* Zero-initialises `map` and reserves room for `cap_free_slots` free slots.
+ * Errors: OUT_OF_MEMORY (host allocator). */
+okv_status_t okv_block_map_init(okv_block_map_t *map, const okv_allocator_t *a, uint32_t cap_free_slots);
+/* Frees every array (the map's slots are not returned anywhere). */
+void okv_block_map_free(okv_block_map_t *map, const okv_allocator_t *a);
+/* Grows the per-block arrays to hold at least `n_blocks` blocks (doubling);
+ * does not change map->n_blocks. Errors: OUT_OF_MEMORY (host allocator). */
+okv_status_t okv_block_map_reserve(okv_block_map_t *map, const okv_allocator_t *a, uint32_t n_blocks);
+/* Grows the free-slot stack to hold `cap_free_slots` entries. Errors: OUT_OF_MEMORY. */
+okv_status_t okv_block_map_reserve_free(okv_block_map_t *map, const okv_allocator_t *a, uint32_t cap_free_slots);
+
+static inline bool okv_block_map_is_resident(const okv_block_map_t *map, uint32_t block) {
+  return block < map->n_blocks && map->slot_of[block] != OKV_NO_SLOT;
+}
+
+/* Maps non-resident `block` (< n_blocks) to `slot`, last selected at `step`. */
+void okv_block_map_map(okv_block_map_t *map, uint32_t block, uint32_t slot, uint32_t step);
+/* Unmaps resident `block`; returns its slot. */
+uint32_t okv_block_map_unmap(okv_block_map_t *map, uint32_t block);
+
+/* Free-slot stack of the head (capacity reserved beforehand). */
+void okv_block_map_push_free(okv_block_map_t *map, uint32_t slot);
+bool okv_block_map_pop_free(okv_block_map_t *map, uint32_t *out_slot);
+
+/* The least recently selected resident block other than `except` (ties: lower
+ * logical block), or OKV_NO_BLOCK when there is none. */
+uint32_t okv_block_map_lru(const okv_block_map_t *map, uint32_t except);
+
+/* Checks the invariants: resident[] and slot_of agree, the map is injective
+ * (no slot used twice, no slot both mapped and free). For tests.
+ * Errors: INTERNAL naming the broken invariant. */
+okv_status_t okv_block_map_check(const okv_block_map_t *map);
+
+#endif

@@ -1,0 +1,81 @@
+/* Delta selection with capped eviction (see core/select.h). */
+#include "core/select.h"
+
+#include <stdlib.h>
+
+/* Insertion sort of victim candidates by (last_selected, block): at most K+1 entries. */
+static void sort_lru(const okv_block_map_t *map, uint32_t *v, uint32_t n) {
+  for (uint32_t i = 1; i < n; i++) {
+    uint32_t b = v[i];
+    uint32_t kb = map->last_selected[b];
+    uint32_t j = i;
+    while (j > 0) {
+      uint32_t p = v[j - 1];
+      uint32_t kp = map->last_selected[p];
+      if (kp < kb || (kp == kb && p < b)) break;
+      v[j] = p;
+      j--;
+    }
+    v[j] = b;
+  }
+}
+
+okv_status_t okv_select_head(okv_block_map_t *map, const okv_select_params_t *params, const uint32_t *predicted,
+                             uint32_t n_predicted, uint32_t *scratch, uint32_t *out_admitted, uint32_t *out_victims,
+                             okv_select_result_t *out_result) {
+  okv_select_result_t r = {0, 0, 0, 0, 0};
+  if (++map->mark_stamp == 0) { /* wrapped: clear the marks once */
+    for (uint32_t b = 0; b < map->cap_blocks; b++) map->mark[b] = 0;
+    map->mark_stamp = 1;
+  }
+  uint32_t stamp = map->mark_stamp;
+  for (uint32_t i = 0; i < n_predicted; i++) {
+    uint32_t b = predicted[i];
+    if (b >= map->n_blocks || b == params->active_block)
+      return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                             "select: predicted[%u] = %u is out of range (n_blocks %u) or the active block", i, b,
+                             map->n_blocks);
+    map->mark[b] = stamp;
+  }
+  /* Victim candidates: resident, not predicted, not active; LRU order. */
+  uint32_t n_cand = 0;
+  bool active_resident = false;
+  for (uint32_t i = 0; i < map->n_resident; i++) {
+    uint32_t b = map->resident[i];
+    if (b == params->active_block) {
+      active_resident = true;
+      continue;
+    }
+    if (map->mark[b] != stamp) scratch[n_cand++] = b;
+  }
+  sort_lru(map, scratch, n_cand);
+  uint32_t held = map->n_resident - (active_resident ? 1u : 0u);
+  uint32_t room = held < params->budget_blocks ? params->budget_blocks - held : 0;
+  uint32_t next_victim = 0;
+  for (uint32_t i = 0; i < n_predicted; i++) {
+    uint32_t b = predicted[i];
+    if (map->slot_of[b] != OKV_NO_SLOT) {
+      r.n_hits++;
+      map->last_selected[b] = params->step;
+      continue;
+    }
+    r.n_misses++;
+    if (r.n_admitted >= params->cap_blocks) continue;
+    uint32_t victim;
+    if (room > 0) {
+      room--;
+      victim = OKV_NO_BLOCK;
+    } else if (next_victim < n_cand) {
+      victim = scratch[next_victim++];
+      r.n_victims++;
+    } else {
+      continue; /* no place: cannot happen with n_predicted <= budget_blocks */
+    }
+    out_admitted[r.n_admitted] = b;
+    out_victims[r.n_admitted] = victim;
+    r.n_admitted++;
+  }
+  r.n_deferred = r.n_misses - r.n_admitted;
+  *out_result = r;
+  return OKV_OK;
+}
