@@ -1,7 +1,490 @@
+/* oasiskv eval: teacher-forced evaluation of a llama2.c model decoding with
+ * its KV cache offloaded through the runtime, against a dense run on the same
+ * windows; --sweep runs every budget K in {1, 2, 4, 8, 16} and plots it. */
+#include <errno.h>
+#include <json-c/json.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "tools/cli.h"
+#include "tools/cli_model.h"
+
+#define CMD "oasiskv eval"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: oasiskv eval [options]\n"
+          "  --model M          llama2.c checkpoint (default: $OKV_MODEL, ../shared/models/stories260K.bin)\n"
+          "  --tokenizer T      its tokenizer (default: $OKV_TOKENIZER, ../shared/models/tok512.bin)\n"
+          "  --text F           UTF-8 text (default: $OKV_TEXT, ../shared/data/tinystories_val.txt)\n"
+          "  --offset BYTES     where the first window starts (default 0)\n"
+          "  --bytes N          bytes per window (default 2000); tokens are cut to the model's seq_len\n"
+          "  --windows W        windows, one after the other, run as one batch (default 1)\n"
+          "  --mode M           dense|oasis|proxy|ondemand|all (default all; dense always runs as the reference)\n"
+          "  --drafter D        oracle|self|ngram, the look-ahead token of mode oasis (default self)\n"
+          "  --budget K         working-set blocks per KV head (default 8)\n"
+          "  --fetch-ratio R    cap C = ceil(R*K) new blocks per KV head per step, R in (0,1] (default 0.05)\n"
+          "  --sweep            K in {1,2,4,8,16} x modes; writes results/sweep.{json,csv,png} unless overridden\n"
+          "  --json FILE        JSON array of results ('-' = stdout instead of the table)\n"
+          "  --csv FILE         CSV of results ('-' = stdout instead of the table)\n"
+          "  --plot FILE.png    NLL increase vs budget, one line per mode (needs gnuplot)\n"
+          "  --device D         cpu|cuda|hip (default cpu)\n");
+}
+
+typedef struct progress_t {
+  char label[64];
+} progress_t;
+
+static void progress_cb(void *user, uint64_t done, uint64_t total) {
+  progress_t *p = user;
+  if (done != total && done % 16 != 0) return;
+  int width = 30, fill = total ? (int)(width * done / total) : width;
+  fprintf(stderr, "\r%-28s [", p->label);
+  for (int i = 0; i < width; ++i) fputc(i < fill ? '#' : '.', stderr);
+  fprintf(stderr, "] %3d%%", total ? (int)(100 * done / total) : 100);
+  if (done == total) fprintf(stderr, "\r%*s\r", 72, "");
+  fflush(stderr);
+}
+
+/* Text windows: byte ranges snapped to UTF-8 code point boundaries. */
+static bool load_text(const char *path, char **out_text, size_t *out_n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, CMD ": text '%s': %s\n", path, strerror(errno));
+    return false;
+  }
+  char *buf = NULL;
+  size_t n = 0, cap = 0;
+  for (;;) {
+    if (n + 65536 + 1 > cap) {
+      cap = cap ? cap * 2 : 1 << 20;
+      char *nb = realloc(buf, cap);
+      if (!nb) {
+        free(buf);
+        fclose(f);
+        fprintf(stderr, CMD ": text '%s': out of memory\n", path);
+        return false;
+      }
+      buf = nb;
+    }
+    size_t r = fread(buf + n, 1, 65536, f);
+    n += r;
+    if (r < 65536) break;
+  }
+  bool err = ferror(f);
+  fclose(f);
+  if (err) {
+    free(buf);
+    fprintf(stderr, CMD ": text '%s': read failed\n", path);
+    return false;
+  }
+  if (n == 0) {
+    free(buf);
+    fprintf(stderr, CMD ": text '%s' is empty\n", path);
+    return false;
+  }
+  buf[n] = '\0';
+  *out_text = buf;
+  *out_n = n;
+  return true;
+}
+
+static size_t snap_utf8(const char *t, size_t n, size_t i) {
+  while (i < n && ((unsigned char)t[i] & 0xC0) == 0x80) ++i;
+  return i;
+}
+
+static void json_add_num(json_object *o, const char *k, double v) {
+  json_object_object_add(o, k, isfinite(v) ? json_object_new_double(v) : NULL);
+}
+
+static json_object *result_json(const okv_eval_result_t *r) {
+  json_object *o = json_object_new_object();
+  json_object_object_add(o, "mode", json_object_new_string(okv_cli_mode_name(r->mode)));
+  json_object_object_add(o, "drafter", json_object_new_string(okv_drafter_name(r->drafter)));
+  json_object_object_add(o, "budget_blocks", json_object_new_int64(r->budget_blocks));
+  json_add_num(o, "fetch_ratio", r->fetch_ratio);
+  json_object_object_add(o, "tokens_evaluated", json_object_new_int64((int64_t)r->tokens_evaluated));
+  json_add_num(o, "mean_nll", r->mean_nll);
+  json_add_num(o, "perplexity", r->perplexity);
+  json_add_num(o, "top1_agreement", r->top1_agreement);
+  json_add_num(o, "kl_vs_dense", r->kl_vs_dense);
+  json_add_num(o, "recall", r->recall);
+  json_object *pl = json_object_new_array();
+  for (uint32_t l = 0; l < r->n_layers && l < 64; ++l)
+    json_object_array_add(pl, isfinite(r->recall_per_layer[l]) ? json_object_new_double(r->recall_per_layer[l]) : NULL);
+  json_object_object_add(o, "recall_per_layer", pl);
+  json_object_object_add(o, "bytes_moved", json_object_new_int64((int64_t)r->bytes_moved));
+  json_add_num(o, "blocks_moved_per_token", r->blocks_moved_per_token);
+  json_object_object_add(o, "deferred_steps", json_object_new_int64((int64_t)r->deferred_steps));
+  json_add_num(o, "stall_seconds", r->stall_seconds);
+  json_add_num(o, "tokens_per_second", r->tokens_per_second);
+  return o;
+}
+
+static void fmt_num(char *b, size_t n, const char *fmt, double v) {
+  if (isfinite(v)) snprintf(b, n, fmt, v);
+  else snprintf(b, n, "-");
+}
+
+static void print_csv(FILE *f, const okv_eval_result_t *rs, size_t n) {
+  fprintf(f, "mode,drafter,budget_blocks,fetch_ratio,tokens_evaluated,mean_nll,perplexity,top1_agreement,kl_vs_dense,"
+             "recall,bytes_moved,blocks_moved_per_token,deferred_steps,stall_seconds,tokens_per_second,recall_per_layer\n");
+  for (size_t i = 0; i < n; ++i) {
+    const okv_eval_result_t *r = &rs[i];
+    char top1[32], kl[32], rec[32];
+    fmt_num(top1, sizeof top1, "%.6f", r->top1_agreement);
+    fmt_num(kl, sizeof kl, "%.6g", r->kl_vs_dense);
+    fmt_num(rec, sizeof rec, "%.6f", r->recall);
+    fprintf(f, "%s,%s,%u,%g,%llu,%.6f,%.6f,%s,%s,%s,%llu,%.4f,%llu,%.6f,%.1f,", okv_cli_mode_name(r->mode),
+            okv_drafter_name(r->drafter), r->budget_blocks, r->fetch_ratio, (unsigned long long)r->tokens_evaluated,
+            r->mean_nll, r->perplexity, top1, kl, rec, (unsigned long long)r->bytes_moved, r->blocks_moved_per_token,
+            (unsigned long long)r->deferred_steps, r->stall_seconds, r->tokens_per_second);
+    for (uint32_t l = 0; l < r->n_layers && l < 64; ++l) {
+      char b[32];
+      fmt_num(b, sizeof b, "%.4f", r->recall_per_layer[l]);
+      fprintf(f, "%s%s", l ? ";" : "", b);
+    }
+    fputc('\n', f);
+  }
+}
+
+static void print_table(FILE *f, const okv_eval_result_t *rs, size_t n, double dense_nll) {
+  fprintf(f, "%-9s %-7s %4s %6s %7s %9s %8s %9s %7s %10s %7s %8s %9s %8s %9s %9s  %s\n", "mode", "drafter", "K", "ratio",
+          "tokens", "mean_nll", "d_nll%", "ppl", "top1", "kl", "recall", "blk/tok", "MB_moved", "deferred", "stall_s",
+          "tok/s", "recall/layer");
+  for (size_t i = 0; i < n; ++i) {
+    const okv_eval_result_t *r = &rs[i];
+    char top1[32], kl[32], rec[32], dn[32];
+    fmt_num(top1, sizeof top1, "%.4f", r->top1_agreement);
+    fmt_num(kl, sizeof kl, "%.3e", r->kl_vs_dense);
+    fmt_num(rec, sizeof rec, "%.4f", r->recall);
+    fmt_num(dn, sizeof dn, "%+.3f", 100.0 * (r->mean_nll - dense_nll) / dense_nll);
+    fprintf(f, "%-9s %-7s %4u %6.3f %7llu %9.5f %8s %9.4f %7s %10s %7s %8.3f %9.3f %8llu %9.4f %9.0f  ",
+            okv_cli_mode_name(r->mode), okv_drafter_name(r->drafter), r->budget_blocks, r->fetch_ratio,
+            (unsigned long long)r->tokens_evaluated, r->mean_nll, dn, r->perplexity, top1, kl, rec,
+            r->blocks_moved_per_token, (double)r->bytes_moved / 1e6, (unsigned long long)r->deferred_steps,
+            r->stall_seconds, r->tokens_per_second);
+    if (r->mode == OKV_MODE_DENSE) fputc('-', f);
+    for (uint32_t l = 0; r->mode != OKV_MODE_DENSE && l < r->n_layers && l < 64; ++l) {
+      char b[32];
+      fmt_num(b, sizeof b, "%.2f", r->recall_per_layer[l]);
+      fprintf(f, "%s%s", l ? "/" : "", b);
+    }
+    fputc('\n', f);
+  }
+}
+
+static bool find_in_path(const char *prog) {
+  const char *path = getenv("PATH");
+  if (!path) return false;
+  char buf[4096];
+  while (*path) {
+    const char *c = strchr(path, ':');
+    size_t n = c ? (size_t)(c - path) : strlen(path);
+    snprintf(buf, sizeof buf, "%.*s/%s", (int)n, n ? path : ".", prog);
+    if (access(buf, X_OK) == 0) return true;
+    if (!c) break;
+    path = c + 1;
+  }
+  return false;
+}
+
+/* Draws NLL increase vs budget (one line per non-dense mode) into out_png. */
+static bool plot_png(const char *png_path, const okv_eval_result_t *rs, size_t n, double dense_nll,
+                     const char *model_name) {
+  if (strchr(png_path, '\'') || strchr(png_path, '\n')) {
+    fprintf(stderr, CMD ": --plot path must not contain quotes or newlines\n");
+    return false;
+  }
+  FILE *g = popen("gnuplot 2>&1", "w");
+  if (!g) {
+    fprintf(stderr, CMD ": cannot start gnuplot: %s\n", strerror(errno));
+    return false;
+  }
+  fprintf(g,
+          "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size 900,600 } "
+          "else { set terminal png size 900,600 }\n"
+          "set output '%s'\n"
+          "set logscale x 2\nset grid\nset key top right\n"
+          "set xlabel 'budget K (blocks of 16 tokens per KV head)'\n"
+          "set ylabel 'mean NLL increase vs dense (%%)'\n"
+          "set title 'OasisKV eval: %s, dense NLL %.4f'\n",
+          png_path, model_name, dense_nll);
+  okv_mode_t modes[OKV_MODE_COUNT];
+  okv_drafter_t drafters[OKV_MODE_COUNT];
+  size_t n_lines = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (rs[i].mode == OKV_MODE_DENSE) continue;
+    bool seen = false;
+    for (size_t j = 0; j < n_lines; ++j) seen |= modes[j] == rs[i].mode;
+    if (!seen && n_lines < OKV_MODE_COUNT) {
+      modes[n_lines] = rs[i].mode;
+      drafters[n_lines++] = rs[i].drafter;
+    }
+  }
+  fprintf(g, "plot 0 with lines lc rgb 'gray' title 'dense'");
+  for (size_t j = 0; j < n_lines; ++j)
+    fprintf(g, ", '-' using 1:2 with linespoints lw 2 title '%s%s%s'", okv_cli_mode_name(modes[j]),
+            drafters[j] != OKV_DRAFTER_NONE ? "+" : "", drafters[j] != OKV_DRAFTER_NONE ? okv_drafter_name(drafters[j]) : "");
+  fputc('\n', g);
+  for (size_t j = 0; j < n_lines; ++j) {
+    for (size_t i = 0; i < n; ++i)
+      if (rs[i].mode == modes[j])
+        fprintf(g, "%u %.8f\n", rs[i].budget_blocks, 100.0 * (rs[i].mean_nll - dense_nll) / dense_nll);
+    fprintf(g, "e\n");
+  }
+  fprintf(g, "set output\n");
+  int rc = pclose(g);
+  struct stat st;
+  if (rc != 0 || stat(png_path, &st) != 0 || st.st_size == 0) {
+    fprintf(stderr, CMD ": gnuplot failed to draw '%s' (exit status %d)\n", png_path, rc);
+    return false;
+  }
+  return true;
+}
+
 int okv_cli_eval(int argc, char **argv) {
-  (void)argc; (void)argv;
-  fprintf(stderr, "oasiskv eval: not built yet\n");
-  return 1;
+  const char *model_flag = NULL, *tok_flag = NULL, *text_flag = NULL, *json_path = NULL, *csv_path = NULL,
+             *plot_path = NULL, *device = "cpu", *mode_s = "all", *drafter_s = "self";
+  uint64_t offset = 0;
+  uint32_t bytes = 2000, n_windows = 1, budget = 8;
+  double fetch_ratio = 0.05;
+  bool sweep = false;
+  for (int i = 1; i < argc; ++i) {
+    const char *v = NULL;
+    int r;
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      usage(stdout);
+      return 0;
+    }
+    if (!strcmp(argv[i], "--sweep")) {
+      sweep = true;
+      continue;
+    }
+#define OPT(name, var)                                           \
+  if ((r = okv_cli_opt_value(argc, argv, &i, name, &v)) != 0) { \
+    if (r < 0) return 2;                                         \
+    var = v;                                                     \
+    continue;                                                    \
+  }
+    OPT("--model", model_flag)
+    OPT("--tokenizer", tok_flag)
+    OPT("--text", text_flag)
+    OPT("--json", json_path)
+    OPT("--csv", csv_path)
+    OPT("--plot", plot_path)
+    OPT("--device", device)
+    OPT("--mode", mode_s)
+    OPT("--drafter", drafter_s)
+#undef OPT
+    if ((r = okv_cli_opt_value(argc, argv, &i, "--offset", &v)) != 0) {
+      if (r < 0 || !okv_cli_parse_u64(CMD, "--offset", v, &offset)) return 2;
+      continue;
+    }
+    if ((r = okv_cli_opt_value(argc, argv, &i, "--bytes", &v)) != 0) {
+      if (r < 0 || !okv_cli_parse_u32(CMD, "--bytes", v, 1, 1u << 24, &bytes)) return 2;
+      continue;
+    }
+    if ((r = okv_cli_opt_value(argc, argv, &i, "--windows", &v)) != 0) {
+      if (r < 0 || !okv_cli_parse_u32(CMD, "--windows", v, 1, 1024, &n_windows)) return 2;
+      continue;
+    }
+    if ((r = okv_cli_opt_value(argc, argv, &i, "--budget", &v)) != 0) {
+      if (r < 0 || !okv_cli_parse_u32(CMD, "--budget", v, 1, 65536, &budget)) return 2;
+      continue;
+    }
+    if ((r = okv_cli_opt_value(argc, argv, &i, "--fetch-ratio", &v)) != 0) {
+      if (r < 0 || !okv_cli_parse_fetch_ratio(CMD, v, &fetch_ratio)) return 2;
+      continue;
+    }
+    fprintf(stderr, CMD ": unknown option '%s' (see --help)\n", argv[i]);
+    return 2;
+  }
+  /* Validate everything before loading anything. */
+  bool all_modes = !strcmp(mode_s, "all");
+  okv_mode_t one_mode = OKV_MODE_DENSE;
+  if (!all_modes && !okv_cli_parse_mode(CMD, mode_s, &one_mode)) return 2;
+  okv_drafter_t drafter;
+  okv_status_t s = okv_drafter_parse(drafter_s, &drafter);
+  if (s) {
+    okv_cli_print_status(CMD, s);
+    return 2;
+  }
+  if (!okv_cli_parse_device(CMD, device)) return 2;
+  if (sweep) {
+    if (!json_path || !csv_path || !plot_path) {
+      if (mkdir("results", 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, CMD ": cannot create results/: %s\n", strerror(errno));
+        return 1;
+      }
+    }
+    if (!json_path) json_path = "results/sweep.json";
+    if (!csv_path) csv_path = "results/sweep.csv";
+    if (!plot_path) plot_path = "results/sweep.png";
+  }
+  if (plot_path && !find_in_path("gnuplot")) {
+    fprintf(stderr, CMD ": --plot needs gnuplot, which is not installed (Debian: apt-get install gnuplot-nox)\n");
+    return 1;
+  }
+  if (plot_path && !strcmp(plot_path, "-")) {
+    fprintf(stderr, CMD ": --plot needs a file name\n");
+    return 2;
+  }
+  char text_path[4096];
+  s = okv_model_path_resolve(OKV_MODEL_PATH_TEXT, text_flag, text_path, sizeof text_path);
+  if (s) {
+    okv_cli_print_status(CMD, s);
+    return 1;
+  }
+  char *text = NULL;
+  size_t text_n = 0;
+  if (!load_text(text_path, &text, &text_n)) return 1;
+
+  okv_cli_model_t cm;
+  if (!okv_cli_model_open(CMD, model_flag, tok_flag, device, &cm)) {
+    free(text);
+    return 1;
+  }
+  const okv_model_config_t *mc = &cm.model->config;
+  int rc = 1;
+  okv_eval_window_t *windows = calloc(n_windows, sizeof *windows);
+  uint32_t *tokbuf = calloc((size_t)n_windows * mc->seq_len, sizeof *tokbuf);
+  uint32_t *enc = calloc((size_t)bytes + 2, sizeof *enc);
+  okv_eval_result_t *results = calloc(1 + 5 * OKV_MODE_COUNT, sizeof *results);
+  size_t n_results = 0;
+  okv_eval_reference_t dense_ref = {0};
+  okv_cli_output_t out_json = {0}, out_csv = {0}, out_png = {0};
+  bool have_json = false, have_csv = false, have_png = false;
+  if (!windows || !tokbuf || !enc || !results) {
+    fprintf(stderr, CMD ": out of memory\n");
+    goto done;
+  }
+  /* Windows. */
+  if (offset >= text_n) {
+    fprintf(stderr, CMD ": --offset %llu is past the end of '%s' (%zu bytes)\n", (unsigned long long)offset, text_path,
+            text_n);
+    goto done;
+  }
+  size_t pos = snap_utf8(text, text_n, (size_t)offset);
+  for (uint32_t w = 0; w < n_windows; ++w) {
+    if (pos >= text_n) {
+      fprintf(stderr, CMD ": '%s' has room for only %u windows of %u bytes from offset %llu\n", text_path, w, bytes,
+              (unsigned long long)offset);
+      goto done;
+    }
+    size_t end = pos + bytes < text_n ? pos + bytes : text_n;
+    while (end > pos && end < text_n && ((unsigned char)text[end] & 0xC0) == 0x80) --end;
+    size_t nt = 0;
+    s = okv_tokenizer_encode(cm.tokenizer, text + pos, end - pos, true, enc, (size_t)bytes + 2, &nt);
+    if (s) {
+      s = okv_status_annotate(s, "text '%s' (window %u at byte %zu)", text_path, w, pos);
+      okv_cli_print_status(CMD, s);
+      goto done;
+    }
+    if (nt > mc->seq_len) nt = mc->seq_len;
+    if (nt < 2) {
+      fprintf(stderr, CMD ": window %u of '%s' encodes to fewer than 2 tokens\n", w, text_path);
+      goto done;
+    }
+    memcpy(tokbuf + (size_t)w * mc->seq_len, enc, nt * sizeof *enc);
+    windows[w].tokens = tokbuf + (size_t)w * mc->seq_len;
+    windows[w].n_tokens = (uint32_t)nt;
+    pos = end;
+  }
+  /* Outputs: opened (as temp files) before the runs so a bad path fails early. */
+  if (json_path && !(have_json = okv_cli_output_open(CMD, json_path, &out_json))) goto done;
+  if (csv_path && !(have_csv = okv_cli_output_open(CMD, csv_path, &out_csv))) goto done;
+  if (plot_path && !(have_png = okv_cli_output_reserve(CMD, plot_path, &out_png))) goto done;
+
+  /* Runs: dense first (the reference), then each mode x budget. */
+  okv_mode_t modes[OKV_MODE_COUNT];
+  size_t n_modes = 0;
+  if (all_modes) {
+    modes[n_modes++] = OKV_MODE_OASIS;
+    modes[n_modes++] = OKV_MODE_PROXY;
+    modes[n_modes++] = OKV_MODE_ONDEMAND;
+  } else if (one_mode != OKV_MODE_DENSE) {
+    modes[n_modes++] = one_mode;
+  }
+  static const uint32_t k_sweep[] = {1, 2, 4, 8, 16};
+  size_t n_budgets = sweep ? 5 : 1;
+  bool tty = isatty(2);
+  progress_t prog;
+  okv_eval_config_t ec = {OKV_MODE_DENSE, OKV_DRAFTER_NONE, budget, fetch_ratio, tty ? progress_cb : NULL, &prog};
+  snprintf(prog.label, sizeof prog.label, "dense");
+  s = okv_eval_run(cm.model, cm.device, windows, n_windows, &ec, NULL, NULL, &dense_ref, &results[n_results]);
+  if (s) {
+    okv_cli_print_status(CMD, okv_status_annotate(s, "mode dense"));
+    goto done;
+  }
+  results[n_results].top1_agreement = 1.0;
+  results[n_results].kl_vs_dense = 0.0;
+  ++n_results;
+  for (size_t m = 0; m < n_modes; ++m)
+    for (size_t b = 0; b < n_budgets; ++b) {
+      ec.mode = modes[m];
+      ec.drafter = modes[m] == OKV_MODE_OASIS ? drafter : OKV_DRAFTER_NONE;
+      ec.budget_blocks = sweep ? k_sweep[b] : budget;
+      snprintf(prog.label, sizeof prog.label, "%s%s%s K=%u", okv_cli_mode_name(ec.mode),
+               ec.drafter ? "+" : "", ec.drafter ? okv_drafter_name(ec.drafter) : "", ec.budget_blocks);
+      s = okv_eval_run(cm.model, cm.device, windows, n_windows, &ec, &dense_ref, NULL, NULL, &results[n_results]);
+      if (s) {
+        okv_cli_print_status(CMD, okv_status_annotate(s, "mode %s, K %u", okv_cli_mode_name(ec.mode), ec.budget_blocks));
+        goto done;
+      }
+      ++n_results;
+    }
+  double dense_nll = results[0].mean_nll;
+  bool to_stdout = (json_path && !strcmp(json_path, "-")) || (csv_path && !strcmp(csv_path, "-"));
+  if (!to_stdout) {
+    printf("model %s (dim %u, layers %u, query/KV heads %u/%u, seq_len %u), %u window(s) of %u bytes from byte %llu of "
+           "%s, device %s\n",
+           cm.model_path, mc->dim, mc->n_layers, mc->n_q_heads, mc->n_kv_heads, mc->seq_len, n_windows, bytes,
+           (unsigned long long)offset, text_path, device);
+    print_table(stdout, results, n_results, dense_nll);
+    fflush(stdout);
+  }
+  if (have_json) {
+    json_object *arr = json_object_new_array();
+    for (size_t i = 0; i < n_results; ++i) json_object_array_add(arr, result_json(&results[i]));
+    fprintf(out_json.f, "%s\n", json_object_to_json_string_ext(arr, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
+    json_object_put(arr);
+  }
+  if (have_csv) print_csv(out_csv.f, results, n_results);
+  if (have_png) {
+    const char *base = strrchr(cm.model_path, '/');
+    if (!plot_png(out_png.tmp_path, results, n_results, dense_nll, base ? base + 1 : cm.model_path)) goto done;
+  }
+  /* Commit every output only now. */
+  if (have_json) {
+    have_json = false;
+    if (!okv_cli_output_commit(CMD, &out_json)) goto done;
+  }
+  if (have_csv) {
+    have_csv = false;
+    if (!okv_cli_output_commit(CMD, &out_csv)) goto done;
+  }
+  if (have_png) {
+    have_png = false;
+    if (!okv_cli_output_commit(CMD, &out_png)) goto done;
+  }
+  if (sweep && !to_stdout) fprintf(stderr, CMD ": wrote %s, %s, %s\n", json_path, csv_path, plot_path);
+  rc = 0;
+done:
+  if (have_json) okv_cli_output_abort(&out_json);
+  if (have_csv) okv_cli_output_abort(&out_csv);
+  if (have_png) okv_cli_output_abort(&out_png);
+  okv_eval_reference_free(&dense_ref);
+  free(results);
+  free(enc);
+  free(tokbuf);
+  free(windows);
+  okv_cli_model_close(&cm);
+  free(text);
+  return rc;
 }

@@ -1,7 +1,244 @@
+/* oasiskv generate: text generation with the KV cache offloaded through the
+ * runtime. The prompt's tokens are fed as decode steps (their K/V committed
+ * one by one); while in the prompt, the draft token is the next prompt token
+ * (known exactly), afterwards the chosen drafter proposes it. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
 #include "tools/cli.h"
+#include "tools/cli_model.h"
+
+#define CMD "oasiskv generate"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: oasiskv generate [options]\n"
+          "  --model M          llama2.c checkpoint (default: $OKV_MODEL, ../shared/models/stories260K.bin)\n"
+          "  --tokenizer T      its tokenizer (default: $OKV_TOKENIZER, ../shared/models/tok512.bin)\n"
+          "  --prompt TEXT      text to continue (default: empty, start from BOS)\n"
+          "  --steps N          positions including the prompt's (default 256, at most the model's seq_len)\n"
+          "  --temperature X    0 = greedy, deterministic (default 0)\n"
+          "  --seed S           sampling seed (default 1)\n"
+          "  --mode M           dense|oasis|proxy|ondemand (default oasis)\n"
+          "  --drafter D        self|ngram, the look-ahead token of mode oasis (default self)\n"
+          "  --budget K         working-set blocks per KV head (default 8)\n"
+          "  --fetch-ratio R    cap C = ceil(R*K) new blocks per KV head per step, R in (0,1] (default 0.05)\n"
+          "  --device D         cpu|cuda|hip (default cpu)\n"
+          "Text goes to stdout (prompt included), one stats line to stderr.\n");
+}
+
+static uint64_t rng_next(uint64_t *s) {
+  uint64_t x = *s;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  *s = x;
+  return x * 0x2545F4914F6CDD1Dull;
+}
+
+static uint32_t sample(const float *logits, uint32_t n, double temperature, uint64_t *rng, double *probs) {
+  if (temperature <= 0.0) return okv_logits_argmax(logits, n);
+  double mx = logits[0];
+  for (uint32_t i = 1; i < n; ++i) mx = logits[i] > mx ? logits[i] : mx;
+  double z = 0.0;
+  for (uint32_t i = 0; i < n; ++i) z += (probs[i] = exp(((double)logits[i] - mx) / temperature));
+  double u = (double)(rng_next(rng) >> 11) * 0x1.0p-53 * z, c = 0.0;
+  for (uint32_t i = 0; i < n; ++i) {
+    c += probs[i];
+    if (u < c) return i;
+  }
+  return n - 1;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 int okv_cli_generate(int argc, char **argv) {
-  (void)argc; (void)argv;
-  fprintf(stderr, "oasiskv generate: not built yet\n");
-  return 1;
+  const char *model_flag = NULL, *tok_flag = NULL, *prompt = "", *device = "cpu", *mode_s = "oasis",
+             *drafter_s = "self";
+  uint32_t steps = 256, budget = 8;
+  uint64_t seed = 1;
+  double temperature = 0.0, fetch_ratio = 0.05;
+  for (int i = 1; i < argc; ++i) {
+    const char *v = NULL;
+    int r;
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      usage(stdout);
+      return 0;
+    }
+#define OPT(name, var)                                           \
+  if ((r = okv_cli_opt_value(argc, argv, &i, name, &v)) != 0) { \
+    if (r < 0) return 2;                                         \
+    var = v;                                                     \
+    continue;                                                    \
+  }
+    OPT("--model", model_flag)
+    OPT("--tokenizer", tok_flag)
+    OPT("--prompt", prompt)
+    OPT("--device", device)
+    OPT("--mode", mode_s)
+    OPT("--drafter", drafter_s)
+#undef OPT
+    if ((r = okv_cli_opt_value(argc, argv, &i, "--steps", &v)) != 0) {
+      if (r < 0 || !okv_cli_parse_u32(CMD, "--steps", v, 1, 1u << 24, &steps)) return 2;
+      continue;
+    }
+    if ((r = okv_cli_opt_value(argc, argv, &i, "--budget", &v)) != 0) {
+      if (r < 0 || !okv_cli_parse_u32(CMD, "--budget", v, 1, 65536, &budget)) return 2;
+      continue;
+    }
+    if ((r = okv_cli_opt_value(argc, argv, &i, "--seed", &v)) != 0) {
+      if (r < 0 || !okv_cli_parse_u64(CMD, "--seed", v, &seed)) return 2;
+      continue;
+    }
+    if ((r = okv_cli_opt_value(argc, argv, &i, "--temperature", &v)) != 0) {
+      if (r < 0 || !okv_cli_parse_double(CMD, "--temperature", v, &temperature)) return 2;
+      if (temperature < 0.0) {
+        fprintf(stderr, CMD ": --temperature must be >= 0, got %s\n", v);
+        return 2;
+      }
+      continue;
+    }
+    if ((r = okv_cli_opt_value(argc, argv, &i, "--fetch-ratio", &v)) != 0) {
+      if (r < 0 || !okv_cli_parse_fetch_ratio(CMD, v, &fetch_ratio)) return 2;
+      continue;
+    }
+    fprintf(stderr, CMD ": unknown option '%s' (see --help)\n", argv[i]);
+    return 2;
+  }
+  okv_mode_t mode;
+  if (!okv_cli_parse_mode(CMD, mode_s, &mode)) return 2;
+  okv_drafter_t drafter;
+  okv_status_t s = okv_drafter_parse(drafter_s, &drafter);
+  if (s) {
+    okv_cli_print_status(CMD, s);
+    return 2;
+  }
+  if (drafter == OKV_DRAFTER_ORACLE) {
+    fprintf(stderr, CMD ": drafter 'oracle' needs the true next token: it exists in eval only (use self or ngram)\n");
+    return 2;
+  }
+  if (!okv_cli_parse_device(CMD, device)) return 2;
+  if (mode != OKV_MODE_OASIS) drafter = OKV_DRAFTER_NONE;
+
+  okv_cli_model_t cm;
+  if (!okv_cli_model_open(CMD, model_flag, tok_flag, device, &cm)) return 1;
+  const okv_model_config_t *mc = &cm.model->config;
+  int rc = 1;
+  size_t prompt_bytes = strlen(prompt), n_prompt = 0;
+  uint32_t *tokens = calloc(prompt_bytes + 2 > mc->seq_len ? prompt_bytes + 2 : mc->seq_len, sizeof *tokens);
+  float *logits = calloc(mc->vocab_size, sizeof *logits);
+  double *probs = calloc(mc->vocab_size, sizeof *probs);
+  okv_runtime_t *rt = NULL;
+  okv_engine_t *eng = NULL;
+  uint32_t seq = 0;
+  bool seq_added = false;
+  if (!tokens || !logits || !probs) {
+    fprintf(stderr, CMD ": out of memory\n");
+    goto done;
+  }
+  s = okv_tokenizer_encode(cm.tokenizer, prompt, prompt_bytes, true, tokens, prompt_bytes + 2, &n_prompt);
+  if (s) {
+    okv_cli_print_status(CMD, okv_status_annotate(s, "--prompt"));
+    goto done;
+  }
+  if (n_prompt > mc->seq_len) {
+    fprintf(stderr, CMD ": the prompt is %zu tokens (BOS included), longer than the model's seq_len %u\n", n_prompt,
+            mc->seq_len);
+    goto done;
+  }
+  if (steps > mc->seq_len) steps = mc->seq_len;
+  if (steps < n_prompt) steps = (uint32_t)n_prompt;
+
+  okv_runtime_config_t rc_cfg;
+  okv_runtime_config_init(&rc_cfg);
+  rc_cfg.n_layers = mc->n_layers;
+  rc_cfg.n_q_heads = mc->n_q_heads;
+  rc_cfg.n_kv_heads = mc->n_kv_heads;
+  rc_cfg.head_dim = mc->head_dim;
+  rc_cfg.kv_dtype = OKV_DTYPE_F32;
+  rc_cfg.block_tokens = OKV_BLOCK_TOKENS;
+  rc_cfg.mode = mode;
+  uint32_t ctx_blocks = (mc->seq_len + OKV_BLOCK_TOKENS - 1) / OKV_BLOCK_TOKENS;
+  rc_cfg.budget_blocks = mode == OKV_MODE_DENSE ? ctx_blocks : budget;
+  rc_cfg.dense_threshold_blocks = rc_cfg.budget_blocks;
+  rc_cfg.fetch_ratio = fetch_ratio;
+  rc_cfg.max_seqs = 1;
+  rc_cfg.max_context_tokens = ctx_blocks * OKV_BLOCK_TOKENS;
+  s = okv_runtime_create(cm.device, &rc_cfg, NULL, &rt);
+  if (!s) s = okv_engine_create(cm.model, rt, 1, drafter != OKV_DRAFTER_NONE ? 1 : 0, NULL, &eng);
+  if (!s) {
+    s = okv_runtime_seq_add(rt, NULL, &seq);
+    seq_added = s == OKV_OK;
+  }
+  if (s) {
+    okv_cli_print_status(CMD, s);
+    goto done;
+  }
+  uint64_t rng = seed ? seed : 0x9E3779B97F4A7C15ull;
+  double t0 = now_s();
+  uint32_t n_tokens = (uint32_t)n_prompt, n_steps = 0;
+  for (uint32_t p = 0; p + 1 < steps; ++p) {
+    uint32_t tok = tokens[p], draft = 0;
+    if (drafter != OKV_DRAFTER_NONE) {
+      if (p + 1 < n_prompt) {
+        draft = tokens[p + 1];
+      } else if (drafter == OKV_DRAFTER_SELF) {
+        s = okv_engine_peek(eng, 1, &seq, &tok, logits);
+        if (s) break;
+        draft = okv_logits_argmax(logits, mc->vocab_size);
+      } else {
+        draft = okv_drafter_ngram_next(tokens, p + 1);
+      }
+    }
+    s = okv_engine_step(eng, 1, &seq, &tok, drafter != OKV_DRAFTER_NONE ? 1 : 0, &draft, logits, NULL);
+    if (s) break;
+    ++n_steps;
+    uint32_t next = p + 1 < n_prompt ? tokens[p + 1] : sample(logits, mc->vocab_size, temperature, &rng, probs);
+    if (next == OKV_TOKEN_BOS) break;
+    if (p + 1 >= n_tokens) tokens[n_tokens++] = next;
+    char piece[512];
+    size_t nb = 0;
+    okv_status_t ps = okv_tokenizer_piece(cm.tokenizer, tok, next, piece, sizeof piece, &nb);
+    if (ps) okv_status_free(ps);
+    else fwrite(piece, 1, nb, stdout);
+    fflush(stdout);
+  }
+  double elapsed = now_s() - t0;
+  fputc('\n', stdout);
+  fflush(stdout);
+  if (s) {
+    okv_cli_print_status(CMD, s);
+    goto done;
+  }
+  okv_step_stats_t st;
+  s = okv_runtime_stats(rt, UINT32_MAX, &st);
+  if (s) {
+    okv_cli_print_status(CMD, s);
+    goto done;
+  }
+  fprintf(stderr,
+          "generate: %u steps in %.3f s (%.1f tok/s), mode %s%s%s, K %u, fetch ratio %g: hits %llu, misses %llu, "
+          "blocks moved %llu, bytes moved %llu, stall %.4f s\n",
+          n_steps, elapsed, elapsed > 0 ? n_steps / elapsed : 0.0, okv_cli_mode_name(mode),
+          drafter != OKV_DRAFTER_NONE ? "+" : "", drafter != OKV_DRAFTER_NONE ? okv_drafter_name(drafter) : "",
+          rc_cfg.budget_blocks, fetch_ratio, (unsigned long long)st.hits, (unsigned long long)st.misses,
+          (unsigned long long)st.blocks_moved, (unsigned long long)st.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE],
+          st.stall_seconds);
+  rc = 0;
+done:
+  if (seq_added) okv_status_free(okv_runtime_seq_remove(rt, seq));
+  okv_engine_destroy(eng);
+  okv_runtime_destroy(rt);
+  free(probs);
+  free(logits);
+  free(tokens);
+  okv_cli_model_close(&cm);
+  return rc;
 }

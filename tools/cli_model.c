@@ -1,0 +1,199 @@
+/* Helpers shared by the eval and generate commands (see cli_model.h). */
+#include "tools/cli_model.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int okv_cli_opt_value(int argc, char **argv, int *i, const char *name, const char **out_value) {
+  const char *a = argv[*i];
+  size_t n = strlen(name);
+  if (strncmp(a, name, n) != 0) return 0;
+  if (a[n] == '=') {
+    *out_value = a + n + 1;
+    return 1;
+  }
+  if (a[n] != '\0') return 0;
+  if (*i + 1 >= argc) {
+    fprintf(stderr, "oasiskv: option %s needs a value\n", name);
+    return -1;
+  }
+  *out_value = argv[++*i];
+  return 1;
+}
+
+bool okv_cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *out) {
+  char *end = NULL;
+  errno = 0;
+  if (!s || !*s || *s == '-' || *s == '+') goto bad;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || *end) goto bad;
+  *out = v;
+  return true;
+bad:
+  fprintf(stderr, "%s: %s expects a non-negative integer, got '%s'\n", cmd, flag, s ? s : "");
+  return false;
+}
+
+bool okv_cli_parse_u32(const char *cmd, const char *flag, const char *s, uint32_t lo, uint32_t hi, uint32_t *out) {
+  uint64_t v = 0;
+  if (!okv_cli_parse_u64(cmd, flag, s, &v)) return false;
+  if (v < lo || v > hi) {
+    fprintf(stderr, "%s: %s must be in [%u, %u], got %s\n", cmd, flag, lo, hi, s);
+    return false;
+  }
+  *out = (uint32_t)v;
+  return true;
+}
+
+bool okv_cli_parse_double(const char *cmd, const char *flag, const char *s, double *out) {
+  char *end = NULL;
+  errno = 0;
+  double v = s && *s ? strtod(s, &end) : NAN;
+  if (!s || !*s || errno || *end || !isfinite(v)) {
+    fprintf(stderr, "%s: %s expects a finite number, got '%s'\n", cmd, flag, s ? s : "");
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+bool okv_cli_parse_fetch_ratio(const char *cmd, const char *s, double *out) {
+  double v;
+  if (!okv_cli_parse_double(cmd, "--fetch-ratio", s, &v)) return false;
+  if (!(v > 0.0 && v <= 1.0)) {
+    fprintf(stderr, "%s: --fetch-ratio must be in (0, 1], got %s\n", cmd, s);
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+static const char *const k_modes[OKV_MODE_COUNT] = {"dense", "oasis", "proxy", "ondemand"};
+
+const char *okv_cli_mode_name(okv_mode_t mode) { return (unsigned)mode < OKV_MODE_COUNT ? k_modes[mode] : "unknown"; }
+
+bool okv_cli_parse_mode(const char *cmd, const char *s, okv_mode_t *out) {
+  for (int i = 0; i < OKV_MODE_COUNT; ++i)
+    if (s && !strcmp(s, k_modes[i])) {
+      *out = (okv_mode_t)i;
+      return true;
+    }
+  fprintf(stderr, "%s: unknown mode '%s' (expected dense, oasis, proxy, ondemand%s)\n", cmd, s ? s : "",
+          strcmp(cmd, "oasiskv eval") == 0 ? " or all" : "");
+  return false;
+}
+
+bool okv_cli_parse_device(const char *cmd, const char *s) {
+  if (s && (!strcmp(s, "cpu") || !strcmp(s, "cuda") || !strcmp(s, "hip"))) return true;
+  fprintf(stderr, "%s: unknown device '%s' (expected cpu, cuda or hip)\n", cmd, s ? s : "");
+  return false;
+}
+
+void okv_cli_print_status(const char *cmd, okv_status_t s) {
+  fprintf(stderr, "%s: %s\n", cmd, okv_status_message(s));
+  okv_status_free(s);
+}
+
+bool okv_cli_model_open(const char *cmd, const char *model_flag, const char *tokenizer_flag, const char *device_name,
+                        okv_cli_model_t *out) {
+  memset(out, 0, sizeof *out);
+  okv_status_t s = okv_model_path_resolve(OKV_MODEL_PATH_MODEL, model_flag, out->model_path, sizeof out->model_path);
+  if (!s) s = okv_model_path_resolve(OKV_MODEL_PATH_TOKENIZER, tokenizer_flag, out->tokenizer_path,
+                                     sizeof out->tokenizer_path);
+  if (!s) s = okv_model_load(out->model_path, NULL, &out->model);
+  if (!s) s = okv_tokenizer_load(out->tokenizer_path, out->model->config.vocab_size, NULL, &out->tokenizer);
+  if (!s) {
+    okv_hal_device_params_t p;
+    okv_hal_device_params_init(&p);
+    s = okv_hal_device_create(device_name, &p, NULL, &out->device);
+    if (s) s = okv_status_annotate(s, "device '%s'", device_name);
+  }
+  if (s) {
+    okv_cli_print_status(cmd, s);
+    okv_cli_model_close(out);
+    return false;
+  }
+  return true;
+}
+
+void okv_cli_model_close(okv_cli_model_t *m) {
+  if (m->device) okv_status_free(okv_hal_device_release(m->device));
+  okv_tokenizer_free(m->tokenizer);
+  okv_model_free(m->model);
+  m->device = NULL;
+  m->tokenizer = NULL;
+  m->model = NULL;
+}
+
+bool okv_cli_output_reserve(const char *cmd, const char *path, okv_cli_output_t *o) {
+  memset(o, 0, sizeof *o);
+  if (strlen(path) >= sizeof o->path) {
+    fprintf(stderr, "%s: output path too long: %s\n", cmd, path);
+    return false;
+  }
+  strcpy(o->path, path);
+  snprintf(o->tmp_path, sizeof o->tmp_path, "%s.tmp.XXXXXX", path);
+  int fd = mkstemp(o->tmp_path);
+  if (fd < 0) {
+    fprintf(stderr, "%s: cannot create '%s': %s\n", cmd, o->tmp_path, strerror(errno));
+    o->tmp_path[0] = '\0';
+    return false;
+  }
+  (void)fchmod(fd, 0644);
+  close(fd);
+  return true;
+}
+
+bool okv_cli_output_open(const char *cmd, const char *path, okv_cli_output_t *o) {
+  if (!strcmp(path, "-")) {
+    memset(o, 0, sizeof *o);
+    strcpy(o->path, "-");
+    o->is_stdout = true;
+    o->f = stdout;
+    return true;
+  }
+  if (!okv_cli_output_reserve(cmd, path, o)) return false;
+  o->f = fopen(o->tmp_path, "w");
+  if (!o->f) {
+    fprintf(stderr, "%s: cannot write '%s': %s\n", cmd, o->tmp_path, strerror(errno));
+    unlink(o->tmp_path);
+    return false;
+  }
+  return true;
+}
+
+bool okv_cli_output_commit(const char *cmd, okv_cli_output_t *o) {
+  if (o->is_stdout) {
+    fflush(stdout);
+    return true;
+  }
+  if (o->f) {
+    int bad = ferror(o->f);
+    if (fclose(o->f) != 0) bad = 1;
+    o->f = NULL;
+    if (bad) {
+      fprintf(stderr, "%s: writing '%s' failed\n", cmd, o->path);
+      unlink(o->tmp_path);
+      return false;
+    }
+  }
+  if (rename(o->tmp_path, o->path) != 0) {
+    fprintf(stderr, "%s: cannot rename '%s' to '%s': %s\n", cmd, o->tmp_path, o->path, strerror(errno));
+    unlink(o->tmp_path);
+    return false;
+  }
+  o->tmp_path[0] = '\0';
+  return true;
+}
+
+void okv_cli_output_abort(okv_cli_output_t *o) {
+  if (o->is_stdout) return;
+  if (o->f) fclose(o->f);
+  o->f = NULL;
+  if (o->tmp_path[0]) unlink(o->tmp_path);
+  o->tmp_path[0] = '\0';
+}

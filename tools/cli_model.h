@@ -1,0 +1,70 @@
+/* Helpers shared by `oasiskv eval` and `oasiskv generate`: strict option
+ * parsing, the model/tokenizer/device set-up, atomic output files. CLI code:
+ * these print errors to stderr. */
+#ifndef OASISKV_TOOLS_CLI_MODEL_H
+#define OASISKV_TOOLS_CLI_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "oasiskv/oasiskv.h"
+#include "tools/model/model.h"
+
+/* Matches "--name VALUE" or "--name=VALUE" at argv[*i]; advances *i past the
+ * value and sets *out_value. Returns 1 on a match, 0 if argv[*i] is another
+ * option, -1 (after printing an error) when the value is missing. */
+int okv_cli_opt_value(int argc, char **argv, int *i, const char *name, const char **out_value);
+
+/* Strict number parsers: the whole string must be a number in [lo, hi].
+ * Print "<cmd>: <flag> ..." to stderr and return false on error. */
+bool okv_cli_parse_u32(const char *cmd, const char *flag, const char *s, uint32_t lo, uint32_t hi, uint32_t *out);
+bool okv_cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *out);
+bool okv_cli_parse_double(const char *cmd, const char *flag, const char *s, double *out);
+/* --fetch-ratio: a number in (0, 1]. */
+bool okv_cli_parse_fetch_ratio(const char *cmd, const char *s, double *out);
+/* --mode for one mode; "all" is handled by the caller. */
+bool okv_cli_parse_mode(const char *cmd, const char *s, okv_mode_t *out);
+/* --device: cpu, cuda or hip (whether compiled in is checked at creation). */
+bool okv_cli_parse_device(const char *cmd, const char *s);
+
+/* Name of a mode (no dependency on the runtime's table). */
+const char *okv_cli_mode_name(okv_mode_t mode);
+
+/* Loaded inputs of a command. */
+typedef struct okv_cli_model_t {
+  okv_model_t *model;
+  okv_tokenizer_t *tokenizer;
+  okv_hal_device_t *device;
+  char model_path[4096];
+  char tokenizer_path[4096];
+} okv_cli_model_t;
+
+/* Resolves the paths (flag > env > ../shared > source tree), loads the model
+ * and its tokenizer and creates the device; prints one error line and returns
+ * false on failure (nothing left allocated). */
+bool okv_cli_model_open(const char *cmd, const char *model_flag, const char *tokenizer_flag, const char *device_name,
+                        okv_cli_model_t *out);
+void okv_cli_model_close(okv_cli_model_t *m);
+
+/* Prints "<cmd>: <message>" for a status and frees it. */
+void okv_cli_print_status(const char *cmd, okv_status_t s);
+
+/* An output written to a temporary file next to `path` and renamed onto it at
+ * commit, so a failed run leaves no partial file. path "-" writes to stdout. */
+typedef struct okv_cli_output_t {
+  char path[4096];
+  char tmp_path[4200];
+  FILE *f;
+  bool is_stdout;
+} okv_cli_output_t;
+
+bool okv_cli_output_open(const char *cmd, const char *path, okv_cli_output_t *out);
+/* Creates the temporary name only (for files another program writes). */
+bool okv_cli_output_reserve(const char *cmd, const char *path, okv_cli_output_t *out);
+/* Closes and renames; false (and the temp file removed) on error. */
+bool okv_cli_output_commit(const char *cmd, okv_cli_output_t *o);
+/* Closes and removes the temporary file. */
+void okv_cli_output_abort(okv_cli_output_t *o);
+
+#endif
