@@ -269,7 +269,13 @@ static void okv_cpu_run_blocks(okv_cpu_op_t *op, int n_threads) {
   const long n = (long)op->n_blocks;
   const bool same = op->bufs[0] == op->bufs[1];
 #ifdef _OPENMP
+#if defined(__SANITIZE_THREAD__)
+  /* libgomp's barriers are invisible to ThreadSanitizer: under TSan the batch
+   * runs serially so the reader's view stays checkable. */
+  const bool parallel = false;
+#else
   const bool parallel = (uint64_t)op->n_blocks * op->block_bytes > OKV_CPU_PARALLEL_COPY_BYTES && n > 1;
+#endif
 #pragma omp parallel for schedule(static) num_threads(n_threads) if (parallel)
 #else
   (void)n_threads;
