@@ -24,23 +24,6 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "hal/hal_impl.h"
 
-/* The kernel descriptor clones (hal/hal_kernels.c) and the CPU kernels
- * (cpu_kernels.c) are written alongside this file; weak references keep the
- * library linkable while they are absent, and the kernel entries then report
- * UNAVAILABLE. */
-#pragma weak okv_attention_desc_clone
-#pragma weak okv_attention_desc_free
-#pragma weak okv_summary_desc_clone
-#pragma weak okv_summary_desc_free
-#pragma weak okv_score_desc_clone
-#pragma weak okv_score_desc_free
-#pragma weak okv_topk_desc_clone
-#pragma weak okv_topk_desc_free
-#pragma weak okv_cpu_attention
-#pragma weak okv_cpu_summarize_blocks
-#pragma weak okv_cpu_summary_append
-#pragma weak okv_cpu_score_blocks
-#pragma weak okv_cpu_topk
 
 #define OKV_CPU_ALIGN 64u
 #define OKV_CPU_MMAP_MIN_BYTES (1u << 20)        /* larger buffers come zeroed from mmap */
@@ -681,10 +664,6 @@ static okv_status_t okv_cpu_copy_blocks(okv_hal_stream_t *stream, okv_hal_buffer
 
 /* ---- Kernels: clone the descriptor, retain its buffers, run on the worker ---- */
 
-static okv_status_t okv_cpu_kernel_missing(const char *what) {
-  return okv_status_make(OKV_STATUS_UNAVAILABLE, "cpu backend: the %s kernel is not linked into this build", what);
-}
-
 /* Holds every buffer listed (NULLs skipped), then enqueues; frees op on error. */
 static okv_status_t okv_cpu_kernel_submit(okv_hal_stream_t *stream, okv_cpu_op_t *op, okv_hal_buffer_t *const *bufs,
                                           int n) {
@@ -710,7 +689,6 @@ static void okv_cpu_free_attention(const okv_allocator_t *a, okv_cpu_op_t *op) {
 }
 
 static okv_status_t okv_cpu_attention_enqueue(okv_hal_stream_t *stream, const okv_attention_desc_t *desc) {
-  if (!okv_attention_desc_clone || !okv_cpu_attention) return okv_cpu_kernel_missing("attention");
   okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_KERNEL);
   if (!op) return okv_cpu_op_oom("attention");
   okv_attention_desc_t *c = NULL;
@@ -733,7 +711,6 @@ static void okv_cpu_run_summarize(okv_cpu_op_t *op, int n_threads) {
 static void okv_cpu_free_summarize(const okv_allocator_t *a, okv_cpu_op_t *op) { okv_summary_desc_free(a, op->payload); }
 
 static okv_status_t okv_cpu_summarize_enqueue(okv_hal_stream_t *stream, const okv_summary_desc_t *desc) {
-  if (!okv_summary_desc_clone || !okv_cpu_summarize_blocks) return okv_cpu_kernel_missing("block summary");
   okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_KERNEL);
   if (!op) return okv_cpu_op_oom("block summary");
   okv_summary_desc_t *c = NULL;
@@ -759,7 +736,6 @@ static okv_status_t okv_cpu_summary_append_enqueue(okv_hal_stream_t *stream, okv
                                                    uint32_t head_dim, okv_dtype_t kv_dtype, uint32_t n,
                                                    const uint64_t *summary_index, const float *keys,
                                                    const uint8_t *first) {
-  if (!okv_cpu_summary_append) return okv_cpu_kernel_missing("summary append");
   if (n == 0) return OKV_OK;
   const okv_allocator_t *a = &stream->device->allocator;
   okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_KERNEL);
@@ -791,7 +767,6 @@ static void okv_cpu_run_score(okv_cpu_op_t *op, int n_threads) {
 static void okv_cpu_free_score(const okv_allocator_t *a, okv_cpu_op_t *op) { okv_score_desc_free(a, op->payload); }
 
 static okv_status_t okv_cpu_score_enqueue(okv_hal_stream_t *stream, const okv_score_desc_t *desc) {
-  if (!okv_score_desc_clone || !okv_cpu_score_blocks) return okv_cpu_kernel_missing("block scoring");
   okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_KERNEL);
   if (!op) return okv_cpu_op_oom("block scoring");
   okv_score_desc_t *c = NULL;
@@ -815,7 +790,6 @@ static void okv_cpu_run_topk(okv_cpu_op_t *op, int n_threads) {
 static void okv_cpu_free_topk(const okv_allocator_t *a, okv_cpu_op_t *op) { okv_topk_desc_free(a, op->payload); }
 
 static okv_status_t okv_cpu_topk_enqueue(okv_hal_stream_t *stream, const okv_topk_desc_t *desc) {
-  if (!okv_topk_desc_clone || !okv_cpu_topk) return okv_cpu_kernel_missing("top-K");
   okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_KERNEL);
   if (!op) return okv_cpu_op_oom("top-K");
   okv_topk_desc_t *c = NULL;
