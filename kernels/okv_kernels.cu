@@ -1,1 +1,480 @@
-// placeholder
+// OasisKV GPU kernels: one source for CUDA (nvcc --fatbin) and HIP
+// (hipcc --genco), see kernels/okv_gpu_compat.h. Entry points are extern "C"
+// so the host backends find them by name with cuModuleGetFunction /
+// hipModuleGetFunction; each takes one argument struct (kernels/okv_gpu_args.h).
+// Semantics are those documented in include/oasiskv/kernels.h and hal.h.
+#include "okv_gpu_compat.h"
+#include "okv_gpu_args.h"
+
+#define OKV_BT 16u /* tokens per block (OKV_BLOCK_TOKENS) */
+#define OKV_DTYPE_F32_ 0u
+#define OKV_DTYPE_F16_ 1u
+#define OKV_DTYPE_BF16_ 2u
+#define OKV_NEG_INF (-__int_as_float(0x7f800000))
+#define OKV_POS_INF (__int_as_float(0x7f800000))
+
+// ---------------------------------------------------------------------------
+// Element conversion (exact: every f16/bf16 value is representable in f32).
+
+OKV_DEVICE float okv_f16_bits_to_f32(uint32_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16;
+  const uint32_t e = (h >> 10) & 0x1fu;
+  const uint32_t m = h & 0x3ffu;
+  if (e == 0) {
+    const float v = (float)m * 5.9604644775390625e-8f; /* m * 2^-24, exact */
+    return sign ? -v : v;
+  }
+  if (e == 31) return __uint_as_float(sign | 0x7f800000u | (m << 13));
+  return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+OKV_DEVICE float okv_load_elem(const unsigned char *base, uint64_t i, uint32_t dtype) {
+  if (dtype == OKV_DTYPE_F32_) return ((const float *)base)[i];
+  const uint32_t bits = ((const uint16_t *)base)[i];
+  if (dtype == OKV_DTYPE_BF16_) return __uint_as_float(bits << 16);
+  return okv_f16_bits_to_f32(bits);
+}
+
+// Total-order key of a score: larger score -> larger key. NaN counts as
+// -infinity and -0 as +0, so equal scores tie and fall back to the index.
+OKV_DEVICE uint32_t okv_score_key(float f) {
+  if (f != f) f = OKV_NEG_INF;
+  if (f == 0.0f) f = 0.0f;
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// ---------------------------------------------------------------------------
+// 1. Batched block gather: one launch for any number of blocks; reads pinned
+// device-mapped host memory or device memory, writes the destination slots.
+
+extern "C" __global__ void __launch_bounds__(OKV_GPU_GATHER_THREADS)
+okv_gpu_gather_blocks(okv_gpu_gather_args_t a) {
+  const uint64_t *pairs = (const uint64_t *)a.pairs;
+  for (uint64_t i = blockIdx.x; i < a.n_blocks; i += gridDim.x) {
+    const unsigned char *src = (const unsigned char *)a.src + pairs[2 * i];
+    unsigned char *dst = (unsigned char *)a.dst + pairs[2 * i + 1];
+    if (a.vec_bytes == 16) {
+      const uint64_t n = a.block_bytes / 16;
+      for (uint64_t e = threadIdx.x; e < n; e += blockDim.x) ((uint4 *)dst)[e] = ((const uint4 *)src)[e];
+    } else if (a.vec_bytes == 8) {
+      const uint64_t n = a.block_bytes / 8;
+      for (uint64_t e = threadIdx.x; e < n; e += blockDim.x) ((uint2 *)dst)[e] = ((const uint2 *)src)[e];
+    } else if (a.vec_bytes == 4) {
+      const uint64_t n = a.block_bytes / 4;
+      for (uint64_t e = threadIdx.x; e < n; e += blockDim.x)
+        ((uint32_t *)dst)[e] = ((const uint32_t *)src)[e];
+    } else {
+      for (uint64_t e = threadIdx.x; e < a.block_bytes; e += blockDim.x) dst[e] = src[e];
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// 2. Sparse paged decode attention. One thread block per (sequence, KV head,
+// tile of query rows); rows r = t * G + g. Working-set blocks are visited in
+// list order with an online softmax (one rescale per block); the in-flight
+// tokens form one last tile with a per-row visibility mask.
+// Shared memory (dynamic, floats): qs[R*D] acc[R*D] ks[16*D] vs[16*D] p[R*16]
+// m[R] l[R] sc[R].
+
+extern "C" __global__ void __launch_bounds__(OKV_GPU_ATTENTION_THREADS)
+okv_gpu_attention(okv_gpu_attention_args_t a) {
+  extern __shared__ float okv_smem_f[];
+  const uint32_t D = a.head_dim, G = a.group_size, T = a.n_query_tokens;
+  const uint32_t Hkv = a.n_kv_heads, Hq = Hkv * G;
+  const uint32_t u = blockIdx.x, s = u / Hkv, h = u % Hkv;
+  const uint32_t n_rows = T * G, R = a.rows_per_cta;
+  const uint32_t r0 = blockIdx.y * R;
+  if (r0 >= n_rows) return; /* uniform across the block */
+  const uint32_t Rh = min(R, n_rows - r0);
+  const uint32_t tid = threadIdx.x, nt = blockDim.x;
+
+  float *qs = okv_smem_f;
+  float *acc = qs + (size_t)R * D;
+  float *ks = acc + (size_t)R * D;
+  float *vs = ks + (size_t)OKV_BT * D;
+  float *p = vs + (size_t)OKV_BT * D;
+  float *mrow = p + (size_t)R * OKV_BT;
+  float *lrow = mrow + R;
+  float *scrow = lrow + R;
+
+  const float *q = (const float *)a.q;
+  for (uint32_t e = tid; e < Rh * D; e += nt) {
+    const uint32_t r = e / D, d = e % D, rr = r0 + r, t = rr / G, g = rr % G;
+    qs[e] = q[(((uint64_t)s * T + t) * Hq + h * G + g) * D + d] * a.scale;
+    acc[e] = 0.0f;
+  }
+  for (uint32_t r = tid; r < Rh; r += nt) {
+    mrow[r] = OKV_NEG_INF;
+    lrow[r] = 0.0f;
+  }
+
+  const uint32_t *ws_offsets = (const uint32_t *)a.ws_offsets;
+  const uint32_t *ws_slots = (const uint32_t *)a.ws_slots;
+  const uint8_t *ws_valid = (const uint8_t *)a.ws_valid;
+  const uint32_t ws_begin = ws_offsets[u], n_blocks = ws_offsets[u + 1] - ws_begin;
+  const uint32_t NI = a.n_inflight;
+  const uint32_t n_tiles = n_blocks + (NI > 0 ? 1u : 0u);
+  const float *inflight = (const float *)a.inflight_kv;
+  __syncthreads();
+
+  for (uint32_t tile = 0; tile < n_tiles; ++tile) {
+    const bool is_block = tile < n_blocks;
+    uint32_t n_tok;
+    if (is_block) {
+      const uint64_t slot = ws_slots[ws_begin + tile];
+      n_tok = ws_valid[ws_begin + tile];
+      const unsigned char *base = (const unsigned char *)a.kv_pool + slot * a.block_bytes;
+      /* Kt[d][16] then V[16][d]: both copied linearly into ks / vs. */
+      for (uint32_t e = tid; e < OKV_BT * D; e += nt) {
+        ks[e] = okv_load_elem(base, e, a.kv_dtype);
+        vs[e] = okv_load_elem(base, (uint64_t)OKV_BT * D + e, a.kv_dtype);
+      }
+    } else {
+      n_tok = NI;
+      for (uint32_t e = tid; e < NI * D; e += nt) {
+        const uint32_t i = e / D, d = e % D;
+        const uint64_t kbase = ((((uint64_t)s * NI + i) * 2 + 0) * Hkv + h) * D;
+        const uint64_t vbase = ((((uint64_t)s * NI + i) * 2 + 1) * Hkv + h) * D;
+        ks[d * OKV_BT + i] = inflight[kbase + d];
+        vs[i * D + d] = inflight[vbase + d];
+      }
+    }
+    __syncthreads();
+    for (uint32_t e = tid; e < Rh * OKV_BT; e += nt) {
+      const uint32_t r = e / OKV_BT, j = e % OKV_BT;
+      bool visible = j < n_tok;
+      if (!is_block && visible) {
+        const uint32_t t = (r0 + r) / G;
+        visible = t >= T - NI + j; /* in-flight token j belongs to query token T - NI + j */
+      }
+      float logit = OKV_NEG_INF;
+      if (visible) {
+        const float *qr = qs + (size_t)r * D;
+        float dot = 0.0f;
+        for (uint32_t d = 0; d < D; ++d) dot += qr[d] * ks[d * OKV_BT + j];
+        logit = dot;
+      }
+      p[e] = logit;
+    }
+    __syncthreads();
+    for (uint32_t r = tid; r < Rh; r += nt) {
+      float *pr = p + (size_t)r * OKV_BT;
+      float mx = OKV_NEG_INF;
+      for (uint32_t j = 0; j < n_tok; ++j) mx = fmaxf(mx, pr[j]);
+      const float m_old = mrow[r];
+      const float m_new = fmaxf(m_old, mx);
+      if (m_new == OKV_NEG_INF) { /* nothing visible yet */
+        scrow[r] = 1.0f;
+        for (uint32_t j = 0; j < OKV_BT; ++j) pr[j] = 0.0f;
+      } else {
+        const float sc = (m_old == OKV_NEG_INF) ? 0.0f : expf(m_old - m_new);
+        float sum = 0.0f;
+        for (uint32_t j = 0; j < OKV_BT; ++j) {
+          const float pj = (j < n_tok && pr[j] != OKV_NEG_INF) ? expf(pr[j] - m_new) : 0.0f;
+          pr[j] = pj;
+          sum += pj;
+        }
+        scrow[r] = sc;
+        lrow[r] = lrow[r] * sc + sum;
+        mrow[r] = m_new;
+      }
+    }
+    __syncthreads();
+    for (uint32_t e = tid; e < Rh * D; e += nt) {
+      const uint32_t r = e / D, d = e % D;
+      const float *pr = p + (size_t)r * OKV_BT;
+      float v = acc[e] * scrow[r];
+      for (uint32_t j = 0; j < n_tok; ++j) v += pr[j] * vs[j * D + d];
+      acc[e] = v;
+    }
+    __syncthreads();
+  }
+
+  float *out = (float *)a.out;
+  float *lse = (float *)a.lse;
+  for (uint32_t e = tid; e < Rh * D; e += nt) {
+    const uint32_t r = e / D, d = e % D, rr = r0 + r, t = rr / G, g = rr % G;
+    const float l = lrow[r];
+    out[(((uint64_t)s * T + t) * Hq + h * G + g) * D + d] = l > 0.0f ? acc[e] / l : 0.0f;
+  }
+  if (lse != 0) {
+    for (uint32_t r = tid; r < Rh; r += nt) {
+      const uint32_t rr = r0 + r, t = rr / G, g = rr % G;
+      const float l = lrow[r];
+      lse[((uint64_t)s * T + t) * Hq + h * G + g] = l > 0.0f ? mrow[r] + logf(l) : OKV_NEG_INF;
+    }
+  }
+}
+
+// Block mass, after okv_gpu_attention wrote the per-row log-sum-exp: for each
+// working-set block i of (s, h) and query token t,
+//   mass[i][t] = (1/G) * sum_g sum_{j < valid} exp(logit(t, g, j) - lse(t, g)).
+// Logits are recomputed exactly as okv_gpu_attention computes them.
+extern "C" __global__ void __launch_bounds__(OKV_GPU_MASS_THREADS)
+okv_gpu_attention_mass(okv_gpu_attention_args_t a) {
+  __shared__ float red[OKV_GPU_MASS_THREADS];
+  const uint32_t D = a.head_dim, G = a.group_size, T = a.n_query_tokens;
+  const uint32_t Hkv = a.n_kv_heads, Hq = Hkv * G;
+  const uint32_t u = blockIdx.x, s = u / Hkv, h = u % Hkv, t = blockIdx.y;
+  const uint32_t tid = threadIdx.x, nt = blockDim.x;
+  const uint32_t *ws_offsets = (const uint32_t *)a.ws_offsets;
+  const uint32_t *ws_slots = (const uint32_t *)a.ws_slots;
+  const uint8_t *ws_valid = (const uint8_t *)a.ws_valid;
+  const float *q = (const float *)a.q;
+  const float *lse = (const float *)a.lse;
+  float *mass = (float *)a.block_mass;
+  const uint32_t ws_begin = ws_offsets[u], ws_end = ws_offsets[u + 1];
+  for (uint32_t i = ws_begin; i < ws_end; ++i) {
+    const uint32_t n_tok = ws_valid[i];
+    const unsigned char *base = (const unsigned char *)a.kv_pool + (uint64_t)ws_slots[i] * a.block_bytes;
+    float local = 0.0f;
+    for (uint32_t e = tid; e < G * OKV_BT; e += nt) {
+      const uint32_t g = e / OKV_BT, j = e % OKV_BT;
+      if (j >= n_tok) continue;
+      const uint64_t row = ((uint64_t)s * T + t) * Hq + h * G + g;
+      const float *qr = q + row * D;
+      float dot = 0.0f;
+      for (uint32_t d = 0; d < D; ++d) dot += (qr[d] * a.scale) * okv_load_elem(base, (uint64_t)d * OKV_BT + j, a.kv_dtype);
+      const float l = lse[row];
+      if (l != OKV_NEG_INF) local += expf(dot - l);
+    }
+    red[tid] = local;
+    __syncthreads();
+    for (uint32_t w = nt / 2; w > 0; w /= 2) {
+      if (tid < w) red[tid] += red[tid + w];
+      __syncthreads();
+    }
+    if (tid == 0) mass[(uint64_t)i * T + t] = red[0] / (float)G;
+    __syncthreads();
+  }
+}
+
+// ---------------------------------------------------------------------------
+// 3. Block key summaries (Quest): min/max of the valid keys of each block.
+
+extern "C" __global__ void __launch_bounds__(OKV_GPU_SUMMARY_THREADS)
+okv_gpu_summarize_blocks(okv_gpu_summary_args_t a) {
+  const uint32_t D = a.head_dim;
+  const uint64_t *block_index = (const uint64_t *)a.block_index;
+  const uint8_t *valid = (const uint8_t *)a.valid;
+  const uint64_t *summary_index = (const uint64_t *)a.summary_index;
+  for (uint64_t i = blockIdx.x; i < a.n_blocks; i += gridDim.x) {
+    const unsigned char *base = (const unsigned char *)a.kv + block_index[i] * a.block_bytes;
+    const uint32_t n_tok = valid[i];
+    float *out = (float *)a.summaries + summary_index[i] * 2 * D;
+    for (uint32_t d = threadIdx.x; d < D; d += blockDim.x) {
+      float mn = OKV_POS_INF, mx = OKV_NEG_INF;
+      for (uint32_t j = 0; j < n_tok; ++j) {
+        const float k = okv_load_elem(base, (uint64_t)d * OKV_BT + j, a.kv_dtype);
+        mn = k < mn ? k : mn;
+        mx = k > mx ? k : mx;
+      }
+      out[d] = mn;
+      out[D + d] = mx;
+    }
+  }
+}
+
+// Incremental update for one appended token per entry. Each thread owns fixed
+// elements d, so with a grid of one block entries apply strictly in order
+// (the host uses that when a summary index repeats within one call).
+extern "C" __global__ void __launch_bounds__(OKV_GPU_SUMMARY_THREADS)
+okv_gpu_summary_append(okv_gpu_append_args_t a) {
+  const uint32_t D = a.head_dim;
+  const uint64_t *summary_index = (const uint64_t *)a.summary_index;
+  const float *keys = (const float *)a.keys;
+  const uint8_t *first = (const uint8_t *)a.first;
+  for (uint32_t i = blockIdx.x; i < a.n; i += gridDim.x) {
+    float *sm = (float *)a.summaries + summary_index[i] * 2 * D;
+    const float *k = keys + (uint64_t)i * D;
+    for (uint32_t d = threadIdx.x; d < D; d += blockDim.x) {
+      const float kd = k[d];
+      if (first[i]) {
+        sm[d] = kd;
+        sm[D + d] = kd;
+      } else {
+        sm[d] = kd < sm[d] ? kd : sm[d];
+        sm[D + d] = kd > sm[D + d] ? kd : sm[D + d];
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// 4. Look-ahead block scoring: one warp per block, lanes over head_dim,
+//   score = scale * max_{t, g} sum_d max(q_d * min_d, q_d * max_d).
+
+OKV_DEVICE float okv_warp_sum(float v) {
+  for (int m = OKV_WARP_SIZE / 2; m > 0; m /= 2) v += okv_shfl_xor(v, m, OKV_WARP_SIZE);
+  return v;
+}
+
+extern "C" __global__ void __launch_bounds__(OKV_GPU_SCORE_THREADS)
+okv_gpu_score_blocks(okv_gpu_score_args_t a) {
+  const uint32_t D = a.head_dim, G = a.group_size, T = a.n_query_tokens;
+  const uint32_t Hkv = a.n_kv_heads, Hq = Hkv * G;
+  const uint32_t u = blockIdx.x, s = u / Hkv, h = u % Hkv;
+  const uint32_t n = ((const uint32_t *)a.seg_n_blocks)[u];
+  const uint64_t sum_first = ((const uint64_t *)a.seg_summary_first)[u];
+  const uint64_t score_first = ((const uint64_t *)a.seg_score_first)[u];
+  const uint32_t b_begin = blockIdx.y * OKV_GPU_SCORE_BLOCKS_PER_CTA;
+  if (b_begin >= n) return; /* uniform across the block */
+  const uint32_t b_end = min(n, b_begin + OKV_GPU_SCORE_BLOCKS_PER_CTA);
+  const uint32_t warp = threadIdx.x / OKV_WARP_SIZE, n_warps = blockDim.x / OKV_WARP_SIZE;
+  const uint32_t lane = okv_lane_id();
+  const float *q = (const float *)a.q;
+  const float *summ = (const float *)a.summaries;
+  float *scores = (float *)a.scores;
+  const uint32_t n_rows = (a.t_end - a.t_begin) * G;
+  for (uint32_t b = b_begin + warp; b < b_end; b += n_warps) { /* uniform per warp */
+    const float *mn = summ + (sum_first + b) * 2 * D;
+    const float *mx = mn + D;
+    float best = OKV_NEG_INF;
+    for (uint32_t r = 0; r < n_rows; ++r) {
+      const uint32_t t = a.t_begin + r / G, g = r % G;
+      const float *qr = q + (((uint64_t)s * T + t) * Hq + h * G + g) * D;
+      float part = 0.0f;
+      for (uint32_t d = lane; d < D; d += OKV_WARP_SIZE) {
+        const float qd = qr[d];
+        part += fmaxf(qd * mn[d], qd * mx[d]);
+      }
+      best = fmaxf(best, okv_warp_sum(part));
+    }
+    if (lane == 0) scores[score_first + b] = best * a.scale;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// 5. Top-K per segment: radix select of the k-th largest score key (4 passes of
+// 8-bit digits over the candidates), then collect every key above it plus the
+// lowest-index ties, then a bitonic sort of <= 512 composite keys
+// (score key << 32 | ~index) in descending order.
+
+#define OKV_TOPK_CAP 512u
+
+OKV_DEVICE bool okv_bit_test(const uint32_t *bm, uint32_t b) { return (bm[b >> 5] >> (b & 31u)) & 1u; }
+
+extern "C" __global__ void __launch_bounds__(OKV_GPU_TOPK_THREADS)
+okv_gpu_topk(okv_gpu_topk_args_t a) {
+  extern __shared__ uint32_t okv_smem_u[]; /* exclusion bitmap, ceil(max_n / 32) words */
+  __shared__ uint32_t hist[256];
+  __shared__ unsigned long long sel[OKV_TOPK_CAP];
+  __shared__ uint32_t warp_tot[OKV_GPU_TOPK_THREADS / 32];
+  __shared__ uint32_t s_count, s_digit, s_rem, s_sel;
+
+  const uint32_t u = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
+  const uint32_t n = ((const uint32_t *)a.seg_n)[u];
+  const float *sc = (const float *)a.scores + ((const uint64_t *)a.seg_score_first)[u];
+  uint32_t *bm = okv_smem_u;
+  const uint32_t n_words = (n + 31u) / 32u;
+
+  for (uint32_t w = tid; w < n_words; w += nt) bm[w] = 0u;
+  if (tid == 0) { s_count = 0u; s_sel = 0u; }
+  __syncthreads();
+  if (a.excl_offsets != 0) {
+    const uint32_t *eo = (const uint32_t *)a.excl_offsets;
+    const uint32_t *eb = (const uint32_t *)a.excl_blocks;
+    for (uint32_t e = eo[u] + tid; e < eo[u + 1]; e += nt) {
+      const uint32_t b = eb[e];
+      if (b < n) atomicOr(&bm[b >> 5], 1u << (b & 31u));
+    }
+  }
+  __syncthreads();
+  uint32_t local = 0;
+  for (uint32_t b = tid; b < n; b += nt) local += okv_bit_test(bm, b) ? 0u : 1u;
+  atomicAdd(&s_count, local);
+  __syncthreads();
+  const uint32_t n_cand = s_count;
+  const uint32_t kk = min(a.k, n_cand);
+
+  uint32_t *out_idx = (uint32_t *)a.out_indices + (uint64_t)u * a.k;
+  if (a.out_counts != 0 && tid == 0) ((uint32_t *)a.out_counts)[u] = kk;
+  if (kk == 0) {
+    for (uint32_t i = tid; i < a.k; i += nt) out_idx[i] = 0xffffffffu;
+    return; /* uniform */
+  }
+
+  /* Radix select: after the 4 passes, prefix is the key of the kk-th largest
+   * candidate and rem the number of candidates equal to it that are taken. */
+  uint32_t prefix = 0u, mask = 0u, rem = kk;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (uint32_t i = tid; i < 256u; i += nt) hist[i] = 0u;
+    __syncthreads();
+    for (uint32_t b = tid; b < n; b += nt) {
+      if (okv_bit_test(bm, b)) continue;
+      const uint32_t key = okv_score_key(sc[b]);
+      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      uint32_t cum = 0u;
+      for (int dgt = 255; dgt >= 0; --dgt) {
+        if (cum + hist[dgt] >= rem) {
+          s_digit = (uint32_t)dgt;
+          s_rem = rem - cum;
+          break;
+        }
+        cum += hist[dgt];
+      }
+    }
+    __syncthreads();
+    prefix |= s_digit << shift;
+    mask |= 255u << shift;
+    rem = s_rem;
+    __syncthreads();
+  }
+  const uint32_t thr = prefix, need_eq = rem;
+
+  /* Collect: every candidate above thr, and the need_eq lowest-index ties. */
+  const uint32_t lane = tid % OKV_WARP_SIZE, warp = tid / OKV_WARP_SIZE, n_warps = nt / OKV_WARP_SIZE;
+  uint32_t eq_base = 0u;
+  for (uint32_t base = 0; base < n; base += nt) {
+    const uint32_t b = base + tid;
+    bool gt = false, eq = false;
+    unsigned long long comp = 0ull;
+    if (b < n && !okv_bit_test(bm, b)) {
+      const uint32_t key = okv_score_key(sc[b]);
+      gt = key > thr;
+      eq = key == thr;
+      comp = ((unsigned long long)key << 32) | (unsigned long long)(0xffffffffu - b);
+    }
+    const uint64_t ballot = okv_ballot(eq);
+    const uint32_t rank_in_warp = (uint32_t)okv_popc64(ballot & okv_lanemask_lt());
+    if (lane == 0) warp_tot[warp] = (uint32_t)okv_popc64(ballot);
+    __syncthreads();
+    uint32_t rank = eq_base + rank_in_warp, total = 0u;
+    for (uint32_t w = 0; w < n_warps; ++w) {
+      if (w < warp) rank += warp_tot[w];
+      total += warp_tot[w];
+    }
+    if (gt || (eq && rank < need_eq)) sel[atomicAdd(&s_sel, 1u)] = comp;
+    eq_base += total;
+    __syncthreads();
+  }
+
+  /* Bitonic sort, descending, over the next power of two >= kk. */
+  uint32_t len = 1u;
+  while (len < kk) len <<= 1;
+  for (uint32_t i = kk + tid; i < len; i += nt) sel[i] = 0ull; /* below every real key */
+  __syncthreads();
+  for (uint32_t size = 2; size <= len; size <<= 1) {
+    for (uint32_t stride = size >> 1; stride > 0; stride >>= 1) {
+      for (uint32_t i = tid; i < len; i += nt) {
+        const uint32_t j = i ^ stride;
+        if (j > i) {
+          const unsigned long long x = sel[i], y = sel[j];
+          const bool desc = (i & size) == 0;
+          if (desc ? (x < y) : (x > y)) {
+            sel[i] = y;
+            sel[j] = x;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+  for (uint32_t i = tid; i < a.k; i += nt)
+    out_idx[i] = i < kk ? 0xffffffffu - (uint32_t)(sel[i] & 0xffffffffull) : 0xffffffffu;
+}
