@@ -1,6 +1,7 @@
 /* HAL conformance suite: written once against the public HAL API and run per
  * backend (argv[1] = "cpu", "cuda", "hip"). Every check is byte-exact against
  * a host-side model of what the buffers must hold. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -626,6 +627,139 @@ static void test_fault_hooks(void **state) {
   OKV_ASSERT_OK(okv_hal_event_release(ev));
 }
 
+/* ---- Kernels through the stream (dispatch, pointer resolution, retention) ---- */
+
+static okv_hal_buffer_t *buf_from(fixture_t *f, okv_tier_t tier, const void *data, uint64_t bytes) {
+  okv_hal_buffer_t *b = buf_new(f, tier, bytes);
+  OKV_ASSERT_OK(okv_hal_buffer_write(b, 0, data, bytes));
+  return b;
+}
+
+static void test_kernels_dispatch(void **state) {
+  fixture_t *f = *state;
+  enum { D = 4, G = 2 };
+  /* Slot 1 of a two-slot f32 pool holds a block with 2 valid tokens: Kt[D][16], then V[16][D]. */
+  float pool[2][2 * 16 * D];
+  memset(pool, 0, sizeof(pool));
+  const float k[2][D] = {{1, -2, 0.5f, 3}, {-1, 0.25f, 2, -0.5f}};
+  const float v[2][D] = {{0.1f, 0.2f, 0.3f, 0.4f}, {-1, 2, -3, 4}};
+  for (int j = 0; j < 2; ++j) {
+    for (int i = 0; i < D; ++i) {
+      pool[1][i * 16 + j] = k[j][i];
+      pool[1][16 * D + j * D + i] = v[j][i];
+    }
+  }
+  const float q[G][D] = {{0.5f, 1, -1, 0.25f}, {-0.3f, 0.7f, 0.2f, 1.5f}};
+  float qbuf[4 + G * D]; /* q at byte offset 16 */
+  memset(qbuf, 0, sizeof(qbuf));
+  memcpy(qbuf + 4, q, sizeof(q));
+  okv_hal_buffer_t *kv = buf_from(f, OKV_TIER_DEVICE, pool, sizeof(pool));
+  okv_hal_buffer_t *qb = buf_from(f, OKV_TIER_DEVICE, qbuf, sizeof(qbuf));
+  okv_hal_buffer_t *out = buf_new(f, OKV_TIER_DEVICE, (8 + G * D) * sizeof(float));
+  okv_hal_buffer_t *summ = buf_new(f, OKV_TIER_DEVICE, 3 * 2 * D * sizeof(float));
+  okv_hal_buffer_t *scores = buf_new(f, OKV_TIER_DEVICE, 16 * sizeof(float));
+
+  uint32_t ws_offsets[2] = {0, 1}, ws_slots[1] = {1};
+  uint8_t ws_valid[1] = {2};
+  okv_attention_desc_t ad = {0};
+  ad.n_seqs = 1, ad.n_kv_heads = 1, ad.group_size = G, ad.head_dim = D, ad.n_query_tokens = 1;
+  ad.kv_dtype = OKV_DTYPE_F32, ad.kv_pool = kv, ad.n_slots = 2;
+  ad.ws_offsets = ws_offsets, ad.ws_slots = ws_slots, ad.ws_valid = ws_valid;
+  ad.q = qb, ad.q_offset = 16, ad.out = out, ad.out_offset = 32;
+  OKV_ASSERT_OK(okv_hal_attention_async(f->stream, &ad));
+  ws_slots[0] = 0; /* host arrays are copied at enqueue */
+  ws_valid[0] = 16;
+
+  /* Summary 0 rebuilt from the pool; summary 2 built by two appends. */
+  uint64_t block_index[1] = {1}, summary_index[1] = {0};
+  uint8_t valid[1] = {2};
+  okv_summary_desc_t sd = {D, OKV_DTYPE_F32, kv, summ, 1, block_index, valid, summary_index};
+  OKV_ASSERT_OK(okv_hal_summarize_blocks_async(f->stream, &sd));
+  const float ka[D] = {2, 2, -2, 0}, kb[D] = {1, 3, -4, 5};
+  uint64_t app_index[1] = {2};
+  uint8_t first_yes[1] = {1}, first_no[1] = {0};
+  OKV_ASSERT_OK(okv_hal_summary_append_async(f->stream, summ, D, OKV_DTYPE_F32, 1, app_index, ka, first_yes));
+  OKV_ASSERT_OK(okv_hal_summary_append_async(f->stream, summ, D, OKV_DTYPE_F32, 1, app_index, kb, first_no));
+
+  /* Score the three summaries with query head 0's q into scores[1..4). */
+  uint64_t seg_summary_first[1] = {0}, seg_score_first[1] = {1};
+  uint32_t seg_n_blocks[1] = {3};
+  okv_score_desc_t scd = {1, 1, 1, D, 1, 0, 1, qb, 16, summ, seg_summary_first, seg_n_blocks, scores, seg_score_first};
+  OKV_ASSERT_OK(okv_hal_score_blocks_async(f->stream, &scd));
+  /* The caller may drop its references right away: the stream holds them. */
+  buf_free(kv);
+  buf_free(qb);
+  OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+
+  /* Attention: double-precision reference. */
+  float got[8 + G * D];
+  OKV_ASSERT_OK(okv_hal_buffer_read(out, 0, got, sizeof(got)));
+  for (int g = 0; g < G; ++g) {
+    double l[2], m, z = 0;
+    for (int j = 0; j < 2; ++j) {
+      l[j] = 0;
+      for (int i = 0; i < D; ++i) l[j] += (double)q[g][i] * k[j][i];
+      l[j] /= sqrt((double)D);
+    }
+    m = l[0] > l[1] ? l[0] : l[1];
+    for (int j = 0; j < 2; ++j) z += exp(l[j] - m);
+    for (int i = 0; i < D; ++i) {
+      double o = 0;
+      for (int j = 0; j < 2; ++j) o += exp(l[j] - m) / z * v[j][i];
+      assert_true(fabs(got[8 + g * D + i] - o) < 1e-5);
+    }
+  }
+  for (int i = 0; i < 8; ++i) assert_true(got[i] == 0.0f); /* nothing before out_offset */
+
+  /* Summaries: exact min/max. */
+  float sm[3][2][D];
+  OKV_ASSERT_OK(okv_hal_buffer_read(summ, 0, sm, sizeof(sm)));
+  for (int i = 0; i < D; ++i) {
+    assert_true(sm[0][0][i] == fminf(k[0][i], k[1][i]));
+    assert_true(sm[0][1][i] == fmaxf(k[0][i], k[1][i]));
+    assert_true(sm[2][0][i] == fminf(ka[i], kb[i]));
+    assert_true(sm[2][1][i] == fmaxf(ka[i], kb[i]));
+  }
+  /* Scores: Quest bound sum_i max(q_i min_i, q_i max_i) / sqrt(D). */
+  float sc[16];
+  OKV_ASSERT_OK(okv_hal_buffer_read(scores, 0, sc, sizeof(sc)));
+  assert_true(sc[0] == 0.0f && sc[4] == 0.0f);
+  for (int b = 0; b < 3; ++b) {
+    double e = 0;
+    for (int i = 0; i < D; ++i) {
+      double lo = (double)q[0][i] * sm[b][0][i], hi = (double)q[0][i] * sm[b][1][i];
+      e += lo > hi ? lo : hi;
+    }
+    e /= sqrt((double)D);
+    assert_true(fabs(sc[1 + b] - e) < 1e-5);
+  }
+
+  /* Top-K with an exclude set, ties to the lower index, outputs at offsets. */
+  const float tk_scores[16] = {0, 0, 0.5f, 0.9f, 0.1f, 0.7f, 0.7f, -1, 0, 0, 1.0f, 3.0f, 0, 0, 0, 0};
+  OKV_ASSERT_OK(okv_hal_buffer_write(scores, 0, tk_scores, sizeof(tk_scores)));
+  okv_hal_buffer_t *idx = buf_new(f, OKV_TIER_DEVICE, 8 + 2 * 3 * sizeof(uint32_t));
+  okv_hal_buffer_t *cnt = buf_new(f, OKV_TIER_HOST, 4 + 2 * sizeof(uint32_t));
+  uint64_t tk_first[2] = {2, 10};
+  uint32_t tk_n[2] = {6, 2}, excl_offsets[3] = {0, 1, 1}, excl_blocks[1] = {1};
+  okv_topk_desc_t td = {2, 3, scores, tk_first, tk_n, excl_offsets, excl_blocks, idx, 8, cnt, 4};
+  OKV_ASSERT_OK(okv_hal_topk_async(f->stream, &td));
+  excl_blocks[0] = 3;
+  OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+  uint32_t gi[2 + 6], gc[3];
+  OKV_ASSERT_OK(okv_hal_buffer_read(idx, 0, gi, sizeof(gi)));
+  OKV_ASSERT_OK(okv_hal_buffer_read(cnt, 0, gc, sizeof(gc)));
+  const uint32_t want_i[6] = {3, 4, 0, 1, 0, UINT32_MAX};
+  for (int i = 0; i < 6; ++i) assert_int_equal(gi[2 + i], want_i[i]);
+  assert_int_equal(gc[1], 3);
+  assert_int_equal(gc[2], 2);
+
+  buf_free(out);
+  buf_free(summ);
+  buf_free(scores);
+  buf_free(idx);
+  buf_free(cnt);
+}
+
 int main(int argc, char **argv) {
   g_backend = okv_test_backend_or_skip(argc, argv);
   const struct CMUnitTest tests[] = {
@@ -642,6 +776,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_release_while_enqueued, setup, teardown),
       cmocka_unit_test_setup_teardown(test_invalid_handles, setup, teardown),
       cmocka_unit_test_setup_teardown(test_fault_hooks, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_kernels_dispatch, setup, teardown),
   };
   return cmocka_run_group_tests_name("hal_conformance", tests, NULL, NULL);
 }
