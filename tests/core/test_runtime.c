@@ -1,0 +1,474 @@
+/* End-to-end tests of the runtime on a backend (argv[1], default "cpu"):
+ * config validation, argument errors, every mode equal to dense attention when
+ * K covers the context, outputs equal to a double-precision reference over the
+ * reported working set when K < context, runtime-level properties under a long
+ * random workload (cap, K + 1 bound, bijection, active block resident,
+ * determinism), stats, capacity and OUT_OF_MEMORY behaviour, peek. */
+#include "tests/core/rt_driver.h"
+
+#include "core/runtime_internal.h"
+
+static const char *g_backend = "cpu";
+
+static void base_config(okv_runtime_config_t *c) {
+  okv_runtime_config_init(c);
+  c->n_layers = 2;
+  c->n_q_heads = 4;
+  c->n_kv_heads = 2;
+  c->head_dim = 16;
+  c->max_seqs = 4;
+  c->max_context_tokens = 1024;
+}
+
+static okv_hal_device_params_t small_params(void) {
+  okv_hal_device_params_t p;
+  okv_hal_device_params_init(&p);
+  p.capacity_bytes[OKV_TIER_DEVICE] = 64u << 20;
+  p.capacity_bytes[OKV_TIER_HOST] = 256u << 20;
+  p.n_threads = 2;
+  return p;
+}
+
+static void expect_invalid(const okv_runtime_config_t *c, const char *field) {
+  okv_status_t st = okv_runtime_config_validate(c);
+  if (okv_status_code(st) != OKV_STATUS_INVALID_ARGUMENT || strstr(okv_status_message(st), field) == NULL) {
+    print_error("expected INVALID_ARGUMENT naming %s, got %s\n", field, okv_status_message(st));
+    okv_status_free(st);
+    fail();
+  }
+  okv_status_free(st);
+}
+
+static void test_config_validate(void **state) {
+  (void)state;
+  okv_runtime_config_t c;
+  base_config(&c);
+  OKV_ASSERT_OK(okv_runtime_config_validate(&c));
+  assert_int_equal(c.budget_blocks, 128);
+  assert_true(c.fetch_ratio == 0.05);
+  assert_int_equal(c.mode, OKV_MODE_OASIS);
+  okv_runtime_config_t b = c;
+  b.n_layers = 0; expect_invalid(&b, "n_layers");
+  b = c; b.n_q_heads = 3; expect_invalid(&b, "n_q_heads");
+  b = c; b.n_kv_heads = 0; expect_invalid(&b, "n_kv_heads");
+  b = c; b.head_dim = 0; expect_invalid(&b, "head_dim");
+  b = c; b.head_dim = 257; expect_invalid(&b, "head_dim");
+  b = c; b.block_tokens = 32; expect_invalid(&b, "block_tokens");
+  b = c; b.budget_blocks = 0; expect_invalid(&b, "budget_blocks");
+  b = c; b.budget_blocks = 513; expect_invalid(&b, "budget_blocks");
+  b = c; b.fetch_ratio = 0.0; expect_invalid(&b, "fetch_ratio");
+  b = c; b.fetch_ratio = 1.5; expect_invalid(&b, "fetch_ratio");
+  b = c; b.fetch_ratio = NAN; expect_invalid(&b, "fetch_ratio");
+  b = c; b.budget_blocks = 8; b.dense_threshold_blocks = 9; expect_invalid(&b, "dense_threshold_blocks");
+  b = c; b.mode = OKV_MODE_COUNT; expect_invalid(&b, "mode");
+  b = c; b.kv_dtype = OKV_DTYPE_COUNT; expect_invalid(&b, "kv_dtype");
+  b = c; b.max_seqs = 0; expect_invalid(&b, "max_seqs");
+  b = c; b.max_context_tokens = 0; expect_invalid(&b, "max_context_tokens");
+  /* The default threshold follows budget_blocks. */
+  b = c; b.budget_blocks = 8; OKV_ASSERT_OK(okv_runtime_config_validate(&b));
+  okv_mode_t m;
+  OKV_ASSERT_OK(okv_mode_parse("proxy", &m));
+  assert_int_equal(m, OKV_MODE_PROXY);
+  assert_string_equal(okv_mode_name(OKV_MODE_ONDEMAND), "ondemand");
+  OKV_ASSERT_CODE(okv_mode_parse("sparse", &m), OKV_STATUS_INVALID_ARGUMENT);
+}
+
+static void test_argument_errors(void **state) {
+  (void)state;
+  okv_runtime_config_t c;
+  base_config(&c);
+  c.budget_blocks = 4;
+  okv_hal_device_params_t p = small_params();
+  drv_t d;
+  drv_open(&d, g_backend, &c, &p, 1, 256);
+  assert_int_equal(okv_runtime_config(d.rt)->dense_threshold_blocks, 4);
+  okv_runtime_t *rt = NULL;
+  OKV_ASSERT_CODE(okv_runtime_create(NULL, &c, &d.alloc, &rt), OKV_STATUS_INVALID_ARGUMENT);
+  okv_runtime_config_t bad = c;
+  bad.head_dim = 0;
+  OKV_ASSERT_CODE(okv_runtime_create(d.dev, &bad, &d.alloc, &rt), OKV_STATUS_INVALID_ARGUMENT);
+  assert_null(rt);
+  drv_add(&d, 40);
+  uint32_t n;
+  OKV_ASSERT_OK(okv_runtime_seq_length(d.rt, d.ids[0], &n));
+  assert_int_equal(n, 40);
+  OKV_ASSERT_CODE(okv_runtime_seq_length(d.rt, 999, &n), OKV_STATUS_NOT_FOUND);
+  OKV_ASSERT_CODE(okv_runtime_seq_remove(d.rt, 999), OKV_STATUS_NOT_FOUND);
+  uint32_t blocks[8];
+  OKV_ASSERT_CODE(okv_runtime_seq_resident(d.rt, d.ids[0], 2, 0, blocks, 8, &n), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_runtime_seq_resident(d.rt, d.ids[0], 0, 2, blocks, 8, &n), OKV_STATUS_INVALID_ARGUMENT);
+  /* OASIS needs a draft token. */
+  OKV_ASSERT_CODE(okv_runtime_step_begin(d.rt, 1, d.ids, 1), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_runtime_step_begin(d.rt, 1, d.ids, 5), OKV_STATUS_INVALID_ARGUMENT);
+  uint32_t two[2] = {d.ids[0], d.ids[0]};
+  OKV_ASSERT_CODE(okv_runtime_step_begin(d.rt, 2, two, 2), OKV_STATUS_INVALID_ARGUMENT);
+  uint32_t missing = 77;
+  OKV_ASSERT_CODE(okv_runtime_step_begin(d.rt, 1, &missing, 2), OKV_STATUS_NOT_FOUND);
+  float buf[4 * 4 * 16] = {0};
+  OKV_ASSERT_CODE(okv_runtime_step_layer(d.rt, 0, buf, buf, buf, buf, buf), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_OK(okv_runtime_step_begin(d.rt, 1, d.ids, 2));
+  OKV_ASSERT_CODE(okv_runtime_step_begin(d.rt, 1, d.ids, 2), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_runtime_step_layer(d.rt, 1, buf, buf, buf, buf, buf), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_runtime_step_layer(d.rt, 0, buf, buf, buf, NULL, buf), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_runtime_step_layer(d.rt, 0, NULL, buf, buf, buf, buf), OKV_STATUS_INVALID_ARGUMENT);
+  /* Ending early is an error (the step still ends). */
+  okv_step_stats_t s;
+  OKV_ASSERT_CODE(okv_runtime_step_end(d.rt, &s), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_runtime_step_end(d.rt, &s), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_runtime_stats(d.rt, 5, &s), OKV_STATUS_INVALID_ARGUMENT);
+  okv_prefill_t pf = {2000, buf, buf};
+  uint32_t id;
+  OKV_ASSERT_CODE(okv_runtime_seq_add(d.rt, &pf, &id), OKV_STATUS_INVALID_ARGUMENT);
+  pf.n_tokens = 3;
+  pf.k = NULL;
+  OKV_ASSERT_CODE(okv_runtime_seq_add(d.rt, &pf, &id), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_runtime_peek_layer(d.rt, 1, d.ids, 5, 1, buf, buf, buf), OKV_STATUS_INVALID_ARGUMENT);
+  drv_close(&d);
+}
+
+/* K covers the context: every mode equals dense attention. */
+static void test_modes_equal_dense(void **state) {
+  (void)state;
+  okv_hal_device_params_t p = small_params();
+  for (int dt = 0; dt < 2; dt++) {
+    for (int mode = 0; mode < OKV_MODE_COUNT; mode++) {
+      okv_runtime_config_t c;
+      base_config(&c);
+      c.kv_dtype = dt == 0 ? OKV_DTYPE_F32 : OKV_DTYPE_BF16;
+      c.mode = (okv_mode_t)mode;
+      c.budget_blocks = 16; /* 256 tokens >= context */
+      c.dense_threshold_blocks = 0; /* sparse bookkeeping from the start */
+      c.track_recall = true;
+      drv_t d;
+      drv_open(&d, g_backend, &c, &p, 100 + (uint64_t)mode, 256);
+      drv_add(&d, 37);
+      drv_add(&d, 0);
+      drv_add(&d, 64);
+      uint32_t T = mode == OKV_MODE_OASIS ? 2 : (mode == OKV_MODE_PROXY ? 3 : 1);
+      double worst = 0;
+      for (int step = 0; step < 40; step++) {
+        drv_step(&d, T, 1.0f);
+        double e = drv_check(&d, true);
+        if (e > worst) worst = e;
+        assert_int_equal(d.last_stats.failed_blocks, 0);
+      }
+      double tol = dt == 0 ? 2e-5 : 2e-3;
+      if (worst > tol) print_error("mode %s dtype %d: max error %g\n", okv_mode_name((okv_mode_t)mode), dt, worst);
+      assert_true(worst <= tol);
+      okv_step_stats_t cum;
+      OKV_ASSERT_OK(okv_runtime_stats(d.rt, UINT32_MAX, &cum));
+      assert_int_equal(cum.steps, 40);
+      assert_int_equal(cum.failed_blocks, 0);
+      if (mode != OKV_MODE_DENSE) {
+        /* Everything fits: every true top-K block is resident in time. */
+        assert_true(cum.recall_total > 0);
+        assert_int_equal(cum.recall_hits, cum.recall_total);
+        assert_int_equal(cum.admitted, 0);
+        assert_int_equal(cum.evicted, 0);
+      }
+      assert_true(cum.append_bytes > 0);
+      drv_close(&d);
+    }
+  }
+}
+
+/* Checks runtime invariants of every (seq, layer, head) after a step and the
+ * per-step cap against the previous resident lists. prev: [seq][layer][head][K+2] lists. */
+typedef struct prev_t {
+  uint32_t n[DRV_MAX_SEQS][4][4];
+  uint32_t nb[DRV_MAX_SEQS][4][4];
+  uint32_t b[DRV_MAX_SEQS][4][4][64];
+} prev_t;
+
+static uint64_t check_invariants(drv_t *d, prev_t *prev, bool have_prev, uint32_t cap) {
+  uint32_t K = d->cfg.budget_blocks, C = d->rt->cap_blocks;
+  uint64_t hash = 0;
+  for (uint32_t i = 0; i < d->n_seqs; i++)
+    for (uint32_t l = 0; l < d->cfg.n_layers; l++)
+      for (uint32_t h = 0; h < d->cfg.n_kv_heads; h++) {
+        uint32_t blocks[64], n;
+        OKV_ASSERT_OK(okv_runtime_seq_resident(d->rt, d->ids[i], l, h, blocks, 64, &n));
+        uint32_t nt = d->hist[i].n_tokens[l];
+        uint32_t nb = (nt + 15) / 16;
+        /* No head holds more than K + 1 blocks; the active block is resident. */
+        assert_true(n <= K + 1);
+        assert_true(n > 0);
+        assert_int_equal(blocks[n - 1], nb - 1);
+        for (uint32_t j = 1; j < n; j++) assert_true(blocks[j - 1] < blocks[j]);
+        /* The map is a bijection onto live slots. */
+        const okv_block_map_t *m = okv_runtime_debug_map(d->rt, d->ids[i], l, h);
+        assert_non_null(m);
+        OKV_ASSERT_OK(okv_block_map_check(m));
+        /* Owned slots: mapped + free + at most C in flight. */
+        assert_true(m->n_resident + m->n_free <= K + 1 + C);
+        assert_true(m->n_resident + m->n_free >= K + 1);
+        /* Cap: blocks newly resident since the previous step (not new blocks) <= C. */
+        if (have_prev) {
+          uint32_t fresh = 0;
+          for (uint32_t j = 0; j < n; j++) {
+            if (blocks[j] + 1 >= prev->nb[i][l][h]) continue; /* the previous or new active block */
+            bool was = false;
+            for (uint32_t k = 0; k < prev->n[i][l][h]; k++) was |= prev->b[i][l][h][k] == blocks[j];
+            fresh += !was;
+          }
+          assert_true(fresh <= cap);
+        }
+        prev->n[i][l][h] = n;
+        prev->nb[i][l][h] = nb;
+        memcpy(prev->b[i][l][h], blocks, n * sizeof(uint32_t));
+        for (uint32_t j = 0; j < n; j++) hash = hash * 1000003u + blocks[j];
+      }
+  return hash;
+}
+
+/* K < context: outputs equal the reference over the reported working set;
+ * invariants hold every step; a long random workload; stats are consistent. */
+static uint64_t run_sparse(okv_mode_t mode, uint64_t seed, uint32_t n_steps, bool check_outputs) {
+  okv_runtime_config_t c;
+  base_config(&c);
+  c.mode = mode;
+  c.budget_blocks = 4;
+  c.fetch_ratio = 0.25; /* C = 1 */
+  c.max_context_tokens = 1024;
+  c.track_recall = true;
+  okv_hal_device_params_t p = small_params();
+  drv_t d;
+  drv_open(&d, g_backend, &c, &p, seed, 1024);
+  drv_add(&d, 150);
+  drv_add(&d, 20);
+  drv_add(&d, 90);
+  uint32_t C = d.rt->cap_blocks;
+  assert_int_equal(C, 1);
+  prev_t *prev = test_calloc(1, sizeof *prev);
+  uint64_t hash = check_invariants(&d, prev, false, C);
+  uint64_t sum_admitted = 0, sum_moved = 0, sum_deferred = 0;
+  uint32_t T = mode == OKV_MODE_OASIS ? 2 : 1;
+  for (uint32_t step = 0; step < n_steps; step++) {
+    drv_step(&d, T, 2.0f);
+    assert_int_equal(d.last_layer_code, OKV_STATUS_OK);
+    if (check_outputs && (step % 3 == 0 || step + 1 == n_steps)) {
+      double e = drv_check(&d, false);
+      if (e > 2e-5) print_error("mode %s step %u: max error %g\n", okv_mode_name(mode), step, e);
+      assert_true(e <= 2e-5);
+    }
+    hash = hash * 31u + check_invariants(&d, prev, mode != OKV_MODE_ONDEMAND, mode == OKV_MODE_ONDEMAND ? 99 : C);
+    const okv_step_stats_t *s = &d.last_stats;
+    uint64_t heads = (uint64_t)d.n_seqs * c.n_layers * c.n_kv_heads;
+    if (mode != OKV_MODE_ONDEMAND) assert_true(s->admitted <= C * heads);
+    assert_true(s->blocks_moved * okv_block_bytes(c.kv_dtype, c.head_dim) == s->bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE]);
+    assert_int_equal(s->bytes_moved[OKV_TIER_DEVICE][OKV_TIER_HOST], 0);
+    assert_true(s->recall_hits <= s->recall_total);
+    assert_true(s->admitted + s->deferred == s->misses);
+    assert_int_equal(s->deferred_steps, s->deferred > 0);
+    assert_int_equal(s->steps, 1);
+    sum_admitted += s->admitted;
+    sum_moved += s->blocks_moved;
+    sum_deferred += s->deferred;
+    hash = hash * 31u + s->hits * 7u + s->admitted;
+    for (size_t j = 0; j < (size_t)c.n_layers * DRV_MAX_SEQS * 4 * c.n_q_heads * c.head_dim; j += 7) {
+      uint32_t bits;
+      memcpy(&bits, &d.out[j], 4);
+      hash = hash * 1099511628211ull + bits;
+    }
+  }
+  okv_step_stats_t cum, l0, l1;
+  OKV_ASSERT_OK(okv_runtime_stats(d.rt, UINT32_MAX, &cum));
+  OKV_ASSERT_OK(okv_runtime_stats(d.rt, 0, &l0));
+  OKV_ASSERT_OK(okv_runtime_stats(d.rt, 1, &l1));
+  assert_int_equal(cum.admitted, sum_admitted);
+  assert_int_equal(cum.blocks_moved, sum_moved);
+  assert_int_equal(cum.admitted, l0.admitted + l1.admitted);
+  assert_int_equal(cum.steps, n_steps);
+  assert_int_equal(l0.steps, n_steps);
+  assert_true(cum.admitted > 0);
+  assert_true(cum.hits > 0);
+  assert_true(cum.recall_total > 0);
+  if (mode != OKV_MODE_ONDEMAND) {
+    assert_true(sum_deferred > 0);         /* the cap bit */
+    assert_true(cum.deferred_steps > 0);
+    /* Every admitted block is moved at the next step's commit (one plan may be pending). */
+    assert_true(cum.blocks_moved <= cum.admitted);
+    assert_true(cum.blocks_moved + C * d.n_seqs * c.n_layers * c.n_kv_heads >= cum.admitted);
+  } else {
+    assert_int_equal(cum.blocks_moved, cum.admitted);
+    assert_int_equal(cum.deferred, 0);
+    assert_int_equal(cum.recall_total, cum.hits + cum.misses);
+  }
+  assert_true(cum.bookkeeping_seconds > 0);
+  assert_true(cum.attention_seconds > 0);
+  okv_runtime_stats_reset(d.rt);
+  OKV_ASSERT_OK(okv_runtime_stats(d.rt, UINT32_MAX, &cum));
+  assert_int_equal(cum.steps, 0);
+  test_free(prev);
+  drv_close(&d);
+  return hash;
+}
+
+static void test_sparse_oasis(void **state) {
+  (void)state;
+  uint64_t h1 = run_sparse(OKV_MODE_OASIS, 7, 120, true);
+  uint64_t h2 = run_sparse(OKV_MODE_OASIS, 7, 120, false);
+  assert_true(h1 == h2); /* two identical runs give identical results */
+}
+
+static void test_sparse_proxy(void **state) {
+  (void)state;
+  run_sparse(OKV_MODE_PROXY, 8, 80, true);
+}
+
+static void test_sparse_ondemand(void **state) {
+  (void)state;
+  run_sparse(OKV_MODE_ONDEMAND, 9, 60, true);
+}
+
+/* Slot reservation at seq_add: OUT_OF_MEMORY leaves nothing allocated; capacity reports it. */
+static void test_capacity_and_oom(void **state) {
+  (void)state;
+  okv_runtime_config_t c;
+  base_config(&c);
+  c.budget_blocks = 4;
+  c.fetch_ratio = 0.25;
+  uint64_t bb = okv_block_bytes(c.kv_dtype, c.head_dim);
+  uint64_t per_seq = (uint64_t)c.n_layers * c.n_kv_heads * (4 + 1 + 1);
+  c.device_pool_bytes = 2 * per_seq * bb + bb; /* two sequences and one spare slot */
+  okv_hal_device_params_t p = small_params();
+  drv_t d;
+  drv_open(&d, g_backend, &c, &p, 3, 256);
+  uint32_t room;
+  OKV_ASSERT_OK(okv_runtime_seq_capacity(d.rt, 100, &room));
+  assert_int_equal(room, 2);
+  drv_add(&d, 100);
+  drv_add(&d, 10);
+  OKV_ASSERT_OK(okv_runtime_seq_capacity(d.rt, 100, &room));
+  assert_int_equal(room, 0);
+  uint64_t free_before = okv_runtime_debug_free_slots(d.rt);
+  assert_int_equal(free_before, 1);
+  uint64_t cap = 0, used_before = 0, used_after = 0;
+  OKV_ASSERT_OK(okv_hal_device_tier_usage(d.dev, OKV_TIER_HOST, &cap, &used_before));
+  uint32_t id;
+  okv_status_t st = okv_runtime_seq_add(d.rt, NULL, &id);
+  assert_int_equal(okv_status_code(st), OKV_STATUS_OUT_OF_MEMORY);
+  assert_non_null(strstr(okv_status_message(st), "device"));
+  okv_status_free(st);
+  assert_int_equal(okv_runtime_debug_free_slots(d.rt), free_before);
+  OKV_ASSERT_OK(okv_hal_device_tier_usage(d.dev, OKV_TIER_HOST, &cap, &used_after));
+  assert_int_equal(used_after, used_before);
+  /* Still usable, and removing one frees room for one more. */
+  drv_step(&d, 2, 1.0f);
+  assert_true(drv_check(&d, false) < 2e-5);
+  drv_remove(&d, 0);
+  OKV_ASSERT_OK(okv_runtime_seq_capacity(d.rt, 100, &room));
+  assert_int_equal(room, 1);
+  drv_add(&d, 50);
+  drv_step(&d, 2, 1.0f);
+  assert_true(drv_check(&d, false) < 2e-5);
+  drv_close(&d);
+}
+
+/* DENSE mode: slots on append; pool exhaustion is OUT_OF_MEMORY naming the
+ * device tier and leaves the layer unchanged; the host KV stays intact. */
+static void test_dense_pool_exhaustion(void **state) {
+  (void)state;
+  okv_runtime_config_t c;
+  base_config(&c);
+  c.mode = OKV_MODE_DENSE;
+  c.n_layers = 1;
+  uint64_t bb = okv_block_bytes(c.kv_dtype, c.head_dim);
+  c.device_pool_bytes = 6 * bb; /* 3 blocks per head */
+  okv_hal_device_params_t p = small_params();
+  drv_t d;
+  drv_open(&d, g_backend, &c, &p, 4, 256);
+  drv_add(&d, 40); /* 3 blocks per head: pool full */
+  float k[2 * 16], v[2 * 16], q[4 * 16], out[4 * 16];
+  for (int i = 0; i < 32; i++) k[i] = v[i] = 0.5f;
+  for (int i = 0; i < 64; i++) q[i] = 0.1f;
+  /* Tokens 40..47 fit in block 2. */
+  for (int t = 0; t < 8; t++) {
+    OKV_ASSERT_OK(okv_runtime_step_begin(d.rt, 1, d.ids, 1));
+    OKV_ASSERT_OK(okv_runtime_step_layer(d.rt, 0, k, v, q, NULL, out));
+    OKV_ASSERT_OK(okv_runtime_step_end(d.rt, NULL));
+    rt_hist_append(&d.hist[0], 0, k, v);
+  }
+  OKV_ASSERT_OK(okv_runtime_step_begin(d.rt, 1, d.ids, 1));
+  okv_status_t st = okv_runtime_step_layer(d.rt, 0, k, v, q, NULL, out);
+  assert_int_equal(okv_status_code(st), OKV_STATUS_OUT_OF_MEMORY);
+  assert_non_null(strstr(okv_status_message(st), "device"));
+  okv_status_free(st);
+  okv_status_free(okv_runtime_step_end(d.rt, NULL));
+  uint32_t n;
+  OKV_ASSERT_OK(okv_runtime_seq_length(d.rt, d.ids[0], &n));
+  assert_int_equal(n, 48);
+  /* Host KV intact: compare every host block with what was appended. */
+  const okv_runtime_t *rt = d.rt;
+  for (uint32_t h = 0; h < 2; h++)
+    for (uint32_t t = 0; t < 48; t++) {
+      uint32_t hb = okv_runtime_debug_host_block(rt, d.ids[0], 0, h, t / 16);
+      assert_true(hb != UINT32_MAX);
+      const float *blk = (const float *)(rt->host_kv_ptr + (uint64_t)hb * bb);
+      for (uint32_t e = 0; e < 16; e++) {
+        assert_true(blk[e * 16 + t % 16] == d.hist[0].k[rt_hist_off(&d.hist[0], 0, t) + h * 16 + e]);
+        assert_true(blk[256 + (t % 16) * 16 + e] == d.hist[0].v[rt_hist_off(&d.hist[0], 0, t) + h * 16 + e]);
+      }
+    }
+  drv_close(&d);
+}
+
+/* peek: read-only attention over the resident set with every token in flight. */
+static void test_peek(void **state) {
+  (void)state;
+  okv_runtime_config_t c;
+  base_config(&c);
+  c.budget_blocks = 3;
+  c.fetch_ratio = 0.5;
+  okv_hal_device_params_t p = small_params();
+  drv_t d;
+  drv_open(&d, g_backend, &c, &p, 5, 512);
+  drv_add(&d, 120);
+  drv_add(&d, 70);
+  for (int s = 0; s < 5; s++) drv_step(&d, 2, 2.0f);
+  uint32_t T = 2, H = 2, hd = 16, nq = 4;
+  float q[2 * 2 * 4 * 16], infl[2 * 2 * 2 * 2 * 16], out[2 * 2 * 4 * 16], ref[16];
+  for (size_t i = 0; i < sizeof q / 4; i++) q[i] = okv_test_rng_normal(&d.rng);
+  for (size_t i = 0; i < sizeof infl / 4; i++) infl[i] = okv_test_rng_normal(&d.rng);
+  uint32_t len0;
+  OKV_ASSERT_OK(okv_runtime_seq_length(d.rt, d.ids[0], &len0));
+  OKV_ASSERT_OK(okv_runtime_peek_layer(d.rt, 2, d.ids, 1, T, q, infl, out));
+  uint32_t len1;
+  OKV_ASSERT_OK(okv_runtime_seq_length(d.rt, d.ids[0], &len1));
+  assert_int_equal(len0, len1); /* nothing committed */
+  double worst = 0;
+  for (uint32_t i = 0; i < 2; i++)
+    for (uint32_t kvh = 0; kvh < H; kvh++) {
+      uint32_t blocks[64], nb;
+      OKV_ASSERT_OK(okv_runtime_seq_resident(d.rt, d.ids[i], 1, kvh, blocks, 64, &nb));
+      for (uint32_t t = 0; t < T; t++)
+        for (uint32_t g = 0; g < 2; g++) {
+          uint32_t hq = kvh * 2 + g;
+          rt_ref_attend(&d.hist[i], 1, kvh, q + ((i * T + t) * nq + hq) * hd, t, T, blocks, nb,
+                        infl + (size_t)i * T * 2 * H * hd, T, ref);
+          double e = rt_max_abs_diff(ref, out + ((i * T + t) * nq + hq) * hd, hd);
+          if (e > worst) worst = e;
+        }
+    }
+  assert_true(worst < 2e-5);
+  /* Steps continue normally after a peek committed layer 1's transfer early. */
+  drv_step(&d, 2, 2.0f);
+  assert_true(drv_check(&d, false) < 2e-5);
+  drv_close(&d);
+}
+
+int main(int argc, char **argv) {
+  g_backend = okv_test_backend_or_skip(argc, argv);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_config_validate),
+      cmocka_unit_test(test_argument_errors),
+      cmocka_unit_test(test_modes_equal_dense),
+      cmocka_unit_test(test_sparse_oasis),
+      cmocka_unit_test(test_sparse_proxy),
+      cmocka_unit_test(test_sparse_ondemand),
+      cmocka_unit_test(test_capacity_and_oom),
+      cmocka_unit_test(test_dense_pool_exhaustion),
+      cmocka_unit_test(test_peek),
+  };
+  return cmocka_run_group_tests_name("core_runtime", tests, NULL, NULL);
+}
