@@ -109,6 +109,10 @@ bool okv_cli_model_open(const char *cmd, const char *model_flag, const char *tok
   if (!s) {
     okv_hal_device_params_t p;
     okv_hal_device_params_init(&p);
+    /* A model this small gives each kernel microseconds of work: a thread team
+     * costs more than it saves (and its spinning threads compete with the
+     * engine and pipeline threads), so the CPU kernels run on one thread. */
+    if (out->model->config.dim <= 512) p.n_threads = 1;
     s = okv_hal_device_create(device_name, &p, NULL, &out->device);
     if (s) s = okv_status_annotate(s, "device '%s'", device_name);
   }

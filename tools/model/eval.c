@@ -15,9 +15,9 @@ static double now_s(void) {
 void okv_eval_reference_free(okv_eval_reference_t *r) {
   if (!r) return;
   if (r->offsets) okv_free(&r->allocator, r->offsets);
-  if (r->log_probs) okv_free(&r->allocator, r->log_probs);
+  if (r->logits) okv_free(&r->allocator, r->logits);
   r->offsets = NULL;
-  r->log_probs = NULL;
+  r->logits = NULL;
 }
 
 /* log-sum-exp of logits in double. */
@@ -97,9 +97,9 @@ okv_status_t okv_eval_run(const okv_model_t *model, okv_hal_device_t *device, co
     ref_out.n_windows = n_windows;
     ref_out.vocab_size = mc->vocab_size;
     ref_out.offsets = okv_calloc(&a, (size_t)n_windows + 1, sizeof *ref_out.offsets);
-    ref_out.log_probs = okv_malloc(&a, (size_t)total_positions * mc->vocab_size * sizeof(float));
-    if (!ref_out.offsets || !ref_out.log_probs) {
-      st = okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_eval_run: out of memory for the dense log-probs");
+    ref_out.logits = okv_malloc(&a, (size_t)total_positions * mc->vocab_size * sizeof(float));
+    if (!ref_out.offsets || !ref_out.logits) {
+      st = okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_eval_run: out of memory for the dense logits");
       goto done;
     }
     for (uint32_t w = 0; w < n_windows; ++w) ref_out.offsets[w + 1] = ref_out.offsets[w] + windows[w].n_tokens - 1;
@@ -141,19 +141,17 @@ okv_status_t okv_eval_run(const okv_model_t *model, okv_hal_device_t *device, co
       const float *lg = logits + (size_t)i * mc->vocab_size;
       double lse = logsumexp(lg, mc->vocab_size);
       nll += lse - (double)lg[windows[w].tokens[p + 1]];
-      if (out_reference) {
-        float *dst = ref_out.log_probs + ((size_t)ref_out.offsets[w] + p) * mc->vocab_size;
-        for (uint32_t v = 0; v < mc->vocab_size; ++v) dst[v] = (float)((double)lg[v] - lse);
-      }
+      if (out_reference)
+        memcpy(ref_out.logits + ((size_t)ref_out.offsets[w] + p) * mc->vocab_size, lg, mc->vocab_size * sizeof *lg);
       if (reference) {
-        const float *lp = reference->log_probs + ((size_t)reference->offsets[w] + p) * mc->vocab_size;
-        double k = 0.0;
+        const float *ld = reference->logits + ((size_t)reference->offsets[w] + p) * mc->vocab_size;
+        double lse_d = logsumexp(ld, mc->vocab_size), k = 0.0;
         for (uint32_t v = 0; v < mc->vocab_size; ++v) {
-          double pd = exp((double)lp[v]);
-          k += pd * ((double)lp[v] - ((double)lg[v] - lse));
+          double lpd = (double)ld[v] - lse_d;
+          k += exp(lpd) * (lpd - ((double)lg[v] - lse));
         }
         kl += k > 0.0 ? k : 0.0;
-        if (okv_logits_argmax(lp, mc->vocab_size) == okv_logits_argmax(lg, mc->vocab_size)) ++agree;
+        if (okv_logits_argmax(ld, mc->vocab_size) == okv_logits_argmax(lg, mc->vocab_size)) ++agree;
       }
     }
     done_positions += n_act;

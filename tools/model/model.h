@@ -206,11 +206,11 @@ typedef struct okv_eval_window_t {
   uint32_t n_tokens;      /* >= 2, <= seq_len */
 } okv_eval_window_t;
 
-/* Dense log-probabilities kept to compare the other modes against. */
+/* Dense logits kept to compare the other modes against. */
 typedef struct okv_eval_reference_t {
   uint32_t n_windows, vocab_size;
   uint32_t *offsets;      /* [n_windows + 1] position offsets of each window's rows */
-  float *log_probs;       /* [offsets[n_windows]][vocab] */
+  float *logits;          /* [offsets[n_windows]][vocab], as the dense run produced them */
   okv_allocator_t allocator;
 } okv_eval_reference_t;
 
@@ -248,7 +248,7 @@ typedef struct okv_eval_result_t {
 } okv_eval_result_t;
 
 /* Runs `config` over the windows, batched (one runtime sequence per window),
- * on `device`. When out_reference is not NULL (dense run) the log-probs are
+ * on `device`. When out_reference is not NULL (dense run) the logits are
  * stored there (free with okv_eval_reference_free); when `reference` is not
  * NULL the top-1 agreement and KL are computed against it.
  * Errors: INVALID_ARGUMENT (config, windows), the runtime's and engine's. */
