@@ -1,0 +1,482 @@
+/* Direct tests of the CPU kernels (backends/cpu/cpu_kernels.h) on raw host
+ * pointers against the double-precision reference, at every SIMD level the
+ * machine supports and with 1 and 2 OpenMP threads. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "tests/kernels/kernel_case.h"
+
+/* Stated tolerances (docs/kernels.md): attention output vs the reference on the
+ * dtype-rounded K/V: |err| <= 1e-6 * max|v| * (1 + A), A the logit conditioning
+ * sum_i |q_i k_i| / sqrt(d); block mass: 1e-6 * (1 + A) absolute. */
+#define ATTN_TOL 1e-6
+
+static int g_verbose = 0;
+
+static int setup(void **state) {
+  (void)state;
+  okv_cpu_isa_limit(OKV_CPU_ISA_AVX512);
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  okv_cpu_isa_limit(OKV_CPU_ISA_AVX512);
+  return 0;
+}
+
+/* ---- conversions ---- */
+
+static void test_conversions(void **state) {
+  (void)state;
+  /* bf16: round to nearest even, NaN stays NaN */
+  assert_int_equal(okv_f32_to_bf16(1.0f), 0x3F80);
+  float x;
+  uint32_t u = 0x3F808000u; /* exactly halfway between 0x3F80 and 0x3F81: ties to even 0x3F80 */
+  memcpy(&x, &u, 4);
+  assert_int_equal(okv_f32_to_bf16(x), 0x3F80);
+  u = 0x3F818000u; /* halfway, odd below: rounds up to 0x3F82 */
+  memcpy(&x, &u, 4);
+  assert_int_equal(okv_f32_to_bf16(x), 0x3F82);
+  assert_true(isnan(okv_bf16_to_f32(okv_f32_to_bf16(NAN))));
+  assert_true(okv_bf16_to_f32(okv_f32_to_bf16(INFINITY)) == INFINITY);
+  /* f16: known encodings */
+  assert_int_equal(okv_f32_to_f16(1.0f), 0x3C00);
+  assert_int_equal(okv_f32_to_f16(-2.0f), 0xC000);
+  assert_int_equal(okv_f32_to_f16(65504.0f), 0x7BFF);
+  assert_int_equal(okv_f32_to_f16(65520.0f), 0x7C00); /* overflow to inf */
+  assert_int_equal(okv_f32_to_f16(0x1p-24f), 0x0001);  /* smallest subnormal */
+  assert_int_equal(okv_f32_to_f16(0x1p-25f), 0x0000);  /* tie to even (zero) */
+  assert_int_equal(okv_f32_to_f16(0x1.8p-24f), 0x0002); /* tie to even (2) */
+  assert_true(okv_f16_to_f32(0x0001) == 0x1p-24f);
+  assert_true(okv_f16_to_f32(0x7C00) == INFINITY);
+  assert_true(isnan(okv_f16_to_f32(okv_f32_to_f16(NAN))));
+  /* every finite f16 survives a round trip, and every bf16 too */
+  for (uint32_t h = 0; h < 65536; h++) {
+    if ((h & 0x7C00u) == 0x7C00u && (h & 0x3FFu)) continue;
+    assert_int_equal(okv_f32_to_f16(okv_f16_to_f32((uint16_t)h)), h);
+    if ((h & 0x7F80u) == 0x7F80u && (h & 0x7Fu)) continue;
+    assert_int_equal(okv_f32_to_bf16(okv_bf16_to_f32((uint16_t)h)), h);
+  }
+  assert_int_equal(okv_dtype_size(OKV_DTYPE_F32), 4);
+  assert_int_equal(okv_dtype_size(OKV_DTYPE_BF16), 2);
+  assert_int_equal(okv_dtype_size(OKV_DTYPE_COUNT), 0);
+  assert_int_equal(okv_block_bytes(OKV_DTYPE_BF16, 128), 8192);
+  assert_int_equal(okv_summary_bytes(128), 1024);
+  assert_string_equal(okv_dtype_name(OKV_DTYPE_F16), "f16");
+}
+
+/* ---- attention ---- */
+
+/* Runs the kernel at every ISA level and with 1 and 2 threads; returns the
+ * worst error ratio; checks mass too when with_mass. */
+static double run_attention_all(const okv_kcase_t *c, const double *ref, const double *ref_mass, bool with_mass) {
+  float *out = test_malloc(sizeof(float) * c->q_floats);
+  float *mass = with_mass ? test_malloc(sizeof(float) * ((size_t)c->ws_total * c->p.n_query_tokens + 1)) : NULL;
+  double worst = 0;
+  okv_cpu_isa_t top = okv_cpu_isa_detected();
+  for (int isa = 0; isa <= (int)top; isa++) {
+    okv_cpu_isa_limit((okv_cpu_isa_t)isa);
+    for (int nt = 1; nt <= 2; nt++) {
+      for (size_t i = 0; i < c->q_floats; i++) out[i] = 12345.0f;
+      okv_cpu_attention(&c->desc, c->pool, c->q, c->inflight, out, mass, nt);
+      double e = okv_kcase_attention_error(c, out, ref, ATTN_TOL);
+      if (g_verbose) printf("  isa %d threads %d err ratio %.3g\n", isa, nt, e);
+      worst = e > worst ? e : worst;
+      if (with_mass) {
+        const double mtol = 1e-6 * (1.0 + okv_kcase_conditioning(c));
+        for (size_t i = 0; i < (size_t)c->ws_total * c->p.n_query_tokens; i++) {
+          double r = fabs(mass[i] - ref_mass[i]) / mtol;
+          if (!(r <= 1.0)) print_error("mass[%zu] = %.9g, reference %.9g\n", i, mass[i], ref_mass[i]);
+          assert_true(r <= 1.0);
+        }
+      }
+    }
+  }
+  okv_cpu_isa_limit(OKV_CPU_ISA_AVX512);
+  test_free(out);
+  if (mass) test_free(mass);
+  return worst;
+}
+
+static void check_case(const okv_kcase_params_t *p, uint64_t seed, bool with_mass) {
+  okv_kcase_t c;
+  okv_kcase_build(&c, p, seed);
+  double *ref = test_malloc(sizeof(double) * c.q_floats);
+  double *ref_mass = test_malloc(sizeof(double) * ((size_t)c.ws_total * p->n_query_tokens + 1));
+  okv_ref_attention(&c.desc, c.pool, c.q, c.inflight, ref, ref_mass, NULL);
+  double e = run_attention_all(&c, ref, ref_mass, with_mass);
+  if (!(e <= 1.0))
+    print_error("case D=%u G=%u T=%u inflight=%u blocks=%u dtype=%s: error ratio %.3g\n", p->head_dim, p->group_size,
+                p->n_query_tokens, p->n_inflight, p->n_blocks, okv_dtype_name(p->dtype), e);
+  assert_true(e <= 1.0);
+  test_free(ref);
+  test_free(ref_mass);
+  okv_kcase_free(&c);
+}
+
+/* head_dim x G x T x working-set size, dtypes and in-flight counts cycled. */
+static void test_attention_shapes(void **state) {
+  (void)state;
+  static const uint32_t dims[] = {8, 64, 128}, groups[] = {1, 2, 4, 8}, blocks[] = {0, 1, 7, 129};
+  uint64_t seed = 1;
+  for (int di = 0; di < 3; di++)
+    for (int gi = 0; gi < 4; gi++)
+      for (uint32_t T = 1; T <= 2; T++)
+        for (int bi = 0; bi < 4; bi++) {
+          if (blocks[bi] == 129 && (dims[di] != 64 || groups[gi] > 4)) continue; /* keep the suite fast */
+          okv_kcase_params_t p = {.n_seqs = 2, .n_kv_heads = 2, .group_size = groups[gi], .head_dim = dims[di],
+                                  .n_query_tokens = T, .n_inflight = (uint32_t)(seed % (T + 1)),
+                                  .dtype = (okv_dtype_t)(seed % 3), .n_blocks = blocks[bi], .vary_blocks = true,
+                                  .key_scale = 1.0f, .partial_last = true};
+          check_case(&p, seed++, true);
+        }
+}
+
+/* Odd head_dim (vector tail), many rows per unit (G*T > 16: several passes). */
+static void test_attention_odd_shapes(void **state) {
+  (void)state;
+  okv_kcase_params_t p = {.n_seqs = 1, .n_kv_heads = 3, .group_size = 5, .head_dim = 40, .n_query_tokens = 4,
+                          .n_inflight = 3, .dtype = OKV_DTYPE_F16, .n_blocks = 9, .vary_blocks = true,
+                          .key_scale = 1.0f, .partial_last = true};
+  check_case(&p, 77, true);
+  okv_kcase_params_t p2 = {.n_seqs = 1, .n_kv_heads = 1, .group_size = 3, .head_dim = 1, .n_query_tokens = 3,
+                           .n_inflight = 1, .dtype = OKV_DTYPE_F32, .n_blocks = 5, .vary_blocks = false,
+                           .key_scale = 1.0f, .partial_last = true};
+  check_case(&p2, 78, true);
+}
+
+/* One unit with a long working set: with 2 threads it is split and merged. */
+static void test_attention_split(void **state) {
+  (void)state;
+  okv_kcase_params_t p = {.n_seqs = 1, .n_kv_heads = 1, .group_size = 4, .head_dim = 128, .n_query_tokens = 2,
+                          .n_inflight = 2, .dtype = OKV_DTYPE_BF16, .n_blocks = 200, .vary_blocks = false,
+                          .key_scale = 1.0f, .partial_last = true};
+  check_case(&p, 99, true);
+}
+
+/* Keys of magnitude 1e3: logits ~1e3..1e4, a naive softmax overflows. */
+static void test_attention_large_magnitude(void **state) {
+  (void)state;
+  for (int dt = 0; dt < 3; dt++) {
+    okv_kcase_params_t p = {.n_seqs = 1, .n_kv_heads = 2, .group_size = 4, .head_dim = 64, .n_query_tokens = 2,
+                            .n_inflight = 0, .dtype = (okv_dtype_t)dt, .n_blocks = 12, .vary_blocks = false,
+                            .key_scale = 1e3f, .partial_last = true};
+    check_case(&p, 500 + (uint64_t)dt, false);
+  }
+}
+
+/* The dtype's own rounding error vs exact f32 K/V (stated in docs/kernels.md):
+ * bf16 <= 4e-3 * 4, f16 <= 5e-4 * 4 for N(0,1) data at head_dim 64. */
+static void test_attention_dtype_rounding(void **state) {
+  (void)state;
+  static const double tol[3] = {1e-5, 5e-4, 4e-3};
+  for (int dt = 1; dt < 3; dt++) {
+    okv_kcase_params_t p = {.n_seqs = 1, .n_kv_heads = 2, .group_size = 4, .head_dim = 64, .n_query_tokens = 1,
+                            .n_inflight = 0, .dtype = OKV_DTYPE_F32, .n_blocks = 16, .vary_blocks = false,
+                            .key_scale = 1.0f, .partial_last = false};
+    okv_kcase_t exact, rounded;
+    okv_kcase_build(&exact, &p, 4242);
+    p.dtype = (okv_dtype_t)dt;
+    okv_kcase_build(&rounded, &p, 4242);
+    double *ref = test_malloc(sizeof(double) * exact.q_floats);
+    okv_ref_attention(&exact.desc, exact.pool, exact.q, NULL, ref, NULL, NULL);
+    float *out = test_malloc(sizeof(float) * rounded.q_floats);
+    okv_cpu_attention(&rounded.desc, rounded.pool, rounded.q, NULL, out, NULL, 1);
+    double worst = 0, vmax = 4.0; /* |N(0,1)| samples here stay below ~4.5; a loose scale */
+    for (size_t i = 0; i < rounded.q_floats; i++) {
+      double e = fabs(out[i] - ref[i]) / vmax;
+      worst = e > worst ? e : worst;
+    }
+    if (g_verbose) printf("  %s vs exact f32: max err / 4 = %.3g\n", okv_dtype_name((okv_dtype_t)dt), worst);
+    assert_true(worst <= tol[dt]);
+    assert_true(worst > 0.0); /* rounding does change the result */
+    test_free(ref);
+    test_free(out);
+    okv_kcase_free(&exact);
+    okv_kcase_free(&rounded);
+  }
+}
+
+/* Block mass sums to 1 minus the in-flight mass for every (unit, t), averaged over G. */
+static void test_attention_mass_sum(void **state) {
+  (void)state;
+  okv_kcase_params_t p = {.n_seqs = 2, .n_kv_heads = 2, .group_size = 4, .head_dim = 32, .n_query_tokens = 2,
+                          .n_inflight = 2, .dtype = OKV_DTYPE_F32, .n_blocks = 10, .vary_blocks = false,
+                          .key_scale = 1.0f, .partial_last = true};
+  okv_kcase_t c;
+  okv_kcase_build(&c, &p, 31337);
+  float *out = test_malloc(sizeof(float) * c.q_floats);
+  float *mass = test_malloc(sizeof(float) * c.ws_total * 2);
+  double *ref = test_malloc(sizeof(double) * c.q_floats);
+  double *inflight_mass = test_malloc(sizeof(double) * p.n_seqs * 2 * c.n_q_heads);
+  okv_ref_attention(&c.desc, c.pool, c.q, c.inflight, ref, NULL, inflight_mass);
+  okv_cpu_attention(&c.desc, c.pool, c.q, c.inflight, out, mass, 2);
+  for (uint32_t s = 0; s < p.n_seqs; s++)
+    for (uint32_t h = 0; h < p.n_kv_heads; h++)
+      for (uint32_t t = 0; t < 2; t++) {
+        uint32_t u = s * p.n_kv_heads + h;
+        double sum = 0, expect = 1.0;
+        for (uint32_t w = c.ws_offsets[u]; w < c.ws_offsets[u + 1]; w++) sum += mass[(size_t)w * 2 + t];
+        for (uint32_t g = 0; g < p.group_size; g++)
+          expect -= inflight_mass[((size_t)s * 2 + t) * c.n_q_heads + h * p.group_size + g] / p.group_size;
+        assert_true(expect < 1.0); /* the in-flight tokens do take some mass */
+        assert_true(fabs(sum - expect) < 1e-5);
+      }
+  test_free(out);
+  test_free(mass);
+  test_free(ref);
+  test_free(inflight_mass);
+  okv_kcase_free(&c);
+}
+
+/* Empty working set, no in-flight: zeros, mass untouched (no entries). With
+ * in-flight tokens only: t=0 sees nothing when T=2, n_inflight=1. */
+static void test_attention_empty(void **state) {
+  (void)state;
+  okv_kcase_params_t p = {.n_seqs = 1, .n_kv_heads = 2, .group_size = 2, .head_dim = 16, .n_query_tokens = 2,
+                          .n_inflight = 1, .dtype = OKV_DTYPE_F32, .n_blocks = 0, .vary_blocks = false,
+                          .key_scale = 1.0f, .partial_last = false};
+  okv_kcase_t c;
+  okv_kcase_build(&c, &p, 5);
+  float *out = test_malloc(sizeof(float) * c.q_floats);
+  for (size_t i = 0; i < c.q_floats; i++) out[i] = NAN;
+  okv_cpu_attention(&c.desc, c.pool, c.q, c.inflight, out, NULL, 2);
+  const uint32_t D = 16, NQ = c.n_q_heads;
+  for (uint32_t t = 0; t < 2; t++)
+    for (uint32_t hq = 0; hq < NQ; hq++)
+      for (uint32_t e = 0; e < D; e++) {
+        float o = out[((size_t)t * NQ + hq) * D + e];
+        if (t == 0) {
+          assert_true(o == 0.0f);
+        } else {
+          /* only the in-flight token (owned by t = 1) is visible: out = its V */
+          uint32_t h = hq / 2;
+          float vv = c.inflight[(2u + h) * D + e]; /* [s=0][i=0][V][h][e] */
+          assert_float_equal(o, vv, 1e-6);
+        }
+      }
+  test_free(out);
+  okv_kcase_free(&c);
+}
+
+/* ---- summaries ---- */
+
+static void test_summaries(void **state) {
+  (void)state;
+  for (int dt = 0; dt < 3; dt++) {
+    okv_kcase_params_t p = {.n_seqs = 1, .n_kv_heads = 1, .group_size = 1, .head_dim = 24, .n_query_tokens = 1,
+                            .n_inflight = 0, .dtype = (okv_dtype_t)dt, .n_blocks = 70, .vary_blocks = false,
+                            .key_scale = 3.0f, .partial_last = true};
+    okv_kcase_t c;
+    okv_kcase_build(&c, &p, 900 + (uint64_t)dt);
+    const uint32_t n = c.ws_total, D = p.head_dim;
+    uint64_t *bi = test_malloc(sizeof(uint64_t) * n), *si = test_malloc(sizeof(uint64_t) * n);
+    for (uint32_t i = 0; i < n; i++) bi[i] = c.ws_slots[i], si[i] = n - 1 - i;
+    okv_summary_desc_t sd = {.head_dim = D, .kv_dtype = p.dtype, .n_blocks = n, .block_index = bi,
+                             .valid = c.ws_valid, .summary_index = si};
+    float *summ = test_malloc(sizeof(float) * 2 * D * n), *app = test_malloc(sizeof(float) * 2 * D * n);
+    float *ref = test_malloc(sizeof(float) * 2 * D);
+    okv_cpu_summarize_blocks(&sd, c.pool, summ, 2);
+    const uint64_t bb = okv_block_bytes(p.dtype, D);
+    for (uint32_t i = 0; i < n; i++) {
+      okv_ref_summary(c.pool + bb * bi[i], p.dtype, D, c.ws_valid[i], ref);
+      assert_memory_equal(ref, summ + (size_t)si[i] * 2 * D, sizeof(float) * 2 * D);
+    }
+    /* append-built from the same keys (given as f32, unrounded for f32, exactly
+     * the stored values otherwise) equals the rebuild */
+    float *key = test_malloc(sizeof(float) * D);
+    for (uint32_t i = 0; i < n; i++)
+      for (uint32_t j = 0; j < c.ws_valid[i]; j++) {
+        for (uint32_t e = 0; e < D; e++) key[e] = (float)okv_ref_elem(c.pool + bb * bi[i], p.dtype, (uint64_t)e * 16 + j);
+        uint8_t first = j == 0;
+        okv_cpu_summary_append(app, D, p.dtype, 1, &si[i], key, &first);
+      }
+    assert_memory_equal(app, summ, sizeof(float) * 2 * D * n);
+    test_free(key);
+    test_free(bi);
+    test_free(si);
+    test_free(summ);
+    test_free(app);
+    test_free(ref);
+    okv_kcase_free(&c);
+  }
+  /* append rounds keys through the dtype: bf16 of 1 + 2^-10 is 1 */
+  float s[2], k = 1.0f + 0x1p-10f;
+  uint64_t idx = 0;
+  uint8_t first = 1;
+  okv_cpu_summary_append(s, 1, OKV_DTYPE_BF16, 1, &idx, &k, &first);
+  assert_true(s[0] == 1.0f && s[1] == 1.0f);
+}
+
+/* ---- scoring ---- */
+
+static void test_scoring(void **state) {
+  (void)state;
+  okv_test_rng_t rng;
+  okv_test_rng_seed(&rng, 2024);
+  static const uint32_t dims[] = {8, 64, 128, 20};
+  for (int di = 0; di < 4; di++) {
+    const uint32_t S = 2, H = 2, G = (uint32_t)(1 + di), D = dims[di], T = 2, NQ = H * G, nb = 37;
+    okv_kcase_params_t p = {.n_seqs = 1, .n_kv_heads = 1, .group_size = 1, .head_dim = D, .n_query_tokens = 1,
+                            .n_inflight = 0, .dtype = OKV_DTYPE_BF16, .n_blocks = S * H * nb, .vary_blocks = false,
+                            .key_scale = 1.0f, .partial_last = false};
+    okv_kcase_t c;
+    okv_kcase_build(&c, &p, 3000 + (uint64_t)di);
+    for (uint32_t w = 0; w < c.ws_total; w++) c.ws_valid[w] = (uint8_t)(1 + okv_test_rng_below(&rng, 16));
+    const uint64_t bb = okv_block_bytes(p.dtype, D);
+    /* summaries of every block, segment u = blocks [u*nb, (u+1)*nb) */
+    float *summ = test_malloc(sizeof(float) * 2 * D * c.ws_total);
+    for (uint32_t w = 0; w < c.ws_total; w++)
+      okv_ref_summary(c.pool + bb * c.ws_slots[w], p.dtype, D, c.ws_valid[w], summ + (size_t)w * 2 * D);
+    float *q = test_malloc(sizeof(float) * S * T * NQ * D);
+    for (size_t i = 0; i < (size_t)S * T * NQ * D; i++) q[i] = okv_test_rng_normal(&rng);
+    uint64_t sfirst[4], scfirst[4];
+    uint32_t segn[4];
+    for (uint32_t u = 0; u < S * H; u++) sfirst[u] = (uint64_t)u * nb, scfirst[u] = 5 + (uint64_t)u * (nb + 3), segn[u] = nb - u;
+    size_t n_scores = 5 + (size_t)S * H * (nb + 3);
+    float *scores = test_malloc(sizeof(float) * n_scores);
+    double *ref = test_malloc(sizeof(double) * n_scores);
+    for (uint32_t tb = 0; tb < 2; tb++) {
+      okv_score_desc_t sd = {.n_seqs = S, .n_kv_heads = H, .group_size = G, .head_dim = D, .n_query_tokens = T,
+                             .t_begin = tb, .t_end = 2, .seg_summary_first = sfirst, .seg_n_blocks = segn,
+                             .seg_score_first = scfirst};
+      okv_ref_score(&sd, q, summ, ref);
+      okv_cpu_isa_t top = okv_cpu_isa_detected();
+      for (int isa = 0; isa <= (int)top; isa++) {
+        okv_cpu_isa_limit((okv_cpu_isa_t)isa);
+        for (size_t i = 0; i < n_scores; i++) scores[i] = -777.0f;
+        okv_cpu_score_blocks(&sd, q, summ, scores, 2);
+        for (uint32_t u = 0; u < S * H; u++) {
+          assert_true(scores[scfirst[u] + segn[u]] == -777.0f); /* nothing past the segment */
+          for (uint32_t b = 0; b < segn[u]; b++) {
+            double r = ref[scfirst[u] + b], x = scores[scfirst[u] + b];
+            assert_true(fabs(x - r) <= 1e-5 * (1.0 + fabs(r)));
+          }
+        }
+      }
+      okv_cpu_isa_limit(OKV_CPU_ISA_AVX512);
+      /* property: the bound is >= q.k/sqrt(D) of every valid key of the block,
+       * for every used query row (up to float rounding of the bound) */
+      for (uint32_t s = 0; s < S; s++)
+        for (uint32_t h = 0; h < H; h++) {
+          uint32_t u = s * H + h;
+          for (uint32_t b = 0; b < segn[u]; b++) {
+            uint32_t w = (uint32_t)sfirst[u] + b;
+            const uint8_t *slot = c.pool + bb * c.ws_slots[w];
+            for (uint32_t t = tb; t < 2; t++)
+              for (uint32_t g = 0; g < G; g++)
+                for (uint32_t j = 0; j < c.ws_valid[w]; j++) {
+                  const float *qr = q + (((size_t)s * T + t) * NQ + h * G + g) * D;
+                  double dot = 0, mag = 0;
+                  for (uint32_t e = 0; e < D; e++) {
+                    double k = okv_ref_elem(slot, p.dtype, (uint64_t)e * 16 + j);
+                    dot += qr[e] * k;
+                    mag += fabs(qr[e] * k);
+                  }
+                  dot /= sqrt((double)D);
+                  mag /= sqrt((double)D);
+                  assert_true(scores[scfirst[u] + b] >= dot - 1e-6 * (1.0 + mag));
+                }
+          }
+        }
+    }
+    test_free(summ);
+    test_free(q);
+    test_free(scores);
+    test_free(ref);
+    okv_kcase_free(&c);
+  }
+}
+
+/* ---- top-K ---- */
+
+static void check_topk(const okv_topk_desc_t *d, const float *scores) {
+  size_t n_out = (size_t)d->n_segments * d->k;
+  uint32_t *out = test_malloc(sizeof(uint32_t) * n_out), *ref = test_malloc(sizeof(uint32_t) * n_out);
+  uint32_t *cnt = test_malloc(sizeof(uint32_t) * d->n_segments), *rcnt = test_malloc(sizeof(uint32_t) * d->n_segments);
+  okv_ref_topk(d, scores, ref, rcnt);
+  for (int nt = 1; nt <= 2; nt++) {
+    memset(out, 0xAB, sizeof(uint32_t) * n_out);
+    okv_cpu_topk(d, scores, out, cnt, nt);
+    assert_memory_equal(out, ref, sizeof(uint32_t) * n_out);
+    assert_memory_equal(cnt, rcnt, sizeof(uint32_t) * d->n_segments);
+  }
+  test_free(out);
+  test_free(ref);
+  test_free(cnt);
+  test_free(rcnt);
+}
+
+static void test_topk(void **state) {
+  (void)state;
+  okv_test_rng_t rng;
+  okv_test_rng_seed(&rng, 77);
+  /* hand case: ties by lower index, NaN as -inf, -0 == +0, exclude set, k > n */
+  {
+    const float sc[] = {1.0f, 3.0f, NAN, 3.0f, -INFINITY, 0.0f, -0.0f, 2.0f};
+    uint64_t first = 0;
+    uint32_t n = 8, eo[2] = {0, 1}, eb[1] = {7};
+    okv_topk_desc_t d = {.n_segments = 1, .k = 10, .seg_score_first = &first, .seg_n = &n, .excl_offsets = eo,
+                         .excl_blocks = eb};
+    uint32_t out[10], cnt;
+    okv_cpu_topk(&d, sc, out, &cnt, 1);
+    const uint32_t expect[10] = {1, 3, 0, 5, 6, 2, 4, UINT32_MAX, UINT32_MAX, UINT32_MAX};
+    assert_int_equal(cnt, 7);
+    assert_memory_equal(out, expect, sizeof expect);
+    check_topk(&d, sc);
+  }
+  /* random: many segments, heavy ties (scores from a small set), exclude sets */
+  const uint32_t n_seg = 6;
+  uint32_t segn[6] = {0, 1, 100, 1000, 5000, 65536};
+  uint64_t first[6];
+  size_t total = 0;
+  for (uint32_t u = 0; u < n_seg; u++) first[u] = total, total += segn[u] + 2;
+  float *sc = test_malloc(sizeof(float) * total);
+  for (size_t i = 0; i < total; i++) {
+    uint32_t r = okv_test_rng_below(&rng, 100);
+    sc[i] = r < 2 ? NAN : (float)okv_test_rng_below(&rng, 50) * 0.25f - 3.0f;
+  }
+  uint32_t eo[7] = {0};
+  uint32_t *eb = test_malloc(sizeof(uint32_t) * 4000);
+  uint32_t ne = 0;
+  for (uint32_t u = 0; u < n_seg; u++) {
+    uint32_t m = segn[u] ? okv_test_rng_below(&rng, segn[u] < 500 ? segn[u] : 500) : 0;
+    for (uint32_t i = 0; i < m; i++) eb[ne++] = okv_test_rng_below(&rng, segn[u]); /* duplicates allowed */
+    eo[u + 1] = ne;
+  }
+  static const uint32_t ks[] = {1, 7, 128, 512};
+  for (int ki = 0; ki < 4; ki++) {
+    okv_topk_desc_t d = {.n_segments = n_seg, .k = ks[ki], .seg_score_first = first, .seg_n = segn,
+                         .excl_offsets = eo, .excl_blocks = eb};
+    check_topk(&d, sc);
+    d.excl_offsets = NULL;
+    check_topk(&d, sc);
+  }
+  test_free(sc);
+  test_free(eb);
+}
+
+int main(int argc, char **argv) {
+  (void)argc;
+  (void)argv;
+  g_verbose = getenv("OKV_TEST_VERBOSE") != NULL;
+  printf("# CPU ISA detected: %s\n", okv_cpu_isa_name(okv_cpu_isa_detected()));
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_conversions),
+      cmocka_unit_test(test_attention_shapes),
+      cmocka_unit_test(test_attention_odd_shapes),
+      cmocka_unit_test(test_attention_split),
+      cmocka_unit_test(test_attention_large_magnitude),
+      cmocka_unit_test(test_attention_dtype_rounding),
+      cmocka_unit_test(test_attention_mass_sum),
+      cmocka_unit_test(test_attention_empty),
+      cmocka_unit_test(test_summaries),
+      cmocka_unit_test(test_scoring),
+      cmocka_unit_test(test_topk),
+  };
+  return cmocka_run_group_tests_name("cpu_kernels", tests, setup, teardown);
+}
