@@ -450,6 +450,7 @@ int okv_cli_eval(int argc, char **argv) {
     fflush(stdout);
   }
   if (have_json) {
+    json_c_set_serialization_double_format("%.10g", JSON_C_OPTION_GLOBAL);
     json_object *arr = json_object_new_array();
     for (size_t i = 0; i < n_results; ++i) json_object_array_add(arr, result_json(&results[i]));
     fprintf(out_json.f, "%s\n", json_object_to_json_string_ext(arr, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));

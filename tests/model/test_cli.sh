@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# The eval and generate commands on bad input: one clear line on stderr, a
+# non-zero exit (not a crash), no output files left behind; and a few good
+# runs (greedy text, a small sweep with JSON/CSV/PNG).
+# usage: test_cli.sh <path to oasiskv> <shared dir>
+set -u
+cli="$1"
+shared="$2"
+model="$shared/models/stories260K.bin"
+tok="$shared/models/tok512.bin"
+text="$shared/data/tinystories_val.txt"
+for f in "$model" "$tok" "$text"; do
+  [ -f "$f" ] || { echo "SKIP: $f not found"; exit 77; }
+done
+work="$(mktemp -d /tmp/okv-cli-test-XXXXXX)"
+trap 'rm -rf "$work"' EXIT
+mkdir "$work/out"
+fails=0
+n=0
+
+# expect_fail NAME ARGS...: exit code 1..125, exactly one stderr line, nothing in $work/out.
+expect_fail() {
+  local name="$1"; shift
+  n=$((n + 1))
+  "$cli" "$@" >"$work/stdout" 2>"$work/stderr"
+  local rc=$?
+  local lines
+  lines=$(wc -l <"$work/stderr")
+  if [ "$rc" -eq 0 ] || [ "$rc" -ge 126 ]; then
+    echo "FAIL $name: exit $rc"; fails=$((fails + 1))
+  elif [ "$lines" -ne 1 ]; then
+    echo "FAIL $name: $lines stderr lines:"; cat "$work/stderr"; fails=$((fails + 1))
+  elif [ -n "$(ls -A "$work/out")" ]; then
+    echo "FAIL $name: left files: $(ls -A "$work/out")"; fails=$((fails + 1))
+  else
+    echo "ok   $name: $(cat "$work/stderr")"
+  fi
+  rm -f "$work/out/"* "$work/out/".[!.]* 2>/dev/null
+}
+
+outs=(--json "$work/out/r.json" --csv "$work/out/r.csv")
+base=(--model "$model" --tokenizer "$tok" --text "$text" --bytes 300 --mode oasis)
+
+# Checkpoints.
+expect_fail "missing checkpoint" eval "${base[@]}" --model "$work/none.bin" "${outs[@]}"
+head -c 5000 "$model" >"$work/trunc.bin"
+expect_fail "truncated checkpoint" eval "${base[@]}" --model "$work/trunc.bin" "${outs[@]}"
+cp "$model" "$work/hdr.bin"; chmod u+w "$work/hdr.bin"
+printf '\xff\xff\xff\x7f' | dd of="$work/hdr.bin" bs=1 seek=0 conv=notrunc 2>/dev/null
+expect_fail "header out of range" eval "${base[@]}" --model "$work/hdr.bin" "${outs[@]}"
+cp "$model" "$work/big.bin"; chmod u+w "$work/big.bin"; printf 'junk' >>"$work/big.bin"
+expect_fail "size not matching header" eval "${base[@]}" --model "$work/big.bin" "${outs[@]}"
+expect_fail "generate: corrupted checkpoint" generate --model "$work/hdr.bin" --tokenizer "$tok"
+# Tokenizer of another vocabulary size (one token more).
+cp "$tok" "$work/tok513.bin"; chmod u+w "$work/tok513.bin"
+printf '\x00\x00\x00\x00\x01\x00\x00\x00a' >>"$work/tok513.bin"
+expect_fail "tokenizer not matching vocab" eval "${base[@]}" --tokenizer "$work/tok513.bin" "${outs[@]}"
+expect_fail "generate: tokenizer not matching vocab" generate --model "$model" --tokenizer "$work/tok513.bin"
+# Text.
+: >"$work/empty.txt"
+expect_fail "empty text" eval "${base[@]}" --text "$work/empty.txt" "${outs[@]}"
+printf 'Once upon a \xff\xfe time' >"$work/latin.txt"
+expect_fail "non-UTF-8 text" eval "${base[@]}" --text "$work/latin.txt" "${outs[@]}"
+expect_fail "missing text" eval "${base[@]}" --text "$work/none.txt" "${outs[@]}"
+expect_fail "offset past the end" eval "${base[@]}" --offset 99999999 "${outs[@]}"
+printf 'Once upon a time' >"$work/short.txt"
+expect_fail "too many windows" eval "${base[@]}" --text "$work/short.txt" --windows 5 --bytes 4 "${outs[@]}"
+# Prompt longer than seq_len (512 tokens).
+long="$(head -c 6000 "$text")"
+expect_fail "prompt longer than seq_len" generate --model "$model" --tokenizer "$tok" --prompt "$long"
+expect_fail "non-UTF-8 prompt" generate --model "$model" --tokenizer "$tok" --prompt $'ab\xff'
+# Flags.
+expect_fail "eval --budget 0" eval "${base[@]}" --budget 0 "${outs[@]}"
+expect_fail "generate --budget 0" generate --budget 0
+for r in 0 1.5 -0.1 abc nan; do
+  expect_fail "eval --fetch-ratio $r" eval "${base[@]}" --fetch-ratio "$r" "${outs[@]}"
+done
+expect_fail "generate --fetch-ratio 2" generate --fetch-ratio 2
+expect_fail "eval unknown mode" eval "${base[@]}" --mode sparse "${outs[@]}"
+expect_fail "generate unknown mode" generate --mode all
+expect_fail "eval unknown drafter" eval "${base[@]}" --drafter eagle "${outs[@]}"
+expect_fail "generate oracle drafter" generate --drafter oracle
+expect_fail "eval unknown device" eval "${base[@]}" --device tpu "${outs[@]}"
+expect_fail "generate unknown device" generate --device tpu
+expect_fail "eval unknown option" eval --frobnicate
+expect_fail "eval missing value" eval --budget
+expect_fail "generate --temperature -1" generate --temperature -1
+expect_fail "generate --steps 0" generate --steps 0
+
+# Good runs. Greedy text from BOS is reproducible and starts with the known sentence.
+n=$((n + 1))
+"$cli" generate --model "$model" --tokenizer "$tok" --steps 64 >"$work/g1" 2>"$work/g1.err"
+rc1=$?
+"$cli" generate --model "$model" --tokenizer "$tok" --steps 64 >"$work/g2" 2>/dev/null
+if [ $rc1 -ne 0 ] || ! cmp -s "$work/g1" "$work/g2" ||
+   ! grep -q '^Once upon a time, there was a little girl named Lily\.' "$work/g1" ||
+   [ "$(wc -l <"$work/g1.err")" -ne 1 ]; then
+  echo "FAIL greedy generate"; cat "$work/g1" "$work/g1.err"; fails=$((fails + 1))
+else
+  echo "ok   greedy generate: $(head -c 60 "$work/g1")... / $(cat "$work/g1.err")"
+fi
+# A prompt is echoed and continued (ngram drafter, sampling with a seed is reproducible).
+n=$((n + 1))
+"$cli" generate --model "$model" --tokenizer "$tok" --prompt "Lily and Tom went to the park." --steps 40 \
+  --drafter ngram --temperature 0.8 --seed 7 >"$work/p1" 2>/dev/null
+"$cli" generate --model "$model" --tokenizer "$tok" --prompt "Lily and Tom went to the park." --steps 40 \
+  --drafter ngram --temperature 0.8 --seed 7 >"$work/p2" 2>/dev/null
+if ! grep -q '^Lily and Tom went to the park\.' "$work/p1" || ! cmp -s "$work/p1" "$work/p2"; then
+  echo "FAIL prompt generate"; cat "$work/p1"; fails=$((fails + 1))
+else
+  echo "ok   prompt generate: $(head -c 60 "$work/p1")..."
+fi
+# A small sweep writes JSON (16 objects: dense + 3 modes x 5 budgets), CSV (17 lines) and the PNG.
+n=$((n + 1))
+if command -v gnuplot >/dev/null; then
+  "$cli" eval --model "$model" --tokenizer "$tok" --text "$text" --bytes 600 --sweep \
+    --json "$work/out/s.json" --csv "$work/out/s.csv" --plot "$work/out/s.png" >"$work/sweep.txt" 2>/dev/null
+  rc=$?
+  if [ $rc -ne 0 ] || [ "$(grep -c '"mode"' "$work/out/s.json")" -ne 16 ] ||
+     [ "$(wc -l <"$work/out/s.csv")" -ne 17 ] || [ ! -s "$work/out/s.png" ] ||
+     [ "$(ls "$work/out" | wc -l)" -ne 3 ] || [ "$(grep -c '^oasis ' "$work/sweep.txt")" -ne 5 ]; then
+    echo "FAIL sweep (exit $rc)"; ls -la "$work/out"; cat "$work/sweep.txt"; fails=$((fails + 1))
+  else
+    echo "ok   sweep: $(ls "$work/out" | tr '\n' ' ')"
+  fi
+else
+  expect_fail "sweep without gnuplot" eval --model "$model" --tokenizer "$tok" --text "$text" --sweep \
+    --json "$work/out/s.json" --csv "$work/out/s.csv" --plot "$work/out/s.png"
+fi
+# --json - prints JSON instead of the table.
+n=$((n + 1))
+"$cli" eval --model "$model" --tokenizer "$tok" --text "$text" --bytes 300 --mode proxy --json - >"$work/j" 2>/dev/null
+if [ "$(head -c 1 "$work/j")" != "[" ] || [ "$(grep -c '"mode"' "$work/j")" -ne 2 ]; then
+  echo "FAIL --json -"; cat "$work/j"; fails=$((fails + 1))
+else
+  echo "ok   --json -"
+fi
+
+echo "$((n - fails))/$n passed"
+[ "$fails" -eq 0 ]
