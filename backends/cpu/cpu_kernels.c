@@ -162,6 +162,9 @@ static void okv_load_rows(const okv_attention_desc_t *d, const float *q, uint32_
     const float *src = q + (((size_t)s * d->n_query_tokens + t) * nq + (size_t)h * G + g) * hd;
     for (uint32_t k = 0; k < hd; k++) qs[(size_t)i * hd + k] = src[k] * scale;
   }
+  /* zero padding rows: the mass pass computes logits of up to 8 rows at once */
+  uint32_t pad = ((nr + 7u) & ~7u) - nr;
+  memset(qs + (size_t)nr * hd, 0, (size_t)pad * hd * sizeof(float));
 }
 
 /* Adds the in-flight tokens visible to each row (scalar; at most 4 tokens). */

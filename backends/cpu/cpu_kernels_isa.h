@@ -147,20 +147,19 @@ OKV_AI void OKV_ISA(pass_blocks_dt)(const int dt, const okv_cpu_attn_ctx_t *cx, 
     const uint8_t *slot = cx->kv_pool + (size_t)cx->d->ws_slots[base + b] * cx->slot_bytes;
     uint32_t valid = cx->d->ws_valid[base + b];
     if (b + 1 < b1) __builtin_prefetch(cx->kv_pool + (size_t)cx->d->ws_slots[base + b + 1] * cx->slot_bytes);
-    for (uint32_t s = 0; s < nr; s += 8) {
-      uint32_t cr = nr - s < 8 ? nr - s : 8;
+    /* rows in chunks of 8, 4, 2, 1 (compile-time row counts keep the
+     * accumulators in registers) */
+    for (uint32_t s = 0; s < nr;) {
+      uint32_t left = nr - s, cr = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
       const float *q = qs + (size_t)s * hd;
       float *a = acc + (size_t)s * hdp;
       switch (cr) {
         case 1: OKV_ISA(block_step)(dt, 1, slot, valid, hd, hdp, q, m + s, l + s, a); break;
         case 2: OKV_ISA(block_step)(dt, 2, slot, valid, hd, hdp, q, m + s, l + s, a); break;
-        case 3: OKV_ISA(block_step)(dt, 3, slot, valid, hd, hdp, q, m + s, l + s, a); break;
         case 4: OKV_ISA(block_step)(dt, 4, slot, valid, hd, hdp, q, m + s, l + s, a); break;
-        case 5: OKV_ISA(block_step)(dt, 5, slot, valid, hd, hdp, q, m + s, l + s, a); break;
-        case 6: OKV_ISA(block_step)(dt, 6, slot, valid, hd, hdp, q, m + s, l + s, a); break;
-        case 7: OKV_ISA(block_step)(dt, 7, slot, valid, hd, hdp, q, m + s, l + s, a); break;
         default: OKV_ISA(block_step)(dt, 8, slot, valid, hd, hdp, q, m + s, l + s, a); break;
       }
+      s += cr;
     }
   }
 }
@@ -187,16 +186,12 @@ OKV_AI void OKV_ISA(mass_blocks_dt)(const int dt, const okv_cpu_attn_ctx_t *cx, 
     for (uint32_t s = 0; s < nr; s += 8) {
       uint32_t cr = nr - s < 8 ? nr - s : 8;
       v16f L[8];
-      switch (cr) {
-        case 1: OKV_ISA(block_logits)(dt, 1, slot, valid, hd, qs + (size_t)s * hd, L); break;
-        case 2: OKV_ISA(block_logits)(dt, 2, slot, valid, hd, qs + (size_t)s * hd, L); break;
-        case 3: OKV_ISA(block_logits)(dt, 3, slot, valid, hd, qs + (size_t)s * hd, L); break;
-        case 4: OKV_ISA(block_logits)(dt, 4, slot, valid, hd, qs + (size_t)s * hd, L); break;
-        case 5: OKV_ISA(block_logits)(dt, 5, slot, valid, hd, qs + (size_t)s * hd, L); break;
-        case 6: OKV_ISA(block_logits)(dt, 6, slot, valid, hd, qs + (size_t)s * hd, L); break;
-        case 7: OKV_ISA(block_logits)(dt, 7, slot, valid, hd, qs + (size_t)s * hd, L); break;
-        default: OKV_ISA(block_logits)(dt, 8, slot, valid, hd, qs + (size_t)s * hd, L); break;
-      }
+      if (cr > 4)
+        OKV_ISA(block_logits)(dt, 8, slot, valid, hd, qs + (size_t)s * hd, L); /* rows >= nr: padding */
+      else if (cr > 2)
+        OKV_ISA(block_logits)(dt, 4, slot, valid, hd, qs + (size_t)s * hd, L);
+      else
+        OKV_ISA(block_logits)(dt, 2, slot, valid, hd, qs + (size_t)s * hd, L);
       for (uint32_t i = 0; i < cr; i++) {
         uint32_t r = s + i;
         if (!(l[r] > 0.0f)) continue;
