@@ -113,7 +113,7 @@ fi
 # A small sweep writes JSON (16 objects: dense + 3 modes x 5 budgets), CSV (17 lines) and the PNG.
 n=$((n + 1))
 if command -v gnuplot >/dev/null; then
-  "$cli" eval --model "$model" --tokenizer "$tok" --text "$text" --bytes 600 --sweep \
+  "$cli" eval --model "$model" --tokenizer "$tok" --text "$text" --bytes 250 --sweep \
     --json "$work/out/s.json" --csv "$work/out/s.csv" --plot "$work/out/s.png" >"$work/sweep.txt" 2>/dev/null
   rc=$?
   if [ $rc -ne 0 ] || [ "$(grep -c '"mode"' "$work/out/s.json")" -ne 16 ] ||
