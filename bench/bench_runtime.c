@@ -1,7 +1,347 @@
+/* `oasiskv bench runtime`: cost of the runtime's own bookkeeping (head-wise
+ * maps, selection with capped eviction, transfer plans, scheduling; no
+ * kernels) per decode step, against the attention kernel's time at the same
+ * shape, measured in one run; and bytes moved per step against the cap's bound.
+ *
+ * Shape: Llama-3.1-8B's per-layer attention (32 query heads, 8 KV heads,
+ * head_dim 128, bf16 KV), 8 sequences × 16K-token contexts, as many layers as
+ * fit in about 4 GiB of HOST tier, K = 128 blocks, fetch ratio 0.05 (C = 7),
+ * OASIS mode with one draft token (T = 2). Queries drift from step to step
+ * (q = base + noise) so that selections change as in decode.
+ *
+ *   overhead_fraction = bookkeeping_seconds / attention_seconds (runtime stats;
+ *                       target <= 0.05)
+ *   cap_bytes_per_step = C × KV heads × layers × block bytes × sequences
+ */
+#include <json-c/json.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "oasiskv/oasiskv.h"
 #include "tools/cli.h"
-int okv_cli_bench_runtime(int argc, char **argv) {
-  (void)argc; (void)argv;
-  fprintf(stderr, "oasiskv bench runtime: not built yet\n");
+
+typedef struct bench_opts_t {
+  const char *backend;
+  uint32_t n_seqs, context_tokens, n_layers, budget_blocks, steps, warmup;
+  double host_gib, fetch_ratio, noise;
+  bool json, recall;
+} bench_opts_t;
+
+static double bench_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t g_lcg = 0x853c49e6748fea9bull;
+static float bench_rand(void) { /* uniform in [-1, 1) */
+  g_lcg = g_lcg * 6364136223846793005ull + 1442695040888963407ull;
+  return (float)((double)(g_lcg >> 40) * (1.0 / 8388608.0) - 1.0);
+}
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: oasiskv bench runtime [--backend NAME] [--seqs N] [--context TOKENS] [--layers N]\n"
+          "                             [--host-gib G] [--budget K] [--fetch-ratio R] [--steps N]\n"
+          "                             [--warmup N] [--noise X] [--recall] [--json]\n"
+          "  Defaults: cpu, 8 sequences x 16384 tokens, layers that fit in 4 GiB of host tier,\n"
+          "  K = 128, fetch ratio 0.05, 4 measured steps after 2 warm-up steps.\n");
+}
+
+static bool parse_u32(const char *s, uint32_t *out) {
+  char *end;
+  unsigned long v = strtoul(s, &end, 10);
+  if (*s == '\0' || *end != '\0' || v > UINT32_MAX) return false;
+  *out = (uint32_t)v;
+  return true;
+}
+
+static bool parse_f64(const char *s, double *out) {
+  char *end;
+  double v = strtod(s, &end);
+  if (*s == '\0' || *end != '\0' || !isfinite(v)) return false;
+  *out = v;
+  return true;
+}
+
+static int parse_args(int argc, char **argv, bench_opts_t *o) {
+  o->backend = "cpu";
+  o->n_seqs = 8;
+  o->context_tokens = 16384;
+  o->n_layers = 0;
+  o->budget_blocks = 128;
+  o->steps = 4;
+  o->warmup = 2;
+  o->host_gib = 4.0;
+  o->fetch_ratio = 0.05;
+  o->noise = 0.5;
+  o->json = false;
+  o->recall = false;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    bool ok = true;
+    if (strcmp(a, "--json") == 0) {
+      o->json = true;
+      continue;
+    } else if (strcmp(a, "--recall") == 0) {
+      o->recall = true;
+      continue;
+    } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      usage();
+      return 1;
+    }
+    if (v == NULL) {
+      fprintf(stderr, "oasiskv bench runtime: %s needs a value\n", a);
+      return 2;
+    }
+    if (strcmp(a, "--backend") == 0) o->backend = v;
+    else if (strcmp(a, "--seqs") == 0) ok = parse_u32(v, &o->n_seqs) && o->n_seqs > 0;
+    else if (strcmp(a, "--context") == 0) ok = parse_u32(v, &o->context_tokens) && o->context_tokens > 0;
+    else if (strcmp(a, "--layers") == 0) ok = parse_u32(v, &o->n_layers);
+    else if (strcmp(a, "--budget") == 0) ok = parse_u32(v, &o->budget_blocks);
+    else if (strcmp(a, "--steps") == 0) ok = parse_u32(v, &o->steps) && o->steps > 0;
+    else if (strcmp(a, "--warmup") == 0) ok = parse_u32(v, &o->warmup);
+    else if (strcmp(a, "--host-gib") == 0) ok = parse_f64(v, &o->host_gib) && o->host_gib > 0;
+    else if (strcmp(a, "--fetch-ratio") == 0) ok = parse_f64(v, &o->fetch_ratio);
+    else if (strcmp(a, "--noise") == 0) ok = parse_f64(v, &o->noise) && o->noise >= 0;
+    else {
+      fprintf(stderr, "oasiskv bench runtime: unknown option %s\n", a);
+      usage();
+      return 2;
+    }
+    if (!ok) {
+      fprintf(stderr, "oasiskv bench runtime: bad value '%s' for %s\n", v, a);
+      return 2;
+    }
+    i++;
+  }
+  return 0;
+}
+
+static int fail_status(const char *what, okv_status_t st) {
+  fprintf(stderr, "oasiskv bench runtime: %s: %s: %s\n", what, okv_status_code_name(okv_status_code(st)),
+          okv_status_message(st));
+  okv_status_free(st);
   return 1;
+}
+
+int okv_cli_bench_runtime(int argc, char **argv) {
+  bench_opts_t o;
+  int rc = parse_args(argc, argv, &o);
+  if (rc != 0) return rc == 1 ? 0 : rc;
+  const uint32_t H = 8, nq = 32, hd = 128, T = 2;
+  const okv_dtype_t dt = OKV_DTYPE_BF16;
+  uint64_t block_bytes = okv_block_bytes(dt, hd);
+  uint32_t max_ctx = o.context_tokens + (o.steps + o.warmup) + 16u;
+  uint32_t max_blocks = (max_ctx + 15u) / 16u;
+  uint32_t ext = max_blocks < 64u ? max_blocks : 64u;
+  uint64_t per_seq_layer = (uint64_t)H * ((max_blocks + ext - 1u) / ext) * ext * block_bytes;
+  uint64_t host_bytes = (uint64_t)(o.host_gib * 1073741824.0);
+  uint32_t L = o.n_layers;
+  if (L == 0) {
+    uint64_t fit = host_bytes / (per_seq_layer * o.n_seqs);
+    L = fit == 0 ? 1u : (fit > 128u ? 128u : (uint32_t)fit);
+  }
+  host_bytes = per_seq_layer * o.n_seqs * L;
+
+  okv_runtime_config_t cfg;
+  okv_runtime_config_init(&cfg);
+  cfg.n_layers = L;
+  cfg.n_q_heads = nq;
+  cfg.n_kv_heads = H;
+  cfg.head_dim = hd;
+  cfg.kv_dtype = dt;
+  cfg.mode = OKV_MODE_OASIS;
+  cfg.budget_blocks = o.budget_blocks;
+  cfg.fetch_ratio = o.fetch_ratio;
+  cfg.max_seqs = o.n_seqs;
+  cfg.max_context_tokens = max_ctx;
+  cfg.host_capacity_bytes = host_bytes;
+  cfg.track_recall = o.recall;
+  okv_status_t st = okv_runtime_config_validate(&cfg);
+  if (st != OKV_OK) return fail_status("config", st);
+  uint32_t C = (uint32_t)ceil(o.fetch_ratio * o.budget_blocks - 1e-9);
+  if (C < 1) C = 1;
+
+  okv_hal_device_params_t params;
+  okv_hal_device_params_init(&params);
+  uint64_t summaries = host_bytes / block_bytes * okv_summary_bytes(hd);
+  uint64_t pool = (uint64_t)o.n_seqs * L * H * (o.budget_blocks + 1u + C) * block_bytes;
+  uint64_t scores = (uint64_t)o.n_seqs * H * max_blocks * 4u * 2u;
+  params.capacity_bytes[OKV_TIER_DEVICE] = summaries + pool + scores + (256u << 20);
+  okv_hal_device_t *dev = NULL;
+  st = okv_hal_device_create(o.backend, &params, NULL, &dev);
+  if (st != OKV_OK) return fail_status("device", st);
+  okv_runtime_t *rt = NULL;
+  st = okv_runtime_create(dev, &cfg, NULL, &rt);
+  if (st != OKV_OK) {
+    okv_status_free(okv_hal_device_release(dev));
+    return fail_status("runtime", st);
+  }
+
+  /* Prefill: one random context, loaded for every sequence. */
+  double t_load = bench_now();
+  size_t kv = (size_t)H * hd;
+  size_t pf_elems = (size_t)L * o.context_tokens * kv;
+  float *pk = malloc(pf_elems * sizeof(float)), *pv = malloc(pf_elems * sizeof(float));
+  size_t qn = (size_t)o.n_seqs * T * nq * hd;
+  float *q = malloc(qn * sizeof(float)), *qbase = malloc((size_t)L * qn * sizeof(float));
+  float *out = malloc(qn * sizeof(float)), *draft = malloc((size_t)o.n_seqs * 2 * kv * sizeof(float));
+  float *k_new = malloc((size_t)o.n_seqs * kv * sizeof(float)), *v_new = malloc((size_t)o.n_seqs * kv * sizeof(float));
+  uint32_t *ids = malloc(o.n_seqs * sizeof(uint32_t));
+  json_object *jout = NULL;
+  if (!pk || !pv || !q || !qbase || !out || !draft || !k_new || !v_new || !ids) {
+    fprintf(stderr, "oasiskv bench runtime: out of host memory for inputs\n");
+    rc = 1;
+    goto done;
+  }
+  /* One layer of random K/V, repeated for every layer (loading, not content, is what is timed here). */
+  size_t layer_elems = (size_t)o.context_tokens * kv;
+  for (size_t i = 0; i < layer_elems; i++) {
+    pk[i] = bench_rand();
+    pv[i] = bench_rand();
+  }
+  for (uint32_t l = 1; l < L; l++) {
+    memcpy(pk + l * layer_elems, pk, layer_elems * sizeof(float));
+    memcpy(pv + l * layer_elems, pv, layer_elems * sizeof(float));
+  }
+  okv_prefill_t pf = {o.context_tokens, pk, pv};
+  for (uint32_t s = 0; s < o.n_seqs; s++) {
+    st = okv_runtime_seq_add(rt, &pf, &ids[s]);
+    if (st != OKV_OK) {
+      rc = fail_status("seq_add", st);
+      goto done;
+    }
+  }
+  free(pk);
+  free(pv);
+  pk = pv = NULL;
+  t_load = bench_now() - t_load;
+  for (size_t i = 0; i < (size_t)L * qn; i++) qbase[i] = 4.0f * bench_rand();
+
+  double t_steps = 0;
+  for (uint32_t step = 0; step < o.warmup + o.steps; step++) {
+    if (step == o.warmup) okv_runtime_stats_reset(rt);
+    double t0 = bench_now();
+    st = okv_runtime_step_begin(rt, o.n_seqs, ids, T);
+    for (uint32_t l = 0; l < L && st == OKV_OK; l++) {
+      for (size_t i = 0; i < qn; i++) q[i] = qbase[(size_t)l * qn + i] + (float)o.noise * 4.0f * bench_rand();
+      for (size_t i = 0; i < (size_t)o.n_seqs * kv; i++) {
+        k_new[i] = bench_rand();
+        v_new[i] = bench_rand();
+      }
+      for (size_t i = 0; i < (size_t)o.n_seqs * 2 * kv; i++) draft[i] = bench_rand();
+      st = okv_runtime_step_layer(rt, l, k_new, v_new, q, draft, out);
+      if (okv_status_code(st) == OKV_STATUS_COPY_FAILED) {
+        okv_status_free(st);
+        st = OKV_OK;
+      }
+    }
+    if (st == OKV_OK) st = okv_runtime_step_end(rt, NULL);
+    if (st != OKV_OK) {
+      rc = fail_status("step", st);
+      goto done;
+    }
+    if (step >= o.warmup) t_steps += bench_now() - t0;
+  }
+
+  okv_step_stats_t cum;
+  st = okv_runtime_stats(rt, UINT32_MAX, &cum);
+  if (st != OKV_OK) {
+    rc = fail_status("stats", st);
+    goto done;
+  }
+  double n_steps = (double)o.steps;
+  double overhead = cum.attention_seconds > 0 ? cum.bookkeeping_seconds / cum.attention_seconds : 0.0;
+  double bytes_per_step = (double)cum.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE] / n_steps;
+  double cap_bytes = (double)C * H * L * (double)block_bytes * o.n_seqs;
+  okv_hal_device_info_t info;
+  okv_status_free(okv_hal_device_info(dev, &info));
+
+  if (o.json) {
+    jout = json_object_new_object();
+    json_object_object_add(jout, "backend", json_object_new_string(o.backend));
+    json_object_object_add(jout, "device", json_object_new_string(info.name));
+    json_object_object_add(jout, "n_seqs", json_object_new_int64(o.n_seqs));
+    json_object_object_add(jout, "context_tokens", json_object_new_int64(o.context_tokens));
+    json_object_object_add(jout, "n_layers", json_object_new_int64(L));
+    json_object_object_add(jout, "n_kv_heads", json_object_new_int64(H));
+    json_object_object_add(jout, "n_q_heads", json_object_new_int64(nq));
+    json_object_object_add(jout, "head_dim", json_object_new_int64(hd));
+    json_object_object_add(jout, "kv_dtype", json_object_new_string(okv_dtype_name(dt)));
+    json_object_object_add(jout, "budget_blocks", json_object_new_int64(o.budget_blocks));
+    json_object_object_add(jout, "cap_blocks", json_object_new_int64(C));
+    json_object_object_add(jout, "steps", json_object_new_int64(o.steps));
+    json_object_object_add(jout, "load_seconds", json_object_new_double(t_load));
+    json_object_object_add(jout, "step_seconds", json_object_new_double(t_steps / n_steps));
+    json_object_object_add(jout, "bookkeeping_seconds_per_step", json_object_new_double(cum.bookkeeping_seconds / n_steps));
+    json_object_object_add(jout, "attention_seconds_per_step", json_object_new_double(cum.attention_seconds / n_steps));
+    json_object_object_add(jout, "stall_seconds_per_step", json_object_new_double(cum.stall_seconds / n_steps));
+    json_object_object_add(jout, "overhead_fraction", json_object_new_double(overhead));
+    json_object_object_add(jout, "bytes_per_step", json_object_new_double(bytes_per_step));
+    json_object_object_add(jout, "cap_bytes_per_step", json_object_new_double(cap_bytes));
+    json_object_object_add(jout, "append_bytes_per_step", json_object_new_double((double)cum.append_bytes / n_steps));
+    json_object_object_add(jout, "hits", json_object_new_int64((int64_t)cum.hits));
+    json_object_object_add(jout, "misses", json_object_new_int64((int64_t)cum.misses));
+    json_object_object_add(jout, "admitted", json_object_new_int64((int64_t)cum.admitted));
+    json_object_object_add(jout, "deferred", json_object_new_int64((int64_t)cum.deferred));
+    if (o.recall)
+      json_object_object_add(jout, "recall", json_object_new_double(cum.recall_total ? (double)cum.recall_hits / cum.recall_total : 0.0));
+    json_object *layers = json_object_new_array();
+    for (uint32_t l = 0; l < L; l++) {
+      okv_step_stats_t ls;
+      okv_status_free(okv_runtime_stats(rt, l, &ls));
+      json_object *jl = json_object_new_object();
+      json_object_object_add(jl, "layer", json_object_new_int64(l));
+      json_object_object_add(jl, "overhead_fraction",
+                             json_object_new_double(ls.attention_seconds > 0 ? ls.bookkeeping_seconds / ls.attention_seconds : 0.0));
+      json_object_object_add(jl, "bytes_per_step",
+                             json_object_new_double((double)ls.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE] / n_steps));
+      json_object_array_add(layers, jl);
+    }
+    json_object_object_add(jout, "layers", layers);
+    printf("%s\n", json_object_to_json_string_ext(jout, JSON_C_TO_STRING_PRETTY));
+  } else {
+    printf("oasiskv bench runtime: %s (%s), %u seqs x %u tokens, %u layers, %u/%u heads x %u, %s, K = %u, C = %u, "
+           "%u steps (load %.1f s)\n",
+           o.backend, info.name, o.n_seqs, o.context_tokens, L, nq, H, hd, okv_dtype_name(dt), o.budget_blocks, C,
+           o.steps, t_load);
+    printf("%-6s %14s %14s %10s %14s %14s\n", "layer", "bookkeep_us", "attention_us", "overhead", "bytes/step",
+           "cap_bytes/step");
+    double cap_layer = cap_bytes / L;
+    for (uint32_t l = 0; l < L; l++) {
+      okv_step_stats_t ls;
+      okv_status_free(okv_runtime_stats(rt, l, &ls));
+      printf("%-6u %14.1f %14.1f %10.4f %14.0f %14.0f\n", l, 1e6 * ls.bookkeeping_seconds / n_steps,
+             1e6 * ls.attention_seconds / n_steps,
+             ls.attention_seconds > 0 ? ls.bookkeeping_seconds / ls.attention_seconds : 0.0,
+             (double)ls.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE] / n_steps, cap_layer);
+    }
+    printf("%-6s %14.1f %14.1f %10.4f %14.0f %14.0f\n", "all", 1e6 * cum.bookkeeping_seconds / n_steps,
+           1e6 * cum.attention_seconds / n_steps, overhead, bytes_per_step, cap_bytes);
+    printf("step %.1f ms, stall %.2f ms/step; hits %llu, misses %llu, admitted %llu, deferred %llu",
+           1e3 * t_steps / n_steps, 1e3 * cum.stall_seconds / n_steps, (unsigned long long)cum.hits,
+           (unsigned long long)cum.misses, (unsigned long long)cum.admitted, (unsigned long long)cum.deferred);
+    if (o.recall) printf(", recall %.4f", cum.recall_total ? (double)cum.recall_hits / cum.recall_total : 0.0);
+    printf("\noverhead_fraction %.4f (target <= 0.05); bytes/step %.0f <= cap %.0f: %s\n", overhead, bytes_per_step,
+           cap_bytes, bytes_per_step <= cap_bytes ? "yes" : "NO");
+  }
+done:
+  if (jout) json_object_put(jout);
+  free(pk);
+  free(pv);
+  free(q);
+  free(qbase);
+  free(out);
+  free(draft);
+  free(k_new);
+  free(v_new);
+  free(ids);
+  okv_runtime_destroy(rt);
+  okv_status_free(okv_hal_device_release(dev));
+  return rc;
 }

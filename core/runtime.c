@@ -17,9 +17,19 @@
 #define INVALID(...) okv_status_make(OKV_STATUS_INVALID_ARGUMENT, __VA_ARGS__)
 #define HOST_OOM(what) okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "runtime: host allocator failed for %s", what)
 
-static double now_s(void) {
+/* Wall clock (stalls, attention). */
+static double wall_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Bookkeeping is timed in the calling thread's CPU time, so that time the
+ * thread spends preempted (other processes, kernel worker threads) does not
+ * count as runtime overhead. */
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -187,11 +197,20 @@ static void extents_free(okv_runtime_t *rt, const uint32_t *ext, uint32_t n) {
   }
 }
 
+/* Same rounding as okv_f32_to_bf16 (nearest even, quiet NaN), inlined for bulk prefill loads. */
+static inline uint16_t f32_to_bf16_inline(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040u);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
 static inline void store_elem(void *base, okv_dtype_t dt, size_t idx, float x) {
   switch (dt) {
     case OKV_DTYPE_F32: ((float *)base)[idx] = x; break;
     case OKV_DTYPE_F16: ((uint16_t *)base)[idx] = okv_f32_to_f16(x); break;
-    default: ((uint16_t *)base)[idx] = okv_f32_to_bf16(x); break;
+    default: ((uint16_t *)base)[idx] = f32_to_bf16_inline(x); break;
   }
 }
 
@@ -458,10 +477,10 @@ void okv_runtime_debug_drain(okv_runtime_t *runtime) {
 static double job_wait_event(okv_runtime_t *rt, uint32_t layer) {
   okv_layer_job_t *job = &rt->jobs[layer];
   if (!job->event_recorded || job->event_waited) return 0.0;
-  double t0 = now_s();
+  double t0 = wall_s();
   job->event_status = okv_hal_event_wait(rt->layer_events[layer]);
   job->event_waited = true;
-  return now_s() - t0;
+  return wall_s() - t0;
 }
 
 /* Layer-local sync: waits for the layer's previous plan and commits it into the
@@ -471,9 +490,9 @@ static okv_status_t layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s
   if (!has_pipeline(rt)) return OKV_OK;
   okv_layer_job_t *job = &rt->jobs[layer];
   okv_step_stats_t *ls = &rt->layer_step[layer];
-  double t0 = now_s();
+  double t0 = wall_s();
   job_wait_selected(rt, layer);
-  ls->stall_seconds += now_s() - t0;
+  ls->stall_seconds += wall_s() - t0;
   ls->stall_seconds += job_wait_event(rt, layer);
   t0 = now_s();
   okv_status_t st = job->event_status;
@@ -1236,10 +1255,10 @@ static okv_status_t run_attention(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t 
                             .ws_slots = rt->ws_slots, .ws_valid = rt->ws_valid, .q = rt->fg.q, .q_offset = 0,
                             .n_inflight = n_inflight, .inflight_kv = n_inflight ? rt->fg_inflight : NULL,
                             .inflight_offset = 0, .out = rt->fg_out, .out_offset = 0, .block_mass = NULL};
-  t0 = now_s();
+  t0 = wall_s();
   okv_status_t st = okv_hal_attention_async(rt->compute, &d);
   if (st == OKV_OK) st = okv_hal_stream_synchronize(rt->compute);
-  *att_s += now_s() - t0;
+  *att_s += wall_s() - t0;
   if (st != OKV_OK) return okv_status_annotate(st, "runtime: attention of layer %u", layer);
   OKV_RETURN_IF_ERROR(okv_hal_buffer_read(rt->fg_out, 0, out, q_bytes));
   size_t row = (size_t)T * c->n_q_heads * c->head_dim;
@@ -1313,12 +1332,12 @@ static okv_status_t fg_predict_and_fetch(okv_runtime_t *rt, uint32_t layer, cons
   }
   *bk_s += now_s() - t0;
   if (n_plan == 0) return OKV_OK;
-  t0 = now_s();
+  t0 = wall_s();
   okv_status_t st = okv_hal_copy_blocks_async(rt->compute, rt->host_kv, rt->pool, rt->block_bytes, n_plan, rt->od_pairs);
   okv_status_t st2 = okv_hal_stream_synchronize(rt->compute);
   if (st == OKV_OK) st = st2;
   else okv_status_free(st2);
-  ls->stall_seconds += now_s() - t0;
+  ls->stall_seconds += wall_s() - t0;
   double t1 = now_s();
   for (uint32_t i = 0; i < n_plan; i++) {
     okv_plan_entry_t *e = &rt->od_plan[i];
@@ -1432,9 +1451,9 @@ okv_status_t okv_runtime_step_end(okv_runtime_t *rt, okv_step_stats_t *out_stats
   for (uint32_t l = 0; l < rt->cfg.n_layers; l++) {
     okv_step_stats_t *ls = &rt->layer_step[l];
     if (has_pipeline(rt)) {
-      double t0 = now_s();
+      double t0 = wall_s();
       job_wait_selected(rt, l);
-      stall += now_s() - t0;
+      stall += wall_s() - t0;
       okv_layer_job_t *job = &rt->jobs[l];
       if (job->stats_pending) {
         okv_step_stats_t js = job->stats;

@@ -3,20 +3,21 @@
 
 #include <stdlib.h>
 
-/* Insertion sort of victim candidates by (last_selected, block): at most K+1 entries. */
-static void sort_lru(const okv_block_map_t *map, uint32_t *v, uint32_t n) {
-  for (uint32_t i = 1; i < n; i++) {
-    uint32_t b = v[i];
-    uint32_t kb = map->last_selected[b];
-    uint32_t j = i;
-    while (j > 0) {
-      uint32_t p = v[j - 1];
-      uint32_t kp = map->last_selected[p];
-      if (kp < kb || (kp == kb && p < b)) break;
-      v[j] = p;
-      j--;
+/* Moves the `want` least recently selected candidates (by (last_selected,
+ * block)) to the front of v, in order: partial selection, O(want * n); only
+ * as many victims as admissions (<= C) are ever needed. */
+static void select_lru(const okv_block_map_t *map, uint32_t *v, uint32_t n, uint32_t want) {
+  if (want > n) want = n;
+  for (uint32_t i = 0; i < want; i++) {
+    uint32_t best = i;
+    for (uint32_t j = i + 1; j < n; j++) {
+      uint32_t a = v[j], b = v[best];
+      uint32_t ka = map->last_selected[a], kb = map->last_selected[b];
+      if (ka < kb || (ka == kb && a < b)) best = j;
     }
-    v[j] = b;
+    uint32_t t = v[i];
+    v[i] = v[best];
+    v[best] = t;
   }
 }
 
@@ -48,9 +49,13 @@ okv_status_t okv_select_head(okv_block_map_t *map, const okv_select_params_t *pa
     }
     if (map->mark[b] != stamp) scratch[n_cand++] = b;
   }
-  sort_lru(map, scratch, n_cand);
   uint32_t held = map->n_resident - (active_resident ? 1u : 0u);
   uint32_t room = held < params->budget_blocks ? params->budget_blocks - held : 0;
+  /* Victims needed: admissions beyond the free room, at most the cap. */
+  uint32_t n_miss_total = 0;
+  for (uint32_t i = 0; i < n_predicted; i++) n_miss_total += map->slot_of[predicted[i]] == OKV_NO_SLOT;
+  uint32_t n_admit_max = n_miss_total < params->cap_blocks ? n_miss_total : params->cap_blocks;
+  select_lru(map, scratch, n_cand, n_admit_max > room ? n_admit_max - room : 0);
   uint32_t next_victim = 0;
   for (uint32_t i = 0; i < n_predicted; i++) {
     uint32_t b = predicted[i];
