@@ -87,6 +87,7 @@ typedef struct okv_cpu_stream_t {
   okv_cpu_op_t *next_run;   /* op the worker runs (or will run) next; ops before it are done */
   okv_cpu_op_t *last;
   bool stop;
+  uint64_t id;                /* process-unique, tells a reused address from this stream */
   uint64_t n_enqueued;        /* seq of the newest op */
   uint64_t n_done;            /* seq of the newest finished op */
   okv_status_t pending_error; /* first unreported error of the stream */
@@ -103,10 +104,13 @@ typedef struct okv_cpu_event_t {
   struct timespec time; /* CLOCK_MONOTONIC completion time of `recorded` */
   okv_status_t error;   /* error captured by the latest completed record */
   okv_hal_stream_t *last_stream; /* stream of the latest record (may be gone: check before use) */
+  uint64_t last_stream_id;       /* its id */
   uint64_t last_seq;             /* seq of that record op */
 } okv_cpu_event_t;
 
 static const okv_hal_device_vtable_t okv_cpu_vtable;
+
+static atomic_uint_fast64_t okv_cpu_next_stream_id = 1;
 
 /* ---- Device description ---- */
 
@@ -311,6 +315,11 @@ static void okv_cpu_run_wait(okv_cpu_op_t *op) {
 
 static void okv_cpu_run_op(okv_cpu_stream_t *s, okv_cpu_op_t *op) {
   int n_threads = s->base.device->n_threads;
+#if defined(__SANITIZE_THREAD__)
+  /* libgomp's fork/join barriers are invisible to ThreadSanitizer, which would
+   * report every OpenMP region's writes as racing with the next reader. */
+  n_threads = 1;
+#endif
   switch (op->kind) {
     case OKV_CPU_OP_COPY: {
       const unsigned char *src = okv_cpu_ptr(op->bufs[0], op->src_offset);
@@ -421,6 +430,7 @@ static okv_status_t okv_cpu_stream_create(okv_hal_device_t *device, okv_hal_stre
   okv_cpu_stream_t *s = okv_calloc(&device->allocator, 1, sizeof(*s));
   if (!s) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: could not allocate a stream");
   s->base.device = device;
+  s->id = atomic_fetch_add(&okv_cpu_next_stream_id, 1);
   if (pthread_mutex_init(&s->mutex, NULL) != 0) goto fail_mutex;
   if (pthread_cond_init(&s->work_cond, NULL) != 0) goto fail_work;
   if (pthread_cond_init(&s->idle_cond, NULL) != 0) goto fail_idle;
@@ -527,6 +537,7 @@ static okv_status_t okv_cpu_event_record(okv_hal_event_t *event, okv_hal_stream_
   pthread_mutex_lock(&ev->mutex);
   if (ev->recorded == gen) {
     ev->last_stream = stream;
+    ev->last_stream_id = ((okv_cpu_stream_t *)stream)->id;
     ev->last_seq = seq;
   }
   pthread_mutex_unlock(&ev->mutex);
@@ -546,14 +557,14 @@ static okv_status_t okv_cpu_event_error_locked(okv_cpu_event_t *ev) {
 static void okv_cpu_event_reclaim(okv_cpu_event_t *ev) {
   pthread_mutex_lock(&ev->mutex);
   okv_hal_stream_t *stream = ev->last_stream;
-  uint64_t seq = ev->last_seq;
+  uint64_t id = ev->last_stream_id, seq = ev->last_seq;
   pthread_mutex_unlock(&ev->mutex);
   if (!stream || okv_status_consume(okv_hal_stream_retain(stream)) != OKV_STATUS_OK) return;
   okv_cpu_stream_t *s = (okv_cpu_stream_t *)stream;
   pthread_mutex_lock(&s->mutex);
-  /* The record op finishes right after stamping the event; the address may
-   * also belong to a newer stream whose counter is lower: then skip. */
-  bool ours = s->n_enqueued >= seq;
+  /* The record op finishes right after stamping the event. The address may
+   * belong to a newer stream by now: then there is nothing of ours to reclaim. */
+  bool ours = s->id == id;
   while (ours && s->n_done < seq) pthread_cond_wait(&s->idle_cond, &s->mutex);
   pthread_mutex_unlock(&s->mutex);
   okv_cpu_stream_reclaim(s);
