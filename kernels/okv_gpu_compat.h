@@ -7,14 +7,21 @@
  *    CUDA's *_sync form with a full mask (call it from converged warps only),
  *    HIP's mask-less form.
  *  - okv_ballot(pred): bit per lane, widened to 64 bits on both.
- *  - okv_lane_id(): lane index within the warp/wavefront.
+ *  - okv_lane_id(), okv_lanemask_lt(), okv_popc64().
+ *  - OKV_DYNAMIC_SMEM(type, name): the block's dynamic shared memory.
+ *
+ * A third mode, OKV_GPU_EMULATE (host C++, kernels/okv_gpu_emulator.h), runs
+ * the same kernels on the CPU with one fiber per GPU thread, so their logic is
+ * tested on machines without a GPU (kernels/test_gpu_emulated.cc).
  */
 #ifndef OASISKV_GPU_COMPAT_H
 #define OASISKV_GPU_COMPAT_H
 
 #include <stdint.h>
 
-#if defined(__HIP_PLATFORM_AMD__) || defined(__HIP_PLATFORM_HCC__) || defined(__HIP__)
+#if defined(OKV_GPU_EMULATE)
+#include "okv_gpu_emulator.h"
+#elif defined(__HIP_PLATFORM_AMD__) || defined(__HIP_PLATFORM_HCC__) || defined(__HIP__)
 #include <hip/hip_runtime.h>
 #define OKV_GPU_HIP 1
 #if defined(__AMDGCN_WAVEFRONT_SIZE)
@@ -24,15 +31,19 @@
 #endif
 #define okv_shfl_xor(v, lane_mask, width) __shfl_xor((v), (lane_mask), (width))
 #define okv_ballot(pred) ((uint64_t)__ballot(pred))
+#define OKV_DYNAMIC_SMEM(type, name) extern __shared__ type name[]
 #else
 #include <cuda_runtime.h>
 #define OKV_GPU_CUDA 1
 #define OKV_WARP_SIZE 32
 #define okv_shfl_xor(v, lane_mask, width) __shfl_xor_sync(0xffffffffu, (v), (lane_mask), (width))
 #define okv_ballot(pred) ((uint64_t)__ballot_sync(0xffffffffu, (pred)))
+#define OKV_DYNAMIC_SMEM(type, name) extern __shared__ type name[]
 #endif
 
+#ifndef OKV_DEVICE
 #define OKV_DEVICE __device__ __forceinline__
+#endif
 
 OKV_DEVICE unsigned okv_lane_id(void) { return threadIdx.x & (OKV_WARP_SIZE - 1); }
 

@@ -80,7 +80,7 @@ okv_gpu_gather_blocks(okv_gpu_gather_args_t a) {
 
 extern "C" __global__ void __launch_bounds__(OKV_GPU_ATTENTION_THREADS)
 okv_gpu_attention(okv_gpu_attention_args_t a) {
-  extern __shared__ float okv_smem_f[];
+  OKV_DYNAMIC_SMEM(float, okv_smem_f);
   const uint32_t D = a.head_dim, G = a.group_size, T = a.n_query_tokens;
   const uint32_t Hkv = a.n_kv_heads, Hq = Hkv * G;
   const uint32_t u = blockIdx.x, s = u / Hkv, h = u % Hkv;
@@ -358,7 +358,7 @@ OKV_DEVICE bool okv_bit_test(const uint32_t *bm, uint32_t b) { return (bm[b >> 5
 
 extern "C" __global__ void __launch_bounds__(OKV_GPU_TOPK_THREADS)
 okv_gpu_topk(okv_gpu_topk_args_t a) {
-  extern __shared__ uint32_t okv_smem_u[]; /* exclusion bitmap, ceil(max_n / 32) words */
+  OKV_DYNAMIC_SMEM(uint32_t, okv_smem_u); /* exclusion bitmap, ceil(max_n / 32) words */
   __shared__ uint32_t hist[256];
   __shared__ unsigned long long sel[OKV_TOPK_CAP];
   __shared__ uint32_t warp_tot[OKV_GPU_TOPK_THREADS / 32];

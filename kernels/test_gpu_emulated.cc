@@ -1,0 +1,545 @@
+/* Runs the GPU kernels of kernels/okv_kernels.cu, unchanged, on the CPU
+ * emulator (kernels/okv_gpu_emulator.h) and checks them against scalar
+ * double-precision references written here (the oracle), with the warp size
+ * given at build time (OKV_EMU_WARP = 32 like NVIDIA/RDNA, 64 like CDNA). It
+ * verifies indexing, barriers, shared-memory use and the semantics of
+ * include/oasiskv/kernels.h on machines without a GPU; it says nothing about
+ * speed or the vendor compilers. */
+#undef _FORTIFY_SOURCE /* see kernels/okv_gpu_emulator.h */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+extern "C" {
+#include <cmocka.h>
+}
+
+#define OKV_GPU_EMULATE 1
+#include "okv_kernels.cu"
+
+namespace {
+
+/* Deterministic RNG (xorshift64*). */
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed * 2654435761u + 88172645463325252ull) {}
+  uint64_t next() {
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
+    return s * 2685821657736338717ull;
+  }
+  uint32_t below(uint32_t n) { return (uint32_t)(next() % n); }
+  double uniform() { return (double)(next() >> 11) * (1.0 / 9007199254740992.0); }
+  float normal() {
+    double u1 = uniform(), u2 = uniform();
+    if (u1 < 1e-12) u1 = 1e-12;
+    return (float)(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+  }
+};
+
+uint64_t addr(const void *p) { return (uint64_t)(uintptr_t)p; }
+
+/* ---- Element encodings with independent decoders (the reference values) ---- */
+
+/* A bf16 value near x: the upper half of its f32 bits (truncation). */
+uint16_t bf16_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  return (uint16_t)(u >> 16);
+}
+double bf16_value(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+/* An f16 value near x (|x| < 8), built from sign, exponent and mantissa. */
+uint16_t f16_bits(float x) {
+  uint16_t sign = x < 0 ? 0x8000 : 0;
+  double a = std::fabs((double)x);
+  if (a < std::ldexp(1.0, -14)) { /* subnormal: m * 2^-24 */
+    int m = (int)std::lround(a * std::ldexp(1.0, 24));
+    return (uint16_t)(sign | (m > 1023 ? 1023 : m));
+  }
+  int e;
+  double fr = std::frexp(a, &e); /* a = fr * 2^e, fr in [0.5, 1) */
+  int m = (int)std::floor((fr * 2.0 - 1.0) * 1024.0);
+  return (uint16_t)(sign | ((e - 1 + 15) << 10) | m);
+}
+double f16_value(uint16_t h) {
+  const int e = (h >> 10) & 31, m = h & 1023;
+  const double v = e == 0 ? std::ldexp((double)m, -24) : std::ldexp(1024.0 + m, e - 25);
+  return (h & 0x8000) ? -v : v;
+}
+
+/* A pool of elements in one dtype, and their exact values. */
+struct Elems {
+  uint32_t dtype;
+  std::vector<unsigned char> bytes;
+  std::vector<double> value;
+  Elems(uint32_t dt, size_t n) : dtype(dt), bytes(n * (dt == 0 ? 4 : 2)), value(n) {}
+  void set(size_t i, float x) {
+    if (dtype == 0) {
+      memcpy(&bytes[i * 4], &x, 4);
+      value[i] = x;
+    } else {
+      uint16_t b = dtype == 2 ? bf16_bits(x) : f16_bits(x);
+      memcpy(&bytes[i * 2], &b, 2);
+      value[i] = dtype == 2 ? bf16_value(b) : f16_value(b);
+    }
+  }
+};
+
+const uint32_t BT = 16;
+
+/* ---- 1. Gather ---- */
+
+void test_gather(void **state) {
+  (void)state;
+  Rng r(1);
+  for (uint32_t block_bytes : {64u, 40u, 13u}) {
+    const uint32_t n_src = 12, n_dst = 10, n = 7;
+    std::vector<unsigned char> src(n_src * block_bytes + 8), dst(n_dst * block_bytes + 8, 0);
+    for (auto &b : src) b = (unsigned char)r.below(256);
+    std::vector<uint64_t> pairs;
+    std::vector<uint32_t> perm(n_dst);
+    for (uint32_t i = 0; i < n_dst; ++i) perm[i] = i;
+    for (uint32_t i = 0; i < n; ++i) {
+      std::swap(perm[i], perm[i + r.below(n_dst - i)]);
+      pairs.push_back((uint64_t)r.below(n_src) * block_bytes);
+      pairs.push_back((uint64_t)perm[i] * block_bytes);
+    }
+    okv_gpu_gather_args_t a = {};
+    a.src = addr(src.data());
+    a.dst = addr(dst.data());
+    a.pairs = addr(pairs.data());
+    a.n_blocks = n;
+    a.block_bytes = block_bytes;
+    a.vec_bytes = block_bytes % 16 == 0 ? 16 : block_bytes % 8 == 0 ? 8 : block_bytes % 4 == 0 ? 4 : 1;
+    /* grid smaller than n: the grid-stride loop must cover every block */
+    assert_true(okv_emu::launch(okv_gpu_gather_blocks, {3, 1, 1}, 64, 0, a));
+    std::vector<unsigned char> want(n_dst * block_bytes + 8, 0);
+    for (uint32_t i = 0; i < n; ++i) memcpy(&want[pairs[2 * i + 1]], &src[pairs[2 * i]], block_bytes);
+    assert_memory_equal(dst.data(), want.data(), want.size());
+  }
+}
+
+/* ---- 2. Attention ---- */
+
+struct AttnCase {
+  uint32_t n_seqs, n_kv, G, D, T, NI, dtype, rows_per_cta;
+  bool mass;
+};
+
+void run_attention(const AttnCase &c, uint64_t seed) {
+  Rng r(seed);
+  const uint32_t U = c.n_seqs * c.n_kv, Hq = c.n_kv * c.G, D = c.D;
+  const uint32_t n_slots = 20;
+  const size_t slot_elems = 2 * BT * D;
+  Elems pool(c.dtype, n_slots * slot_elems);
+  for (size_t i = 0; i < pool.value.size(); ++i) pool.set(i, r.normal());
+  std::vector<uint32_t> ws_off(U + 1, 0), ws_slots;
+  std::vector<uint8_t> ws_valid;
+  for (uint32_t u = 0; u < U; ++u) {
+    const uint32_t nb = (u % 3 == 1) ? 0 : 1 + r.below(5); /* some working sets empty */
+    for (uint32_t b = 0; b < nb; ++b) {
+      ws_slots.push_back(r.below(n_slots));
+      ws_valid.push_back((uint8_t)(b == 0 ? 16 : 1 + r.below(16)));
+    }
+    ws_off[u + 1] = (uint32_t)ws_slots.size();
+  }
+  std::vector<float> q((size_t)c.n_seqs * c.T * Hq * D), infl((size_t)c.n_seqs * c.NI * 2 * c.n_kv * D);
+  for (auto &x : q) x = 2.0f * r.normal();
+  for (auto &x : infl) x = r.normal();
+  std::vector<float> out(q.size(), -7.0f), lse((size_t)c.n_seqs * c.T * Hq, 0.0f);
+  std::vector<float> mass(ws_slots.size() * c.T + 1, -5.0f);
+
+  okv_gpu_attention_args_t a = {};
+  a.kv_pool = addr(pool.bytes.data());
+  a.block_bytes = slot_elems * (c.dtype == 0 ? 4 : 2);
+  a.ws_offsets = addr(ws_off.data());
+  a.ws_slots = addr(ws_slots.data());
+  a.ws_valid = addr(ws_valid.data());
+  a.q = addr(q.data());
+  a.inflight_kv = c.NI ? addr(infl.data()) : 0;
+  a.out = addr(out.data());
+  a.lse = c.mass ? addr(lse.data()) : 0;
+  a.block_mass = c.mass ? addr(mass.data()) : 0;
+  a.n_seqs = c.n_seqs;
+  a.n_kv_heads = c.n_kv;
+  a.group_size = c.G;
+  a.head_dim = D;
+  a.n_query_tokens = c.T;
+  a.kv_dtype = c.dtype;
+  a.n_inflight = c.NI;
+  a.rows_per_cta = c.rows_per_cta;
+  a.scale = 1.0f / std::sqrt((float)D);
+  const uint32_t R = c.rows_per_cta, n_rows = c.T * c.G, chunks = (n_rows + R - 1) / R;
+  const size_t smem = 4 * (2 * (size_t)R * D + 32 * (size_t)D + 19 * (size_t)R);
+  assert_true(okv_emu::launch(okv_gpu_attention, {U, chunks, 1}, OKV_GPU_ATTENTION_THREADS, smem, a));
+  if (c.mass) assert_true(okv_emu::launch(okv_gpu_attention_mass, {U, c.T, 1}, OKV_GPU_MASS_THREADS, 0, a));
+
+  /* Reference: plain softmax in double over the visible keys. */
+  const double scale = 1.0 / std::sqrt((double)D);
+  for (uint32_t s = 0; s < c.n_seqs; ++s)
+    for (uint32_t h = 0; h < c.n_kv; ++h) {
+      const uint32_t u = s * c.n_kv + h;
+      for (uint32_t t = 0; t < c.T; ++t) {
+        std::vector<double> mass_t(ws_off[u + 1] - ws_off[u], 0.0);
+        for (uint32_t g = 0; g < c.G; ++g) {
+          const float *qr = &q[(((size_t)s * c.T + t) * Hq + h * c.G + g) * D];
+          std::vector<double> logit, vrow_index;
+          std::vector<std::vector<double>> vals;
+          std::vector<int> owner; /* working-set block index or -1 */
+          for (uint32_t i = ws_off[u]; i < ws_off[u + 1]; ++i) {
+            const size_t base = (size_t)ws_slots[i] * slot_elems;
+            for (uint32_t j = 0; j < ws_valid[i]; ++j) {
+              double dot = 0;
+              std::vector<double> v(D);
+              for (uint32_t d = 0; d < D; ++d) {
+                dot += (double)qr[d] * pool.value[base + d * BT + j];
+                v[d] = pool.value[base + BT * D + j * D + d];
+              }
+              logit.push_back(dot * scale);
+              vals.push_back(v);
+              owner.push_back((int)(i - ws_off[u]));
+            }
+          }
+          for (uint32_t i = 0; i < c.NI; ++i) {
+            if (t < c.T - c.NI + i) continue; /* not visible to this query token */
+            double dot = 0;
+            std::vector<double> v(D);
+            for (uint32_t d = 0; d < D; ++d) {
+              dot += (double)qr[d] * infl[((((size_t)s * c.NI + i) * 2 + 0) * c.n_kv + h) * D + d];
+              v[d] = infl[((((size_t)s * c.NI + i) * 2 + 1) * c.n_kv + h) * D + d];
+            }
+            logit.push_back(dot * scale);
+            vals.push_back(v);
+            owner.push_back(-1);
+          }
+          const float *o = &out[(((size_t)s * c.T + t) * Hq + h * c.G + g) * D];
+          if (logit.empty()) {
+            for (uint32_t d = 0; d < D; ++d) assert_true(o[d] == 0.0f);
+            continue;
+          }
+          const double mx = *std::max_element(logit.begin(), logit.end());
+          double den = 0;
+          for (double l : logit) den += std::exp(l - mx);
+          for (uint32_t d = 0; d < D; ++d) {
+            double num = 0;
+            for (size_t k = 0; k < logit.size(); ++k) num += std::exp(logit[k] - mx) * vals[k][d];
+            const double want = num / den;
+            if (!(std::fabs(o[d] - want) <= 2e-4 + 2e-4 * std::fabs(want))) { /* NaN fails */
+              fprintf(stderr, "attention s=%u h=%u t=%u g=%u d=%u: got %.7f want %.7f\n", s, h, t, g, d, o[d], want);
+              fail();
+            }
+          }
+          for (size_t k = 0; k < logit.size(); ++k)
+            if (owner[k] >= 0) mass_t[owner[k]] += std::exp(logit[k] - mx) / den / c.G;
+        }
+        if (c.mass)
+          for (uint32_t i = ws_off[u]; i < ws_off[u + 1]; ++i) {
+            const double want = mass_t[i - ws_off[u]], got = mass[(size_t)i * c.T + t];
+            if (!(std::fabs(got - want) <= 2e-5 + 1e-4 * want)) {
+              fprintf(stderr, "mass u=%u block %u t=%u: got %.7f want %.7f\n", u, i, t, got, want);
+              fail();
+            }
+          }
+      }
+    }
+  if (c.mass) assert_true(mass.back() == -5.0f); /* nothing written past the last block */
+}
+
+void test_attention_f32_multi_chunk(void **state) {
+  (void)state;
+  run_attention({2, 3, 3, 40, 2, 2, 0, 4, true}, 11);  /* 6 rows in 2 tiles, draft + real in flight */
+}
+void test_attention_bf16(void **state) {
+  (void)state;
+  run_attention({1, 4, 2, 64, 1, 1, 2, 32, true}, 12);
+}
+void test_attention_f16_no_inflight(void **state) {
+  (void)state;
+  run_attention({2, 2, 4, 33, 2, 0, 1, 3, false}, 13); /* empty working sets give zero rows */
+}
+void test_attention_inflight_subset(void **state) {
+  (void)state;
+  run_attention({1, 2, 2, 16, 3, 1, 0, 2, true}, 14); /* only the last query token owns one in-flight token */
+}
+
+/* ---- 3. Summaries ---- */
+
+void test_summaries(void **state) {
+  (void)state;
+  Rng r(3);
+  for (uint32_t dtype = 0; dtype < 3; ++dtype) {
+    const uint32_t D = 24, n_kv_blocks = 9, n = 6, n_summ = 8;
+    const size_t slot_elems = 2 * BT * D;
+    Elems kv(dtype, n_kv_blocks * slot_elems);
+    for (size_t i = 0; i < kv.value.size(); ++i) kv.set(i, r.normal());
+    std::vector<uint64_t> bidx(n), sidx(n);
+    std::vector<uint8_t> valid(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      bidx[i] = r.below(n_kv_blocks);
+      sidx[i] = (i * 5 + 1) % n_summ; /* distinct */
+      valid[i] = (uint8_t)(1 + r.below(16));
+    }
+    std::vector<float> summ((size_t)n_summ * 2 * D, 123.0f);
+    okv_gpu_summary_args_t a = {};
+    a.kv = addr(kv.bytes.data());
+    a.block_bytes = slot_elems * (dtype == 0 ? 4 : 2);
+    a.summaries = addr(summ.data());
+    a.block_index = addr(bidx.data());
+    a.valid = addr(valid.data());
+    a.summary_index = addr(sidx.data());
+    a.n_blocks = n;
+    a.head_dim = D;
+    a.kv_dtype = dtype;
+    assert_true(okv_emu::launch(okv_gpu_summarize_blocks, {n, 1, 1}, OKV_GPU_SUMMARY_THREADS, 0, a));
+    for (uint32_t i = 0; i < n; ++i)
+      for (uint32_t d = 0; d < D; ++d) {
+        double mn = INFINITY, mx = -INFINITY;
+        for (uint32_t j = 0; j < valid[i]; ++j) {
+          const double k = kv.value[bidx[i] * slot_elems + d * BT + j];
+          mn = std::min(mn, k);
+          mx = std::max(mx, k);
+        }
+        assert_true(summ[sidx[i] * 2 * D + d] == (float)mn);
+        assert_true(summ[sidx[i] * 2 * D + D + d] == (float)mx);
+      }
+    /* Untouched summary slots keep their contents. */
+    for (uint32_t sI = 0; sI < n_summ; ++sI) {
+      if (std::find(sidx.begin(), sidx.end(), (uint64_t)sI) != sidx.end()) continue;
+      for (uint32_t e = 0; e < 2 * D; ++e) assert_true(summ[sI * 2 * D + e] == 123.0f);
+    }
+  }
+}
+
+void test_summary_append(void **state) {
+  (void)state;
+  Rng r(4);
+  const uint32_t D = 20, n_summ = 5;
+  for (int in_order = 0; in_order < 2; ++in_order) {
+    /* With repeats (in order, grid 1) and without (one block per entry). */
+    const uint32_t n = in_order ? 9 : 5;
+    std::vector<uint64_t> sidx(n);
+    std::vector<uint8_t> first(n);
+    std::vector<float> keys((size_t)n * D);
+    for (uint32_t i = 0; i < n; ++i) {
+      sidx[i] = in_order ? r.below(3) : i;
+      first[i] = (uint8_t)(i == 2 || r.below(4) == 0);
+    }
+    for (auto &k : keys) k = r.normal();
+    std::vector<float> summ((size_t)n_summ * 2 * D);
+    for (uint32_t sI = 0; sI < n_summ; ++sI)
+      for (uint32_t d = 0; d < D; ++d) {
+        summ[sI * 2 * D + d] = -0.5f;
+        summ[sI * 2 * D + D + d] = 0.5f;
+      }
+    std::vector<float> want = summ;
+    for (uint32_t i = 0; i < n; ++i)
+      for (uint32_t d = 0; d < D; ++d) {
+        float *mn = &want[sidx[i] * 2 * D + d], *mx = mn + D;
+        const float k = keys[(size_t)i * D + d];
+        if (first[i]) {
+          *mn = k;
+          *mx = k;
+        } else {
+          *mn = std::min(*mn, k);
+          *mx = std::max(*mx, k);
+        }
+      }
+    okv_gpu_append_args_t a = {};
+    a.summaries = addr(summ.data());
+    a.summary_index = addr(sidx.data());
+    a.keys = addr(keys.data());
+    a.first = addr(first.data());
+    a.n = n;
+    a.head_dim = D;
+    assert_true(okv_emu::launch(okv_gpu_summary_append, {in_order ? 1u : n, 1, 1}, OKV_GPU_SUMMARY_THREADS, 0, a));
+    assert_memory_equal(summ.data(), want.data(), want.size() * sizeof(float));
+  }
+}
+
+/* ---- 4. Scores ---- */
+
+void test_scores(void **state) {
+  (void)state;
+  Rng r(5);
+  const uint32_t n_seqs = 2, n_kv = 2, G = 3, D = 70, T = 2, U = n_seqs * n_kv, Hq = n_kv * G;
+  const uint32_t seg_n[U] = {130, 0, 1, 64}; /* 130: three thread blocks of OKV_GPU_SCORE_BLOCKS_PER_CTA */
+  std::vector<uint64_t> sfirst(U), cfirst(U);
+  uint64_t total = 0;
+  for (uint32_t u = 0; u < U; ++u) {
+    sfirst[u] = total + 2; /* gaps between segments */
+    cfirst[u] = total + 1;
+    total += seg_n[u] + 2;
+  }
+  std::vector<float> summ((total + 2) * 2 * D), q((size_t)n_seqs * T * Hq * D);
+  for (size_t b = 0; b < total + 2; ++b)
+    for (uint32_t d = 0; d < D; ++d) {
+      const float x = r.normal(), y = r.normal();
+      summ[b * 2 * D + d] = std::min(x, y);
+      summ[b * 2 * D + D + d] = std::max(x, y);
+    }
+  for (auto &x : q) x = r.normal();
+  for (uint32_t tb = 0; tb < T; ++tb) {
+    std::vector<float> scores(total + 2, 42.0f);
+    okv_gpu_score_args_t a = {};
+    a.q = addr(q.data());
+    a.summaries = addr(summ.data());
+    a.scores = addr(scores.data());
+    a.seg_summary_first = addr(sfirst.data());
+    a.seg_n_blocks = addr(seg_n);
+    a.seg_score_first = addr(cfirst.data());
+    a.n_seqs = n_seqs;
+    a.n_kv_heads = n_kv;
+    a.group_size = G;
+    a.head_dim = D;
+    a.n_query_tokens = T;
+    a.t_begin = tb;
+    a.t_end = T;
+    a.scale = 1.0f / std::sqrt((float)D);
+    const uint32_t gy = (130 + OKV_GPU_SCORE_BLOCKS_PER_CTA - 1) / OKV_GPU_SCORE_BLOCKS_PER_CTA;
+    assert_true(okv_emu::launch(okv_gpu_score_blocks, {U, gy, 1}, OKV_GPU_SCORE_THREADS, 0, a));
+    std::vector<float> want(total + 2, 42.0f);
+    for (uint32_t u = 0; u < U; ++u) {
+      const uint32_t s = u / n_kv, h = u % n_kv;
+      for (uint32_t b = 0; b < seg_n[u]; ++b) {
+        double best = -INFINITY;
+        for (uint32_t t = tb; t < T; ++t)
+          for (uint32_t g = 0; g < G; ++g) {
+            const float *qr = &q[(((size_t)s * T + t) * Hq + h * G + g) * D];
+            const float *mn = &summ[(sfirst[u] + b) * 2 * D];
+            double sum = 0;
+            for (uint32_t d = 0; d < D; ++d) sum += std::max((double)qr[d] * mn[d], (double)qr[d] * mn[D + d]);
+            best = std::max(best, sum);
+          }
+        want[cfirst[u] + b] = (float)(best / std::sqrt((double)D));
+      }
+    }
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (!(std::fabs(scores[i] - want[i]) <= 1e-4 + 1e-5 * std::fabs(want[i]))) {
+        fprintf(stderr, "score[%zu]: got %.7f want %.7f\n", i, scores[i], want[i]);
+        fail();
+      }
+    }
+  }
+}
+
+/* ---- 5. Top-K ---- */
+
+void check_topk(const std::vector<std::vector<float>> &segs, const std::vector<std::vector<uint32_t>> &excl,
+                uint32_t k, bool with_excl) {
+  const uint32_t U = (uint32_t)segs.size();
+  std::vector<float> scores;
+  std::vector<uint64_t> first(U);
+  std::vector<uint32_t> seg_n(U), eoff(U + 1, 0), eblocks;
+  uint32_t max_n = 0;
+  for (uint32_t u = 0; u < U; ++u) {
+    scores.push_back(99.0f); /* a gap the kernel must not read */
+    first[u] = scores.size();
+    scores.insert(scores.end(), segs[u].begin(), segs[u].end());
+    seg_n[u] = (uint32_t)segs[u].size();
+    max_n = std::max(max_n, seg_n[u]);
+    if (with_excl) eblocks.insert(eblocks.end(), excl[u].begin(), excl[u].end());
+    eoff[u + 1] = (uint32_t)eblocks.size();
+  }
+  std::vector<uint32_t> out((size_t)U * k, 77u), counts(U, 77u);
+  okv_gpu_topk_args_t a = {};
+  a.scores = addr(scores.data());
+  a.seg_score_first = addr(first.data());
+  a.seg_n = addr(seg_n.data());
+  a.excl_offsets = with_excl ? addr(eoff.data()) : 0;
+  a.excl_blocks = with_excl ? addr(eblocks.data()) : 0;
+  a.out_indices = addr(out.data());
+  a.out_counts = addr(counts.data());
+  a.n_segments = U;
+  a.k = k;
+  assert_true(okv_emu::launch(okv_gpu_topk, {U, 1, 1}, OKV_GPU_TOPK_THREADS, 4 * ((max_n + 31) / 32), a));
+  for (uint32_t u = 0; u < U; ++u) {
+    std::vector<bool> excluded(seg_n[u], false);
+    if (with_excl)
+      for (uint32_t b : excl[u])
+        if (b < seg_n[u]) excluded[b] = true;
+    std::vector<uint32_t> cand;
+    for (uint32_t b = 0; b < seg_n[u]; ++b)
+      if (!excluded[b]) cand.push_back(b);
+    auto val = [&](uint32_t b) {
+      const float f = segs[u][b];
+      return std::isnan(f) ? -INFINITY : (double)f; /* NaN counts as -infinity; -0 == +0 */
+    };
+    std::stable_sort(cand.begin(), cand.end(), [&](uint32_t x, uint32_t y) { return val(x) > val(y); });
+    const uint32_t cnt = std::min<uint32_t>(k, (uint32_t)cand.size());
+    assert_int_equal(counts[u], cnt);
+    for (uint32_t i = 0; i < k; ++i) {
+      const uint32_t want = i < cnt ? cand[i] : 0xffffffffu;
+      if (out[(size_t)u * k + i] != want) {
+        fprintf(stderr, "topk seg %u (n=%u k=%u) rank %u: got %u want %u\n", u, seg_n[u], k, i,
+                out[(size_t)u * k + i], want);
+        fail();
+      }
+    }
+  }
+}
+
+void test_topk(void **state) {
+  (void)state;
+  Rng r(6);
+  std::vector<std::vector<float>> segs;
+  std::vector<std::vector<uint32_t>> excl;
+  const uint32_t sizes[] = {0, 1, 5, 37, 700, 1500, 65536}; /* up to the documented maximum n */
+  for (uint32_t n : sizes) {
+    std::vector<float> s(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint32_t kind = r.below(20);
+      if (kind == 0) s[i] = std::numeric_limits<float>::quiet_NaN();
+      else if (kind == 1) s[i] = -INFINITY;
+      else if (kind == 2) s[i] = (r.below(2) ? -0.0f : 0.0f);
+      else s[i] = (float)(int)(r.below(40)) * 0.25f - 5.0f; /* many ties */
+    }
+    segs.push_back(s);
+    std::vector<uint32_t> e;
+    for (uint32_t i = 0; i < n / 7; ++i) e.push_back(r.below(n + 3)); /* repeats and out-of-range */
+    excl.push_back(e);
+  }
+  for (uint32_t k : {1u, 7u, 64u, 512u}) {
+    check_topk(segs, excl, k, false);
+    check_topk(segs, excl, k, true);
+  }
+}
+
+void test_topk_all_excluded(void **state) {
+  (void)state;
+  std::vector<std::vector<float>> segs = {{1.0f, 2.0f, 3.0f}, {0.5f, 0.25f}};
+  std::vector<std::vector<uint32_t>> excl = {{0, 1, 2}, {1}};
+  check_topk(segs, excl, 4, true);
+}
+
+}  // namespace
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_gather),
+      cmocka_unit_test(test_attention_f32_multi_chunk),
+      cmocka_unit_test(test_attention_bf16),
+      cmocka_unit_test(test_attention_f16_no_inflight),
+      cmocka_unit_test(test_attention_inflight_subset),
+      cmocka_unit_test(test_summaries),
+      cmocka_unit_test(test_summary_append),
+      cmocka_unit_test(test_scores),
+      cmocka_unit_test(test_topk),
+      cmocka_unit_test(test_topk_all_excluded),
+  };
+  printf("GPU kernels on the CPU emulator, warp size %d\n", OKV_EMU_WARP);
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
