@@ -316,6 +316,10 @@ int okv_cli_eval(int argc, char **argv) {
     return 2;
   }
   if (!okv_cli_parse_device(CMD, device)) return 2;
+  if ((plot_path || sweep) && !find_in_path("gnuplot")) {
+    fprintf(stderr, CMD ": --plot needs gnuplot, which is not installed (Debian: apt-get install gnuplot-nox)\n");
+    return 1;
+  }
   if (sweep) {
     if (!json_path || !csv_path || !plot_path) {
       if (mkdir("results", 0755) != 0 && errno != EEXIST) {
@@ -326,10 +330,6 @@ int okv_cli_eval(int argc, char **argv) {
     if (!json_path) json_path = "results/sweep.json";
     if (!csv_path) csv_path = "results/sweep.csv";
     if (!plot_path) plot_path = "results/sweep.png";
-  }
-  if (plot_path && !find_in_path("gnuplot")) {
-    fprintf(stderr, CMD ": --plot needs gnuplot, which is not installed (Debian: apt-get install gnuplot-nox)\n");
-    return 1;
   }
   if (plot_path && !strcmp(plot_path, "-")) {
     fprintf(stderr, CMD ": --plot needs a file name\n");
