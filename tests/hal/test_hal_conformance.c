@@ -2,6 +2,7 @@
  * backend (argv[1] = "cpu", "cuda", "hip"). Every check is byte-exact against
  * a host-side model of what the buffers must hold. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -760,6 +761,74 @@ static void test_kernels_dispatch(void **state) {
   buf_free(cnt);
 }
 
+/* ---- Concurrency: handles, accounting and streams used from several threads ---- */
+
+typedef struct worker_arg_t {
+  okv_hal_device_t *dev;
+  uint64_t seed;
+  int failures;
+} worker_arg_t;
+
+static void *hammer(void *p) {
+  worker_arg_t *w = p;
+  okv_test_rng_t r;
+  okv_test_rng_seed(&r, w->seed);
+  okv_hal_stream_t *s = NULL;
+  if (okv_status_consume(okv_hal_stream_create(w->dev, &s)) != OKV_STATUS_OK) {
+    ++w->failures;
+    return NULL;
+  }
+  unsigned char pattern[512], back[512];
+  for (int it = 0; it < 60; ++it) {
+    uint64_t n = 64 + okv_test_rng_below(&r, 448);
+    okv_hal_buffer_t *a = NULL, *b = NULL;
+    if (okv_status_consume(okv_hal_buffer_alloc(w->dev, OKV_TIER_HOST, n, &a)) != OKV_STATUS_OK ||
+        okv_status_consume(okv_hal_buffer_alloc(w->dev, OKV_TIER_DEVICE, n, &b)) != OKV_STATUS_OK) {
+      ++w->failures;
+      break;
+    }
+    for (uint64_t i = 0; i < n; ++i) pattern[i] = (unsigned char)(okv_test_rng_u64(&r) >> 56);
+    okv_status_free(okv_hal_buffer_write(a, 0, pattern, n));
+    okv_status_free(okv_hal_buffer_retain(b));
+    okv_status_free(okv_hal_copy_async(s, a, 0, b, 0, n));
+    okv_status_free(okv_hal_buffer_release(a)); /* the stream still holds it */
+    if (okv_status_consume(okv_hal_stream_synchronize(s)) != OKV_STATUS_OK) ++w->failures;
+    okv_status_free(okv_hal_buffer_read(b, 0, back, n));
+    if (memcmp(back, pattern, n) != 0) ++w->failures;
+    if (okv_status_consume(okv_hal_buffer_release(b)) != OKV_STATUS_OK) ++w->failures;
+    if (okv_status_consume(okv_hal_buffer_release(b)) != OKV_STATUS_OK) ++w->failures;
+    if (okv_status_consume(okv_hal_buffer_release(b)) != OKV_STATUS_INVALID_ARGUMENT) ++w->failures;
+    if (okv_status_consume(okv_hal_buffer_release(a)) != OKV_STATUS_INVALID_ARGUMENT) ++w->failures;
+  }
+  if (okv_status_consume(okv_hal_stream_release(s)) != OKV_STATUS_OK) ++w->failures;
+  return NULL;
+}
+
+static void test_concurrent_use(void **state) {
+  fixture_t *f = *state;
+  (void)f;
+  /* CMocka's test allocator is not thread-safe: this device uses the system one. */
+  okv_hal_device_t *dev = NULL;
+  OKV_ASSERT_OK(okv_hal_device_create(g_backend, NULL, NULL, &dev));
+  enum { N = 4 };
+  pthread_t th[N];
+  worker_arg_t args[N];
+  for (int i = 0; i < N; ++i) {
+    args[i] = (worker_arg_t){dev, 1000 + (uint64_t)i, 0};
+    assert_int_equal(pthread_create(&th[i], NULL, hammer, &args[i]), 0);
+  }
+  for (int i = 0; i < N; ++i) {
+    pthread_join(th[i], NULL);
+    assert_int_equal(args[i].failures, 0);
+  }
+  for (int t = 0; t < OKV_TIER_COUNT; ++t) {
+    uint64_t cap = 0, used = 1;
+    OKV_ASSERT_OK(okv_hal_device_tier_usage(dev, (okv_tier_t)t, &cap, &used));
+    assert_int_equal(used, 0);
+  }
+  OKV_ASSERT_OK(okv_hal_device_release(dev));
+}
+
 int main(int argc, char **argv) {
   g_backend = okv_test_backend_or_skip(argc, argv);
   const struct CMUnitTest tests[] = {
@@ -777,6 +846,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_invalid_handles, setup, teardown),
       cmocka_unit_test_setup_teardown(test_fault_hooks, setup, teardown),
       cmocka_unit_test_setup_teardown(test_kernels_dispatch, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_concurrent_use, setup, teardown),
   };
   return cmocka_run_group_tests_name("hal_conformance", tests, NULL, NULL);
 }
