@@ -94,6 +94,15 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
       usage();
       return 1;
     }
+    static const char *const valued[] = {"--backend", "--seqs",       "--context", "--layers", "--budget",
+                                         "--steps",   "--warmup",     "--host-gib", "--fetch-ratio", "--noise"};
+    bool known = false;
+    for (size_t j = 0; j < sizeof valued / sizeof valued[0]; j++) known |= strcmp(a, valued[j]) == 0;
+    if (!known) {
+      fprintf(stderr, "oasiskv bench runtime: unknown option %s\n", a);
+      usage();
+      return 2;
+    }
     if (v == NULL) {
       fprintf(stderr, "oasiskv bench runtime: %s needs a value\n", a);
       return 2;
