@@ -18,6 +18,8 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include <immintrin.h>
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -34,7 +36,9 @@ typedef int32_t v16i __attribute__((vector_size(64)));
 typedef uint32_t v16u32 __attribute__((vector_size(64)));
 typedef uint16_t v16u16 __attribute__((vector_size(32)));
 
-#define okv_v16f_splat(x) ((v16f){0} + (float)(x))
+/* Broadcast. Written as x - 0 (an exact identity, folded away by the
+ * compiler), not 0 + x, which is not x for x = -0 and costs a scalar add. */
+#define okv_v16f_splat(x) ((float)(x) - (v16f){0})
 #define okv_lane_index() ((v16i){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
 
 #define OKV_PASS_ROWS 16u          /* query rows (t, g) of one unit processed per pass over its blocks */
@@ -51,22 +55,28 @@ typedef struct okv_cpu_attn_ctx_t {
 /* ---- per-ISA instantiations ---- */
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,bmi,bmi2")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,bmi,bmi2,prefer-vector-width=512")
 #define OKV_ISA(name) okv_##name##_avx512
+#define OKV_ISA_LEVEL 2
 #include "backends/cpu/cpu_kernels_isa.h"
 #undef OKV_ISA
+#undef OKV_ISA_LEVEL
 #pragma GCC pop_options
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,bmi,bmi2")
 #define OKV_ISA(name) okv_##name##_avx2
+#define OKV_ISA_LEVEL 1
 #include "backends/cpu/cpu_kernels_isa.h"
 #undef OKV_ISA
+#undef OKV_ISA_LEVEL
 #pragma GCC pop_options
 
 #define OKV_ISA(name) okv_##name##_base
+#define OKV_ISA_LEVEL 0
 #include "backends/cpu/cpu_kernels_isa.h"
 #undef OKV_ISA
+#undef OKV_ISA_LEVEL
 
 /* ---- ISA selection ---- */
 

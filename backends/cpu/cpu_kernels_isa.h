@@ -16,6 +16,25 @@ OKV_AI v16f OKV_ISA(ld)(const void *p, const int dt) {
     memcpy(&v, p, sizeof v);
     return v;
   }
+#if OKV_ISA_LEVEL == 2
+  __m256i h16 = _mm256_loadu_si256((const __m256i *)p);
+  if (dt == OKV_DTYPE_BF16) return (v16f)_mm512_slli_epi32(_mm512_cvtepu16_epi32(h16), 16);
+  return (v16f)_mm512_cvtph_ps(h16);
+#elif OKV_ISA_LEVEL == 1
+  __m128i h0 = _mm_loadu_si128((const __m128i *)p), h1 = _mm_loadu_si128((const __m128i *)p + 1);
+  __m256 f0, f1;
+  if (dt == OKV_DTYPE_BF16) {
+    f0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h0), 16));
+    f1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h1), 16));
+  } else {
+    f0 = _mm256_cvtph_ps(h0);
+    f1 = _mm256_cvtph_ps(h1);
+  }
+  v16f r;
+  memcpy(&r, &f0, 32);
+  memcpy((char *)&r + 32, &f1, 32);
+  return r;
+#else
   v16u16 h;
   memcpy(&h, p, sizeof h);
   v16u32 w = __builtin_convertvector(h, v16u32);
@@ -27,6 +46,7 @@ OKV_AI v16f OKV_ISA(ld)(const void *p, const int dt) {
   v16f mag = (v16f)(em << 13) * 0x1p112f;
   v16u32 infnan = (v16u32)(em >= 0x7C00u);
   return (v16f)(((v16u32)mag | (infnan & 0x7F800000u)) | sign);
+#endif
 }
 
 /* Loads the first n (< 16) elements, zero elsewhere. */
@@ -58,31 +78,68 @@ OKV_AI v16f OKV_ISA(vexp2)(const v16f *px) {
   return (v16f)((v16i)p + (n << 23));
 }
 
+/* Horizontal max / sum by halving (log2(16) = 4 shuffle steps). */
+#define OKV_HALVE(v, op)                                                                                    \
+  do {                                                                                                      \
+    v16f h_ = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);        \
+    v = op(v, h_);                                                                                          \
+    h_ = __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);             \
+    v = op(v, h_);                                                                                          \
+    h_ = __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);             \
+    v = op(v, h_);                                                                                          \
+    h_ = __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);             \
+    v = op(v, h_);                                                                                          \
+  } while (0)
+#define OKV_VMAX(a, b) OKV_VSEL((a) > (b), (a), (b))
+#define OKV_VADD(a, b) ((a) + (b))
+
 OKV_AI float OKV_ISA(hmax)(const v16f *pv) {
   v16f v = *pv;
-  float m = v[0];
-  for (int i = 1; i < 16; i++) m = v[i] > m ? v[i] : m;
-  return m;
+  OKV_HALVE(v, OKV_VMAX);
+  return v[0];
 }
 
 OKV_AI float OKV_ISA(hsum)(const v16f *pv) {
-  v16f t = *pv;
-  float s = 0.0f;
-  for (int i = 0; i < 16; i++) s += t[i];
-  return s;
+  v16f v = *pv;
+  OKV_HALVE(v, OKV_VADD);
+  return v[0];
 }
 
 /* Logits (log2 domain) of CR query rows against the 16 keys of one slot;
  * lanes j >= valid are -inf. qs: CR rows of hd floats. */
 OKV_AI void OKV_ISA(block_logits)(const int dt, const int CR, const uint8_t *kt, uint32_t valid, uint32_t hd,
-                                  const float *qs, v16f *L) {
+                                  const float *qs, v16f *L, const uint8_t *next) {
   const size_t es = dt == OKV_DTYPE_F32 ? 4u : 2u;
-  for (int r = 0; r < CR; r++) L[r] = okv_v16f_splat(0.0f);
+  /* Named accumulators with compile-time guards stay in registers. */
+  v16f L0 = okv_v16f_splat(0.0f), L1 = L0, L2 = L0, L3 = L0, L4 = L0, L5 = L0, L6 = L0, L7 = L0;
+  const float *q0 = qs, *q1 = qs + hd, *q2 = qs + 2u * hd, *q3 = qs + 3u * hd;
+  const float *q4 = qs + 4u * hd, *q5 = qs + 5u * hd, *q6 = qs + 6u * hd, *q7 = qs + 7u * hd;
   for (uint32_t d = 0; d < hd; d++) {
+    /* Software prefetch of the next slot (random slot order defeats the
+     * hardware prefetcher at block boundaries): its 32 * es * hd bytes are
+     * spread over this loop, es / 2 cache lines per step. */
+    if (next) {
+      __builtin_prefetch(next + (size_t)d * (es / 2u) * 64u, 0, 3);
+      if (es == 4u) __builtin_prefetch(next + ((size_t)d * 2u + 1u) * 64u, 0, 3);
+    }
     v16f k = OKV_ISA(ld)(kt + (size_t)d * 16u * es, dt);
-#pragma GCC unroll 8
-    for (int r = 0; r < CR; r++) L[r] += qs[(size_t)r * hd + d] * k;
+    L0 += q0[d] * k;
+    if (CR > 1) L1 += q1[d] * k;
+    if (CR > 2) L2 += q2[d] * k;
+    if (CR > 3) L3 += q3[d] * k;
+    if (CR > 4) L4 += q4[d] * k;
+    if (CR > 5) L5 += q5[d] * k;
+    if (CR > 6) L6 += q6[d] * k;
+    if (CR > 7) L7 += q7[d] * k;
   }
+  L[0] = L0;
+  if (CR > 1) L[1] = L1;
+  if (CR > 2) L[2] = L2;
+  if (CR > 3) L[3] = L3;
+  if (CR > 4) L[4] = L4;
+  if (CR > 5) L[5] = L5;
+  if (CR > 6) L[6] = L6;
+  if (CR > 7) L[7] = L7;
   if (valid < 16) {
     v16i msk = okv_lane_index() < (int)valid;
     const v16f ninf = okv_v16f_splat(-INFINITY);
@@ -94,11 +151,11 @@ OKV_AI void OKV_ISA(block_logits)(const int dt, const int CR, const uint8_t *kt,
  * domain), l (running sum) and acc (CR rows of hdp floats). One rescale per
  * block. */
 OKV_AI void OKV_ISA(block_step)(const int dt, const int CR, const uint8_t *slot, uint32_t valid, uint32_t hd,
-                                uint32_t hdp, const float *qs, float *m, float *l, float *acc) {
+                                uint32_t hdp, const float *qs, float *m, float *l, float *acc, const uint8_t *next) {
   const size_t es = dt == OKV_DTYPE_F32 ? 4u : 2u;
   const uint8_t *vp = slot + (size_t)16u * hd * es;
   v16f L[CR];
-  OKV_ISA(block_logits)(dt, CR, slot, valid, hd, qs, L);
+  OKV_ISA(block_logits)(dt, CR, slot, valid, hd, qs, L, next);
   float pr[CR][16], ps[CR];
   v16f dm = okv_v16f_splat(0.0f);
   for (int r = 0; r < CR; r++) {
@@ -116,26 +173,158 @@ OKV_AI void OKV_ISA(block_step)(const int dt, const int CR, const uint8_t *slot,
   for (int r = 0; r < CR; r++) l[r] = l[r] * alpha[r] + ps[r];
   /* V pass: acc[r][c..c+16) = alpha[r] * acc + sum_j p[r][j] * V[j][c..c+16). */
   for (uint32_t c = 0; c < hdp; c += 16) {
-    v16f A[CR];
-    for (int r = 0; r < CR; r++) {
-      memcpy(&A[r], acc + (size_t)r * hdp + c, sizeof(v16f));
-      A[r] *= alpha[r];
-    }
+    float *a0 = acc + c, *a1 = a0 + hdp, *a2 = a0 + 2u * hdp, *a3 = a0 + 3u * hdp;
+    float *a4 = a0 + 4u * hdp, *a5 = a0 + 5u * hdp, *a6 = a0 + 6u * hdp, *a7 = a0 + 7u * hdp;
+    v16f A0, A1 = {0}, A2 = {0}, A3 = {0}, A4 = {0}, A5 = {0}, A6 = {0}, A7 = {0};
+#define OKV_ALOAD(r)                      \
+  if (CR > r) {                           \
+    memcpy(&A##r, a##r, sizeof(v16f));    \
+    A##r *= alpha[r];                     \
+  }
+    OKV_ALOAD(0) OKV_ALOAD(1) OKV_ALOAD(2) OKV_ALOAD(3) OKV_ALOAD(4) OKV_ALOAD(5) OKV_ALOAD(6) OKV_ALOAD(7)
+#undef OKV_ALOAD
+#define OKV_AFMA(r) \
+  if (CR > r) A##r += pr[r][j] * v;
     if (c + 16 <= hd) {
       for (uint32_t j = 0; j < valid; j++) {
         v16f v = OKV_ISA(ld)(vp + ((size_t)j * hd + c) * es, dt);
-#pragma GCC unroll 8
-        for (int r = 0; r < CR; r++) A[r] += pr[r][j] * v;
+        OKV_AFMA(0) OKV_AFMA(1) OKV_AFMA(2) OKV_AFMA(3) OKV_AFMA(4) OKV_AFMA(5) OKV_AFMA(6) OKV_AFMA(7)
       }
     } else {
       for (uint32_t j = 0; j < valid; j++) {
         v16f v = OKV_ISA(ld_part)(vp + ((size_t)j * hd + c) * es, dt, hd - c);
-        for (int r = 0; r < CR; r++) A[r] += pr[r][j] * v;
+        OKV_AFMA(0) OKV_AFMA(1) OKV_AFMA(2) OKV_AFMA(3) OKV_AFMA(4) OKV_AFMA(5) OKV_AFMA(6) OKV_AFMA(7)
       }
     }
-    for (int r = 0; r < CR; r++) memcpy(acc + (size_t)r * hdp + c, &A[r], sizeof(v16f));
+#undef OKV_AFMA
+#define OKV_ASTORE(r) \
+  if (CR > r) memcpy(a##r, &A##r, sizeof(v16f));
+    OKV_ASTORE(0) OKV_ASTORE(1) OKV_ASTORE(2) OKV_ASTORE(3) OKV_ASTORE(4) OKV_ASTORE(5) OKV_ASTORE(6) OKV_ASTORE(7)
+#undef OKV_ASTORE
   }
 }
+
+#if OKV_ISA_LEVEL == 2
+/* Two blocks (32 tokens) at once for up to 8 rows, AVX-512 only (32 vector
+ * registers): every broadcast query element and every broadcast probability
+ * feeds two FMAs (16 accumulators), and the softmax rescale happens once per
+ * pair of blocks. Same arithmetic as two block_step calls up to rounding. */
+OKV_AI void OKV_ISA(block_step2)(const int dt, const int CR, const uint8_t *sa, uint32_t va, const uint8_t *sb,
+                                 uint32_t vb, uint32_t hd, uint32_t hdp, const float *qs, float *m, float *l,
+                                 float *acc, const uint8_t *na, const uint8_t *nb) {
+  const size_t es = dt == OKV_DTYPE_F32 ? 4u : 2u;
+  const uint8_t *vpa = sa + (size_t)16u * hd * es, *vpb = sb + (size_t)16u * hd * es;
+  const float *q0 = qs, *q1 = qs + hd, *q2 = qs + 2u * hd, *q3 = qs + 3u * hd;
+  const float *q4 = qs + 4u * hd, *q5 = qs + 5u * hd, *q6 = qs + 6u * hd, *q7 = qs + 7u * hd;
+  v16f LA[8], LB[8];
+  {
+    v16f A0 = okv_v16f_splat(0.0f), A1 = A0, A2 = A0, A3 = A0, A4 = A0, A5 = A0, A6 = A0, A7 = A0;
+    v16f B0 = A0, B1 = A0, B2 = A0, B3 = A0, B4 = A0, B5 = A0, B6 = A0, B7 = A0;
+    for (uint32_t d = 0; d < hd; d++) {
+      if (na) __builtin_prefetch(na + (size_t)d * (es / 2u) * 64u, 0, 3);
+      if (nb) __builtin_prefetch(nb + (size_t)d * (es / 2u) * 64u, 0, 3);
+      if (es == 4u) {
+        if (na) __builtin_prefetch(na + ((size_t)d * 2u + 1u) * 64u, 0, 3);
+        if (nb) __builtin_prefetch(nb + ((size_t)d * 2u + 1u) * 64u, 0, 3);
+      }
+      v16f ka = OKV_ISA(ld)(sa + (size_t)d * 16u * es, dt);
+      v16f kb = OKV_ISA(ld)(sb + (size_t)d * 16u * es, dt);
+#define OKV_K2(r)                 \
+  if (CR > r) {                   \
+    v16f qv = okv_v16f_splat(q##r[d]); \
+    A##r += qv * ka;              \
+    B##r += qv * kb;              \
+  }
+      OKV_K2(0) OKV_K2(1) OKV_K2(2) OKV_K2(3) OKV_K2(4) OKV_K2(5) OKV_K2(6) OKV_K2(7)
+#undef OKV_K2
+    }
+    LA[0] = A0, LA[1] = A1, LA[2] = A2, LA[3] = A3, LA[4] = A4, LA[5] = A5, LA[6] = A6, LA[7] = A7;
+    LB[0] = B0, LB[1] = B1, LB[2] = B2, LB[3] = B3, LB[4] = B4, LB[5] = B5, LB[6] = B6, LB[7] = B7;
+  }
+  const v16f ninf = okv_v16f_splat(-INFINITY);
+  const v16i mska = okv_lane_index() < (int)va, mskb = okv_lane_index() < (int)vb;
+  float pra[8][16], prb[8][16], ps[8];
+  v16f dm = okv_v16f_splat(0.0f);
+  for (int r = 0; r < CR; r++) {
+    v16f xa = OKV_VSEL(mska, LA[r], ninf), xb = OKV_VSEL(mskb, LB[r], ninf);
+    v16f mx = OKV_VMAX(xa, xb);
+    float bm = OKV_ISA(hmax)(&mx);
+    float mn = bm > m[r] ? bm : m[r];
+    dm[r] = m[r] - mn;
+    m[r] = mn;
+    xa -= mn;
+    xb -= mn;
+    v16f pa = OKV_ISA(vexp2)(&xa), pb = OKV_ISA(vexp2)(&xb);
+    pa = (v16f)((v16i)pa & mska);
+    pb = (v16f)((v16i)pb & mskb);
+    memcpy(pra[r], &pa, sizeof pa);
+    memcpy(prb[r], &pb, sizeof pb);
+    v16f pt = pa + pb;
+    ps[r] = OKV_ISA(hsum)(&pt);
+  }
+  v16f alpha = OKV_ISA(vexp2)(&dm);
+  for (int r = 0; r < CR; r++) l[r] = l[r] * alpha[r] + ps[r];
+  uint32_t c = 0;
+  for (; c + 32u <= hd; c += 32u) {
+    v16f A0 = {0}, A1 = {0}, A2 = {0}, A3 = {0}, A4 = {0}, A5 = {0}, A6 = {0}, A7 = {0};
+    v16f C0 = {0}, C1 = {0}, C2 = {0}, C3 = {0}, C4 = {0}, C5 = {0}, C6 = {0}, C7 = {0};
+#define OKV_LD2(r)                                         \
+  if (CR > r) {                                            \
+    memcpy(&A##r, acc + (size_t)r * hdp + c, sizeof(v16f)); \
+    memcpy(&C##r, acc + (size_t)r * hdp + c + 16u, sizeof(v16f)); \
+    A##r *= alpha[r];                                      \
+    C##r *= alpha[r];                                      \
+  }
+    OKV_LD2(0) OKV_LD2(1) OKV_LD2(2) OKV_LD2(3) OKV_LD2(4) OKV_LD2(5) OKV_LD2(6) OKV_LD2(7)
+#undef OKV_LD2
+#define OKV_V2(r, P)                       \
+  if (CR > r) {                            \
+    v16f pv = okv_v16f_splat(P[r][j]);     \
+    A##r += pv * v0;                       \
+    C##r += pv * v1;                       \
+  }
+    for (uint32_t j = 0; j < va; j++) {
+      v16f v0 = OKV_ISA(ld)(vpa + ((size_t)j * hd + c) * es, dt);
+      v16f v1 = OKV_ISA(ld)(vpa + ((size_t)j * hd + c + 16u) * es, dt);
+      OKV_V2(0, pra) OKV_V2(1, pra) OKV_V2(2, pra) OKV_V2(3, pra)
+      OKV_V2(4, pra) OKV_V2(5, pra) OKV_V2(6, pra) OKV_V2(7, pra)
+    }
+    for (uint32_t j = 0; j < vb; j++) {
+      v16f v0 = OKV_ISA(ld)(vpb + ((size_t)j * hd + c) * es, dt);
+      v16f v1 = OKV_ISA(ld)(vpb + ((size_t)j * hd + c + 16u) * es, dt);
+      OKV_V2(0, prb) OKV_V2(1, prb) OKV_V2(2, prb) OKV_V2(3, prb)
+      OKV_V2(4, prb) OKV_V2(5, prb) OKV_V2(6, prb) OKV_V2(7, prb)
+    }
+#undef OKV_V2
+#define OKV_ST2(r)                                         \
+  if (CR > r) {                                            \
+    memcpy(acc + (size_t)r * hdp + c, &A##r, sizeof(v16f)); \
+    memcpy(acc + (size_t)r * hdp + c + 16u, &C##r, sizeof(v16f)); \
+  }
+    OKV_ST2(0) OKV_ST2(1) OKV_ST2(2) OKV_ST2(3) OKV_ST2(4) OKV_ST2(5) OKV_ST2(6) OKV_ST2(7)
+#undef OKV_ST2
+  }
+  /* remaining 16-wide chunks (head_dim not a multiple of 32), tail zero-padded */
+  for (; c < hdp; c += 16u) {
+    for (int r = 0; r < CR; r++) {
+      v16f a;
+      memcpy(&a, acc + (size_t)r * hdp + c, sizeof a);
+      a *= alpha[r];
+      for (uint32_t j = 0; j < va; j++) {
+        v16f v = c + 16u <= hd ? OKV_ISA(ld)(vpa + ((size_t)j * hd + c) * es, dt)
+                               : OKV_ISA(ld_part)(vpa + ((size_t)j * hd + c) * es, dt, hd - c);
+        a += pra[r][j] * v;
+      }
+      for (uint32_t j = 0; j < vb; j++) {
+        v16f v = c + 16u <= hd ? OKV_ISA(ld)(vpb + ((size_t)j * hd + c) * es, dt)
+                               : OKV_ISA(ld_part)(vpb + ((size_t)j * hd + c) * es, dt, hd - c);
+        a += prb[r][j] * v;
+      }
+      memcpy(acc + (size_t)r * hdp + c, &a, sizeof a);
+    }
+  }
+}
+#endif
 
 /* Attention state of one pass (up to OKV_PASS_ROWS rows) over blocks
  * [b0, b1) of a unit's working set. */
@@ -143,10 +332,33 @@ OKV_AI void OKV_ISA(pass_blocks_dt)(const int dt, const okv_cpu_attn_ctx_t *cx, 
                                     uint32_t nr, const float *qs, float *m, float *l, float *acc) {
   const uint32_t hd = cx->d->head_dim, hdp = cx->hdp;
   const uint32_t base = cx->d->ws_offsets[u];
-  for (uint32_t b = b0; b < b1; b++) {
+  uint32_t b = b0;
+#if OKV_ISA_LEVEL == 2
+  for (; b + 2 <= b1; b += 2) {
+    const uint8_t *sa = cx->kv_pool + (size_t)cx->d->ws_slots[base + b] * cx->slot_bytes;
+    const uint8_t *sb = cx->kv_pool + (size_t)cx->d->ws_slots[base + b + 1] * cx->slot_bytes;
+    uint32_t va = cx->d->ws_valid[base + b], vb = cx->d->ws_valid[base + b + 1];
+    const uint8_t *na = b + 2 < b1 ? cx->kv_pool + (size_t)cx->d->ws_slots[base + b + 2] * cx->slot_bytes : NULL;
+    const uint8_t *nb = b + 3 < b1 ? cx->kv_pool + (size_t)cx->d->ws_slots[base + b + 3] * cx->slot_bytes : NULL;
+    for (uint32_t s = 0; s < nr;) {
+      uint32_t left = nr - s, cr = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+      const float *q = qs + (size_t)s * hd;
+      float *a = acc + (size_t)s * hdp;
+      const uint8_t *pa = s == 0 ? na : NULL, *pb = s == 0 ? nb : NULL;
+      switch (cr) {
+        case 1: OKV_ISA(block_step2)(dt, 1, sa, va, sb, vb, hd, hdp, q, m + s, l + s, a, pa, pb); break;
+        case 2: OKV_ISA(block_step2)(dt, 2, sa, va, sb, vb, hd, hdp, q, m + s, l + s, a, pa, pb); break;
+        case 4: OKV_ISA(block_step2)(dt, 4, sa, va, sb, vb, hd, hdp, q, m + s, l + s, a, pa, pb); break;
+        default: OKV_ISA(block_step2)(dt, 8, sa, va, sb, vb, hd, hdp, q, m + s, l + s, a, pa, pb); break;
+      }
+      s += cr;
+    }
+  }
+#endif
+  for (; b < b1; b++) {
     const uint8_t *slot = cx->kv_pool + (size_t)cx->d->ws_slots[base + b] * cx->slot_bytes;
     uint32_t valid = cx->d->ws_valid[base + b];
-    if (b + 1 < b1) __builtin_prefetch(cx->kv_pool + (size_t)cx->d->ws_slots[base + b + 1] * cx->slot_bytes);
+    const uint8_t *next = b + 1 < b1 ? cx->kv_pool + (size_t)cx->d->ws_slots[base + b + 1] * cx->slot_bytes : NULL;
     /* rows in chunks of 8, 4, 2, 1 (compile-time row counts keep the
      * accumulators in registers) */
     for (uint32_t s = 0; s < nr;) {
@@ -154,10 +366,10 @@ OKV_AI void OKV_ISA(pass_blocks_dt)(const int dt, const okv_cpu_attn_ctx_t *cx, 
       const float *q = qs + (size_t)s * hd;
       float *a = acc + (size_t)s * hdp;
       switch (cr) {
-        case 1: OKV_ISA(block_step)(dt, 1, slot, valid, hd, hdp, q, m + s, l + s, a); break;
-        case 2: OKV_ISA(block_step)(dt, 2, slot, valid, hd, hdp, q, m + s, l + s, a); break;
-        case 4: OKV_ISA(block_step)(dt, 4, slot, valid, hd, hdp, q, m + s, l + s, a); break;
-        default: OKV_ISA(block_step)(dt, 8, slot, valid, hd, hdp, q, m + s, l + s, a); break;
+        case 1: OKV_ISA(block_step)(dt, 1, slot, valid, hd, hdp, q, m + s, l + s, a, s == 0 ? next : NULL); break;
+        case 2: OKV_ISA(block_step)(dt, 2, slot, valid, hd, hdp, q, m + s, l + s, a, s == 0 ? next : NULL); break;
+        case 4: OKV_ISA(block_step)(dt, 4, slot, valid, hd, hdp, q, m + s, l + s, a, s == 0 ? next : NULL); break;
+        default: OKV_ISA(block_step)(dt, 8, slot, valid, hd, hdp, q, m + s, l + s, a, s == 0 ? next : NULL); break;
       }
       s += cr;
     }
@@ -182,16 +394,17 @@ OKV_AI void OKV_ISA(mass_blocks_dt)(const int dt, const okv_cpu_attn_ctx_t *cx, 
   const float inv_g = 1.0f / (float)G;
   for (uint32_t b = 0; b < nb; b++) {
     const uint8_t *slot = cx->kv_pool + (size_t)cx->d->ws_slots[base + b] * cx->slot_bytes;
+    const uint8_t *next = b + 1 < nb ? cx->kv_pool + (size_t)cx->d->ws_slots[base + b + 1] * cx->slot_bytes : NULL;
     uint32_t valid = cx->d->ws_valid[base + b];
     for (uint32_t s = 0; s < nr; s += 8) {
       uint32_t cr = nr - s < 8 ? nr - s : 8;
       v16f L[8];
       if (cr > 4)
-        OKV_ISA(block_logits)(dt, 8, slot, valid, hd, qs + (size_t)s * hd, L); /* rows >= nr: padding */
+        OKV_ISA(block_logits)(dt, 8, slot, valid, hd, qs + (size_t)s * hd, L, s == 0 ? next : NULL); /* rows >= nr: padding */
       else if (cr > 2)
-        OKV_ISA(block_logits)(dt, 4, slot, valid, hd, qs + (size_t)s * hd, L);
+        OKV_ISA(block_logits)(dt, 4, slot, valid, hd, qs + (size_t)s * hd, L, s == 0 ? next : NULL);
       else
-        OKV_ISA(block_logits)(dt, 2, slot, valid, hd, qs + (size_t)s * hd, L);
+        OKV_ISA(block_logits)(dt, 2, slot, valid, hd, qs + (size_t)s * hd, L, s == 0 ? next : NULL);
       for (uint32_t i = 0; i < cr; i++) {
         uint32_t r = s + i;
         if (!(l[r] > 0.0f)) continue;
@@ -252,3 +465,6 @@ static void OKV_ISA(score_range)(const float *summ, uint32_t hd, uint32_t hdp, u
 
 #undef OKV_AI
 #undef OKV_VSEL
+#undef OKV_HALVE
+#undef OKV_VMAX
+#undef OKV_VADD
