@@ -334,12 +334,16 @@ OKV_AI void OKV_ISA(pass_blocks_dt)(const int dt, const okv_cpu_attn_ctx_t *cx, 
   const uint32_t base = cx->d->ws_offsets[u];
   uint32_t b = b0;
 #if OKV_ISA_LEVEL == 2
+  /* Prefetch distance: two pairs of slots ahead (the pair after next);
+   * start by touching the first lines of the first four slots. */
+  for (uint32_t i = b0; i < b1 && i < b0 + 4u; i++)
+    __builtin_prefetch(cx->kv_pool + (size_t)cx->d->ws_slots[base + i] * cx->slot_bytes, 0, 3);
   for (; b + 2 <= b1; b += 2) {
     const uint8_t *sa = cx->kv_pool + (size_t)cx->d->ws_slots[base + b] * cx->slot_bytes;
     const uint8_t *sb = cx->kv_pool + (size_t)cx->d->ws_slots[base + b + 1] * cx->slot_bytes;
     uint32_t va = cx->d->ws_valid[base + b], vb = cx->d->ws_valid[base + b + 1];
-    const uint8_t *na = b + 2 < b1 ? cx->kv_pool + (size_t)cx->d->ws_slots[base + b + 2] * cx->slot_bytes : NULL;
-    const uint8_t *nb = b + 3 < b1 ? cx->kv_pool + (size_t)cx->d->ws_slots[base + b + 3] * cx->slot_bytes : NULL;
+    const uint8_t *na = b + 4 < b1 ? cx->kv_pool + (size_t)cx->d->ws_slots[base + b + 4] * cx->slot_bytes : NULL;
+    const uint8_t *nb = b + 5 < b1 ? cx->kv_pool + (size_t)cx->d->ws_slots[base + b + 5] * cx->slot_bytes : NULL;
     for (uint32_t s = 0; s < nr;) {
       uint32_t left = nr - s, cr = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
       const float *q = qs + (size_t)s * hd;
@@ -426,40 +430,64 @@ static void OKV_ISA(mass_blocks)(const okv_cpu_attn_ctx_t *cx, uint32_t u, uint3
   }
 }
 
+/* Scores of nb blocks for CR query rows (max over the rows; with first ==
+ * false, max with what scores[] holds). */
+OKV_AI void OKV_ISA(score_rows)(const int CR, const float *summ, uint32_t hd, uint32_t hdp, uint32_t nb,
+                                const float *qp, const float *qn, float *scores, bool first) {
+  const float *p0 = qp, *p1 = qp + hdp, *p2 = qp + 2u * hdp, *p3 = qp + 3u * hdp;
+  const float *p4 = qp + 4u * hdp, *p5 = qp + 5u * hdp, *p6 = qp + 6u * hdp, *p7 = qp + 7u * hdp;
+  const float *n0 = qn, *n1 = qn + hdp, *n2 = qn + 2u * hdp, *n3 = qn + 3u * hdp;
+  const float *n4 = qn + 4u * hdp, *n5 = qn + 5u * hdp, *n6 = qn + 6u * hdp, *n7 = qn + 7u * hdp;
+  for (uint32_t b = 0; b < nb; b++) {
+    const float *mn = summ + (size_t)b * 2u * hd, *mx = mn + hd;
+    v16f A0 = okv_v16f_splat(0.0f), A1 = A0, A2 = A0, A3 = A0, A4 = A0, A5 = A0, A6 = A0, A7 = A0;
+    for (uint32_t c = 0; c < hdp; c += 16) {
+      v16f vmn, vmx;
+      if (c + 16 <= hd) {
+        memcpy(&vmn, mn + c, sizeof vmn);
+        memcpy(&vmx, mx + c, sizeof vmx);
+      } else {
+        vmn = OKV_ISA(ld_part)(mn + c, OKV_DTYPE_F32, hd - c);
+        vmx = OKV_ISA(ld_part)(mx + c, OKV_DTYPE_F32, hd - c);
+      }
+#define OKV_SC(r)                                  \
+  if (CR > r) {                                    \
+    v16f a_, b_;                                   \
+    memcpy(&a_, p##r + c, sizeof a_);              \
+    memcpy(&b_, n##r + c, sizeof b_);              \
+    A##r += a_ * vmx + b_ * vmn;                   \
+  }
+      OKV_SC(0) OKV_SC(1) OKV_SC(2) OKV_SC(3) OKV_SC(4) OKV_SC(5) OKV_SC(6) OKV_SC(7)
+#undef OKV_SC
+    }
+    /* max over rows of the row sums: max first needs the sums, so reduce each */
+    float best = OKV_ISA(hsum)(&A0);
+#define OKV_SB(r)                         \
+  if (CR > r) {                           \
+    float v_ = OKV_ISA(hsum)(&A##r);      \
+    best = v_ > best ? v_ : best;         \
+  }
+    OKV_SB(1) OKV_SB(2) OKV_SB(3) OKV_SB(4) OKV_SB(5) OKV_SB(6) OKV_SB(7)
+#undef OKV_SB
+    scores[b] = (first || best > scores[b]) ? best : scores[b];
+  }
+}
+
 /* Quest bound of nb blocks for nr rows: qp = max(q,0) * scale, qn = min(q,0) *
  * scale (rows of hdp floats, zero padded); score[b] = max over rows of
  * sum_i qp_i * max_i + qn_i * min_i (== sum_i max(q_i min_i, q_i max_i)). */
 static void OKV_ISA(score_range)(const float *summ, uint32_t hd, uint32_t hdp, uint32_t nb, uint32_t nr,
                                  const float *qp, const float *qn, float *scores) {
-  for (uint32_t b = 0; b < nb; b++) {
-    const float *mn = summ + (size_t)b * 2u * hd, *mx = mn + hd;
-    float best = -INFINITY;
-    for (uint32_t s = 0; s < nr; s += 4) {
-      uint32_t cr = nr - s < 4 ? nr - s : 4;
-      v16f A[4] = {okv_v16f_splat(0.0f), okv_v16f_splat(0.0f), okv_v16f_splat(0.0f), okv_v16f_splat(0.0f)};
-      for (uint32_t c = 0; c < hdp; c += 16) {
-        v16f vmn, vmx;
-        if (c + 16 <= hd) {
-          memcpy(&vmn, mn + c, sizeof vmn);
-          memcpy(&vmx, mx + c, sizeof vmx);
-        } else {
-          vmn = OKV_ISA(ld_part)(mn + c, OKV_DTYPE_F32, hd - c);
-          vmx = OKV_ISA(ld_part)(mx + c, OKV_DTYPE_F32, hd - c);
-        }
-        for (uint32_t i = 0; i < 4; i++) {
-          if (i >= cr) break;
-          v16f a, bq;
-          memcpy(&a, qp + (size_t)(s + i) * hdp + c, sizeof a);
-          memcpy(&bq, qn + (size_t)(s + i) * hdp + c, sizeof bq);
-          A[i] += a * vmx + bq * vmn;
-        }
-      }
-      for (uint32_t i = 0; i < cr; i++) {
-        float v = OKV_ISA(hsum)(&A[i]);
-        best = v > best ? v : best;
-      }
+  for (uint32_t s = 0; s < nr;) {
+    uint32_t left = nr - s, cr = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+    const float *p = qp + (size_t)s * hdp, *n = qn + (size_t)s * hdp;
+    switch (cr) {
+      case 1: OKV_ISA(score_rows)(1, summ, hd, hdp, nb, p, n, scores, s == 0); break;
+      case 2: OKV_ISA(score_rows)(2, summ, hd, hdp, nb, p, n, scores, s == 0); break;
+      case 4: OKV_ISA(score_rows)(4, summ, hd, hdp, nb, p, n, scores, s == 0); break;
+      default: OKV_ISA(score_rows)(8, summ, hd, hdp, nb, p, n, scores, s == 0); break;
     }
-    scores[b] = best;
+    s += cr;
   }
 }
 
