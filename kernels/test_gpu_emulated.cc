@@ -22,6 +22,13 @@ extern "C" {
 #include <cmocka.h>
 }
 
+/* Sanitizer builds switch fibers ~20x slower: smaller cases there. */
+#ifdef OKV_EMU_SMALL
+#define OKV_EMU_BIG(big, small) (small)
+#else
+#define OKV_EMU_BIG(big, small) (big)
+#endif
+
 #define OKV_GPU_EMULATE 1
 #include "okv_kernels.cu"
 
@@ -375,8 +382,9 @@ void test_summary_append(void **state) {
 void test_scores(void **state) {
   (void)state;
   Rng r(5);
-  const uint32_t n_seqs = 2, n_kv = 2, G = 3, D = 70, T = 2, U = n_seqs * n_kv, Hq = n_kv * G;
-  const uint32_t seg_n[U] = {130, 0, 1, 64}; /* 130: three thread blocks of OKV_GPU_SCORE_BLOCKS_PER_CTA */
+  const uint32_t n_seqs = 2, n_kv = 2, G = OKV_EMU_BIG(3, 2), D = 70, T = 2, U = n_seqs * n_kv, Hq = n_kv * G;
+  const uint32_t n0 = OKV_EMU_BIG(130, 67); /* two or three thread blocks of OKV_GPU_SCORE_BLOCKS_PER_CTA */
+  const uint32_t seg_n[U] = {n0, 0, 1, OKV_EMU_BIG(64u, 9u)};
   std::vector<uint64_t> sfirst(U), cfirst(U);
   uint64_t total = 0;
   for (uint32_t u = 0; u < U; ++u) {
@@ -409,7 +417,7 @@ void test_scores(void **state) {
     a.t_begin = tb;
     a.t_end = T;
     a.scale = 1.0f / std::sqrt((float)D);
-    const uint32_t gy = (130 + OKV_GPU_SCORE_BLOCKS_PER_CTA - 1) / OKV_GPU_SCORE_BLOCKS_PER_CTA;
+    const uint32_t gy = (n0 + OKV_GPU_SCORE_BLOCKS_PER_CTA - 1) / OKV_GPU_SCORE_BLOCKS_PER_CTA;
     assert_true(okv_emu::launch(okv_gpu_score_blocks, {U, gy, 1}, OKV_GPU_SCORE_THREADS, 0, a));
     std::vector<float> want(total + 2, 42.0f);
     for (uint32_t u = 0; u < U; ++u) {
@@ -497,7 +505,9 @@ void test_topk(void **state) {
   Rng r(6);
   std::vector<std::vector<float>> segs;
   std::vector<std::vector<uint32_t>> excl;
-  const uint32_t sizes[] = {0, 1, 5, 37, 700, 1500, 65536}; /* up to the documented maximum n */
+  /* up to the documented maximum n */
+  const std::vector<uint32_t> sizes = OKV_EMU_BIG((std::vector<uint32_t>{0, 1, 5, 37, 700, 1500, 65536}),
+                                                 (std::vector<uint32_t>{0, 1, 5, 37, 700}));
   for (uint32_t n : sizes) {
     std::vector<float> s(n);
     for (uint32_t i = 0; i < n; ++i) {
@@ -512,7 +522,7 @@ void test_topk(void **state) {
     for (uint32_t i = 0; i < n / 7; ++i) e.push_back(r.below(n + 3)); /* repeats and out-of-range */
     excl.push_back(e);
   }
-  for (uint32_t k : {1u, 7u, 64u, 512u}) {
+  for (uint32_t k : OKV_EMU_BIG((std::vector<uint32_t>{1u, 7u, 64u, 512u}), (std::vector<uint32_t>{7u, 512u}))) {
     check_topk(segs, excl, k, false);
     check_topk(segs, excl, k, true);
   }
