@@ -184,6 +184,29 @@ static void test_device_params(void **state) {
   OKV_ASSERT_OK(okv_hal_device_release(dev));
 }
 
+/* The live-handle registry grows, shrinks and reuses slots without losing a handle. */
+static void test_live_registry_many_handles(void **state) {
+  (void)state;
+  okv_allocator_t a = okv_test_allocator();
+  okv_hal_device_t *dev = NULL;
+  OKV_ASSERT_OK(okv_hal_device_create("cpu", NULL, &a, &dev));
+  enum { N = 700 };
+  okv_hal_buffer_t **bufs = test_calloc(N, sizeof(*bufs));
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < N; ++i) OKV_ASSERT_OK(okv_hal_buffer_alloc(dev, OKV_TIER_HOST, 16 + (uint64_t)i, &bufs[i]));
+    for (int i = 0; i < N; ++i) assert_int_equal(okv_hal_buffer_size(bufs[i]), 16 + (uint64_t)i);
+    /* Release every other one, check both halves, then the rest. */
+    for (int i = 0; i < N; i += 2) OKV_ASSERT_OK(okv_hal_buffer_release(bufs[i]));
+    for (int i = 1; i < N; i += 2) assert_int_equal(okv_hal_buffer_size(bufs[i]), 16 + (uint64_t)i);
+    for (int i = 1; i < N; i += 2) OKV_ASSERT_OK(okv_hal_buffer_release(bufs[i]));
+    uint64_t cap = 0, used = 1;
+    OKV_ASSERT_OK(okv_hal_device_tier_usage(dev, OKV_TIER_HOST, &cap, &used));
+    assert_int_equal(used, 0);
+  }
+  test_free(bufs);
+  OKV_ASSERT_OK(okv_hal_device_release(dev));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_status_ok_is_null),
@@ -196,6 +219,7 @@ int main(void) {
       cmocka_unit_test(test_tier_names),
       cmocka_unit_test(test_backend_registry),
       cmocka_unit_test(test_device_params),
+      cmocka_unit_test(test_live_registry_many_handles),
   };
   return cmocka_run_group_tests_name("hal_unit", tests, NULL, NULL);
 }
