@@ -44,6 +44,9 @@ typedef uint16_t v16u16 __attribute__((vector_size(32)));
 #define OKV_PASS_ROWS 16u          /* query rows (t, g) of one unit processed per pass over its blocks */
 #define OKV_SPLIT_SCRATCH_FLOATS 16384u /* 64 KiB of partial states for split working sets */
 #define OKV_LOG2E 1.4426950408889634
+#ifndef OKV_PF_LOC
+#define OKV_PF_LOC 2 /* software prefetch locality (prefetcht1) */
+#endif
 
 typedef struct okv_cpu_attn_ctx_t {
   const okv_attention_desc_t *d;

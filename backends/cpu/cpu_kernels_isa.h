@@ -221,11 +221,11 @@ OKV_AI void OKV_ISA(block_step2)(const int dt, const int CR, const uint8_t *sa, 
     v16f A0 = okv_v16f_splat(0.0f), A1 = A0, A2 = A0, A3 = A0, A4 = A0, A5 = A0, A6 = A0, A7 = A0;
     v16f B0 = A0, B1 = A0, B2 = A0, B3 = A0, B4 = A0, B5 = A0, B6 = A0, B7 = A0;
     for (uint32_t d = 0; d < hd; d++) {
-      if (na) __builtin_prefetch(na + (size_t)d * (es / 2u) * 64u, 0, 3);
-      if (nb) __builtin_prefetch(nb + (size_t)d * (es / 2u) * 64u, 0, 3);
+      if (na) __builtin_prefetch(na + (size_t)d * (es / 2u) * 64u, 0, OKV_PF_LOC);
+      if (nb) __builtin_prefetch(nb + (size_t)d * (es / 2u) * 64u, 0, OKV_PF_LOC);
       if (es == 4u) {
-        if (na) __builtin_prefetch(na + ((size_t)d * 2u + 1u) * 64u, 0, 3);
-        if (nb) __builtin_prefetch(nb + ((size_t)d * 2u + 1u) * 64u, 0, 3);
+        if (na) __builtin_prefetch(na + ((size_t)d * 2u + 1u) * 64u, 0, OKV_PF_LOC);
+        if (nb) __builtin_prefetch(nb + ((size_t)d * 2u + 1u) * 64u, 0, OKV_PF_LOC);
       }
       v16f ka = OKV_ISA(ld)(sa + (size_t)d * 16u * es, dt);
       v16f kb = OKV_ISA(ld)(sb + (size_t)d * 16u * es, dt);
@@ -473,6 +473,83 @@ OKV_AI void OKV_ISA(score_rows)(const int CR, const float *summ, uint32_t hd, ui
   }
 }
 
+#if OKV_ISA_LEVEL == 2
+/* Four query rows x four blocks at once (16 accumulators; the summaries of a
+ * block are read once for the four rows, each query chunk once for the four
+ * blocks), then the 16 row sums are reduced together with a transpose tree
+ * (30 shuffles + 15 adds for 16 sums instead of 8 ops per sum). Writes
+ * scores of blocks [0, nb4) with nb4 = nb rounded down to 4. */
+#define OKV_FOLD(a, b, lo_, hi_) (__builtin_shufflevector(a, b, lo_) + __builtin_shufflevector(a, b, hi_))
+#define OKV_L8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define OKV_H8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+#define OKV_L4 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
+#define OKV_H4 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
+#define OKV_L2 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
+#define OKV_H2 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
+#define OKV_L1 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
+#define OKV_H1 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
+static uint32_t OKV_ISA(score4x4)(const float *summ, uint32_t hd, uint32_t hdp, uint32_t nb, const float *qp,
+                                  const float *qn, float *scores, bool first) {
+  const uint32_t nb4 = nb & ~3u;
+  for (uint32_t b = 0; b < nb4; b += 4) {
+    v16f X[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) X[i] = okv_v16f_splat(0.0f);
+    for (uint32_t c = 0; c < hdp; c += 16) {
+      v16f mn[4], mx[4];
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; k++) {
+        const float *base = summ + (size_t)(b + (uint32_t)k) * 2u * hd;
+        if (c + 16 <= hd) {
+          memcpy(&mn[k], base + c, sizeof(v16f));
+          memcpy(&mx[k], base + hd + c, sizeof(v16f));
+        } else {
+          mn[k] = OKV_ISA(ld_part)(base + c, OKV_DTYPE_F32, hd - c);
+          mx[k] = OKV_ISA(ld_part)(base + hd + c, OKV_DTYPE_F32, hd - c);
+        }
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; r++) {
+        v16f pq, nq;
+        memcpy(&pq, qp + (size_t)r * hdp + c, sizeof pq);
+        memcpy(&nq, qn + (size_t)r * hdp + c, sizeof nq);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) X[k * 4 + r] += pq * mx[k] + nq * mn[k];
+      }
+    }
+    /* X[v], v = block * 4 + row: fold to one vector whose lane l holds the sum
+     * of X[bitrev4(l)] */
+    v16f r1[8], r2[4], r3[2];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) r1[i] = OKV_FOLD(X[2 * i], X[2 * i + 1], OKV_L8, OKV_H8);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) r2[i] = OKV_FOLD(r1[2 * i], r1[2 * i + 1], OKV_L4, OKV_H4);
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++) r3[i] = OKV_FOLD(r2[2 * i], r2[2 * i + 1], OKV_L2, OKV_H2);
+    v16f sums = OKV_FOLD(r3[0], r3[1], OKV_L1, OKV_H1);
+    static const int lane_of[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15}; /* bit reversal */
+    for (int k = 0; k < 4; k++) {
+      float best = sums[lane_of[k * 4]];
+      for (int r = 1; r < 4; r++) {
+        float v = sums[lane_of[k * 4 + r]];
+        best = v > best ? v : best;
+      }
+      scores[b + (uint32_t)k] = (first || best > scores[b + (uint32_t)k]) ? best : scores[b + (uint32_t)k];
+    }
+  }
+  return nb4;
+}
+#undef OKV_FOLD
+#undef OKV_L8
+#undef OKV_H8
+#undef OKV_L4
+#undef OKV_H4
+#undef OKV_L2
+#undef OKV_H2
+#undef OKV_L1
+#undef OKV_H1
+#endif
+
 /* Quest bound of nb blocks for nr rows: qp = max(q,0) * scale, qn = min(q,0) *
  * scale (rows of hdp floats, zero padded); score[b] = max over rows of
  * sum_i qp_i * max_i + qn_i * min_i (== sum_i max(q_i min_i, q_i max_i)). */
@@ -484,7 +561,14 @@ static void OKV_ISA(score_range)(const float *summ, uint32_t hd, uint32_t hdp, u
     switch (cr) {
       case 1: OKV_ISA(score_rows)(1, summ, hd, hdp, nb, p, n, scores, s == 0); break;
       case 2: OKV_ISA(score_rows)(2, summ, hd, hdp, nb, p, n, scores, s == 0); break;
-      case 4: OKV_ISA(score_rows)(4, summ, hd, hdp, nb, p, n, scores, s == 0); break;
+      case 4: {
+        uint32_t done = 0;
+#if OKV_ISA_LEVEL == 2
+        done = OKV_ISA(score4x4)(summ, hd, hdp, nb, p, n, scores, s == 0);
+#endif
+        OKV_ISA(score_rows)(4, summ + (size_t)done * 2u * hd, hd, hdp, nb - done, p, n, scores + done, s == 0);
+        break;
+      }
       default: OKV_ISA(score_rows)(8, summ, hd, hdp, nb, p, n, scores, s == 0); break;
     }
     s += cr;
