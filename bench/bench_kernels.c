@@ -28,6 +28,14 @@
 #include <omp.h>
 #endif
 
+/* OpenMP pragmas that vanish (without -Wunknown-pragmas noise) when the build
+ * has no OpenMP. */
+#ifdef _OPENMP
+#define OKV_OMP(x) _Pragma(#x)
+#else
+#define OKV_OMP(x)
+#endif
+
 #include "backends/cpu/cpu_kernels.h"
 #include "oasiskv/oasiskv.h"
 #include "tools/cli.h"
@@ -96,10 +104,11 @@ static double okv_bench_cpu_read_gbps(const void *p, size_t bytes, int nt, int r
   okv_cpu_isa_t isa = okv_cpu_isa_active();
   double best = 1e30;
   const size_t n_floats = bytes / 4u;
+  (void)nt; /* unused without OpenMP */
   for (int r = 0; r < reps + 1; r++) {
     double t0 = okv_bench_now_s();
     float total = 0;
-#pragma omp parallel num_threads(nt) reduction(+ : total)
+OKV_OMP(omp parallel num_threads(nt) reduction(+ : total))
     {
       int tid = 0, n = 1;
 #ifdef _OPENMP
@@ -129,7 +138,7 @@ static double okv_bench_cpu_fma_gflops(int nt) {
   for (int r = 0; r < 3; r++) {
     double t0 = okv_bench_now_s();
     float total = 0;
-#pragma omp parallel num_threads(nt) reduction(+ : total)
+OKV_OMP(omp parallel num_threads(nt) reduction(+ : total))
     {
       switch (isa) {
         case OKV_CPU_ISA_AVX512: total += okv_bench_fma_avx512(iters, 1.0f); break;

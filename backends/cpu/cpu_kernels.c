@@ -24,6 +24,14 @@
 #include <omp.h>
 #endif
 
+/* OpenMP pragmas that vanish (without -Wunknown-pragmas noise) when the build
+ * has no OpenMP. */
+#ifdef _OPENMP
+#define OKV_OMP(x) _Pragma(#x)
+#else
+#define OKV_OMP(x)
+#endif
+
 /* Floating-point contraction (a * b + c -> fma) is off in ISO C mode; the
  * kernels want FMAs where the target has them. */
 #pragma GCC optimize("fp-contract=fast")
@@ -126,6 +134,12 @@ static int okv_cpu_threads(int n_threads) {
   return 1;
 #endif
 }
+
+#ifndef _OPENMP
+#define okv_unused_threads(nt) (void)(nt)
+#else
+#define okv_unused_threads(nt) ((void)0)
+#endif
 
 /* ---- element access (scalar paths) ---- */
 
@@ -257,9 +271,9 @@ void okv_cpu_attention(const okv_attention_desc_t *d, const void *kv_pool, const
   float scratch[S > 1 ? (size_t)U * S * per_item : 1];
 
   const long n_items = (long)U * S;
-#pragma omp parallel num_threads(nt) if (nt > 1)
+OKV_OMP(omp parallel num_threads(nt) if (nt > 1))
   {
-#pragma omp for schedule(dynamic, 1)
+OKV_OMP(omp for schedule(dynamic, 1))
     for (long it = 0; it < n_items; it++) {
       uint32_t u = (uint32_t)(it / S), sp = (uint32_t)(it % S);
       uint32_t s = u / d->n_kv_heads, h = u % d->n_kv_heads;
@@ -291,7 +305,7 @@ void okv_cpu_attention(const okv_attention_desc_t *d, const void *kv_pool, const
     }
     if (S > 1) {
       /* Log-sum-exp merge of the partial states of each unit. */
-#pragma omp for schedule(dynamic, 1)
+OKV_OMP(omp for schedule(dynamic, 1))
       for (long ul = 0; ul < (long)U; ul++) {
         uint32_t u = (uint32_t)ul, s = u / d->n_kv_heads, h = u % d->n_kv_heads;
         uint32_t nb = d->ws_offsets[u + 1] - d->ws_offsets[u];
@@ -336,7 +350,8 @@ void okv_cpu_summarize_blocks(const okv_summary_desc_t *d, const void *kv, float
   const size_t bb = (size_t)okv_block_bytes(d->kv_dtype, hd);
   const int nt = okv_cpu_threads(n_threads);
   const long n = (long)d->n_blocks;
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && n >= 64)
+  okv_unused_threads(nt);
+OKV_OMP(omp parallel for num_threads(nt) schedule(static) if (nt > 1 && n >= 64))
   for (long i = 0; i < n; i++) {
     const uint8_t *kt = (const uint8_t *)kv + (size_t)d->block_index[i] * bb;
     float *mn = summaries + (size_t)d->summary_index[i] * 2u * hd, *mx = mn + hd;
@@ -395,7 +410,8 @@ void okv_cpu_score_blocks(const okv_score_desc_t *d, const float *q, const float
   const long n_chunks = (long)((max_nb + OKV_SCORE_CHUNK - 1u) / OKV_SCORE_CHUNK);
   const long n_items = (long)U * n_chunks;
   const int nt = okv_cpu_threads(n_threads);
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && n_items > 1)
+  okv_unused_threads(nt);
+OKV_OMP(omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && n_items > 1))
   for (long it = 0; it < n_items; it++) {
     uint32_t u = (uint32_t)(it / n_chunks), c = (uint32_t)(it % n_chunks);
     uint32_t nb = d->seg_n_blocks[u], b0 = c * OKV_SCORE_CHUNK;
@@ -457,12 +473,14 @@ void okv_cpu_topk(const okv_topk_desc_t *d, const float *scores, uint32_t *out_i
   const int nt = okv_cpu_threads(n_threads);
   const long n_seg = (long)d->n_segments;
   const uint32_t k = d->k;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && n_seg > 1)
+  okv_unused_threads(nt);
+OKV_OMP(omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && n_seg > 1))
   for (long ul = 0; ul < n_seg; ul++) {
     uint32_t u = (uint32_t)ul, n = d->seg_n[u];
     const float *sc = scores + d->seg_score_first[u];
     uint64_t excl[65536u / 64u];
     uint64_t heap[OKV_TOPK_MAX];
+    heap[0] = 0;
     bool has_excl = d->excl_offsets != NULL && d->excl_offsets[u + 1] > d->excl_offsets[u];
     if (has_excl) {
       memset(excl, 0, ((size_t)n + 63u) / 64u * sizeof(uint64_t));
