@@ -16,6 +16,7 @@
  *    time as a fraction of sparse attention over K = 128 blocks
  *    (scoring_fraction).
  * Kernels are timed through the HAL (stream + events), as users get them.
+ * Every figure is the best of several runs (the machines are shared).
  */
 #include <json-c/json.h>
 #include <math.h>
@@ -133,9 +134,9 @@ OKV_OMP(omp parallel num_threads(nt) reduction(+ : total))
 /* FMA GFLOP/s (2 flops per lane per multiply-add) with nt threads. */
 static double okv_bench_cpu_fma_gflops(int nt) {
   okv_cpu_isa_t isa = okv_cpu_isa_active();
-  const long iters = 2000000;
+  const long iters = 100000; /* ~0.3 ms per run at full speed: best of 30 */
   double best = 1e30;
-  for (int r = 0; r < 3; r++) {
+  for (int r = 0; r < 30; r++) {
     double t0 = okv_bench_now_s();
     float total = 0;
 OKV_OMP(omp parallel num_threads(nt) reduction(+ : total))
@@ -176,12 +177,14 @@ typedef struct okv_bench_t {
     }                                                                                          \
   } while (0)
 
-/* Times `reps` launches of fn(arg) between two events; returns seconds per launch. */
+/* Times launches of fn(arg), each between two events on the stream, for about
+ * target_s (3..200 launches after one warm-up); returns the fastest launch in
+ * seconds. The minimum, not the mean: the development machines are shared, and
+ * the minimum is what the kernel costs when it has the cores. */
 typedef okv_status_t (*okv_bench_launch_fn)(okv_bench_t *b, void *arg);
 
 static okv_status_t okv_bench_time(okv_bench_t *b, okv_bench_launch_fn fn, void *arg, double target_s,
                                    double *out_s) {
-  /* warm-up once, and estimate */
   double t0 = okv_bench_now_s();
   OKV_RETURN_IF_ERROR(fn(b, arg));
   OKV_RETURN_IF_ERROR(okv_hal_stream_synchronize(b->stream));
@@ -189,13 +192,17 @@ static okv_status_t okv_bench_time(okv_bench_t *b, okv_bench_launch_fn fn, void 
   int reps = est > 0 ? (int)(target_s / est) : 100;
   if (reps < 3) reps = 3;
   if (reps > 200) reps = 200;
-  OKV_RETURN_IF_ERROR(okv_hal_event_record(b->ev0, b->stream));
-  for (int r = 0; r < reps; r++) OKV_RETURN_IF_ERROR(fn(b, arg));
-  OKV_RETURN_IF_ERROR(okv_hal_event_record(b->ev1, b->stream));
-  OKV_RETURN_IF_ERROR(okv_hal_event_wait(b->ev1));
-  double el = 0;
-  OKV_RETURN_IF_ERROR(okv_hal_event_elapsed(b->ev0, b->ev1, &el));
-  *out_s = el / reps;
+  double best = 1e30;
+  for (int r = 0; r < reps; r++) {
+    OKV_RETURN_IF_ERROR(okv_hal_event_record(b->ev0, b->stream));
+    OKV_RETURN_IF_ERROR(fn(b, arg));
+    OKV_RETURN_IF_ERROR(okv_hal_event_record(b->ev1, b->stream));
+    OKV_RETURN_IF_ERROR(okv_hal_event_wait(b->ev1));
+    double el = 0;
+    OKV_RETURN_IF_ERROR(okv_hal_event_elapsed(b->ev0, b->ev1, &el));
+    if (el > 0 && el < best) best = el;
+  }
+  *out_s = best;
   return OKV_OK;
 }
 
@@ -209,7 +216,7 @@ static okv_status_t okv_bench_stream_gbps(okv_bench_t *b, uint64_t bytes, double
   if (b->is_cpu) {
     void *p = okv_hal_buffer_host_ptr(b->pool);
     if (p == NULL) return okv_status_make(OKV_STATUS_INTERNAL, "CPU pool has no host pointer");
-    int reps = bytes < (64u << 20) ? 20 : 4;
+    int reps = bytes < (64u << 20) ? 30 : bytes < (512u << 20) ? 8 : 4;
     *out_gbps = okv_bench_cpu_read_gbps(p, (size_t)bytes, b->threads, reps);
     return OKV_OK;
   }
