@@ -152,7 +152,7 @@ okv_status_t okv_topk_desc_clone(const okv_allocator_t *a, const okv_topk_desc_t
 void okv_topk_desc_free(const okv_allocator_t *a, okv_topk_desc_t *d);
 
 
-/* ---- Added by the HAL core (after the skeleton) ---- */
+/* ---- Handle checks ---- */
 
 /* Checks that `obj` is a live HAL object of `kind` (registered by
  * okv_hal_resource_init, not yet released to zero). Returns OKV_OK, or

@@ -24,7 +24,7 @@ void okv_cpu_topk(const okv_topk_desc_t *d, const float *scores, uint32_t *out_i
                   int n_threads);
 
 
-/* ---- Added by the kernels work (after the skeleton) ---- */
+/* ---- Instruction-set dispatch ---- */
 
 /* SIMD level the CPU kernels dispatch to at run time. The same source is
  * compiled for each level; the widest one the CPU supports is used, capped by

@@ -11,6 +11,13 @@
  * KV head per step (capped eviction). Method: arXiv 2608.08097, "OasisKV".
  *
  * See docs/api.md for a usage example.
+ *
+ * Thread safety: one runtime is driven by one engine thread at a time (calls
+ * on the same runtime must not overlap); different runtimes are independent.
+ * The runtime's background pipeline thread and streams are internal.
+ * Ownership: every pointer argument is borrowed for the duration of the call;
+ * the runtime copies what it keeps. Units: tokens, blocks of 16 tokens, bytes,
+ * seconds, as named.
  */
 #ifndef OASISKV_OASISKV_H
 #define OASISKV_OASISKV_H
@@ -38,7 +45,8 @@ typedef enum okv_mode_e {
 
 /* "dense", "oasis", "proxy", "ondemand". */
 const char *okv_mode_name(okv_mode_t mode);
-/* Parses a mode name; NOT_FOUND... returns INVALID_ARGUMENT for an unknown name. */
+/* Parses a mode name ("dense", "oasis", "proxy", "ondemand") into *out_mode.
+ * Errors: INVALID_ARGUMENT for an unknown name or NULL pointers. Thread-safe. */
 okv_status_t okv_mode_parse(const char *name, okv_mode_t *out_mode);
 
 typedef struct okv_runtime_config_t {
@@ -168,7 +176,6 @@ struct okv_step_stats_t {
   uint64_t recall_total;
   uint64_t steps;             /* steps summed (1 for a step's stats) */
   uint64_t deferred_steps;    /* steps where the cap deferred at least one block */
-  /* Added by core (after the original fields): */
   double bookkeeping_seconds; /* host time in the runtime's own code paths (mapping, selection, scheduling,
                                  plan building), foreground + background thread; excludes kernels, copies and
                                  waits on them */
@@ -182,7 +189,7 @@ okv_status_t okv_runtime_stats(const okv_runtime_t *runtime, uint32_t layer, okv
 /* Clears cumulative stats. */
 void okv_runtime_stats_reset(okv_runtime_t *runtime);
 
-/* ---- Added by core (after the original declarations) ---- */
+/* ---- Capacity ---- */
 
 /* How many more sequences with a prefill of `n_tokens` tokens okv_runtime_seq_add
  * would accept now: bounded by free sequence entries (max_seqs), free DEVICE
