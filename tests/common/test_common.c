@@ -1,9 +1,36 @@
 #include "tests/common/test_common.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static pthread_mutex_t t_alloc_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+void *okv_test_locked_malloc(size_t n, const char *file, int line) {
+  pthread_mutex_lock(&t_alloc_mutex);
+  void *p = _test_malloc(n, file, line);
+  pthread_mutex_unlock(&t_alloc_mutex);
+  return p;
+}
+void *okv_test_locked_calloc(size_t c, size_t n, const char *file, int line) {
+  pthread_mutex_lock(&t_alloc_mutex);
+  void *p = _test_calloc(c, n, file, line);
+  pthread_mutex_unlock(&t_alloc_mutex);
+  return p;
+}
+void *okv_test_locked_realloc(void *p, size_t n, const char *file, int line) {
+  pthread_mutex_lock(&t_alloc_mutex);
+  void *q = _test_realloc(p, n, file, line);
+  pthread_mutex_unlock(&t_alloc_mutex);
+  return q;
+}
+void okv_test_locked_free(void *p, const char *file, int line) {
+  pthread_mutex_lock(&t_alloc_mutex);
+  _test_free(p, file, line);
+  pthread_mutex_unlock(&t_alloc_mutex);
+}
 
 static void *t_malloc(void *self, size_t n) {
   (void)self;

@@ -16,6 +16,22 @@
 /* An allocator routed through CMocka's test_malloc/test_free, so leaks fail the test. */
 okv_allocator_t okv_test_allocator(void);
 
+/* CMocka's test_malloc family keeps one unsynchronised list of blocks, while the
+ * library allocates from its worker threads: every test_* allocation call in the
+ * suites goes through these serialised wrappers instead. */
+void *okv_test_locked_malloc(size_t n, const char *file, int line);
+void *okv_test_locked_calloc(size_t c, size_t n, const char *file, int line);
+void *okv_test_locked_realloc(void *p, size_t n, const char *file, int line);
+void okv_test_locked_free(void *p, const char *file, int line);
+#undef test_malloc
+#undef test_calloc
+#undef test_realloc
+#undef test_free
+#define test_malloc(n) okv_test_locked_malloc((n), __FILE__, __LINE__)
+#define test_calloc(c, n) okv_test_locked_calloc((c), (n), __FILE__, __LINE__)
+#define test_realloc(p, n) okv_test_locked_realloc((p), (n), __FILE__, __LINE__)
+#define test_free(p) okv_test_locked_free((p), __FILE__, __LINE__)
+
 /* Asserts that `s` is OK; on failure prints its message and fails the test. */
 #define OKV_ASSERT_OK(expr)                                                          \
   do {                                                                                \
