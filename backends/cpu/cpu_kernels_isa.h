@@ -62,6 +62,22 @@ OKV_AI v16f OKV_ISA(ld_part)(const void *p, const int dt, uint32_t n) {
 /* 2^x for x <= 0 (x clamped to >= -126; NaN maps to 2^-126), relative error ~1e-7. */
 OKV_AI v16f OKV_ISA(vexp2)(const v16f *px) {
   v16f x = *px;
+#if OKV_ISA_LEVEL == 2
+  /* max(x, -126) returns -126 for NaN x; round to nearest, then 2^r * p(f)
+   * by vscalefps (one instruction instead of convert, shift and add). */
+  x = (v16f)_mm512_max_ps((__m512)x, _mm512_set1_ps(-126.0f));
+  v16f r = (v16f)_mm512_roundscale_ps((__m512)x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  v16f f = x - r; /* [-0.5, 0.5] */
+  v16f p = okv_v16f_splat(1.525273380405984e-05f);
+  p = p * f + 1.5403530393381608e-04f;
+  p = p * f + 1.3333558146428443e-03f;
+  p = p * f + 9.618129107628477e-03f;
+  p = p * f + 5.550410866482158e-02f;
+  p = p * f + 2.402265069591007e-01f;
+  p = p * f + 6.931471805599453e-01f;
+  p = p * f + 1.0f;
+  return (v16f)_mm512_scalef_ps((__m512)p, (__m512)r);
+#else
   const v16f lo = okv_v16f_splat(-126.0f);
   x = OKV_VSEL(x > lo, x, lo);
   v16f r = (x + 12582912.0f) - 12582912.0f; /* round to nearest integer */
@@ -76,6 +92,7 @@ OKV_AI v16f OKV_ISA(vexp2)(const v16f *px) {
   p = p * f + 6.931471805599453e-01f;
   p = p * f + 1.0f;
   return (v16f)((v16i)p + (n << 23));
+#endif
 }
 
 /* Horizontal max / sum by halving (log2(16) = 4 shuffle steps). */
@@ -326,6 +343,171 @@ OKV_AI void OKV_ISA(block_step2)(const int dt, const int CR, const uint8_t *sa, 
 }
 #endif
 
+#if OKV_ISA_LEVEL == 2
+/* Reduces 8 vectors at once with a shuffle tree (15 shuffles + 8 ops instead
+ * of 8 per vector); row r's result lands in out[2 * bitrev3(r)]. */
+#define OKV_R8_FOLD(a, b, lo_, hi_, op) op(__builtin_shufflevector(a, b, lo_), __builtin_shufflevector(a, b, hi_))
+#define OKV_R8_L8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define OKV_R8_H8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+#define OKV_R8_L4 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
+#define OKV_R8_H4 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
+#define OKV_R8_L2 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
+#define OKV_R8_H2 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
+#define OKV_R8_REDUCE(X, op, out)                                                                 \
+  do {                                                                                            \
+    v16f y0_ = OKV_R8_FOLD(X[0], X[1], OKV_R8_L8, OKV_R8_H8, op);                                 \
+    v16f y1_ = OKV_R8_FOLD(X[2], X[3], OKV_R8_L8, OKV_R8_H8, op);                                 \
+    v16f y2_ = OKV_R8_FOLD(X[4], X[5], OKV_R8_L8, OKV_R8_H8, op);                                 \
+    v16f y3_ = OKV_R8_FOLD(X[6], X[7], OKV_R8_L8, OKV_R8_H8, op);                                 \
+    v16f z0_ = OKV_R8_FOLD(y0_, y1_, OKV_R8_L4, OKV_R8_H4, op);                                   \
+    v16f z1_ = OKV_R8_FOLD(y2_, y3_, OKV_R8_L4, OKV_R8_H4, op);                                   \
+    v16f w_ = OKV_R8_FOLD(z0_, z1_, OKV_R8_L2, OKV_R8_H2, op);                                    \
+    w_ = op(w_, __builtin_shufflevector(w_, w_, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14)); \
+    memcpy(out, &w_, sizeof w_);                                                                  \
+  } while (0)
+#define OKV_R8_LANE(r) (2 * ((((r) & 1) << 2) | ((r) & 2) | (((r) >> 2) & 1)))
+
+/* Four blocks (64 tokens) per softmax rescale for up to 8 rows, AVX-512 only:
+ * the K pass runs over two pairs of blocks (16 accumulators each, every
+ * broadcast query element feeds two FMAs), then one max / exp / rescale over
+ * the 64 logits of each row with the row reductions done 8 rows at a time,
+ * then the V pass over the 64 tokens per pair of 16-wide accumulator chunks
+ * (accumulators loaded, rescaled and stored once per 4 blocks). pf: slots to
+ * prefetch (into L2) during the K pass, NULL for none. */
+OKV_AI void OKV_ISA(block_step4)(const int dt, const int CR, const uint8_t *const *sl, const uint32_t *vl,
+                                 uint32_t hd, uint32_t hdp, const float *qs, float *m, float *l, float *acc,
+                                 const uint8_t *const *pf) {
+  const size_t es = dt == OKV_DTYPE_F32 ? 4u : 2u;
+  const float *q0 = qs, *q1 = qs + hd, *q2 = qs + 2u * hd, *q3 = qs + 3u * hd;
+  const float *q4 = qs + 4u * hd, *q5 = qs + 5u * hd, *q6 = qs + 6u * hd, *q7 = qs + 7u * hd;
+  v16f L[4][8];
+  for (int pp = 0; pp < 2; pp++) {
+    const uint8_t *sa = sl[2 * pp], *sb = sl[2 * pp + 1];
+    const uint8_t *na = pf[2 * pp], *nb = pf[2 * pp + 1];
+    v16f A0 = okv_v16f_splat(0.0f), A1 = A0, A2 = A0, A3 = A0, A4 = A0, A5 = A0, A6 = A0, A7 = A0;
+    v16f B0 = A0, B1 = A0, B2 = A0, B3 = A0, B4 = A0, B5 = A0, B6 = A0, B7 = A0;
+    for (uint32_t d = 0; d < hd; d++) {
+      if (na) __builtin_prefetch(na + (size_t)d * (es / 2u) * 64u, 0, OKV_PF_LOC);
+      if (nb) __builtin_prefetch(nb + (size_t)d * (es / 2u) * 64u, 0, OKV_PF_LOC);
+      if (es == 4u) {
+        if (na) __builtin_prefetch(na + ((size_t)d * 2u + 1u) * 64u, 0, OKV_PF_LOC);
+        if (nb) __builtin_prefetch(nb + ((size_t)d * 2u + 1u) * 64u, 0, OKV_PF_LOC);
+      }
+      v16f ka = OKV_ISA(ld)(sa + (size_t)d * 16u * es, dt);
+      v16f kb = OKV_ISA(ld)(sb + (size_t)d * 16u * es, dt);
+#define OKV_K4(r)                      \
+  if (CR > r) {                        \
+    v16f qv = okv_v16f_splat(q##r[d]); \
+    A##r += qv * ka;                   \
+    B##r += qv * kb;                   \
+  }
+      OKV_K4(0) OKV_K4(1) OKV_K4(2) OKV_K4(3) OKV_K4(4) OKV_K4(5) OKV_K4(6) OKV_K4(7)
+#undef OKV_K4
+    }
+    v16f *LA = L[2 * pp], *LB = L[2 * pp + 1];
+    LA[0] = A0, LA[1] = A1, LA[2] = A2, LA[3] = A3, LA[4] = A4, LA[5] = A5, LA[6] = A6, LA[7] = A7;
+    LB[0] = B0, LB[1] = B1, LB[2] = B2, LB[3] = B3, LB[4] = B4, LB[5] = B5, LB[6] = B6, LB[7] = B7;
+  }
+  const v16f ninf = okv_v16f_splat(-INFINITY);
+  for (int k = 0; k < 4; k++)
+    if (vl[k] < 16) {
+      const v16i msk = okv_lane_index() < (int)vl[k];
+      for (int r = 0; r < CR; r++) L[k][r] = OKV_VSEL(msk, L[k][r], ninf);
+    }
+  v16f X[8];
+  float red[16];
+  for (int r = 0; r < 8; r++) {
+    int rr = r < CR ? r : 0;
+    v16f a = OKV_VMAX(L[0][rr], L[1][rr]), b = OKV_VMAX(L[2][rr], L[3][rr]);
+    X[r] = OKV_VMAX(a, b);
+  }
+  OKV_R8_REDUCE(X, OKV_VMAX, red);
+  float pr[4][8][16];
+  v16f dm = okv_v16f_splat(0.0f);
+  for (int r = 0; r < CR; r++) {
+    float bm = red[OKV_R8_LANE(r)];
+    float mn = bm > m[r] ? bm : m[r];
+    dm[r] = m[r] - mn; /* -inf on the first block: alpha ~ 0, and acc, l are 0 then */
+    m[r] = mn;
+    v16f sum = okv_v16f_splat(0.0f);
+    for (int k = 0; k < 4; k++) {
+      v16f x = L[k][r] - mn;
+      v16f p = OKV_ISA(vexp2)(&x);
+      if (vl[k] < 16) p = (v16f)((v16i)p & (okv_lane_index() < (int)vl[k]));
+      memcpy(pr[k][r], &p, sizeof p);
+      sum += p;
+    }
+    X[r] = sum;
+  }
+  for (int r = CR; r < 8; r++) X[r] = X[0];
+  OKV_R8_REDUCE(X, OKV_VADD, red);
+  v16f alpha = OKV_ISA(vexp2)(&dm);
+  for (int r = 0; r < CR; r++) l[r] = l[r] * alpha[r] + red[OKV_R8_LANE(r)];
+  uint32_t c = 0;
+  for (; c + 32u <= hd; c += 32u) {
+    v16f A0 = {0}, A1 = {0}, A2 = {0}, A3 = {0}, A4 = {0}, A5 = {0}, A6 = {0}, A7 = {0};
+    v16f C0 = {0}, C1 = {0}, C2 = {0}, C3 = {0}, C4 = {0}, C5 = {0}, C6 = {0}, C7 = {0};
+#define OKV_LD4(r)                                                \
+  if (CR > r) {                                                   \
+    memcpy(&A##r, acc + (size_t)r * hdp + c, sizeof(v16f));       \
+    memcpy(&C##r, acc + (size_t)r * hdp + c + 16u, sizeof(v16f)); \
+    A##r *= alpha[r];                                             \
+    C##r *= alpha[r];                                             \
+  }
+    OKV_LD4(0) OKV_LD4(1) OKV_LD4(2) OKV_LD4(3) OKV_LD4(4) OKV_LD4(5) OKV_LD4(6) OKV_LD4(7)
+#undef OKV_LD4
+#define OKV_V4(r)                              \
+  if (CR > r) {                                \
+    v16f pv = okv_v16f_splat(pr[k][r][j]);     \
+    A##r += pv * v0;                           \
+    C##r += pv * v1;                           \
+  }
+    for (int k = 0; k < 4; k++) {
+      const uint8_t *vp = sl[k] + (size_t)16u * hd * es;
+      for (uint32_t j = 0; j < vl[k]; j++) {
+        v16f v0 = OKV_ISA(ld)(vp + ((size_t)j * hd + c) * es, dt);
+        v16f v1 = OKV_ISA(ld)(vp + ((size_t)j * hd + c + 16u) * es, dt);
+        OKV_V4(0) OKV_V4(1) OKV_V4(2) OKV_V4(3) OKV_V4(4) OKV_V4(5) OKV_V4(6) OKV_V4(7)
+      }
+    }
+#undef OKV_V4
+#define OKV_ST4(r)                                                \
+  if (CR > r) {                                                   \
+    memcpy(acc + (size_t)r * hdp + c, &A##r, sizeof(v16f));       \
+    memcpy(acc + (size_t)r * hdp + c + 16u, &C##r, sizeof(v16f)); \
+  }
+    OKV_ST4(0) OKV_ST4(1) OKV_ST4(2) OKV_ST4(3) OKV_ST4(4) OKV_ST4(5) OKV_ST4(6) OKV_ST4(7)
+#undef OKV_ST4
+  }
+  /* remaining 16-wide chunks (head_dim not a multiple of 32), tail zero-padded */
+  for (; c < hdp; c += 16u) {
+    for (int r = 0; r < CR; r++) {
+      v16f a;
+      memcpy(&a, acc + (size_t)r * hdp + c, sizeof a);
+      a *= alpha[r];
+      for (int k = 0; k < 4; k++) {
+        const uint8_t *vp = sl[k] + (size_t)16u * hd * es;
+        for (uint32_t j = 0; j < vl[k]; j++) {
+          v16f v = c + 16u <= hd ? OKV_ISA(ld)(vp + ((size_t)j * hd + c) * es, dt)
+                                 : OKV_ISA(ld_part)(vp + ((size_t)j * hd + c) * es, dt, hd - c);
+          a += pr[k][r][j] * v;
+        }
+      }
+      memcpy(acc + (size_t)r * hdp + c, &a, sizeof a);
+    }
+  }
+}
+#undef OKV_R8_FOLD
+#undef OKV_R8_L8
+#undef OKV_R8_H8
+#undef OKV_R8_L4
+#undef OKV_R8_H4
+#undef OKV_R8_L2
+#undef OKV_R8_H2
+#undef OKV_R8_REDUCE
+#undef OKV_R8_LANE
+#endif
+
 /* Attention state of one pass (up to OKV_PASS_ROWS rows) over blocks
  * [b0, b1) of a unit's working set. */
 OKV_AI void OKV_ISA(pass_blocks_dt)(const int dt, const okv_cpu_attn_ctx_t *cx, uint32_t u, uint32_t b0, uint32_t b1,
@@ -338,6 +520,30 @@ OKV_AI void OKV_ISA(pass_blocks_dt)(const int dt, const okv_cpu_attn_ctx_t *cx, 
    * start by touching the first lines of the first four slots. */
   for (uint32_t i = b0; i < b1 && i < b0 + 4u; i++)
     __builtin_prefetch(cx->kv_pool + (size_t)cx->d->ws_slots[base + i] * cx->slot_bytes, 0, 3);
+  /* Quads of blocks; prefetch distance: the next quad. */
+  for (; b + 4 <= b1; b += 4) {
+    const uint8_t *sl[4], *pf[4], *none[4] = {NULL, NULL, NULL, NULL};
+    uint32_t vl[4];
+    for (int k = 0; k < 4; k++) {
+      sl[k] = cx->kv_pool + (size_t)cx->d->ws_slots[base + b + (uint32_t)k] * cx->slot_bytes;
+      vl[k] = cx->d->ws_valid[base + b + (uint32_t)k];
+      uint32_t nxt = b + 4u + (uint32_t)k;
+      pf[k] = nxt < b1 ? cx->kv_pool + (size_t)cx->d->ws_slots[base + nxt] * cx->slot_bytes : NULL;
+    }
+    for (uint32_t s = 0; s < nr;) {
+      uint32_t left = nr - s, cr = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+      const float *q = qs + (size_t)s * hd;
+      float *a = acc + (size_t)s * hdp;
+      const uint8_t *const *p = s == 0 ? pf : none;
+      switch (cr) {
+        case 1: OKV_ISA(block_step4)(dt, 1, sl, vl, hd, hdp, q, m + s, l + s, a, p); break;
+        case 2: OKV_ISA(block_step4)(dt, 2, sl, vl, hd, hdp, q, m + s, l + s, a, p); break;
+        case 4: OKV_ISA(block_step4)(dt, 4, sl, vl, hd, hdp, q, m + s, l + s, a, p); break;
+        default: OKV_ISA(block_step4)(dt, 8, sl, vl, hd, hdp, q, m + s, l + s, a, p); break;
+      }
+      s += cr;
+    }
+  }
   for (; b + 2 <= b1; b += 2) {
     const uint8_t *sa = cx->kv_pool + (size_t)cx->d->ws_slots[base + b] * cx->slot_bytes;
     const uint8_t *sb = cx->kv_pool + (size_t)cx->d->ws_slots[base + b + 1] * cx->slot_bytes;
