@@ -52,6 +52,9 @@ typedef uint16_t v16u16 __attribute__((vector_size(32)));
 #define OKV_PASS_ROWS 16u          /* query rows (t, g) of one unit processed per pass over its blocks */
 #define OKV_SPLIT_SCRATCH_FLOATS 16384u /* 64 KiB of partial states for split working sets */
 #define OKV_LOG2E 1.4426950408889634
+#ifndef OKV_PF_QUADS
+#define OKV_PF_QUADS 1u /* software prefetch distance in quads of blocks */
+#endif
 #ifndef OKV_PF_LOC
 #define OKV_PF_LOC 2 /* software prefetch locality (prefetcht1) */
 #endif

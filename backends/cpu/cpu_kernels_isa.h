@@ -516,18 +516,18 @@ OKV_AI void OKV_ISA(pass_blocks_dt)(const int dt, const okv_cpu_attn_ctx_t *cx, 
   const uint32_t base = cx->d->ws_offsets[u];
   uint32_t b = b0;
 #if OKV_ISA_LEVEL == 2
-  /* Prefetch distance: two pairs of slots ahead (the pair after next);
-   * start by touching the first lines of the first four slots. */
-  for (uint32_t i = b0; i < b1 && i < b0 + 4u; i++)
+  /* Software prefetch (into L2) of the slots OKV_PF_QUADS quads ahead, spread
+   * over the K passes; start by touching the first line of the first slots. */
+  for (uint32_t i = b0; i < b1 && i < b0 + 4u * OKV_PF_QUADS; i++)
     __builtin_prefetch(cx->kv_pool + (size_t)cx->d->ws_slots[base + i] * cx->slot_bytes, 0, 3);
-  /* Quads of blocks; prefetch distance: the next quad. */
+  /* Quads of blocks; prefetch distance: OKV_PF_QUADS quads. */
   for (; b + 4 <= b1; b += 4) {
     const uint8_t *sl[4], *pf[4], *none[4] = {NULL, NULL, NULL, NULL};
     uint32_t vl[4];
     for (int k = 0; k < 4; k++) {
       sl[k] = cx->kv_pool + (size_t)cx->d->ws_slots[base + b + (uint32_t)k] * cx->slot_bytes;
       vl[k] = cx->d->ws_valid[base + b + (uint32_t)k];
-      uint32_t nxt = b + 4u + (uint32_t)k;
+      uint32_t nxt = b + 4u * OKV_PF_QUADS + (uint32_t)k;
       pf[k] = nxt < b1 ? cx->kv_pool + (size_t)cx->d->ws_slots[base + nxt] * cx->slot_bytes : NULL;
     }
     for (uint32_t s = 0; s < nr;) {
@@ -696,31 +696,42 @@ OKV_AI void OKV_ISA(score_rows)(const int CR, const float *summ, uint32_t hd, ui
 #define OKV_H1 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
 static uint32_t OKV_ISA(score4x4)(const float *summ, uint32_t hd, uint32_t hdp, uint32_t nb, const float *qp,
                                   const float *qn, float *scores, bool first) {
+  if (hd % 16u != 0) return 0; /* partial chunks: the generic path */
   const uint32_t nb4 = nb & ~3u;
+  const float *p0 = qp, *p1 = qp + hdp, *p2 = qp + 2u * hdp, *p3 = qp + 3u * hdp;
+  const float *n0 = qn, *n1 = qn + hdp, *n2 = qn + 2u * hdp, *n3 = qn + 3u * hdp;
   for (uint32_t b = 0; b < nb4; b += 4) {
     v16f X[16];
+    /* block k's min at s_k, max at s_k + hd */
+    const float *s0 = summ + (size_t)b * 2u * hd, *s1 = s0 + 2u * hd, *s2 = s1 + 2u * hd, *s3 = s2 + 2u * hd;
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++) X[i] = okv_v16f_splat(0.0f);
-    for (uint32_t c = 0; c < hdp; c += 16) {
-      v16f mn[4], mx[4];
+    for (uint32_t c = 0; c < hd; c += 16) {
+      v16f mn[4], mx[4], pq[4], nq[4];
+      memcpy(&mn[0], s0 + c, sizeof(v16f));
+      memcpy(&mx[0], s0 + hd + c, sizeof(v16f));
+      memcpy(&mn[1], s1 + c, sizeof(v16f));
+      memcpy(&mx[1], s1 + hd + c, sizeof(v16f));
+      memcpy(&mn[2], s2 + c, sizeof(v16f));
+      memcpy(&mx[2], s2 + hd + c, sizeof(v16f));
+      memcpy(&mn[3], s3 + c, sizeof(v16f));
+      memcpy(&mx[3], s3 + hd + c, sizeof(v16f));
+      memcpy(&pq[0], p0 + c, sizeof(v16f));
+      memcpy(&nq[0], n0 + c, sizeof(v16f));
+      memcpy(&pq[1], p1 + c, sizeof(v16f));
+      memcpy(&nq[1], n1 + c, sizeof(v16f));
+      memcpy(&pq[2], p2 + c, sizeof(v16f));
+      memcpy(&nq[2], n2 + c, sizeof(v16f));
+      memcpy(&pq[3], p3 + c, sizeof(v16f));
+      memcpy(&nq[3], n3 + c, sizeof(v16f));
+      /* two chained FMAs per accumulator (no separate multiply and add) */
 #pragma GCC unroll 4
       for (int k = 0; k < 4; k++) {
-        const float *base = summ + (size_t)(b + (uint32_t)k) * 2u * hd;
-        if (c + 16 <= hd) {
-          memcpy(&mn[k], base + c, sizeof(v16f));
-          memcpy(&mx[k], base + hd + c, sizeof(v16f));
-        } else {
-          mn[k] = OKV_ISA(ld_part)(base + c, OKV_DTYPE_F32, hd - c);
-          mx[k] = OKV_ISA(ld_part)(base + hd + c, OKV_DTYPE_F32, hd - c);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+          X[k * 4 + r] += pq[r] * mx[k];
+          X[k * 4 + r] += nq[r] * mn[k];
         }
-      }
-#pragma GCC unroll 4
-      for (int r = 0; r < 4; r++) {
-        v16f pq, nq;
-        memcpy(&pq, qp + (size_t)r * hdp + c, sizeof pq);
-        memcpy(&nq, qn + (size_t)r * hdp + c, sizeof nq);
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) X[k * 4 + r] += pq * mx[k] + nq * mn[k];
       }
     }
     /* X[v], v = block * 4 + row: fold to one vector whose lane l holds the sum
