@@ -260,7 +260,9 @@ OKV_AI void OKV_ISA(block_step2)(const int dt, const int CR, const uint8_t *sa, 
   }
   const v16f ninf = okv_v16f_splat(-INFINITY);
   const v16i mska = okv_lane_index() < (int)va, mskb = okv_lane_index() < (int)vb;
-  float pra[8][16], prb[8][16], ps[8];
+  _Alignas(64) float pra[8][16];
+  _Alignas(64) float prb[8][16];
+  float ps[8];
   v16f dm = okv_v16f_splat(0.0f);
   for (int r = 0; r < CR; r++) {
     v16f xa = OKV_VSEL(mska, LA[r], ninf), xb = OKV_VSEL(mskb, LB[r], ninf);
@@ -415,14 +417,14 @@ OKV_AI void OKV_ISA(block_step4)(const int dt, const int CR, const uint8_t *cons
       for (int r = 0; r < CR; r++) L[k][r] = OKV_VSEL(msk, L[k][r], ninf);
     }
   v16f X[8];
-  float red[16];
+  _Alignas(64) float red[16];
   for (int r = 0; r < 8; r++) {
     int rr = r < CR ? r : 0;
     v16f a = OKV_VMAX(L[0][rr], L[1][rr]), b = OKV_VMAX(L[2][rr], L[3][rr]);
     X[r] = OKV_VMAX(a, b);
   }
   OKV_R8_REDUCE(X, OKV_VMAX, red);
-  float pr[4][8][16];
+  _Alignas(64) float pr[4][8][16];
   v16f dm = okv_v16f_splat(0.0f);
   for (int r = 0; r < CR; r++) {
     float bm = red[OKV_R8_LANE(r)];
