@@ -1,23 +1,38 @@
 /* Delta selection with capped eviction (see core/select.h). */
 #include "core/select.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 
 /* Moves the `want` least recently selected candidates (by (last_selected,
  * block)) to the front of v, in order: partial selection, O(want * n); only
  * as many victims as admissions (<= C) are ever needed. */
+static inline bool lru_before(const okv_block_map_t *map, uint32_t a, uint32_t b) {
+  uint32_t ka = map->last_selected[a], kb = map->last_selected[b];
+  return ka < kb || (ka == kb && a < b);
+}
+
+/* Moves the `want` least recently selected blocks of v[0..n) (ties: lower
+ * block first) to v[0..want), in that order. One pass keeping a sorted
+ * prefix: a candidate that is not older than the newest kept one costs one
+ * comparison, so this is O(n) for the small caps C the method uses. */
 static void select_lru(const okv_block_map_t *map, uint32_t *v, uint32_t n, uint32_t want) {
   if (want > n) want = n;
-  for (uint32_t i = 0; i < want; i++) {
-    uint32_t best = i;
-    for (uint32_t j = i + 1; j < n; j++) {
-      uint32_t a = v[j], b = v[best];
-      uint32_t ka = map->last_selected[a], kb = map->last_selected[b];
-      if (ka < kb || (ka == kb && a < b)) best = j;
+  if (want == 0) return;
+  uint32_t m = 0; /* v[0..m) sorted, v[m..j) rejected */
+  for (uint32_t j = 0; j < n; j++) {
+    uint32_t x = v[j];
+    if (m == want) {
+      if (!lru_before(map, x, v[m - 1])) continue;
+      v[j] = v[--m]; /* the newest kept block is rejected in x's place */
     }
-    uint32_t t = v[i];
-    v[i] = v[best];
-    v[best] = t;
+    uint32_t i = m; /* while m < want, j == m: nothing is rejected yet */
+    while (i > 0 && lru_before(map, x, v[i - 1])) {
+      v[i] = v[i - 1];
+      i--;
+    }
+    v[i] = x;
+    m++;
   }
 }
 
