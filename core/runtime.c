@@ -131,6 +131,7 @@ static void stats_add(okv_step_stats_t *d, const okv_step_stats_t *s) {
   d->bookkeeping_seconds += s->bookkeeping_seconds;
   d->attention_seconds += s->attention_seconds;
   d->append_bytes += s->append_bytes;
+  d->append_seconds += s->append_seconds;
 }
 
 okv_status_t okv_runtime_stats(const okv_runtime_t *runtime, uint32_t layer, okv_step_stats_t *out_stats) {
@@ -1186,8 +1187,6 @@ static okv_status_t layer_append(okv_runtime_t *rt, uint32_t layer, const float 
       }
       uint64_t hb = host_block_of(rt, head, b);
       const float *kk = k_new + ((size_t)i * H + h) * hd;
-      const float *vv = v_new + ((size_t)i * H + h) * hd;
-      write_token(rt, hb, off, kk, vv);
       rt->append_pairs[n].src_offset = hb * rt->block_bytes;
       rt->append_pairs[n].dst_offset = (uint64_t)m->slot_of[b] * rt->block_bytes;
       rt->append_index[n] = hb;
@@ -1199,6 +1198,16 @@ static okv_status_t layer_append(okv_runtime_t *rt, uint32_t layer, const float 
   }
   *bk_s += now_s() - t0;
   if (n == 0) return OKV_OK;
+  /* Write the tokens into their HOST blocks (same order as the entries above). */
+  t0 = now_s();
+  for (uint32_t i = 0, e = 0; i < rt->step_n_seqs; i++) {
+    const okv_seq_t *s = step_seq(rt, i);
+    if (s == NULL) continue;
+    uint32_t off = (s->n_tokens[layer] - 1u) % OKV_BLOCK_TOKENS;
+    for (uint32_t h = 0; h < H; h++, e++)
+      write_token(rt, rt->append_index[e], off, k_new + ((size_t)i * H + h) * hd, v_new + ((size_t)i * H + h) * hd);
+  }
+  ls->append_seconds += now_s() - t0;
   okv_status_t st = okv_hal_summary_append_async(rt->compute, rt->summaries, hd, c->kv_dtype, n, rt->append_index,
                                                  rt->append_keys, rt->append_first);
   /* The active blocks' slots are refreshed whole from the HOST tier; retried

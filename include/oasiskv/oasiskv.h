@@ -182,6 +182,8 @@ struct okv_step_stats_t {
   double attention_seconds;   /* foreground time from enqueueing attention to its completion */
   uint64_t append_bytes;      /* HOST->DEVICE bytes copied to keep active blocks' slots current (not in
                                  bytes_moved, which counts fetched blocks only) */
+  double append_seconds;      /* foreground time writing the real tokens' K/V into the HOST tier (data movement that
+                                 a GPU does with its copy engine; not part of bookkeeping_seconds) */
 };
 
 /* Cumulative stats over the runtime's life (layer = UINT32_MAX) or for one layer. */
