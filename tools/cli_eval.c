@@ -295,7 +295,7 @@ int okv_cli_eval(int argc, char **argv) {
       continue;
     }
     if ((r = okv_cli_opt_value(argc, argv, &i, "--budget", &v)) != 0) {
-      if (r < 0 || !okv_cli_parse_u32(CMD, "--budget", v, 1, 65536, &budget)) return 2;
+      if (r < 0 || !okv_cli_parse_u32(CMD, "--budget", v, 1, OKV_TOPK_MAX, &budget)) return 2;
       continue;
     }
     if ((r = okv_cli_opt_value(argc, argv, &i, "--fetch-ratio", &v)) != 0) {

@@ -90,7 +90,7 @@ int okv_cli_generate(int argc, char **argv) {
       continue;
     }
     if ((r = okv_cli_opt_value(argc, argv, &i, "--budget", &v)) != 0) {
-      if (r < 0 || !okv_cli_parse_u32(CMD, "--budget", v, 1, 65536, &budget)) return 2;
+      if (r < 0 || !okv_cli_parse_u32(CMD, "--budget", v, 1, OKV_TOPK_MAX, &budget)) return 2;
       continue;
     }
     if ((r = okv_cli_opt_value(argc, argv, &i, "--seed", &v)) != 0) {

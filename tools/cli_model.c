@@ -139,6 +139,12 @@ bool okv_cli_output_reserve(const char *cmd, const char *path, okv_cli_output_t 
     fprintf(stderr, "%s: output path too long: %s\n", cmd, path);
     return false;
   }
+  struct stat st;
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+    /* Written through a temporary file and renamed: that would replace a device or FIFO. */
+    fprintf(stderr, "%s: output '%s' exists and is not a regular file\n", cmd, path);
+    return false;
+  }
   strcpy(o->path, path);
   snprintf(o->tmp_path, sizeof o->tmp_path, "%s.tmp.XXXXXX", path);
   int fd = mkstemp(o->tmp_path);

@@ -65,9 +65,11 @@ typedef struct okv_runtime_config_t {
                                       many blocks; default = budget_blocks (must be <= budget_blocks) */
   /* Sizing. */
   uint32_t max_seqs;            /* sequences alive at once; default 64 */
-  uint32_t max_context_tokens;  /* per sequence; default 131072 */
+  uint32_t max_context_tokens;  /* tokens per sequence, 1..1,048,576; default 131072 */
   uint64_t device_pool_bytes;   /* DEVICE bytes for the slot pool; 0 = room for max_seqs full working sets */
-  uint64_t host_capacity_bytes; /* HOST tier bytes the runtime may use; 0 = the device's HOST limit */
+  uint64_t host_capacity_bytes; /* HOST tier bytes the runtime may use for full KV; 0 = what max_seqs x
+                                   max_context_tokens need, capped at half the free HOST bytes and 2 GiB
+                                   (docs/api.md) */
   bool track_recall;            /* compute recall: true next-step top-K resident in time (costs a scoring pass) */
 } okv_runtime_config_t;
 
@@ -127,7 +129,11 @@ okv_status_t okv_runtime_seq_resident(const okv_runtime_t *runtime, uint32_t seq
  * A step processes one real token per sequence of a batch, stacked with
  * n_query_tokens - 1 draft tokens (OKV_MODE_OASIS needs >= 2; other modes accept 1..4).
  * Usage per step: okv_runtime_step_begin, then for l = 0..n_layers-1
- * okv_runtime_step_layer, then okv_runtime_step_end. */
+ * okv_runtime_step_layer, then okv_runtime_step_end.
+ * okv_runtime_step_begin: seq_ids [n_seqs] (borrowed), n_seqs >= 1 and <= max_seqs, no duplicates.
+ * Errors: INVALID_ARGUMENT (a step already begun, n_seqs, n_query_tokens out of range or < 2 in
+ * OKV_MODE_OASIS, a duplicate id), NOT_FOUND (an unknown sequence id), OUT_OF_MEMORY (host
+ * allocator). */
 okv_status_t okv_runtime_step_begin(okv_runtime_t *runtime, uint32_t n_seqs, const uint32_t *seq_ids,
                                     uint32_t n_query_tokens);
 
@@ -148,7 +154,8 @@ okv_status_t okv_runtime_step_begin(okv_runtime_t *runtime, uint32_t n_seqs, con
 okv_status_t okv_runtime_step_layer(okv_runtime_t *runtime, uint32_t layer, const float *k_new,
                                     const float *v_new, const float *q, const float *draft_kv, float *out);
 
-/* Ends the step; writes this step's stats when out_stats is not NULL. */
+/* Ends the step (every layer must have run); writes this step's stats when out_stats is not NULL.
+ * Errors: INVALID_ARGUMENT (no step begun, layers missing). */
 typedef struct okv_step_stats_t okv_step_stats_t;
 okv_status_t okv_runtime_step_end(okv_runtime_t *runtime, okv_step_stats_t *out_stats);
 
@@ -156,7 +163,9 @@ okv_status_t okv_runtime_step_end(okv_runtime_t *runtime, okv_step_stats_t *out_
  * committing anything or touching the pipeline (e.g. the self drafter's extra
  * uncommitted forward). Same layouts as okv_runtime_step_layer with T = n_query_tokens and
  * inflight_kv: f32 [n_seqs][T][2][n_kv_heads][head_dim] for all T tokens (token t sees
- * in-flight tokens 0..t). */
+ * in-flight tokens 0..t). Commits layer l's pending transfer first.
+ * Errors: INVALID_ARGUMENT (shapes, layer, NULL pointers), NOT_FOUND (an unknown sequence id),
+ * COPY_FAILED (the pending transfer of this layer failed; `out` is still valid), HAL errors. */
 okv_status_t okv_runtime_peek_layer(okv_runtime_t *runtime, uint32_t n_seqs, const uint32_t *seq_ids,
                                     uint32_t layer, uint32_t n_query_tokens, const float *q,
                                     const float *inflight_kv, float *out);
@@ -186,7 +195,9 @@ struct okv_step_stats_t {
                                  a GPU does with its copy engine; not part of bookkeeping_seconds) */
 };
 
-/* Cumulative stats over the runtime's life (layer = UINT32_MAX) or for one layer. */
+/* Cumulative stats over the runtime's life (layer = UINT32_MAX) or for one layer, since creation
+ * or the last okv_runtime_stats_reset. Errors: INVALID_ARGUMENT (NULL pointers, layer >= n_layers
+ * and not UINT32_MAX). */
 okv_status_t okv_runtime_stats(const okv_runtime_t *runtime, uint32_t layer, okv_step_stats_t *out_stats);
 /* Clears cumulative stats. */
 void okv_runtime_stats_reset(okv_runtime_t *runtime);

@@ -72,6 +72,9 @@ expect_fail "non-UTF-8 prompt" generate --model "$model" --tokenizer "$tok" --pr
 # Flags.
 expect_fail "eval --budget 0" eval "${base[@]}" --budget 0 "${outs[@]}"
 expect_fail "generate --budget 0" generate --budget 0
+expect_fail "eval --budget above the top-K limit" eval "${base[@]}" --budget 513 "${outs[@]}"
+expect_fail "eval --json onto a device file" eval "${base[@]}" --mode dense --json /dev/null
+[ -c /dev/null ] || { echo "FAIL: /dev/null was replaced"; exit 1; }
 for r in 0 1.5 -0.1 abc nan; do
   expect_fail "eval --fetch-ratio $r" eval "${base[@]}" --fetch-ratio "$r" "${outs[@]}"
 done
