@@ -9,7 +9,8 @@ okv_status_t okv_block_map_init(okv_block_map_t *map, const okv_allocator_t *a, 
 }
 
 void okv_block_map_free(okv_block_map_t *map, const okv_allocator_t *a) {
-  void *arrs[] = {map->slot_of, map->last_selected, map->res_pos, map->mark, map->resident, map->free_slots};
+  void *arrs[] = {map->slot_of,  map->last_selected, map->res_pos,      map->mark,
+                  map->resident, map->free_slots,    map->slot_tokens, map->summary_stale};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++)
     if (arrs[i] != NULL) okv_free(a, arrs[i]);
   memset(map, 0, sizeof *map);
@@ -20,6 +21,14 @@ static okv_status_t grow_u32(const okv_allocator_t *a, uint32_t **arr, uint32_t 
   uint32_t *p = okv_realloc(a, *arr, (size_t)new_n * sizeof(uint32_t));
   if (p == NULL) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "block map: host allocator failed for %u entries", new_n);
   for (uint32_t i = old_n; i < new_n; i++) p[i] = fill;
+  *arr = p;
+  return OKV_OK;
+}
+
+static okv_status_t grow_u8(const okv_allocator_t *a, uint8_t **arr, uint32_t old_n, uint32_t new_n) {
+  uint8_t *p = okv_realloc(a, *arr, (size_t)new_n);
+  if (p == NULL) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "block map: host allocator failed for %u entries", new_n);
+  memset(p + old_n, 0, (size_t)(new_n - old_n));
   *arr = p;
   return OKV_OK;
 }
@@ -35,6 +44,8 @@ okv_status_t okv_block_map_reserve(okv_block_map_t *map, const okv_allocator_t *
   OKV_RETURN_IF_ERROR(grow_u32(a, &map->res_pos, map->cap_blocks, cap, 0));
   OKV_RETURN_IF_ERROR(grow_u32(a, &map->mark, map->cap_blocks, cap, 0));
   OKV_RETURN_IF_ERROR(grow_u32(a, &map->resident, map->cap_blocks, cap, 0));
+  OKV_RETURN_IF_ERROR(grow_u8(a, &map->slot_tokens, map->cap_blocks, cap));
+  OKV_RETURN_IF_ERROR(grow_u8(a, &map->summary_stale, map->cap_blocks, cap));
   map->cap_blocks = cap;
   return OKV_OK;
 }
@@ -48,6 +59,7 @@ okv_status_t okv_block_map_reserve_free(okv_block_map_t *map, const okv_allocato
 
 void okv_block_map_map(okv_block_map_t *map, uint32_t block, uint32_t slot, uint32_t step) {
   map->slot_of[block] = slot;
+  map->slot_tokens[block] = 0;
   map->last_selected[block] = step;
   map->res_pos[block] = map->n_resident;
   map->resident[map->n_resident++] = block;

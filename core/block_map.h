@@ -31,6 +31,11 @@ typedef struct okv_block_map_t {
   uint32_t n_resident;
   uint32_t *free_slots;    /* stack of the head's free slots */
   uint32_t n_free, cap_free;
+  /* Slot currency (the COPY_FAILED contract, docs/api.md "Faults"): a slot is
+   * read by attention only for the leading tokens a successful write put there. */
+  uint8_t *slot_tokens;    /* [cap] tokens of the block current in its slot, 0 = unreadable (valid while resident) */
+  uint8_t *summary_stale;  /* [cap] 1: the block's min/max summary missed a write; rebuild it from the HOST tier */
+  bool needs_repair;       /* some block of the head has slot_tokens short of its tokens, or a stale summary */
 } okv_block_map_t;
 
 /* Zero-initialises `map` and reserves room for `cap_free_slots` free slots.
@@ -48,10 +53,17 @@ static inline bool okv_block_map_is_resident(const okv_block_map_t *map, uint32_
   return block < map->n_blocks && map->slot_of[block] != OKV_NO_SLOT;
 }
 
-/* Maps non-resident `block` (< n_blocks) to `slot`, last selected at `step`. */
+/* Maps non-resident `block` (< n_blocks) to `slot`, last selected at `step`.
+ * The slot is unreadable (slot_tokens = 0) until okv_block_map_set_current
+ * records a successful write: a slot's previous content is never reachable. */
 void okv_block_map_map(okv_block_map_t *map, uint32_t block, uint32_t slot, uint32_t step);
 /* Unmaps resident `block`; returns its slot. */
 uint32_t okv_block_map_unmap(okv_block_map_t *map, uint32_t block);
+
+/* Records that the first `n_tokens` tokens of resident `block` are current in its slot. */
+static inline void okv_block_map_set_current(okv_block_map_t *map, uint32_t block, uint32_t n_tokens) {
+  map->slot_tokens[block] = (uint8_t)n_tokens;
+}
 
 /* Free-slot stack of the head (capacity reserved beforehand). */
 void okv_block_map_push_free(okv_block_map_t *map, uint32_t slot);

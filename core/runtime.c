@@ -132,6 +132,8 @@ static void stats_add(okv_step_stats_t *d, const okv_step_stats_t *s) {
   d->attention_seconds += s->attention_seconds;
   d->append_bytes += s->append_bytes;
   d->append_seconds += s->append_seconds;
+  d->pipeline_errors += s->pipeline_errors;
+  d->retried_writes += s->retried_writes;
 }
 
 okv_status_t okv_runtime_stats(const okv_runtime_t *runtime, uint32_t layer, okv_step_stats_t *out_stats) {
@@ -372,6 +374,7 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
       ctx->q, 0, job->q_host, (uint64_t)job->n_seqs * T * rt->cfg.n_q_heads * rt->cfg.head_dim * sizeof(float));
   if (st == OKV_OK) st = predict_topk(rt, ctx, rt->predict, job->n_seqs, layer, T, job->t_begin, job->t_end, &bk);
   if (st != OKV_OK) {
+    okv_status_free(okv_hal_stream_synchronize(rt->predict)); /* no pending error left for the next job */
     job->error = st;
     goto done;
   }
@@ -425,7 +428,9 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
       job->event_recorded = true;
       job->event_waited = false;
     } else {
-      /* Nothing (or nothing we can wait for) was issued: give the slots back. */
+      /* Nothing we can wait for was issued: let the copy stream finish whatever
+       * it took, then give the slots back. */
+      okv_status_free(okv_hal_stream_synchronize(rt->copy));
       for (uint32_t i = 0; i < job->n_plan; i++) {
         okv_plan_entry_t *e = &job->plan[i];
         okv_block_map_push_free(&seq_head(rt, &rt->seqs[e->seq_index], layer, e->kv_head)->map, e->slot);
@@ -486,9 +491,10 @@ static double job_wait_event(okv_runtime_t *rt, uint32_t layer) {
 
 /* Layer-local sync: waits for the layer's previous plan and commits it into the
  * maps. A failed transfer maps nothing (its slots go back to the heads' free
- * stacks, victims stay mapped). Returns the transfer's or predict stage's error. */
-static okv_status_t layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
-  if (!has_pipeline(rt)) return OKV_OK;
+ * stacks, victims stay mapped); a failed transfer or prediction is absorbed and
+ * counted in pipeline_errors (docs/api.md "Faults"). */
+static void layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
+  if (!has_pipeline(rt)) return;
   okv_layer_job_t *job = &rt->jobs[layer];
   okv_step_stats_t *ls = &rt->layer_step[layer];
   double t0 = wall_s();
@@ -499,6 +505,11 @@ static okv_status_t layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s
   okv_status_t st = job->event_status;
   job->event_status = OKV_OK;
   bool ok = st == OKV_OK;
+  if (!ok && job->n_plan > 0) {
+    /* The copy stream may still be writing into the planned slots (or hold the
+     * error): let it finish before those slots go back to the free stacks. */
+    okv_status_free(okv_hal_stream_synchronize(rt->copy));
+  }
   for (uint32_t i = 0; i < job->n_plan; i++) {
     const okv_plan_entry_t *e = &job->plan[i];
     okv_seq_t *seq = &rt->seqs[e->seq_index];
@@ -510,6 +521,7 @@ static okv_status_t layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s
         ls->evicted++;
       }
       okv_block_map_map(m, e->block, e->slot, job->step);
+      okv_block_map_set_current(m, e->block, OKV_BLOCK_TOKENS); /* fetched blocks are never the active one */
       ls->blocks_moved++;
       ls->bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE] += rt->block_bytes;
     } else {
@@ -520,13 +532,13 @@ static okv_status_t layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s
   job->n_plan = 0;
   job->event_recorded = false;
   job->event_waited = false;
-  if (job->error != OKV_OK) {
-    if (st == OKV_OK) st = job->error;
-    else okv_status_free(job->error);
-    job->error = OKV_OK;
-  }
+  /* Absorbed (docs/api.md "Faults"): the blocks stay misses and are selected
+   * again by later steps; attention runs over what is validly resident. */
+  if (st != OKV_OK || job->error != OKV_OK) ls->pipeline_errors++;
+  okv_status_free(st);
+  okv_status_free(job->error);
+  job->error = OKV_OK;
   *bk_s += now_s() - t0;
-  return st;
 }
 
 /* ------------------------------------------------------------------ create / destroy */
@@ -651,7 +663,9 @@ void okv_runtime_destroy(okv_runtime_t *rt) {
   void *arrs[] = {rt->extent_used, rt->free_slots,   rt->ws_offsets,   rt->ws_slots,      rt->ws_valid,
                   rt->append_pairs, rt->append_index, rt->append_first, rt->append_keys,   rt->od_pairs,
                   rt->od_plan,     rt->seqs,         rt->step_seq_index, rt->step_seq_id, rt->layer_step, rt->batch_seqs,
-                  rt->layer_cum,   rt->jobs,         rt->queue,        rt->layer_events};
+                  rt->layer_cum,   rt->jobs,         rt->queue,        rt->layer_events, rt->wr_map,
+                  rt->wr_block,    rt->wr_tokens,    rt->tok_block,    rt->reb_index,   rt->reb_valid,
+                  rt->reb_map,     rt->reb_block};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) xfree(&rt->alloc, arrs[i]);
   pthread_mutex_destroy(&rt->mutex);
   pthread_cond_destroy(&rt->work_cv);
@@ -787,7 +801,17 @@ okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_conf
   ALLOC_ARR(rt->ws_offsets, n_seg + 1);
   ALLOC_ARR(rt->ws_slots, rt->ws_capacity);
   ALLOC_ARR(rt->ws_valid, rt->ws_capacity);
-  ALLOC_ARR(rt->append_pairs, n_seg);
+  rt->wr_capacity = (uint32_t)(2u * n_seg + 64u); /* n_seg <= 2^28: fits */
+  rt->reb_capacity = (uint32_t)(2u * n_seg + 64u);
+  ALLOC_ARR(rt->append_pairs, rt->wr_capacity);
+  ALLOC_ARR(rt->wr_map, rt->wr_capacity);
+  ALLOC_ARR(rt->wr_block, rt->wr_capacity);
+  ALLOC_ARR(rt->wr_tokens, rt->wr_capacity);
+  ALLOC_ARR(rt->tok_block, n_seg);
+  ALLOC_ARR(rt->reb_index, rt->reb_capacity);
+  ALLOC_ARR(rt->reb_valid, rt->reb_capacity);
+  ALLOC_ARR(rt->reb_map, rt->reb_capacity);
+  ALLOC_ARR(rt->reb_block, rt->reb_capacity);
   ALLOC_ARR(rt->append_index, n_seg);
   ALLOC_ARR(rt->append_first, n_seg);
   ALLOC_ARR(rt->append_keys, n_seg * c->head_dim);
@@ -985,6 +1009,14 @@ okv_status_t okv_runtime_seq_add(okv_runtime_t *rt, const okv_prefill_t *prefill
       st = okv_status_annotate(st, "okv_runtime_seq_add: loading the prefill");
       goto fail;
     }
+    /* The initial working set is now current in its slots (readable). */
+    for (uint64_t i = 0; i < LH; i++) {
+      okv_block_map_t *m = &s->heads[i].map;
+      for (uint32_t j = 0; j < m->n_resident; j++) {
+        uint32_t b = m->resident[j];
+        okv_block_map_set_current(m, b, b + 1u < nb ? OKV_BLOCK_TOKENS : n_tokens - b * OKV_BLOCK_TOKENS);
+      }
+    }
   }
   xfree(&rt->alloc, blk_index);
   xfree(&rt->alloc, sum_index);
@@ -1048,7 +1080,7 @@ okv_status_t okv_runtime_seq_resident(const okv_runtime_t *rt, uint32_t seq_id, 
   const okv_block_map_t *m = &seq_head(rt, s, layer, kv_head)->map;
   uint32_t n = 0;
   for (uint32_t b = 0; b < m->n_blocks; b++)
-    if (m->slot_of[b] != OKV_NO_SLOT) {
+    if (m->slot_of[b] != OKV_NO_SLOT && m->slot_tokens[b] > 0) { /* readable blocks only */
       if (n < capacity) out_blocks[n] = b;
       n++;
     }
@@ -1112,8 +1144,15 @@ static okv_seq_t *step_seq(const okv_runtime_t *rt, uint32_t i) {
 }
 
 /* Appends the real token of every sequence of the step to layer `layer`:
- * HOST block, active block's slot, summary. Checks capacity first so that an
- * OUT_OF_MEMORY leaves the layer unchanged. */
+ * HOST block (authoritative, written first), summary, and a whole-block
+ * refresh of the active block's slot from the HOST tier. Checks capacity
+ * first so that an OUT_OF_MEMORY leaves the layer unchanged.
+ * Write currency (docs/api.md "Faults"): a slot becomes readable only when the
+ * refresh batch that wrote it completed; a failed batch (after one retry)
+ * leaves every slot it covered unreadable and every summary it covered marked
+ * stale, and returns the error (the token stays committed in the HOST tier).
+ * Heads with such leftovers are repaired by their next append: stale slots of
+ * resident blocks are copied again and stale summaries rebuilt from the HOST tier. */
 static okv_status_t layer_append(okv_runtime_t *rt, uint32_t layer, const float *k_new, const float *v_new,
                                  double *bk_s) {
   double t0 = now_s();
@@ -1148,7 +1187,11 @@ static okv_status_t layer_append(okv_runtime_t *rt, uint32_t layer, const float 
     for (uint32_t h = 0; h < H; h++)
       OKV_RETURN_IF_ERROR(okv_block_map_reserve(&seq_head(rt, s, layer, h)->map, &rt->alloc, nb));
   }
-  uint32_t n = 0;
+  uint32_t n = 0;     /* (sequence, KV head) entries == active-block refresh pairs */
+  uint32_t n_cp = 0;  /* copy pairs: the n refreshes, then repairs */
+  uint32_t n_app = 0; /* incremental summary updates */
+  uint32_t n_reb = 0; /* summaries rebuilt from the HOST tier */
+  uint32_t cap_cp = rt->wr_capacity, cap_reb = rt->reb_capacity;
   okv_step_stats_t *ls = &rt->layer_step[layer];
   for (uint32_t i = 0; i < rt->step_n_seqs; i++) {
     okv_seq_t *s = step_seq(rt, i);
@@ -1183,16 +1226,59 @@ static okv_status_t layer_append(okv_runtime_t *rt, uint32_t layer, const float 
           }
           okv_block_map_pop_free(m, &slot); /* >= C free after the commit */
         }
-        okv_block_map_map(m, b, slot, rt->step);
+        okv_block_map_map(m, b, slot, rt->step); /* unreadable until the refresh below completes */
+        m->summary_stale[b] = 0;                 /* the append below starts the summary afresh */
       }
       uint64_t hb = host_block_of(rt, head, b);
-      const float *kk = k_new + ((size_t)i * H + h) * hd;
-      rt->append_pairs[n].src_offset = hb * rt->block_bytes;
-      rt->append_pairs[n].dst_offset = (uint64_t)m->slot_of[b] * rt->block_bytes;
-      rt->append_index[n] = hb;
-      rt->append_first[n] = off == 0;
-      memcpy(rt->append_keys + (size_t)n * hd, kk, hd * sizeof(float));
+      rt->append_pairs[n_cp].src_offset = hb * rt->block_bytes;
+      rt->append_pairs[n_cp].dst_offset = (uint64_t)m->slot_of[b] * rt->block_bytes;
+      rt->wr_map[n_cp] = m;
+      rt->wr_block[n_cp] = b;
+      rt->wr_tokens[n_cp] = (uint8_t)(off + 1u);
+      n_cp++;
+      rt->tok_block[n] = hb;
       n++;
+      if (m->summary_stale[b]) { /* a failed update left it behind: rebuild (the token is in HOST by then) */
+        rt->reb_index[n_reb] = hb;
+        rt->reb_valid[n_reb] = (uint8_t)(off + 1u);
+        rt->reb_map[n_reb] = m;
+        rt->reb_block[n_reb] = b;
+        n_reb++;
+      } else {
+        rt->append_index[n_app] = hb;
+        rt->append_first[n_app] = off == 0;
+        memcpy(rt->append_keys + (size_t)n_app * hd, k_new + ((size_t)i * H + h) * hd, hd * sizeof(float));
+        n_app++;
+      }
+      if (m->needs_repair) {
+        /* Leftovers of an earlier failed batch (rare: only after faults). */
+        m->needs_repair = false;
+        for (uint32_t j = 0; j < b; j++) {
+          if (m->summary_stale[j]) {
+            if (n_reb < cap_reb) {
+              rt->reb_index[n_reb] = host_block_of(rt, head, j);
+              rt->reb_valid[n_reb] = OKV_BLOCK_TOKENS;
+              rt->reb_map[n_reb] = m;
+              rt->reb_block[n_reb] = j;
+              n_reb++;
+            } else {
+              m->needs_repair = true;
+            }
+          }
+          if (m->slot_of[j] != OKV_NO_SLOT && m->slot_tokens[j] < OKV_BLOCK_TOKENS) {
+            if (n_cp < cap_cp) {
+              rt->append_pairs[n_cp].src_offset = host_block_of(rt, head, j) * rt->block_bytes;
+              rt->append_pairs[n_cp].dst_offset = (uint64_t)m->slot_of[j] * rt->block_bytes;
+              rt->wr_map[n_cp] = m;
+              rt->wr_block[n_cp] = j;
+              rt->wr_tokens[n_cp] = OKV_BLOCK_TOKENS;
+              n_cp++;
+            } else {
+              m->needs_repair = true;
+            }
+          }
+        }
+      }
     }
     s->n_tokens[layer] = pos + 1u;
   }
@@ -1205,23 +1291,53 @@ static okv_status_t layer_append(okv_runtime_t *rt, uint32_t layer, const float 
     if (s == NULL) continue;
     uint32_t off = (s->n_tokens[layer] - 1u) % OKV_BLOCK_TOKENS;
     for (uint32_t h = 0; h < H; h++, e++)
-      write_token(rt, rt->append_index[e], off, k_new + ((size_t)i * H + h) * hd, v_new + ((size_t)i * H + h) * hd);
+      write_token(rt, rt->tok_block[e], off, k_new + ((size_t)i * H + h) * hd, v_new + ((size_t)i * H + h) * hd);
   }
   ls->append_seconds += now_s() - t0;
-  okv_status_t st = okv_hal_summary_append_async(rt->compute, rt->summaries, hd, c->kv_dtype, n, rt->append_index,
-                                                 rt->append_keys, rt->append_first);
-  /* The active blocks' slots are refreshed whole from the HOST tier; retried
-   * once if the copy reports a failure. */
-  for (int attempt = 0; attempt < 2 && st == OKV_OK; attempt++) {
-    st = okv_hal_copy_blocks_async(rt->compute, rt->host_kv, rt->pool, rt->block_bytes, n, rt->append_pairs);
+  /* Summaries, then the slot refreshes, on the compute stream; one event.
+   * Every operation is idempotent (min/max with the same key, whole-block
+   * copies from the HOST tier), so a failed batch is retried once whole. */
+  okv_status_t st = OKV_OK;
+  for (int attempt = 0; attempt < 2; attempt++) {
+    st = okv_hal_summary_append_async(rt->compute, rt->summaries, hd, c->kv_dtype, n_app, rt->append_index,
+                                      rt->append_keys, rt->append_first);
+    if (st == OKV_OK && n_reb > 0) {
+      okv_summary_desc_t sd = {.head_dim = hd, .kv_dtype = c->kv_dtype, .kv = rt->host_kv,
+                               .summaries = rt->summaries, .n_blocks = n_reb, .block_index = rt->reb_index,
+                               .valid = rt->reb_valid, .summary_index = rt->reb_index};
+      st = okv_hal_summarize_blocks_async(rt->compute, &sd);
+    }
+    if (st == OKV_OK)
+      st = okv_hal_copy_blocks_async(rt->compute, rt->host_kv, rt->pool, rt->block_bytes, n_cp, rt->append_pairs);
     if (st == OKV_OK) st = okv_hal_event_record(rt->append_event, rt->compute);
     if (st == OKV_OK) st = okv_hal_event_wait(rt->append_event);
-    ls->append_bytes += (uint64_t)n * rt->block_bytes;
-    if (okv_status_code(st) != OKV_STATUS_COPY_FAILED || attempt == 1) break;
-    okv_status_free(st);
-    st = OKV_OK;
+    ls->append_bytes += (uint64_t)n_cp * rt->block_bytes;
+    if (st == OKV_OK) {
+      if (attempt == 1) ls->retried_writes++;
+      break;
+    }
+    /* Leave no pending error on the stream for the next operation. */
+    okv_status_free(okv_hal_stream_synchronize(rt->compute));
+    if (attempt == 0) okv_status_free(st);
   }
-  return st ? okv_status_annotate(st, "runtime: appending to layer %u", layer) : OKV_OK;
+  t0 = now_s();
+  if (st == OKV_OK) {
+    for (uint32_t k = 0; k < n_cp; k++) okv_block_map_set_current(rt->wr_map[k], rt->wr_block[k], rt->wr_tokens[k]);
+    for (uint32_t k = 0; k < n_reb; k++) rt->reb_map[k]->summary_stale[rt->reb_block[k]] = 0;
+  } else {
+    for (uint32_t k = 0; k < n_cp; k++) {
+      okv_block_map_t *m = rt->wr_map[k];
+      okv_block_map_set_current(m, rt->wr_block[k], 0); /* whatever the failed copy left is not read */
+      m->needs_repair = true;
+      if (k < n) m->summary_stale[rt->wr_block[k]] = 1; /* its update may be missing: rebuild next time */
+    }
+    for (uint32_t k = 0; k < n_reb; k++) rt->reb_map[k]->needs_repair = true;
+  }
+  *bk_s += now_s() - t0;
+  return st ? okv_status_annotate(st, "runtime: refreshing the active blocks of layer %u (the token is committed to the "
+                                      "host tier; attention did not run, out is not valid)",
+                                  layer)
+            : OKV_OK;
 }
 
 /* Builds the attention working sets (CSR over (seq, KV head)) of layer `layer`. */
@@ -1237,8 +1353,11 @@ static void build_ws(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t *const *seqs,
       const okv_block_map_t *m = &seq_head(rt, seq, layer, h)->map;
       for (uint32_t i = 0; i < m->n_resident; i++) {
         uint32_t b = m->resident[i];
+        uint32_t valid = b + 1u < nb ? OKV_BLOCK_TOKENS : n_tok - b * OKV_BLOCK_TOKENS;
+        if (m->slot_tokens[b] < valid) valid = m->slot_tokens[b]; /* only what a completed write put there */
+        if (valid == 0) continue;
         rt->ws_slots[k] = m->slot_of[b];
-        rt->ws_valid[k] = (uint8_t)(b + 1u < nb ? OKV_BLOCK_TOKENS : n_tok - b * OKV_BLOCK_TOKENS);
+        rt->ws_valid[k] = (uint8_t)valid;
         k++;
       }
     }
@@ -1277,9 +1396,10 @@ static okv_status_t run_attention(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t 
 }
 
 /* Recall (track_recall): the real query's top-K, resident in time or not. In
- * ONDEMAND mode the same pass drives the synchronous fetch of every miss. */
-static okv_status_t fg_predict_and_fetch(okv_runtime_t *rt, uint32_t layer, const float *q, okv_status_t *fetch_st,
-                                         double *bk_s) {
+ * ONDEMAND mode the same pass drives the synchronous fetch of every miss.
+ * Failures are absorbed (docs/api.md "Faults"): a failed prediction fetches
+ * nothing, a failed fetch maps nothing; both count in pipeline_errors. */
+static void fg_predict_and_fetch(okv_runtime_t *rt, uint32_t layer, const float *q, double *bk_s) {
   const okv_runtime_config_t *c = &rt->cfg;
   okv_predict_ctx_t *ctx = &rt->fg;
   okv_step_stats_t *ls = &rt->layer_step[layer];
@@ -1291,9 +1411,15 @@ static okv_status_t fg_predict_and_fetch(okv_runtime_t *rt, uint32_t layer, cons
     ctx->seqs[s] = seq;
     any |= seq != NULL;
   }
-  if (!any) return OKV_OK;
-  OKV_RETURN_IF_ERROR(okv_hal_buffer_write(ctx->q, 0, q, (uint64_t)n_seqs * T * c->n_q_heads * c->head_dim * 4u));
-  OKV_RETURN_IF_ERROR(predict_topk(rt, ctx, rt->compute, n_seqs, layer, T, 0, 1, bk_s));
+  if (!any) return;
+  okv_status_t st = okv_hal_buffer_write(ctx->q, 0, q, (uint64_t)n_seqs * T * c->n_q_heads * c->head_dim * 4u);
+  if (st == OKV_OK) st = predict_topk(rt, ctx, rt->compute, n_seqs, layer, T, 0, 1, bk_s);
+  if (st != OKV_OK) {
+    okv_status_free(okv_hal_stream_synchronize(rt->compute)); /* no pending error left for attention */
+    okv_status_free(st);
+    ls->pipeline_errors++;
+    return;
+  }
   double t0 = now_s();
   bool ondemand = c->mode == OKV_MODE_ONDEMAND;
   uint32_t n_plan = 0;
@@ -1312,9 +1438,13 @@ static okv_status_t fg_predict_and_fetch(okv_runtime_t *rt, uint32_t layer, cons
       okv_select_params_t p = {.budget_blocks = K, .cap_blocks = UINT32_MAX, .step = rt->step,
                                .active_block = n_blocks_of(seq->n_tokens[layer]) - 1u};
       okv_select_result_t r;
-      okv_status_t st = okv_select_head(&hd->map, &p, pred, ctx->host_counts[u], ctx->sel_scratch, ctx->sel_admitted,
-                                        ctx->sel_victims, &r);
-      if (st != OKV_OK) return st;
+      st = okv_select_head(&hd->map, &p, pred, ctx->host_counts[u], ctx->sel_scratch, ctx->sel_admitted,
+                           ctx->sel_victims, &r);
+      if (st != OKV_OK) { /* cannot happen with the runtime's own parameters */
+        okv_status_free(st);
+        ls->pipeline_errors++;
+        continue;
+      }
       ls->hits += r.n_hits;
       ls->misses += r.n_misses;
       ls->admitted += r.n_admitted;
@@ -1340,12 +1470,13 @@ static okv_status_t fg_predict_and_fetch(okv_runtime_t *rt, uint32_t layer, cons
     }
   }
   *bk_s += now_s() - t0;
-  if (n_plan == 0) return OKV_OK;
+  if (n_plan == 0) return;
   t0 = wall_s();
-  okv_status_t st = okv_hal_copy_blocks_async(rt->compute, rt->host_kv, rt->pool, rt->block_bytes, n_plan, rt->od_pairs);
+  st = okv_hal_copy_blocks_async(rt->compute, rt->host_kv, rt->pool, rt->block_bytes, n_plan, rt->od_pairs);
   okv_status_t st2 = okv_hal_stream_synchronize(rt->compute);
   if (st == OKV_OK) st = st2;
   else okv_status_free(st2);
+  if (st != OKV_OK) okv_status_free(okv_hal_stream_synchronize(rt->compute)); /* drained, no pending error */
   ls->stall_seconds += wall_s() - t0;
   double t1 = now_s();
   for (uint32_t i = 0; i < n_plan; i++) {
@@ -1353,6 +1484,7 @@ static okv_status_t fg_predict_and_fetch(okv_runtime_t *rt, uint32_t layer, cons
     okv_block_map_t *m = &seq_head(rt, &rt->seqs[e->seq_index], layer, e->kv_head)->map;
     if (st == OKV_OK) {
       okv_block_map_map(m, e->block, e->slot, rt->step);
+      okv_block_map_set_current(m, e->block, OKV_BLOCK_TOKENS); /* never the active block */
       ls->blocks_moved++;
       ls->bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE] += rt->block_bytes;
     } else {
@@ -1360,9 +1492,9 @@ static okv_status_t fg_predict_and_fetch(okv_runtime_t *rt, uint32_t layer, cons
       ls->failed_blocks++;
     }
   }
+  if (st != OKV_OK) ls->pipeline_errors++;
+  okv_status_free(st);
   *bk_s += now_s() - t1;
-  if (st != OKV_OK) *fetch_st = okv_status_annotate(st, "runtime: on-demand fetch of layer %u", layer);
-  return OKV_OK;
 }
 
 static void job_submit(okv_runtime_t *rt, uint32_t layer, const float *q) {
@@ -1386,66 +1518,69 @@ static void job_submit(okv_runtime_t *rt, uint32_t layer, const float *q) {
   pthread_mutex_unlock(&rt->mutex);
 }
 
-/* Keeps the first error, frees later ones. */
-static void keep_first(okv_status_t *first, okv_status_t st) {
-  if (st == OKV_OK) return;
-  if (*first == OKV_OK) *first = st;
-  else okv_status_free(st);
+/* A failed step_layer / peek_layer marks its output invalid: every element a
+ * quiet NaN, so that no stale or foreign value can be mistaken for attention. */
+static void fill_invalid(const okv_runtime_t *rt, uint32_t n_seqs, uint32_t T, float *out) {
+  if (out == NULL) return;
+  size_t n = (size_t)n_seqs * T * rt->cfg.n_q_heads * rt->cfg.head_dim;
+  for (size_t i = 0; i < n; i++) out[i] = NAN;
 }
 
 okv_status_t okv_runtime_step_layer(okv_runtime_t *rt, uint32_t layer, const float *k_new, const float *v_new,
                                     const float *q, const float *draft_kv, float *out) {
   if (rt == NULL) return INVALID("okv_runtime_step_layer: runtime is NULL");
   if (!rt->in_step) return INVALID("okv_runtime_step_layer: no step in progress (call okv_runtime_step_begin)");
+  okv_status_t st = OKV_OK;
   if (layer != rt->next_layer)
-    return INVALID("okv_runtime_step_layer: layer = %u, expected layer %u (layers run in order)", layer,
-                   rt->next_layer);
-  if (k_new == NULL || v_new == NULL) return INVALID("okv_runtime_step_layer: k_new or v_new is NULL");
-  if (q == NULL) return INVALID("okv_runtime_step_layer: q is NULL");
-  if (out == NULL) return INVALID("okv_runtime_step_layer: out is NULL");
-  if (rt->step_T > 1 && draft_kv == NULL)
-    return INVALID("okv_runtime_step_layer: draft_kv is NULL with n_query_tokens = %u", rt->step_T);
+    st = INVALID("okv_runtime_step_layer: layer = %u, expected layer %u (layers run in order)", layer, rt->next_layer);
+  else if (k_new == NULL || v_new == NULL)
+    st = INVALID("okv_runtime_step_layer: k_new or v_new is NULL");
+  else if (q == NULL)
+    st = INVALID("okv_runtime_step_layer: q is NULL");
+  else if (out == NULL)
+    st = INVALID("okv_runtime_step_layer: out is NULL");
+  else if (rt->step_T > 1 && draft_kv == NULL)
+    st = INVALID("okv_runtime_step_layer: draft_kv is NULL with n_query_tokens = %u", rt->step_T);
+  if (st != OKV_OK) {
+    fill_invalid(rt, rt->step_n_seqs, rt->step_T, out);
+    return st;
+  }
   double bk = 0, att = 0;
-  okv_status_t first = OKV_OK;
   okv_step_stats_t *ls = &rt->layer_step[layer];
   /* 1. Layer-local sync and commit of the previous step's transfer (before the
-   * append so that the new active block finds >= C free slots). */
-  keep_first(&first, layer_commit(rt, layer, &bk));
-  /* 2. Append the real token. */
-  okv_status_t st = layer_append(rt, layer, k_new, v_new, &bk);
-  if (st != OKV_OK && okv_status_code(st) != OKV_STATUS_COPY_FAILED) {
-    okv_status_free(first);
-    return st;
+   * append so that the new active block finds >= C free slots). Failures are absorbed. */
+  layer_commit(rt, layer, &bk);
+  /* 2. Append (commit) the real token. OUT_OF_MEMORY / INVALID_ARGUMENT: nothing committed. */
+  okv_status_t append_st = layer_append(rt, layer, k_new, v_new, &bk);
+  okv_status_code_t append_code = okv_status_code(append_st);
+  if (append_code == OKV_STATUS_OUT_OF_MEMORY || append_code == OKV_STATUS_INVALID_ARGUMENT) {
+    ls->bookkeeping_seconds += bk;
+    fill_invalid(rt, rt->step_n_seqs, rt->step_T, out);
+    return append_st;
   }
-  keep_first(&first, st);
   rt->next_layer = layer + 1u;
-  /* 3. Recall / on-demand fetch with the real query. */
-  if (rt->cfg.track_recall || rt->cfg.mode == OKV_MODE_ONDEMAND) {
-    okv_status_t fetch_st = OKV_OK;
-    st = fg_predict_and_fetch(rt, layer, q, &fetch_st, &bk);
-    keep_first(&first, fetch_st);
-    if (st != OKV_OK) {
-      okv_status_free(first);
-      return st;
-    }
+  if (append_st == OKV_OK) {
+    /* 3. Recall / on-demand fetch with the real query (failures absorbed). */
+    if (rt->cfg.track_recall || rt->cfg.mode == OKV_MODE_ONDEMAND) fg_predict_and_fetch(rt, layer, q, &bk);
+    /* 4. Attention over the working set; draft tokens are in flight. */
+    okv_seq_t **seqs = rt->batch_seqs;
+    for (uint32_t s = 0; s < rt->step_n_seqs; s++) seqs[s] = step_seq(rt, s);
+    st = run_attention(rt, rt->step_n_seqs, seqs, layer, rt->step_T, q, rt->step_T - 1u, draft_kv, out, &bk, &att);
+    ls->attention_seconds += att;
   }
-  /* 4. Attention over the working set; draft tokens are in flight. */
-  okv_seq_t **seqs = rt->batch_seqs;
-  for (uint32_t s = 0; s < rt->step_n_seqs; s++) seqs[s] = step_seq(rt, s);
-  st = run_attention(rt, rt->step_n_seqs, seqs, layer, rt->step_T, q, rt->step_T - 1u, draft_kv, out, &bk, &att);
-  ls->attention_seconds += att;
-  if (st != OKV_OK) {
-    okv_status_free(first);
-    return st;
-  }
-  /* 5. Hand the layer to the background pipeline. */
+  /* 5. Hand the layer to the background pipeline (the token is committed either way). */
   if (has_pipeline(rt)) {
     double t0 = now_s();
     job_submit(rt, layer, q);
     bk += now_s() - t0;
   }
   ls->bookkeeping_seconds += bk;
-  return first;
+  if (append_st != OKV_OK) {
+    okv_status_free(st);
+    st = append_st;
+  }
+  if (st != OKV_OK) fill_invalid(rt, rt->step_n_seqs, rt->step_T, out);
+  return st;
 }
 
 okv_status_t okv_runtime_step_end(okv_runtime_t *rt, okv_step_stats_t *out_stats) {
@@ -1506,15 +1641,11 @@ okv_status_t okv_runtime_peek_layer(okv_runtime_t *rt, uint32_t n_seqs, const ui
       st = okv_status_make(OKV_STATUS_NOT_FOUND, "okv_runtime_peek_layer: seq_ids[%u] = %u does not exist", i, seq_ids[i]);
   }
   double bk = 0, att = 0;
-  okv_status_t commit_st = OKV_OK;
-  /* Do not read a slot that a pending transfer writes: commit it first. */
-  if (st == OKV_OK) commit_st = layer_commit(rt, layer, &bk);
+  /* Do not read a slot that a pending transfer writes: commit it first (failures absorbed). */
+  if (st == OKV_OK) layer_commit(rt, layer, &bk);
   if (st == OKV_OK)
     st = run_attention(rt, n_seqs, seqs, layer, n_query_tokens, q, n_query_tokens, inflight_kv, out, &bk, &att);
   rt->layer_step[layer].bookkeeping_seconds += bk;
-  if (st != OKV_OK) {
-    okv_status_free(commit_st);
-    return st;
-  }
-  return commit_st;
+  if (st != OKV_OK) fill_invalid(rt, n_seqs, n_query_tokens, out);
+  return st;
 }

@@ -103,7 +103,17 @@ struct okv_runtime_t {
   uint32_t *ws_offsets, *ws_slots;
   uint8_t *ws_valid;
   uint64_t ws_capacity;
-  okv_block_copy_t *append_pairs;
+  okv_block_copy_t *append_pairs; /* [wr_capacity] active-block refreshes, then repairs */
+  okv_block_map_t **wr_map;       /* [wr_capacity] target of each pair (slot currency on completion) */
+  uint32_t *wr_block;
+  uint8_t *wr_tokens;
+  uint32_t wr_capacity;           /* max_seqs * n_kv_heads + repair room */
+  uint64_t *tok_block;            /* [max_seqs * n_kv_heads] HOST block of each appended token */
+  uint64_t *reb_index;            /* [reb_capacity] summaries rebuilt from the HOST tier (repairs) */
+  uint8_t *reb_valid;
+  okv_block_map_t **reb_map;
+  uint32_t *reb_block;
+  uint32_t reb_capacity;
   uint64_t *append_index;
   uint8_t *append_first;
   float *append_keys;

@@ -64,6 +64,33 @@ const okv_allocator_t *okv_hal_device_allocator(const okv_hal_device_t *device) 
   return &device->allocator;
 }
 
+static const char *const k_op_names[OKV_HAL_OP_COUNT] = {
+    "buffer_alloc", "buffer_write", "buffer_read", "stream_create", "stream_synchronize",
+    "event_create", "event_record", "event_wait",  "copy",          "kernel"};
+
+const char *okv_hal_op_name(okv_hal_op_t op) { return (unsigned)op < OKV_HAL_OP_COUNT ? k_op_names[op] : "unknown"; }
+
+bool okv_hal_fault_op(const okv_hal_device_t *device, okv_hal_op_t op, okv_tier_t src, okv_tier_t dst) {
+  const okv_hal_fault_hooks_t *hooks = device ? device->fault_hooks : NULL;
+  return hooks && hooks->fail_op && hooks->fail_op(hooks->user, op, src, dst);
+}
+
+okv_status_t okv_hal_fault_status(okv_hal_op_t op, okv_tier_t src, okv_tier_t dst) {
+  okv_status_code_t code = OKV_STATUS_INTERNAL;
+  if (op == OKV_HAL_OP_BUFFER_ALLOC) code = OKV_STATUS_OUT_OF_MEMORY;
+  if (op == OKV_HAL_OP_BUFFER_WRITE || op == OKV_HAL_OP_BUFFER_READ || op == OKV_HAL_OP_COPY)
+    code = OKV_STATUS_COPY_FAILED;
+  if (op == OKV_HAL_OP_STREAM_CREATE || op == OKV_HAL_OP_EVENT_CREATE) code = OKV_STATUS_UNAVAILABLE;
+  return okv_status_make(code, "injected %s failure (%s -> %s)", okv_hal_op_name(op),
+                         (unsigned)src < OKV_TIER_COUNT ? okv_tier_name(src) : "-",
+                         (unsigned)dst < OKV_TIER_COUNT ? okv_tier_name(dst) : "-");
+}
+
+#define OKV_FAULT_SYNC(dev, op, src, dst)                                              \
+  do {                                                                                 \
+    if (okv_hal_fault_op((dev), (op), (src), (dst))) return okv_hal_fault_status((op), (src), (dst)); \
+  } while (0)
+
 okv_status_t okv_hal_device_set_fault_hooks(okv_hal_device_t *device, const okv_hal_fault_hooks_t *hooks) {
   OKV_CHECK(device, OKV_HAL_KIND_DEVICE, "device");
   device->fault_hooks = hooks;
@@ -94,6 +121,9 @@ okv_status_t okv_hal_buffer_alloc(okv_hal_device_t *device, okv_tier_t tier, uin
   const okv_hal_fault_hooks_t *hooks = device->fault_hooks;
   if (hooks && hooks->fail_alloc && hooks->fail_alloc(hooks->user, tier, bytes))
     return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "%s tier: injected allocation failure of %" PRIu64 " bytes",
+                           okv_tier_name(tier), bytes);
+  if (okv_hal_fault_op(device, OKV_HAL_OP_BUFFER_ALLOC, OKV_TIER_COUNT, tier))
+    return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "%s tier: injected buffer_alloc failure of %" PRIu64 " bytes",
                            okv_tier_name(tier), bytes);
 
   /* Reserve capacity first, so concurrent allocations cannot overshoot. */
@@ -174,6 +204,7 @@ okv_status_t okv_hal_buffer_write(okv_hal_buffer_t *buffer, uint64_t offset, con
                            offset, bytes, okv_tier_name(buffer->tier), buffer->size);
   if (bytes == 0) return OKV_OK;
   if (!src) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "src: NULL");
+  OKV_FAULT_SYNC(buffer->device, OKV_HAL_OP_BUFFER_WRITE, OKV_TIER_HOST, buffer->tier);
   return buffer->device->vtable->buffer_write(buffer, offset, src, bytes);
 }
 
@@ -185,6 +216,7 @@ okv_status_t okv_hal_buffer_read(okv_hal_buffer_t *buffer, uint64_t offset, void
                            offset, bytes, okv_tier_name(buffer->tier), buffer->size);
   if (bytes == 0) return OKV_OK;
   if (!dst) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "dst: NULL");
+  OKV_FAULT_SYNC(buffer->device, OKV_HAL_OP_BUFFER_READ, buffer->tier, OKV_TIER_HOST);
   return buffer->device->vtable->buffer_read(buffer, offset, dst, bytes);
 }
 
@@ -193,6 +225,8 @@ okv_status_t okv_hal_buffer_read(okv_hal_buffer_t *buffer, uint64_t offset, void
 okv_status_t okv_hal_stream_create(okv_hal_device_t *device, okv_hal_stream_t **out_stream) {
   if (!out_stream) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "out_stream: NULL");
   *out_stream = NULL;
+  OKV_CHECK(device, OKV_HAL_KIND_DEVICE, "device");
+  OKV_FAULT_SYNC(device, OKV_HAL_OP_STREAM_CREATE, OKV_TIER_COUNT, OKV_TIER_COUNT);
   OKV_RETURN_IF_ERROR(okv_hal_device_retain(device));
   okv_hal_stream_t *stream = NULL;
   okv_status_t s = device->vtable->stream_create(device, &stream);
@@ -227,6 +261,11 @@ okv_status_t okv_hal_stream_release(okv_hal_stream_t *stream) {
 
 okv_status_t okv_hal_stream_synchronize(okv_hal_stream_t *stream) {
   OKV_CHECK(stream, OKV_HAL_KIND_STREAM, "stream");
+  if (okv_hal_fault_op(stream->device, OKV_HAL_OP_STREAM_SYNC, OKV_TIER_COUNT, OKV_TIER_COUNT)) {
+    /* The stream's work is finished (and its pending error consumed) but the call fails. */
+    okv_status_free(stream->device->vtable->stream_synchronize(stream));
+    return okv_hal_fault_status(OKV_HAL_OP_STREAM_SYNC, OKV_TIER_COUNT, OKV_TIER_COUNT);
+  }
   return stream->device->vtable->stream_synchronize(stream);
 }
 
@@ -235,6 +274,8 @@ okv_status_t okv_hal_stream_synchronize(okv_hal_stream_t *stream) {
 okv_status_t okv_hal_event_create(okv_hal_device_t *device, okv_hal_event_t **out_event) {
   if (!out_event) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "out_event: NULL");
   *out_event = NULL;
+  OKV_CHECK(device, OKV_HAL_KIND_DEVICE, "device");
+  OKV_FAULT_SYNC(device, OKV_HAL_OP_EVENT_CREATE, OKV_TIER_COUNT, OKV_TIER_COUNT);
   OKV_RETURN_IF_ERROR(okv_hal_device_retain(device));
   okv_hal_event_t *event = NULL;
   okv_status_t s = device->vtable->event_create(device, &event);
@@ -277,6 +318,7 @@ okv_status_t okv_hal_event_record(okv_hal_event_t *event, okv_hal_stream_t *stre
   OKV_CHECK(event, OKV_HAL_KIND_EVENT, "event");
   OKV_CHECK(stream, OKV_HAL_KIND_STREAM, "stream");
   OKV_RETURN_IF_ERROR(okv_same_device(stream, event->device, "event"));
+  OKV_FAULT_SYNC(stream->device, OKV_HAL_OP_EVENT_RECORD, OKV_TIER_COUNT, OKV_TIER_COUNT);
   return stream->device->vtable->event_record(event, stream);
 }
 
@@ -289,6 +331,11 @@ okv_status_t okv_hal_event_query(okv_hal_event_t *event, bool *out_done) {
 
 okv_status_t okv_hal_event_wait(okv_hal_event_t *event) {
   OKV_CHECK(event, OKV_HAL_KIND_EVENT, "event");
+  if (okv_hal_fault_op(event->device, OKV_HAL_OP_EVENT_WAIT, OKV_TIER_COUNT, OKV_TIER_COUNT)) {
+    /* The wait itself completes (the event's error, if any, is consumed) but the call fails. */
+    okv_status_free(event->device->vtable->event_wait(event));
+    return okv_hal_fault_status(OKV_HAL_OP_EVENT_WAIT, OKV_TIER_COUNT, OKV_TIER_COUNT);
+  }
   return event->device->vtable->event_wait(event);
 }
 
@@ -327,7 +374,8 @@ static okv_status_t okv_copy_check_common(okv_hal_stream_t *stream, okv_hal_buff
 static bool okv_fault_copy(okv_hal_stream_t *stream, okv_hal_buffer_t *src, okv_hal_buffer_t *dst, size_t n_blocks,
                            uint64_t bytes) {
   const okv_hal_fault_hooks_t *hooks = stream->device->fault_hooks;
-  return hooks && hooks->fail_copy && hooks->fail_copy(hooks->user, src->tier, dst->tier, n_blocks, bytes);
+  if (hooks && hooks->fail_copy && hooks->fail_copy(hooks->user, src->tier, dst->tier, n_blocks, bytes)) return true;
+  return okv_hal_fault_op(stream->device, OKV_HAL_OP_COPY, src->tier, dst->tier);
 }
 
 static okv_status_t okv_enqueue_copy_failure(okv_hal_stream_t *stream, okv_hal_buffer_t *src, okv_hal_buffer_t *dst,

@@ -9,6 +9,9 @@
 #include <math.h>
 #include <string.h>
 
+#include <stdio.h>
+
+#include "hal/hal_fault.h"
 #include "hal/hal_impl.h"
 
 /* ---- dtype helpers ---- */
@@ -154,6 +157,13 @@ static okv_status_t check_csr(const uint32_t *offsets, uint64_t n, const char *f
   return OKV_OK;
 }
 
+/* An injected kernel failure: asynchronous, like a real launch failure. */
+static okv_status_t kernel_fault(okv_hal_stream_t *stream, const char *what) {
+  char msg[96];
+  snprintf(msg, sizeof msg, "injected kernel failure: %s did not run", what);
+  return stream->device->vtable->enqueue_failure(stream, OKV_STATUS_INTERNAL, msg);
+}
+
 static okv_status_t unimplemented(const okv_hal_stream_t *stream, const char *what) {
   return okv_status_make(OKV_STATUS_UNAVAILABLE, "backend '%s' does not implement %s", stream->device->info.backend,
                          what);
@@ -227,6 +237,8 @@ static okv_status_t validate_attention(const okv_hal_stream_t *stream, const okv
 okv_status_t okv_hal_attention_async(okv_hal_stream_t *stream, const okv_attention_desc_t *desc) {
   OKV_RETURN_IF_ERROR(validate_attention(stream, desc));
   if (stream->device->vtable->attention == NULL) return unimplemented(stream, "attention");
+  if (okv_hal_fault_op(stream->device, OKV_HAL_OP_KERNEL, OKV_TIER_COUNT, OKV_TIER_COUNT))
+    return kernel_fault(stream, "attention");
   return stream->device->vtable->attention(stream, desc);
 }
 
@@ -263,6 +275,8 @@ okv_status_t okv_hal_summarize_blocks_async(okv_hal_stream_t *stream, const okv_
   OKV_RETURN_IF_ERROR(validate_summary(stream, desc));
   if (desc->n_blocks == 0) return OKV_OK;
   if (stream->device->vtable->summarize_blocks == NULL) return unimplemented(stream, "summarize_blocks");
+  if (okv_hal_fault_op(stream->device, OKV_HAL_OP_KERNEL, OKV_TIER_COUNT, OKV_TIER_COUNT))
+    return kernel_fault(stream, "summarize_blocks");
   return stream->device->vtable->summarize_blocks(stream, desc);
 }
 
@@ -284,6 +298,8 @@ okv_status_t okv_hal_summary_append_async(okv_hal_stream_t *stream, okv_hal_buff
       return INVALID("%s: summary_index[%u] = %llu outside summaries (%llu summaries)", fn, i,
                      (unsigned long long)summary_index[i], (unsigned long long)n_summaries);
   if (stream->device->vtable->summary_append == NULL) return unimplemented(stream, "summary_append");
+  if (okv_hal_fault_op(stream->device, OKV_HAL_OP_KERNEL, OKV_TIER_COUNT, OKV_TIER_COUNT))
+    return kernel_fault(stream, "summary_append");
   return stream->device->vtable->summary_append(stream, summaries, head_dim, kv_dtype, n, summary_index, keys,
                                                 first);
 }
@@ -336,6 +352,8 @@ static okv_status_t validate_score(const okv_hal_stream_t *stream, const okv_sco
 okv_status_t okv_hal_score_blocks_async(okv_hal_stream_t *stream, const okv_score_desc_t *desc) {
   OKV_RETURN_IF_ERROR(validate_score(stream, desc));
   if (stream->device->vtable->score_blocks == NULL) return unimplemented(stream, "score_blocks");
+  if (okv_hal_fault_op(stream->device, OKV_HAL_OP_KERNEL, OKV_TIER_COUNT, OKV_TIER_COUNT))
+    return kernel_fault(stream, "score_blocks");
   return stream->device->vtable->score_blocks(stream, desc);
 }
 
@@ -380,6 +398,8 @@ static okv_status_t validate_topk(const okv_hal_stream_t *stream, const okv_topk
 okv_status_t okv_hal_topk_async(okv_hal_stream_t *stream, const okv_topk_desc_t *desc) {
   OKV_RETURN_IF_ERROR(validate_topk(stream, desc));
   if (stream->device->vtable->topk == NULL) return unimplemented(stream, "topk");
+  if (okv_hal_fault_op(stream->device, OKV_HAL_OP_KERNEL, OKV_TIER_COUNT, OKV_TIER_COUNT))
+    return kernel_fault(stream, "topk");
   return stream->device->vtable->topk(stream, desc);
 }
 

@@ -193,6 +193,9 @@ struct okv_step_stats_t {
                                  bytes_moved, which counts fetched blocks only) */
   double append_seconds;      /* foreground time writing the real tokens' K/V into the HOST tier (data movement that
                                  a GPU does with its copy engine; not part of bookkeeping_seconds) */
+  uint64_t pipeline_errors;   /* absorbed failures of a fetch batch or of a prediction (background pipeline, or the
+                                 on-demand / recall pass): its blocks stayed misses, attention ran without them */
+  uint64_t retried_writes;    /* active-block refresh batches that failed once and succeeded when retried */
 };
 
 /* Cumulative stats over the runtime's life (layer = UINT32_MAX) or for one layer, since creation

@@ -566,7 +566,7 @@ static bool hook_fail_copy(void *user, okv_tier_t src, okv_tier_t dst, size_t n_
 static void test_fault_hooks(void **state) {
   fixture_t *f = *state;
   fault_plan_t plan = {1, 0, 0};
-  okv_hal_fault_hooks_t hooks = {&plan, hook_fail_alloc, hook_fail_copy};
+  okv_hal_fault_hooks_t hooks = {&plan, hook_fail_alloc, hook_fail_copy, NULL};
   OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(f->dev, &hooks));
 
   /* Failed allocation: OUT_OF_MEMORY naming the tier, nothing accounted. */
