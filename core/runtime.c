@@ -1154,7 +1154,8 @@ static okv_seq_t *step_seq(const okv_runtime_t *rt, uint32_t i) {
  * Heads with such leftovers are repaired by their next append: stale slots of
  * resident blocks are copied again and stale summaries rebuilt from the HOST tier. */
 static okv_status_t layer_append(okv_runtime_t *rt, uint32_t layer, const float *k_new, const float *v_new,
-                                 double *bk_s) {
+                                 double *bk_s, bool *out_committed) {
+  *out_committed = false;
   double t0 = now_s();
   const okv_runtime_config_t *c = &rt->cfg;
   uint32_t H = c->n_kv_heads, hd = c->head_dim, E = rt->extent_blocks;
@@ -1282,6 +1283,7 @@ static okv_status_t layer_append(okv_runtime_t *rt, uint32_t layer, const float 
     }
     s->n_tokens[layer] = pos + 1u;
   }
+  *out_committed = true;
   *bk_s += now_s() - t0;
   if (n == 0) return OKV_OK;
   /* Write the tokens into their HOST blocks (same order as the entries above). */
@@ -1551,9 +1553,9 @@ okv_status_t okv_runtime_step_layer(okv_runtime_t *rt, uint32_t layer, const flo
    * append so that the new active block finds >= C free slots). Failures are absorbed. */
   layer_commit(rt, layer, &bk);
   /* 2. Append (commit) the real token. OUT_OF_MEMORY / INVALID_ARGUMENT: nothing committed. */
-  okv_status_t append_st = layer_append(rt, layer, k_new, v_new, &bk);
-  okv_status_code_t append_code = okv_status_code(append_st);
-  if (append_code == OKV_STATUS_OUT_OF_MEMORY || append_code == OKV_STATUS_INVALID_ARGUMENT) {
+  bool committed = false;
+  okv_status_t append_st = layer_append(rt, layer, k_new, v_new, &bk, &committed);
+  if (!committed) {
     ls->bookkeeping_seconds += bk;
     fill_invalid(rt, rt->step_n_seqs, rt->step_T, out);
     return append_st;

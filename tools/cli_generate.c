@@ -10,6 +10,7 @@
 
 #include "tools/cli.h"
 #include "tools/cli_model.h"
+#include "tools/cli_text.h"
 
 #define CMD "oasiskv generate"
 
@@ -27,7 +28,8 @@ static void usage(FILE *f) {
           "  --budget K         working-set blocks per KV head (default 8)\n"
           "  --fetch-ratio R    cap C = ceil(R*K) new blocks per KV head per step, R in (0,1] (default 0.05)\n"
           "  --device D         cpu|cuda|hip (default cpu)\n"
-          "Text goes to stdout (prompt included), one stats line to stderr.\n");
+          "Text goes to stdout (prompt included; byte tokens that are control characters or invalid UTF-8\n"
+          "are not printed), one stats line to stderr.\n");
 }
 
 static uint64_t rng_next(uint64_t *s) {
@@ -184,6 +186,8 @@ int okv_cli_generate(int argc, char **argv) {
   uint64_t rng = seed ? seed : 0x9E3779B97F4A7C15ull;
   double t0 = now_s();
   uint32_t n_tokens = (uint32_t)n_prompt, n_steps = 0;
+  okv_cli_text_filter_t shown;
+  okv_cli_text_filter_init(&shown);
   for (uint32_t p = 0; p + 1 < steps; ++p) {
     uint32_t tok = tokens[p], draft = 0;
     if (drafter != OKV_DRAFTER_NONE) {
@@ -203,13 +207,14 @@ int okv_cli_generate(int argc, char **argv) {
     uint32_t next = p + 1 < n_prompt ? tokens[p + 1] : sample(logits, mc->vocab_size, temperature, &rng, probs);
     if (next == OKV_TOKEN_BOS) break;
     if (p + 1 >= n_tokens) tokens[n_tokens++] = next;
-    char piece[512];
+    char piece[512], text[sizeof piece + 4];
     size_t nb = 0;
     okv_status_t ps = okv_tokenizer_piece(cm.tokenizer, tok, next, piece, sizeof piece, &nb);
     if (ps) okv_status_free(ps);
-    else fwrite(piece, 1, nb, stdout);
+    else fwrite(text, 1, okv_cli_text_filter(&shown, piece, nb, text), stdout);
     fflush(stdout);
   }
+  okv_cli_text_filter_finish(&shown);
   double elapsed = now_s() - t0;
   fputc('\n', stdout);
   fflush(stdout);

@@ -53,8 +53,17 @@ bool okv_cli_parse_double(const char *cmd, const char *flag, const char *s, doub
   char *end = NULL;
   errno = 0;
   double v = s && *s ? strtod(s, &end) : NAN;
-  if (!s || !*s || errno || *end || !isfinite(v)) {
-    fprintf(stderr, "%s: %s expects a finite number, got '%s'\n", cmd, flag, s ? s : "");
+  int e = errno;
+  if (!s || !*s || *end) {
+    fprintf(stderr, "%s: %s: '%s' is not a number\n", cmd, flag, s ? s : "");
+    return false;
+  }
+  if (e == ERANGE) { /* strtod: +-HUGE_VAL on overflow, a magnitude of at most DBL_MIN on underflow */
+    fprintf(stderr, "%s: %s: '%s' is out of range (%s)\n", cmd, flag, s, fabs(v) > 1.0 ? "overflows" : "underflows");
+    return false;
+  }
+  if (!isfinite(v)) {
+    fprintf(stderr, "%s: %s: '%s' is not a finite number\n", cmd, flag, s);
     return false;
   }
   *out = v;

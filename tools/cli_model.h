@@ -20,6 +20,8 @@ int okv_cli_opt_value(int argc, char **argv, int *i, const char *name, const cha
  * Print "<cmd>: <flag> ..." to stderr and return false on error. */
 bool okv_cli_parse_u32(const char *cmd, const char *flag, const char *s, uint32_t lo, uint32_t hi, uint32_t *out);
 bool okv_cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *out);
+/* A finite double; the error says whether the text is not a number, is out
+ * of range (strtod's ERANGE: "overflows" or "underflows") or is inf/nan. */
 bool okv_cli_parse_double(const char *cmd, const char *flag, const char *s, double *out);
 /* --fetch-ratio: a number in (0, 1]. */
 bool okv_cli_parse_fetch_ratio(const char *cmd, const char *s, double *out);

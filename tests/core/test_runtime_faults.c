@@ -227,12 +227,141 @@ static void test_small_device_tier(void **state) {
   OKV_ASSERT_OK(okv_hal_device_release(dev));
 }
 
+/* ---- Issue regressions: the foreground refresh of the active block ----
+ * Every HOST->DEVICE operation fails (both tries of the refresh too): the
+ * layer must report the failure and its `out` must hold no phantom, stale or
+ * foreign value (all NaN); once faults stop, outputs are exact again. */
+
+static int g_fail_h2d; /* set by the main thread between calls */
+
+static bool fail_h2d_op(void *user, okv_hal_op_t op, okv_tier_t src, okv_tier_t dst) {
+  (void)user;
+  return (op == OKV_HAL_OP_COPY || op == OKV_HAL_OP_BUFFER_WRITE) && src == OKV_TIER_HOST &&
+         dst == OKV_TIER_DEVICE && __atomic_load_n(&g_fail_h2d, __ATOMIC_ACQUIRE);
+}
+
+static okv_hal_fault_hooks_t g_h2d_hooks = {NULL, NULL, NULL, fail_h2d_op};
+
+static void one_head_config(okv_runtime_config_t *c, okv_mode_t mode) {
+  okv_runtime_config_init(c);
+  c->n_layers = 1;
+  c->n_q_heads = 1;
+  c->n_kv_heads = 1;
+  c->head_dim = 4;
+  c->budget_blocks = 4;
+  c->mode = mode;
+  c->max_seqs = 2;
+  c->max_context_tokens = 256;
+}
+
+static uint32_t mode_T(okv_mode_t mode) { return mode == OKV_MODE_OASIS ? 2u : 1u; }
+
+/* One decode step of one sequence; returns the layer's status code; out [T][4]. */
+static okv_status_code_t one_step(okv_runtime_t *rt, uint32_t id, uint32_t T, const float *k, const float *v,
+                                  const float *q, const float *draft, float *out) {
+  OKV_ASSERT_OK(okv_runtime_step_begin(rt, 1, &id, T));
+  okv_status_code_t code = okv_status_consume(okv_runtime_step_layer(rt, 0, k, v, q, T > 1 ? draft : NULL, out));
+  OKV_ASSERT_OK(okv_runtime_step_end(rt, NULL));
+  return code;
+}
+
+/* Input 1: failures at positions 20 (middle of block 1) and 32 (first token of block 2). */
+static void test_refresh_failure_no_phantom(void **state) {
+  (void)state;
+  for (int mode = 0; mode < OKV_MODE_COUNT; mode++) {
+    okv_runtime_config_t c;
+    one_head_config(&c, (okv_mode_t)mode);
+    drv_t d;
+    drv_open(&d, g_backend, &c, NULL, 77 + (uint64_t)mode, 256);
+    OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(d.dev, &g_h2d_hooks));
+    drv_add(&d, 0);
+    uint32_t T = mode_T((okv_mode_t)mode);
+    uint32_t n_failed = 0;
+    for (uint32_t pos = 0; pos < 40; pos++) {
+      bool faulty = pos == 20 || pos == 32;
+      __atomic_store_n(&g_fail_h2d, faulty, __ATOMIC_RELEASE);
+      d.T = T;
+      d.step_n = 1;
+      d.step_slot[0] = 0;
+      float *q = drv_q(&d, 0), *dr = drv_draft(&d, 0), *k = drv_k(&d, 0), *v = drv_v(&d, 0), *o = drv_out(&d, 0);
+      for (uint32_t i = 0; i < T * 4; i++) q[i] = 2.0f * okv_test_rng_normal(&d.rng);
+      for (uint32_t i = 0; i < 8; i++) dr[i] = okv_test_rng_normal(&d.rng);
+      for (uint32_t i = 0; i < 4; i++) {
+        k[i] = okv_test_rng_normal(&d.rng);
+        v[i] = okv_test_rng_normal(&d.rng);
+      }
+      okv_status_code_t code = one_step(d.rt, d.ids[0], T, k, v, q, dr, o);
+      rt_hist_append(&d.hist[0], 0, k, v); /* committed either way */
+      __atomic_store_n(&g_fail_h2d, 0, __ATOMIC_RELEASE);
+      if (faulty) {
+        assert_int_equal(code, OKV_STATUS_COPY_FAILED);
+        for (uint32_t i = 0; i < T * 4; i++) assert_true(isnan(o[i]));
+        n_failed++;
+      } else {
+        /* Everything fits in K: the output is exact over every committed token. */
+        assert_int_equal(code, OKV_STATUS_OK);
+        assert_true(drv_check(&d, true) < 2e-5);
+      }
+    }
+    assert_int_equal(n_failed, 2);
+    check_host_intact(&d);
+    OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(d.dev, NULL));
+    drv_close(&d);
+  }
+}
+
+/* Input 2: a released slot never hands sequence A's values to sequence B. */
+static void test_released_slot_not_reused_unwritten(void **state) {
+  (void)state;
+  for (int mode = 0; mode < OKV_MODE_COUNT; mode++) {
+    okv_runtime_config_t c;
+    one_head_config(&c, (okv_mode_t)mode);
+    c.budget_blocks = 2;
+    c.max_seqs = 1;
+    c.fetch_ratio = 0.5;
+    okv_allocator_t a = okv_test_allocator();
+    okv_hal_device_t *dev;
+    okv_runtime_t *rt;
+    OKV_ASSERT_OK(okv_hal_device_create(g_backend, NULL, &a, &dev));
+    OKV_ASSERT_OK(okv_runtime_create(dev, &c, &a, &rt));
+    OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(dev, &g_h2d_hooks));
+    uint32_t T = mode_T((okv_mode_t)mode);
+    float ka[4] = {1, 1, 1, 1}, va[4] = {111, 111, 111, 111}, q[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    float draft[8] = {0}, out[8];
+    uint32_t a_id, b_id;
+    OKV_ASSERT_OK(okv_runtime_seq_add(rt, NULL, &a_id));
+    uint32_t n_a = mode == OKV_MODE_OASIS || mode == OKV_MODE_PROXY ? 60u : 20u;
+    for (uint32_t t = 0; t < n_a; t++) assert_int_equal(one_step(rt, a_id, T, ka, va, q, draft, out), OKV_STATUS_OK);
+    assert_true(fabsf(out[0] - 111.0f) < 1e-3f);
+    OKV_ASSERT_OK(okv_runtime_seq_remove(rt, a_id));
+    OKV_ASSERT_OK(okv_runtime_seq_add(rt, NULL, &b_id));
+    float kb[4] = {0.5f, 0.5f, 0.5f, 0.5f}, vb[4] = {-7, -7, -7, -7};
+    __atomic_store_n(&g_fail_h2d, 1, __ATOMIC_RELEASE);
+    okv_status_code_t code = one_step(rt, b_id, T, kb, vb, q, draft, out);
+    __atomic_store_n(&g_fail_h2d, 0, __ATOMIC_RELEASE);
+    assert_int_equal(code, OKV_STATUS_COPY_FAILED);
+    for (uint32_t i = 0; i < T * 4; i++) assert_true(isnan(out[i])); /* never A's 111 */
+    /* B's slot is unreadable, not listed resident, until a write succeeds. */
+    uint32_t blocks[4], nb = 9;
+    OKV_ASSERT_OK(okv_runtime_seq_resident(rt, b_id, 0, 0, blocks, 4, &nb));
+    assert_int_equal(nb, 0);
+    /* Faults stop: the next step sees B's two tokens only (both V = -7). */
+    assert_int_equal(one_step(rt, b_id, T, kb, vb, q, draft, out), OKV_STATUS_OK);
+    for (uint32_t i = 0; i < 4; i++) assert_true(fabsf(out[i] + 7.0f) < 1e-4f);
+    OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(dev, NULL));
+    okv_runtime_destroy(rt);
+    OKV_ASSERT_OK(okv_hal_device_release(dev));
+  }
+}
+
 int main(int argc, char **argv) {
   g_backend = okv_test_backend_or_skip(argc, argv);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(test_failed_transfers, setup),
       cmocka_unit_test_setup(test_alloc_failures, setup),
       cmocka_unit_test_setup(test_small_device_tier, setup),
+      cmocka_unit_test(test_refresh_failure_no_phantom),
+      cmocka_unit_test(test_released_slot_not_reused_unwritten),
   };
   return cmocka_run_group_tests_name("core_runtime_faults", tests, NULL, NULL);
 }

@@ -38,6 +38,16 @@ expect_fail() {
   rm -f "$work/out/"* "$work/out/".[!.]* 2>/dev/null
 }
 
+# expect_fail_msg NAME PATTERN ARGS...: as expect_fail, and the stderr line matches PATTERN (grep -E).
+expect_fail_msg() {
+  local name="$1" pattern="$2"; shift 2
+  local before=$fails
+  expect_fail "$name" "$@"
+  if [ "$fails" -eq "$before" ] && ! grep -qE -- "$pattern" "$work/stderr"; then
+    echo "FAIL $name: the message does not match '$pattern'"; fails=$((fails + 1))
+  fi
+}
+
 outs=(--json "$work/out/r.json" --csv "$work/out/r.csv")
 base=(--model "$model" --tokenizer "$tok" --text "$text" --bytes 300 --mode oasis)
 
@@ -88,6 +98,13 @@ expect_fail "generate unknown device" generate --device tpu
 expect_fail "eval unknown option" eval --frobnicate
 expect_fail "eval missing value" eval --budget
 expect_fail "generate --temperature -1" generate --temperature -1
+expect_fail_msg "generate --temperature 1e-400" "'1e-400' is out of range \(underflows\)" generate --temperature 1e-400
+expect_fail_msg "generate --temperature 1e400" "'1e400' is out of range \(overflows\)" generate --temperature 1e400
+expect_fail_msg "eval --fetch-ratio 1e-400" "'1e-400' is out of range \(underflows\)" eval "${base[@]}" \
+  --fetch-ratio 1e-400 "${outs[@]}"
+expect_fail_msg "generate --temperature abc" "'abc' is not a number" generate --temperature abc
+expect_fail_msg "generate --temperature 0.5x" "'0.5x' is not a number" generate --temperature 0.5x
+expect_fail_msg "generate --temperature inf" "'inf' is not a finite number" generate --temperature inf
 expect_fail "generate --steps 0" generate --steps 0
 
 # Good runs. Greedy text from BOS is reproducible and starts with the known sentence.
@@ -112,6 +129,31 @@ if ! grep -q '^Lily and Tom went to the park\.' "$work/p1" || ! cmp -s "$work/p1
   echo "FAIL prompt generate"; cat "$work/p1"; fails=$((fails + 1))
 else
   echo "ok   prompt generate: $(head -c 60 "$work/p1")..."
+fi
+# Raw byte tokens: a control byte is not printed, valid UTF-8 is kept byte for byte. The prompt
+# "a<BEL>b café ✓" is fed as byte tokens <0x07> and (for ✓) <0xE2><0x9C><0x93>, and echoed.
+n=$((n + 1))
+"$cli" generate --model "$model" --tokenizer "$tok" --prompt $'a\ab caf\xc3\xa9 \xe2\x9c\x93' --steps 20 \
+  >"$work/b1" 2>/dev/null
+if [ "$(head -c 12 "$work/b1")" != $'ab caf\xc3\xa9 \xe2\x9c\x93' ]; then
+  echo "FAIL byte-token prompt:"; od -c "$work/b1" | head -5; fails=$((fails + 1))
+else
+  echo "ok   byte-token prompt: $(head -c 40 "$work/b1")..."
+fi
+# Sampling at a high temperature draws many of the 256 byte tokens (ids 3..258 of the 512): the
+# output holds no control byte but whitespace (NUL included) and is valid UTF-8.
+n=$((n + 1))
+"$cli" generate --model "$model" --tokenizer "$tok" --steps 300 --temperature 20 --seed 3 \
+  >"$work/b2" 2>/dev/null
+rc=$?
+bad=$(LC_ALL=C tr -d '\001-\010\016-\037\177' <"$work/b2" | tr -d '\000' | wc -c)
+utf8_ok=1
+if command -v iconv >/dev/null; then iconv -f UTF-8 -t UTF-8 "$work/b2" >/dev/null 2>&1 || utf8_ok=0; fi
+if [ $rc -ne 0 ] || [ "$bad" -ne "$(wc -c <"$work/b2")" ] || [ "$utf8_ok" -ne 1 ]; then
+  echo "FAIL hot sampling prints control bytes or invalid UTF-8 (exit $rc):"; od -c "$work/b2" | head -20
+  fails=$((fails + 1))
+else
+  echo "ok   hot sampling: $(wc -c <"$work/b2") bytes, no control bytes, valid UTF-8"
 fi
 # A small sweep writes JSON (16 objects: dense + 3 modes x 5 budgets), CSV (17 lines) and the PNG.
 n=$((n + 1))
