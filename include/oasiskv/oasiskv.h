@@ -118,9 +118,9 @@ okv_status_t okv_runtime_seq_remove(okv_runtime_t *runtime, uint32_t seq_id);
 /* Context length in tokens. Errors: NOT_FOUND. */
 okv_status_t okv_runtime_seq_length(const okv_runtime_t *runtime, uint32_t seq_id, uint32_t *out_n_tokens);
 
-/* Lists the logical blocks resident for (seq, layer, kv_head), ascending,
- * active block included; writes up to `capacity` and the count. For tests and
- * analysis. Errors: NOT_FOUND, INVALID_ARGUMENT. */
+/* Lists the logical blocks resident and readable for (seq, layer, kv_head),
+ * ascending, active block included (unless its last write failed); writes up to
+ * `capacity` and the count. For tests and analysis. Errors: NOT_FOUND, INVALID_ARGUMENT. */
 okv_status_t okv_runtime_seq_resident(const okv_runtime_t *runtime, uint32_t seq_id, uint32_t layer,
                                       uint32_t kv_head, uint32_t *out_blocks, uint32_t capacity,
                                       uint32_t *out_count);
@@ -138,19 +138,26 @@ okv_status_t okv_runtime_step_begin(okv_runtime_t *runtime, uint32_t n_seqs, con
                                     uint32_t n_query_tokens);
 
 /* Layer l of the current step (layers in order 0..n_layers-1):
- *  1. appends the real token's K/V (k_new, v_new: f32 [n_seqs][n_kv_heads][head_dim]) to the HOST tier,
- *     the resident active block and the summaries (committed);
- *  2. waits only for layer l's transfers issued in the previous step (layer-local sync) and
- *     commits them to the map (failed transfers are dropped; their blocks stay misses);
- *     OKV_MODE_ONDEMAND instead selects with the real query and fetches every miss now;
- *  3. runs sparse attention for the T stacked tokens over the working set:
+ *  1. waits only for layer l's transfers issued in the previous step (layer-local sync) and commits
+ *     them to the map (failed transfers map nothing; their blocks stay misses);
+ *  2. appends the real token's K/V (k_new, v_new: f32 [n_seqs][n_kv_heads][head_dim]) to the HOST tier
+ *     (committed), then its block summary, then refreshes the active block's slot from the HOST tier;
+ *  3. OKV_MODE_ONDEMAND selects with the real query and fetches every miss now;
+ *  4. runs sparse attention for the T stacked tokens over the readable working set:
  *     q: f32 [n_seqs][T][n_q_heads][head_dim]; draft_kv: f32 [n_seqs][T-1][2][n_kv_heads][head_dim]
  *     (the draft tokens' own K then V, never committed; may be NULL when T == 1);
  *     out: f32 [n_seqs][T][n_q_heads][head_dim];
- *  4. hands layer l to the background pipeline (predict with the draft queries in OASIS, the real
+ *  5. hands layer l to the background pipeline (predict with the draft queries in OASIS, the real
  *     query in PROXY; select with capped eviction; one batched HOST->DEVICE copy; one event).
- * Errors: INVALID_ARGUMENT, COPY_FAILED (a transfer for this layer failed: attention still ran over
- * what was validly resident and `out` is valid), OUT_OF_MEMORY. */
+ * Contract (docs/api.md "Faults"): OK exactly when `out` is valid. Attention reads a slot only for the
+ * tokens a completed write put there, so `out` never includes stale or another sequence's K/V. Failed
+ * fetches and predictions are absorbed (the step returns OK; stats pipeline_errors / failed_blocks).
+ * Errors (then every element of `out` is NaN):
+ *  INVALID_ARGUMENT, OUT_OF_MEMORY (HOST extents, DEVICE slots in dense mode, host allocator): nothing
+ *    committed for this layer; the same layer may be called again;
+ *  COPY_FAILED (the active-block refresh failed twice), INTERNAL (a kernel, event or stream failed):
+ *    the token is committed to the HOST tier, attention did not run; the slots the failed write covered
+ *    stay unreadable and are repaired by the next append. The step may go on with layer l + 1. */
 okv_status_t okv_runtime_step_layer(okv_runtime_t *runtime, uint32_t layer, const float *k_new,
                                     const float *v_new, const float *q, const float *draft_kv, float *out);
 
@@ -159,13 +166,14 @@ okv_status_t okv_runtime_step_layer(okv_runtime_t *runtime, uint32_t layer, cons
 typedef struct okv_step_stats_t okv_step_stats_t;
 okv_status_t okv_runtime_step_end(okv_runtime_t *runtime, okv_step_stats_t *out_stats);
 
-/* Read-only attention over what is resident now for a batch, without
+/* Read-only attention over what is readable now for a batch, without
  * committing anything or touching the pipeline (e.g. the self drafter's extra
  * uncommitted forward). Same layouts as okv_runtime_step_layer with T = n_query_tokens and
  * inflight_kv: f32 [n_seqs][T][2][n_kv_heads][head_dim] for all T tokens (token t sees
- * in-flight tokens 0..t). Commits layer l's pending transfer first.
+ * in-flight tokens 0..t). Commits layer l's pending transfer first (a failed one is absorbed).
+ * Returns OK exactly when `out` is valid; on any error every element of `out` is NaN.
  * Errors: INVALID_ARGUMENT (shapes, layer, NULL pointers), NOT_FOUND (an unknown sequence id),
- * COPY_FAILED (the pending transfer of this layer failed; `out` is still valid), HAL errors. */
+ * COPY_FAILED / INTERNAL (staging or the attention kernel failed). Not thread-safe (the engine thread). */
 okv_status_t okv_runtime_peek_layer(okv_runtime_t *runtime, uint32_t n_seqs, const uint32_t *seq_ids,
                                     uint32_t layer, uint32_t n_query_tokens, const float *q,
                                     const float *inflight_kv, float *out);

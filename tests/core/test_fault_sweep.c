@@ -310,6 +310,40 @@ static void w_check_host(run_t *r) {
   }
 }
 
+/* Every block summary of every live sequence describes exactly the keys in the
+ * HOST tier (min/max over its committed tokens): no failed write left one behind. */
+static void w_check_summaries(run_t *r) {
+  const okv_runtime_t *rt = r->rt;
+  uint32_t hd = r->cfg.head_dim;
+  float *sum = test_malloc(2 * hd * sizeof(float));
+  for (uint32_t w = 0; w < W_SEQS; w++) {
+    if (!r->live[w]) continue;
+    for (uint32_t l = 0; l < r->cfg.n_layers; l++)
+      for (uint32_t h = 0; h < r->cfg.n_kv_heads; h++) {
+        uint32_t n_tok = r->hist[w].n_tokens[l];
+        for (uint32_t b = 0; b * 16 < n_tok; b++) {
+          uint32_t hb = okv_runtime_debug_host_block(rt, r->id[w], l, h, b);
+          OKV_ASSERT_OK(okv_hal_buffer_read(rt->summaries, (uint64_t)hb * 2 * hd * sizeof(float), sum,
+                                            2 * hd * sizeof(float)));
+          for (uint32_t e = 0; e < hd; e++) {
+            float lo = INFINITY, hi = -INFINITY;
+            for (uint32_t t = b * 16; t < n_tok && t < b * 16 + 16; t++) {
+              float x = r->hist[w].k[rt_hist_off(&r->hist[w], l, t) + h * hd + e];
+              lo = x < lo ? x : lo;
+              hi = x > hi ? x : hi;
+            }
+            if (sum[e] != lo || sum[hd + e] != hi) {
+              print_error("seq %u layer %u head %u block %u dim %u: summary [%g, %g], keys [%g, %g]\n", w, l, h, b, e,
+                          sum[e], sum[hd + e], lo, hi);
+              fail();
+            }
+          }
+        }
+      }
+  }
+  test_free(sum);
+}
+
 /* One whole workload. Faults armed by the caller through g_sw (phase 1 only). */
 static void w_run(run_t *r, okv_mode_t mode) {
   memset(r, 0, sizeof *r);
@@ -336,6 +370,7 @@ static void w_run(run_t *r, okv_mode_t mode) {
     for (uint32_t s = W_STEPS; s < W_STEPS + W_RECOVERY; s++) w_step(r, s, true);
     if (mode == OKV_MODE_OASIS) w_peek(r, W_STEPS + W_RECOVERY, true);
     w_check_host(r);
+    w_check_summaries(r);
     for (uint32_t l = 0; l < r->cfg.n_layers; l++) /* the maps stay consistent */
       for (uint32_t w = 0; w < W_SEQS; w++)
         if (r->live[w])

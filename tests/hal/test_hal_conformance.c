@@ -628,6 +628,106 @@ static void test_fault_hooks(void **state) {
   OKV_ASSERT_OK(okv_hal_event_release(ev));
 }
 
+/* fail_op: every operation kind fails as hal_fault.h documents, only the
+ * chosen kind is affected, and the device works again afterwards. */
+typedef struct op_plan_t {
+  int kind;     /* okv_hal_op_t to fail, -1 none */
+  int left;     /* failures left */
+  uint64_t seen[OKV_HAL_OP_COUNT];
+} op_plan_t;
+
+static bool hook_fail_op(void *user, okv_hal_op_t op, okv_tier_t src, okv_tier_t dst) {
+  op_plan_t *p = user;
+  (void)src;
+  (void)dst;
+  p->seen[op]++;
+  if ((int)op == p->kind && p->left > 0) {
+    p->left--;
+    return true;
+  }
+  return false;
+}
+
+static void test_fault_op_hooks(void **state) {
+  fixture_t *f = *state;
+  op_plan_t plan = {-1, 0, {0}};
+  okv_hal_fault_hooks_t hooks = {&plan, NULL, NULL, hook_fail_op};
+  OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(f->dev, &hooks));
+  const uint64_t n = 4096;
+  okv_hal_buffer_t *src = buf_new(f, OKV_TIER_HOST, n), *dst = buf_new(f, OKV_TIER_DEVICE, n);
+  unsigned char *hs = buf_randomize(f, src), *hd = buf_randomize(f, dst);
+  unsigned char *tmp = test_malloc(n);
+  okv_hal_event_t *ev = NULL;
+  OKV_ASSERT_OK(okv_hal_event_create(f->dev, &ev));
+  assert_int_equal(plan.seen[OKV_HAL_OP_EVENT_CREATE], 1);
+
+  /* Synchronous kinds: the call itself fails with the documented code. */
+  okv_hal_buffer_t *b = NULL;
+  plan.kind = OKV_HAL_OP_BUFFER_ALLOC, plan.left = 1;
+  OKV_ASSERT_CODE(okv_hal_buffer_alloc(f->dev, OKV_TIER_DEVICE, 64, &b), OKV_STATUS_OUT_OF_MEMORY);
+  assert_null(b);
+  plan.kind = OKV_HAL_OP_BUFFER_WRITE, plan.left = 1;
+  memset(tmp, 0x5A, n);
+  OKV_ASSERT_CODE(okv_hal_buffer_write(dst, 0, tmp, n), OKV_STATUS_COPY_FAILED);
+  buf_expect(dst, hd); /* nothing written */
+  plan.kind = OKV_HAL_OP_BUFFER_READ, plan.left = 1;
+  OKV_ASSERT_CODE(okv_hal_buffer_read(dst, 0, tmp, n), OKV_STATUS_COPY_FAILED);
+  okv_hal_stream_t *st2 = NULL;
+  plan.kind = OKV_HAL_OP_STREAM_CREATE, plan.left = 1;
+  OKV_ASSERT_CODE(okv_hal_stream_create(f->dev, &st2), OKV_STATUS_UNAVAILABLE);
+  assert_null(st2);
+  okv_hal_event_t *ev2 = NULL;
+  plan.kind = OKV_HAL_OP_EVENT_CREATE, plan.left = 1;
+  OKV_ASSERT_CODE(okv_hal_event_create(f->dev, &ev2), OKV_STATUS_UNAVAILABLE);
+  assert_null(ev2);
+  plan.kind = OKV_HAL_OP_EVENT_RECORD, plan.left = 1;
+  OKV_ASSERT_CODE(okv_hal_event_record(ev, f->stream), OKV_STATUS_INTERNAL);
+  plan.kind = OKV_HAL_OP_EVENT_WAIT, plan.left = 1;
+  OKV_ASSERT_OK(okv_hal_event_record(ev, f->stream));
+  OKV_ASSERT_CODE(okv_hal_event_wait(ev), OKV_STATUS_INTERNAL);
+  OKV_ASSERT_OK(okv_hal_event_wait(ev)); /* the event itself completed */
+  plan.kind = OKV_HAL_OP_STREAM_SYNC, plan.left = 1;
+  OKV_ASSERT_OK(okv_hal_copy_async(f->stream, src, 0, dst, 0, n));
+  OKV_ASSERT_CODE(okv_hal_stream_synchronize(f->stream), OKV_STATUS_INTERNAL);
+  buf_expect(dst, hs); /* the stream's work did run */
+
+  /* Asynchronous kinds: the call returns OK, the stream reports the error, nothing ran. */
+  unsigned char *zeros = test_calloc(1, n);
+  OKV_ASSERT_OK(okv_hal_buffer_write(dst, 0, zeros, n));
+  plan.kind = OKV_HAL_OP_COPY, plan.left = 1;
+  OKV_ASSERT_OK(okv_hal_copy_async(f->stream, src, 0, dst, 0, n));
+  OKV_ASSERT_CODE(okv_hal_stream_synchronize(f->stream), OKV_STATUS_COPY_FAILED);
+  buf_expect(dst, zeros);
+  plan.kind = OKV_HAL_OP_KERNEL, plan.left = 1;
+  okv_hal_buffer_t *sums = buf_new(f, OKV_TIER_DEVICE, okv_summary_bytes(4));
+  OKV_ASSERT_OK(okv_hal_buffer_write(sums, 0, zeros, okv_summary_bytes(4)));
+  uint64_t idx = 0;
+  float key[4] = {1, 2, 3, 4};
+  uint8_t first = 1;
+  OKV_ASSERT_OK(okv_hal_summary_append_async(f->stream, sums, 4, OKV_DTYPE_F32, 1, &idx, key, &first));
+  OKV_ASSERT_CODE(okv_hal_stream_synchronize(f->stream), OKV_STATUS_INTERNAL);
+  buf_expect(sums, zeros); /* the kernel did not run */
+  /* Afterwards (no failure left) the same kernel runs. */
+  OKV_ASSERT_OK(okv_hal_summary_append_async(f->stream, sums, 4, OKV_DTYPE_F32, 1, &idx, key, &first));
+  OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+  float got[8];
+  OKV_ASSERT_OK(okv_hal_buffer_read(sums, 0, got, sizeof got));
+  for (int i = 0; i < 4; i++) assert_true(got[i] == key[i] && got[4 + i] == key[i]);
+  for (int k = 0; k < OKV_HAL_OP_COUNT; k++) assert_true(plan.seen[k] > 0); /* every kind was observed */
+  assert_string_equal(okv_hal_op_name(OKV_HAL_OP_KERNEL), "kernel");
+  assert_string_equal(okv_hal_op_name((okv_hal_op_t)99), "unknown");
+
+  OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(f->dev, NULL));
+  buf_free(sums);
+  test_free(zeros);
+  test_free(tmp);
+  test_free(hs);
+  test_free(hd);
+  buf_free(src);
+  buf_free(dst);
+  OKV_ASSERT_OK(okv_hal_event_release(ev));
+}
+
 /* ---- Kernels through the stream (dispatch, pointer resolution, retention) ---- */
 
 static okv_hal_buffer_t *buf_from(fixture_t *f, okv_tier_t tier, const void *data, uint64_t bytes) {
@@ -845,6 +945,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_release_while_enqueued, setup, teardown),
       cmocka_unit_test_setup_teardown(test_invalid_handles, setup, teardown),
       cmocka_unit_test_setup_teardown(test_fault_hooks, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_fault_op_hooks, setup, teardown),
       cmocka_unit_test_setup_teardown(test_kernels_dispatch, setup, teardown),
       cmocka_unit_test_setup_teardown(test_concurrent_use, setup, teardown),
   };
