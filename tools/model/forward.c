@@ -220,7 +220,6 @@ okv_status_t okv_engine_step(okv_engine_t *e, uint32_t n_seqs, const uint32_t *s
   uint32_t T = 1 + n_drafts, rows = n_seqs * T, kvd = c->n_kv_heads * c->head_dim;
   embed(e, n_seqs, T, tokens, draft_tokens);
   OKV_RETURN_IF_ERROR(okv_runtime_step_begin(e->runtime, n_seqs, seq_ids, T));
-  okv_status_t deferred_error = OKV_OK;
   for (uint32_t l = 0; l < c->n_layers; ++l) {
     layer_qkv(e, l, n_seqs, T);
     for (uint32_t i = 0; i < n_seqs; ++i) {
@@ -236,24 +235,16 @@ okv_status_t okv_engine_step(okv_engine_t *e, uint32_t n_seqs, const uint32_t *s
     okv_status_t s = okv_runtime_step_layer(e->runtime, l, e->k_new, e->v_new, e->q, n_drafts ? e->draft_kv : NULL,
                                             e->att);
     if (s) {
-      if (okv_status_code(s) == OKV_STATUS_COPY_FAILED) { /* out is still valid */
-        if (deferred_error) okv_status_free(s);
-        else deferred_error = s;
-      } else {
-        okv_status_free(deferred_error);
-        okv_status_free(okv_runtime_step_end(e->runtime, NULL));
-        return okv_status_annotate(s, "layer %u", l);
-      }
+      /* Not OK means the layer's attention output is not valid (docs/api.md "Faults"): later
+       * layers would compute, and commit, K/V from it. Stop the step here. */
+      okv_status_free(okv_runtime_step_end(e->runtime, NULL));
+      return okv_status_annotate(s, "layer %u", l);
     }
     layer_out(e, l, rows);
   }
-  okv_status_t s = okv_runtime_step_end(e->runtime, out_step_stats);
-  if (s) {
-    okv_status_free(deferred_error);
-    return s;
-  }
+  OKV_RETURN_IF_ERROR(okv_runtime_step_end(e->runtime, out_step_stats));
   classify(e, n_seqs, T, out_logits);
-  return deferred_error;
+  return OKV_OK;
 }
 
 okv_status_t okv_engine_peek(okv_engine_t *e, uint32_t n_seqs, const uint32_t *seq_ids, const uint32_t *tokens,
