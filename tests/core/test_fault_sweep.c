@@ -23,9 +23,7 @@
 #include <pthread.h>
 #include <stdio.h>
 
-#include "tests/core/rt_ref.h"
-
-#include "core/runtime_internal.h"
+#include "tests/core/rt_check.h"
 #include "hal/hal_fault.h"
 
 static const char *g_backend = "cpu";
@@ -287,26 +285,12 @@ static void w_peek(run_t *r, uint32_t step, bool recovery) {
 
 /* Every committed token of every live sequence, exactly, in the HOST tier (f32). */
 static void w_check_host(run_t *r) {
-  const okv_runtime_t *rt = r->rt;
-  uint32_t hd = r->cfg.head_dim;
   for (uint32_t w = 0; w < W_SEQS; w++) {
     if (!r->live[w]) continue;
     uint32_t n_len = 0;
-    OKV_ASSERT_OK(okv_runtime_seq_length(rt, r->id[w], &n_len));
+    OKV_ASSERT_OK(okv_runtime_seq_length(r->rt, r->id[w], &n_len));
     assert_int_equal(n_len, r->hist[w].n_tokens[r->cfg.n_layers - 1]);
-    for (uint32_t l = 0; l < r->cfg.n_layers; l++)
-      for (uint32_t h = 0; h < r->cfg.n_kv_heads; h++)
-        for (uint32_t t = 0; t < r->hist[w].n_tokens[l]; t++) {
-          uint32_t hb = okv_runtime_debug_host_block(rt, r->id[w], l, h, t / 16);
-          assert_true(hb != UINT32_MAX);
-          const float *blk = (const float *)(rt->host_kv_ptr + (uint64_t)hb * rt->block_bytes);
-          const float *k = r->hist[w].k + rt_hist_off(&r->hist[w], l, t) + h * hd;
-          const float *v = r->hist[w].v + rt_hist_off(&r->hist[w], l, t) + h * hd;
-          for (uint32_t e = 0; e < hd; e++) {
-            assert_true(blk[e * 16 + t % 16] == k[e]);
-            assert_true(blk[16 * hd + (t % 16) * hd + e] == v[e]);
-          }
-        }
+    rt_check_host_tokens(r->rt, r->id[w], &r->hist[w]);
   }
 }
 
@@ -488,22 +472,9 @@ static void sweep_mode(okv_mode_t mode) {
   test_free(ref);
 }
 
-static void test_sweep_dense(void **state) {
-  (void)state;
-  sweep_mode(OKV_MODE_DENSE);
-}
-static void test_sweep_oasis(void **state) {
-  (void)state;
-  sweep_mode(OKV_MODE_OASIS);
-}
-static void test_sweep_proxy(void **state) {
-  (void)state;
-  sweep_mode(OKV_MODE_PROXY);
-}
-static void test_sweep_ondemand(void **state) {
-  (void)state;
-  sweep_mode(OKV_MODE_ONDEMAND);
-}
+static void test_sweep(void **state) { sweep_mode(*(const okv_mode_t *)*state); }
+
+static const okv_mode_t k_modes[] = {OKV_MODE_DENSE, OKV_MODE_OASIS, OKV_MODE_PROXY, OKV_MODE_ONDEMAND};
 
 int main(int argc, char **argv) {
   g_backend = okv_test_backend_or_skip(argc, argv);
@@ -514,10 +485,10 @@ int main(int argc, char **argv) {
     if (strcmp(argv[i], "--stride") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0) g_stride = (uint32_t)atoi(argv[++i]);
   }
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_sweep_dense),
-      cmocka_unit_test(test_sweep_oasis),
-      cmocka_unit_test(test_sweep_proxy),
-      cmocka_unit_test(test_sweep_ondemand),
+      {"sweep_dense", test_sweep, NULL, NULL, (void *)&k_modes[0]},
+      {"sweep_oasis", test_sweep, NULL, NULL, (void *)&k_modes[1]},
+      {"sweep_proxy", test_sweep, NULL, NULL, (void *)&k_modes[2]},
+      {"sweep_ondemand", test_sweep, NULL, NULL, (void *)&k_modes[3]},
   };
   return cmocka_run_group_tests_name("core_fault_sweep", tests, NULL, NULL);
 }

@@ -7,7 +7,7 @@
 
 #include "tests/core/rt_driver.h"
 
-#include "core/runtime_internal.h"
+#include "tests/core/rt_check.h"
 #include "hal/hal_fault.h"
 
 static const char *g_backend = "cpu";
@@ -66,22 +66,7 @@ static int setup(void **state) {
 
 /* Compares every host block of every sequence with what was appended. */
 static void check_host_intact(drv_t *d) {
-  const okv_runtime_t *rt = d->rt;
-  uint32_t hd = d->cfg.head_dim;
-  for (uint32_t i = 0; i < d->n_seqs; i++)
-    for (uint32_t l = 0; l < d->cfg.n_layers; l++)
-      for (uint32_t h = 0; h < d->cfg.n_kv_heads; h++)
-        for (uint32_t t = 0; t < d->hist[i].n_tokens[l]; t++) {
-          uint32_t hb = okv_runtime_debug_host_block(rt, d->ids[i], l, h, t / 16);
-          assert_true(hb != UINT32_MAX);
-          const float *blk = (const float *)(rt->host_kv_ptr + (uint64_t)hb * rt->block_bytes);
-          const float *k = d->hist[i].k + rt_hist_off(&d->hist[i], l, t) + h * hd;
-          const float *v = d->hist[i].v + rt_hist_off(&d->hist[i], l, t) + h * hd;
-          for (uint32_t e = 0; e < hd; e++) {
-            assert_true(blk[e * 16 + t % 16] == k[e]);
-            assert_true(blk[16 * hd + (t % 16) * hd + e] == v[e]);
-          }
-        }
+  for (uint32_t i = 0; i < d->n_seqs; i++) rt_check_host_tokens(d->rt, d->ids[i], &d->hist[i]);
 }
 
 /* Snapshot of resident lists: [seq][layer][head]. */
