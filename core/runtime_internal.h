@@ -1,13 +1,29 @@
-/* Internal structures of the OasisKV runtime (core/runtime.c). Not installed.
- * Exposed to tests/core so property tests can check the maps directly. */
+/* Internal structures and helpers of the OasisKV runtime, shared by its files:
+ *   runtime_config.c  modes, config, stats
+ *   host_store.c      the HOST-tier store (host_store.h)
+ *   seq.c             sequences: add, remove, length, readable blocks, debug accessors
+ *   pipeline.c        background pipeline: predict, select, transfer; layer-local commit
+ *   step.c            the decode step: begin, layer, end, peek; working sets; on-demand fetch
+ *   step_append.c     the append and its write-currency bookkeeping
+ *   runtime.c         create / destroy
+ * Not installed. Exposed to tests/core so property tests can check the maps directly. */
 #ifndef OASISKV_CORE_RUNTIME_INTERNAL_H
 #define OASISKV_CORE_RUNTIME_INTERNAL_H
 
 #include <pthread.h>
 
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
 #include "core/block_map.h"
+#include "core/host_store.h"
 #include "core/select.h"
 #include "oasiskv/oasiskv.h"
+
+/* Config sentinels (runtime_config.c). */
+#define OKV_DENSE_THRESHOLD_DEFAULT UINT32_MAX /* resolves to budget_blocks */
+#define OKV_MAX_CONTEXT_LIMIT (16u * 65536u)
 
 /* HOST-tier blocks are handed out in extents of this many blocks (fewer when
  * max_context_tokens is small) so that the summaries of one (sequence, layer,
@@ -78,12 +94,7 @@ struct okv_runtime_t {
   uint32_t slots_per_head;       /* sparse modes: K + 1 + C */
   uint32_t group_size;
 
-  /* HOST tier */
-  okv_hal_buffer_t *host_kv;
-  uint8_t *host_kv_ptr;
-  uint32_t n_extents;
-  uint8_t *extent_used;
-  uint32_t n_extents_free;
+  okv_host_store_t host;          /* HOST tier: the authoritative full KV */
 
   /* DEVICE tier */
   okv_hal_buffer_t *summaries;   /* f32 per host block */
@@ -144,6 +155,87 @@ struct okv_runtime_t {
   pthread_mutex_t mutex;
   pthread_cond_t work_cv, done_cv;
 };
+
+/* ---- Helpers shared by the runtime's files (not API) ---- */
+
+#define OKV_RT_INVALID(...) okv_status_make(OKV_STATUS_INVALID_ARGUMENT, __VA_ARGS__)
+#define OKV_RT_HOST_OOM(what) okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "runtime: host allocator failed for %s", what)
+
+/* Wall clock (stalls, attention). */
+static inline double okv_rt_wall_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Bookkeeping is timed in the calling thread's CPU time, so that time the
+ * thread spends preempted (other processes, kernel worker threads) does not
+ * count as runtime overhead. */
+static inline double okv_rt_cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static inline void okv_rt_free(const okv_allocator_t *a, void *p) {
+  if (p != NULL) okv_free(a, p);
+}
+
+static inline uint32_t ceil_div_u32(uint32_t a, uint32_t b) { return (a + b - 1u) / b; }
+static inline uint32_t n_blocks_of(uint32_t n_tokens) { return ceil_div_u32(n_tokens, OKV_BLOCK_TOKENS); }
+
+static inline bool is_sparse_mode(const okv_runtime_t *rt) { return rt->cfg.mode != OKV_MODE_DENSE; }
+static inline bool has_pipeline(const okv_runtime_t *rt) {
+  return rt->cfg.mode == OKV_MODE_OASIS || rt->cfg.mode == OKV_MODE_PROXY;
+}
+
+static inline okv_head_t *seq_head(const okv_runtime_t *rt, const okv_seq_t *s, uint32_t layer, uint32_t h) {
+  return &s->heads[(size_t)layer * rt->cfg.n_kv_heads + h];
+}
+
+static inline bool seq_layer_sparse(const okv_runtime_t *rt, const okv_seq_t *s, uint32_t layer) {
+  return is_sparse_mode(rt) && n_blocks_of(s->n_tokens[layer]) > rt->cfg.dense_threshold_blocks;
+}
+
+static inline uint64_t host_block_of(const okv_runtime_t *rt, const okv_head_t *h, uint32_t block) {
+  return okv_host_store_block(&rt->host, h->extents, block);
+}
+
+/* Sequence i of the current step, NULL when it was removed during the step. */
+static inline okv_seq_t *step_seq(const okv_runtime_t *rt, uint32_t i) {
+  okv_seq_t *s = &rt->seqs[rt->step_seq_index[i]];
+  return s->live && s->id == rt->step_seq_id[i] ? s : NULL;
+}
+
+/* Allocates `count` zeroed elements into `ptr` from rt->alloc; on failure sets
+ * `st` to OUT_OF_MEMORY naming the array and jumps to `fail`. */
+#define ALLOC_ARR(ptr, count)                                                   \
+  do {                                                                          \
+    size_t n_alloc_ = (size_t)(count);                                        \
+    (ptr) = okv_calloc(&rt->alloc, n_alloc_ > 0 ? n_alloc_ : 1u, sizeof *(ptr)); \
+    if ((ptr) == NULL) {                                                        \
+      st = OKV_RT_HOST_OOM(#ptr);                                                      \
+      goto fail;                                                                \
+    }                                                                           \
+  } while (0)
+
+/* runtime_config.c */
+void okv_rt_stats_add(okv_step_stats_t *dst, const okv_step_stats_t *src);
+/* seq.c */
+okv_seq_t *okv_rt_seq_find(const okv_runtime_t *rt, uint32_t id);
+void okv_rt_seq_release(okv_runtime_t *rt, okv_seq_t *s);
+/* pipeline.c */
+okv_status_t okv_rt_predict_topk(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream, uint32_t n_seqs,
+                                 uint32_t layer, uint32_t T, uint32_t t_begin, uint32_t t_end, double *bk_s);
+void *okv_rt_worker_main(void *arg);
+void okv_rt_job_wait_selected(okv_runtime_t *rt, uint32_t layer);
+void okv_rt_jobs_drain(okv_runtime_t *rt);
+double okv_rt_job_wait_event(okv_runtime_t *rt, uint32_t layer);
+void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s);
+void okv_rt_job_submit(okv_runtime_t *rt, uint32_t layer, const float *q);
+/* step_append.c */
+okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float *k_new, const float *v_new,
+                                 double *bk_s, bool *out_committed);
 
 /* For tests: the map of (seq, layer, kv_head), NULL when not found. Not thread-safe
  * against a running step. */

@@ -15,7 +15,7 @@ static inline void rt_check_host_tokens(const okv_runtime_t *rt, uint32_t seq_id
       for (uint32_t t = 0; t < h->n_tokens[l]; t++) {
         uint32_t hb = okv_runtime_debug_host_block(rt, seq_id, l, kvh, t / 16);
         assert_true(hb != UINT32_MAX);
-        const float *blk = (const float *)(rt->host_kv_ptr + (uint64_t)hb * rt->block_bytes);
+        const float *blk = (const float *)(rt->host.ptr + (uint64_t)hb * rt->block_bytes);
         const float *k = h->k + rt_hist_off(h, l, t) + kvh * hd;
         const float *v = h->v + rt_hist_off(h, l, t) + kvh * hd;
         for (uint32_t e = 0; e < hd; e++) {

@@ -404,7 +404,7 @@ static void test_dense_pool_exhaustion(void **state) {
     for (uint32_t t = 0; t < 48; t++) {
       uint32_t hb = okv_runtime_debug_host_block(rt, d.ids[0], 0, h, t / 16);
       assert_true(hb != UINT32_MAX);
-      const float *blk = (const float *)(rt->host_kv_ptr + (uint64_t)hb * bb);
+      const float *blk = (const float *)(rt->host.ptr + (uint64_t)hb * bb);
       for (uint32_t e = 0; e < 16; e++) {
         assert_true(blk[e * 16 + t % 16] == d.hist[0].k[rt_hist_off(&d.hist[0], 0, t) + h * 16 + e]);
         assert_true(blk[256 + (t % 16) * 16 + e] == d.hist[0].v[rt_hist_off(&d.hist[0], 0, t) + h * 16 + e]);

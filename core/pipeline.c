@@ -1,0 +1,304 @@
+/* The background pipeline per layer (arXiv 2608.08097, "Background
+ * pipeline"): predict (score every block from its summary, top-K), select
+ * (capped eviction) and one batched HOST->DEVICE transfer per layer, run by the
+ * runtime's worker thread; and the foreground's layer-local sync that commits
+ * a layer's transfer into the maps. Owns okv_layer_job_t and the worker.
+ * Failures are absorbed (docs/api.md "Faults"). */
+#include "core/runtime_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- scoring + top-K ---- */
+
+/* Scores every block of the listed (seq, KV head) segments against queries
+ * t_begin..t_end-1 already in ctx->q and takes the top-K, excluding each head's
+ * active block; results land in ctx->host_topk / host_counts. Segments whose
+ * ctx->seqs[s] is NULL are skipped (count 0). Blocks of one head sit in runs of
+ * contiguous host extents; one scoring launch per run index. */
+okv_status_t okv_rt_predict_topk(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream,
+                                 uint32_t n_seqs, uint32_t layer, uint32_t T, uint32_t t_begin, uint32_t t_end,
+                                 double *bk_s) {
+  double t0 = okv_rt_cpu_s();
+  uint32_t H = rt->cfg.n_kv_heads, E = rt->extent_blocks;
+  uint32_t n_seg = n_seqs * H;
+  for (uint32_t u = 0; u < n_seg; u++) ctx->seg_cursor[u] = 0;
+  okv_score_desc_t sd = {
+      .n_seqs = n_seqs, .n_kv_heads = H, .group_size = rt->group_size, .head_dim = rt->cfg.head_dim,
+      .n_query_tokens = T, .t_begin = t_begin, .t_end = t_end, .q = ctx->q, .q_offset = 0,
+      .summaries = rt->summaries, .seg_summary_first = ctx->seg_summary_first, .seg_n_blocks = ctx->seg_n,
+      .scores = ctx->scores, .seg_score_first = ctx->seg_score_first};
+  okv_status_t st = OKV_OK;
+  for (;;) {
+    bool any = false;
+    for (uint32_t s = 0; s < n_seqs; s++) {
+      const okv_seq_t *seq = ctx->seqs[s];
+      uint32_t nb = seq ? n_blocks_of(seq->n_tokens[layer]) : 0;
+      uint32_t need = ceil_div_u32(nb, E);
+      for (uint32_t h = 0; h < H; h++) {
+        uint32_t u = s * H + h;
+        uint32_t c = ctx->seg_cursor[u];
+        if (c >= need) {
+          ctx->seg_summary_first[u] = 0;
+          ctx->seg_n[u] = 0;
+          ctx->seg_score_first[u] = 0;
+          continue;
+        }
+        const okv_head_t *hd = seq_head(rt, seq, layer, h);
+        uint32_t start = hd->extents[c], run = 1;
+        while (c + run < need && hd->extents[c + run] == start + run) run++;
+        uint32_t first_block = c * E;
+        uint32_t n = run * E;
+        if (n > nb - first_block) n = nb - first_block;
+        ctx->seg_summary_first[u] = (uint64_t)start * E;
+        ctx->seg_n[u] = n;
+        ctx->seg_score_first[u] = (uint64_t)u * rt->max_blocks + first_block;
+        ctx->seg_cursor[u] = c + run;
+        any = true;
+      }
+    }
+    if (!any) break;
+    *bk_s += okv_rt_cpu_s() - t0;
+    st = okv_hal_score_blocks_async(stream, &sd);
+    t0 = okv_rt_cpu_s();
+    if (st != OKV_OK) return okv_status_annotate(st, "runtime: scoring layer %u", layer);
+  }
+  uint32_t n_excl = 0;
+  for (uint32_t s = 0; s < n_seqs; s++) {
+    const okv_seq_t *seq = ctx->seqs[s];
+    uint32_t nb = seq ? n_blocks_of(seq->n_tokens[layer]) : 0;
+    for (uint32_t h = 0; h < H; h++) {
+      uint32_t u = s * H + h;
+      ctx->seg_score_first[u] = (uint64_t)u * rt->max_blocks;
+      ctx->topk_n[u] = nb;
+      ctx->excl_offsets[u] = n_excl;
+      if (nb > 0) ctx->excl_blocks[n_excl++] = nb - 1;
+    }
+  }
+  ctx->excl_offsets[n_seg] = n_excl;
+  okv_topk_desc_t td = {.n_segments = n_seg, .k = rt->cfg.budget_blocks, .scores = ctx->scores,
+                        .seg_score_first = ctx->seg_score_first, .seg_n = ctx->topk_n,
+                        .excl_offsets = ctx->excl_offsets, .excl_blocks = ctx->excl_blocks,
+                        .out_indices = ctx->topk, .out_offset = 0, .out_counts = ctx->counts, .counts_offset = 0};
+  *bk_s += okv_rt_cpu_s() - t0;
+  st = okv_hal_topk_async(stream, &td);
+  if (st != OKV_OK) return okv_status_annotate(st, "runtime: top-K layer %u", layer);
+  st = okv_hal_stream_synchronize(stream);
+  if (st != OKV_OK) return okv_status_annotate(st, "runtime: predict layer %u", layer);
+  st = okv_hal_buffer_read(ctx->topk, 0, ctx->host_topk, (uint64_t)n_seg * rt->cfg.budget_blocks * 4u);
+  if (st == OKV_OK) st = okv_hal_buffer_read(ctx->counts, 0, ctx->host_counts, (uint64_t)n_seg * 4u);
+  return st;
+}
+
+/* ---- background pipeline ---- */
+
+/* Predict + select + issue one batched transfer for one layer job. */
+static void job_run(okv_runtime_t *rt, uint32_t layer) {
+  okv_layer_job_t *job = &rt->jobs[layer];
+  okv_predict_ctx_t *ctx = &rt->wk;
+  double bk = 0, t0 = okv_rt_cpu_s();
+  uint32_t H = rt->cfg.n_kv_heads, K = rt->cfg.budget_blocks;
+  memset(&job->stats, 0, sizeof job->stats);
+  job->n_plan = 0;
+  bool any = false;
+  for (uint32_t s = 0; s < job->n_seqs; s++) {
+    okv_seq_t *seq = &rt->seqs[job->seq_index[s]];
+    if (!seq->live || seq->id != job->seq_id[s] || !seq_layer_sparse(rt, seq, layer)) seq = NULL;
+    ctx->seqs[s] = seq;
+    any |= seq != NULL;
+  }
+  bk += okv_rt_cpu_s() - t0;
+  if (!any) goto done;
+  uint32_t T = job->n_query_tokens;
+  okv_status_t st = okv_hal_buffer_write(
+      ctx->q, 0, job->q_host, (uint64_t)job->n_seqs * T * rt->cfg.n_q_heads * rt->cfg.head_dim * sizeof(float));
+  if (st == OKV_OK) st = okv_rt_predict_topk(rt, ctx, rt->predict, job->n_seqs, layer, T, job->t_begin, job->t_end, &bk);
+  if (st != OKV_OK) {
+    okv_status_free(okv_hal_stream_synchronize(rt->predict)); /* no pending error left for the next job */
+    job->error = st;
+    goto done;
+  }
+  t0 = okv_rt_cpu_s();
+  okv_select_params_t p = {.budget_blocks = K, .cap_blocks = rt->cap_blocks, .step = job->step};
+  for (uint32_t s = 0; s < job->n_seqs; s++) {
+    okv_seq_t *seq = ctx->seqs[s];
+    if (seq == NULL) continue;
+    p.active_block = n_blocks_of(seq->n_tokens[layer]) - 1u;
+    for (uint32_t h = 0; h < H; h++) {
+      uint32_t u = s * H + h;
+      okv_head_t *hd = seq_head(rt, seq, layer, h);
+      okv_select_result_t r;
+      st = okv_select_head(&hd->map, &p, &ctx->host_topk[(size_t)u * K], ctx->host_counts[u], ctx->sel_scratch,
+                           ctx->sel_admitted, ctx->sel_victims, &r);
+      if (st != OKV_OK) {
+        job->error = st;
+        break;
+      }
+      job->stats.hits += r.n_hits;
+      job->stats.misses += r.n_misses;
+      job->stats.admitted += r.n_admitted;
+      job->stats.deferred += r.n_deferred;
+      for (uint32_t i = 0; i < r.n_admitted; i++) {
+        uint32_t slot;
+        if (!okv_block_map_pop_free(&hd->map, &slot)) { /* cannot happen: K + 1 + C owned slots */
+          job->stats.deferred++;
+          job->stats.admitted--;
+          continue;
+        }
+        okv_plan_entry_t *e = &job->plan[job->n_plan];
+        e->seq_index = job->seq_index[s];
+        e->seq_id = seq->id;
+        e->kv_head = h;
+        e->block = ctx->sel_admitted[i];
+        e->slot = slot;
+        e->victim = ctx->sel_victims[i];
+        job->pairs[job->n_plan].src_offset = host_block_of(rt, hd, e->block) * rt->block_bytes;
+        job->pairs[job->n_plan].dst_offset = (uint64_t)slot * rt->block_bytes;
+        job->n_plan++;
+      }
+    }
+    if (job->error != OKV_OK) break;
+  }
+  job->stats.deferred_steps = job->stats.deferred > 0;
+  bk += okv_rt_cpu_s() - t0;
+  if (job->n_plan > 0) {
+    st = okv_hal_copy_blocks_async(rt->copy, rt->host.kv, rt->pool, rt->block_bytes, job->n_plan, job->pairs);
+    if (st == OKV_OK) st = okv_hal_event_record(rt->layer_events[layer], rt->copy);
+    if (st == OKV_OK) {
+      job->event_recorded = true;
+      job->event_waited = false;
+    } else {
+      /* Nothing we can wait for was issued: let the copy stream finish whatever
+       * it took, then give the slots back. */
+      okv_status_free(okv_hal_stream_synchronize(rt->copy));
+      for (uint32_t i = 0; i < job->n_plan; i++) {
+        okv_plan_entry_t *e = &job->plan[i];
+        okv_block_map_push_free(&seq_head(rt, &rt->seqs[e->seq_index], layer, e->kv_head)->map, e->slot);
+      }
+      job->n_plan = 0;
+      if (job->error == OKV_OK) job->error = okv_status_annotate(st, "runtime: issuing transfer of layer %u", layer);
+      else okv_status_free(st);
+    }
+  }
+done:
+  job->stats.bookkeeping_seconds = bk;
+}
+
+void *okv_rt_worker_main(void *arg) {
+  okv_runtime_t *rt = arg;
+  pthread_mutex_lock(&rt->mutex);
+  for (;;) {
+    while (!rt->stop && rt->q_len == 0) pthread_cond_wait(&rt->work_cv, &rt->mutex);
+    if (rt->q_len == 0 && rt->stop) break;
+    uint32_t layer = rt->queue[rt->q_head];
+    rt->q_head = (rt->q_head + 1u) % rt->cfg.n_layers;
+    rt->q_len--;
+    pthread_mutex_unlock(&rt->mutex);
+    job_run(rt, layer);
+    pthread_mutex_lock(&rt->mutex);
+    rt->jobs[layer].state = OKV_JOB_DONE;
+    pthread_cond_broadcast(&rt->done_cv);
+  }
+  pthread_mutex_unlock(&rt->mutex);
+  return NULL;
+}
+
+/* Blocks until layer's job is not queued/running. */
+void okv_rt_job_wait_selected(okv_runtime_t *rt, uint32_t layer) {
+  if (!rt->worker_started) return;
+  pthread_mutex_lock(&rt->mutex);
+  while (rt->jobs[layer].state == OKV_JOB_QUEUED) pthread_cond_wait(&rt->done_cv, &rt->mutex);
+  pthread_mutex_unlock(&rt->mutex);
+}
+
+void okv_rt_jobs_drain(okv_runtime_t *rt) {
+  for (uint32_t l = 0; l < rt->cfg.n_layers; l++) okv_rt_job_wait_selected(rt, l);
+}
+
+void okv_runtime_debug_drain(okv_runtime_t *runtime) {
+  if (runtime) okv_rt_jobs_drain(runtime);
+}
+
+/* Waits for the layer's transfer event once and caches the result. Returns the wait time. */
+double okv_rt_job_wait_event(okv_runtime_t *rt, uint32_t layer) {
+  okv_layer_job_t *job = &rt->jobs[layer];
+  if (!job->event_recorded || job->event_waited) return 0.0;
+  double t0 = okv_rt_wall_s();
+  job->event_status = okv_hal_event_wait(rt->layer_events[layer]);
+  job->event_waited = true;
+  return okv_rt_wall_s() - t0;
+}
+
+/* Layer-local sync: waits for the layer's previous plan and commits it into the
+ * maps. A failed transfer maps nothing (its slots go back to the heads' free
+ * stacks, victims stay mapped); a failed transfer or prediction is absorbed and
+ * counted in pipeline_errors (docs/api.md "Faults"). */
+void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
+  if (!has_pipeline(rt)) return;
+  okv_layer_job_t *job = &rt->jobs[layer];
+  okv_step_stats_t *ls = &rt->layer_step[layer];
+  double t0 = okv_rt_wall_s();
+  okv_rt_job_wait_selected(rt, layer);
+  ls->stall_seconds += okv_rt_wall_s() - t0;
+  ls->stall_seconds += okv_rt_job_wait_event(rt, layer);
+  t0 = okv_rt_cpu_s();
+  okv_status_t st = job->event_status;
+  job->event_status = OKV_OK;
+  bool ok = st == OKV_OK;
+  if (!ok && job->n_plan > 0) {
+    /* The copy stream may still be writing into the planned slots (or hold the
+     * error): let it finish before those slots go back to the free stacks. */
+    okv_status_free(okv_hal_stream_synchronize(rt->copy));
+  }
+  for (uint32_t i = 0; i < job->n_plan; i++) {
+    const okv_plan_entry_t *e = &job->plan[i];
+    okv_seq_t *seq = &rt->seqs[e->seq_index];
+    if (!seq->live || seq->id != e->seq_id) continue; /* removed: its slots went back already */
+    okv_block_map_t *m = &seq_head(rt, seq, layer, e->kv_head)->map;
+    if (ok) {
+      if (e->victim != OKV_NO_BLOCK) {
+        okv_block_map_push_free(m, okv_block_map_unmap(m, e->victim));
+        ls->evicted++;
+      }
+      okv_block_map_map(m, e->block, e->slot, job->step);
+      okv_block_map_set_current(m, e->block, OKV_BLOCK_TOKENS); /* fetched blocks are never the active one */
+      ls->blocks_moved++;
+      ls->bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE] += rt->block_bytes;
+    } else {
+      okv_block_map_push_free(m, e->slot);
+      ls->failed_blocks++;
+    }
+  }
+  job->n_plan = 0;
+  job->event_recorded = false;
+  job->event_waited = false;
+  /* Absorbed (docs/api.md "Faults"): the blocks stay misses and are selected
+   * again by later steps; attention runs over what is validly resident. */
+  if (st != OKV_OK || job->error != OKV_OK) ls->pipeline_errors++;
+  okv_status_free(st);
+  okv_status_free(job->error);
+  job->error = OKV_OK;
+  *bk_s += okv_rt_cpu_s() - t0;
+}
+
+void okv_rt_job_submit(okv_runtime_t *rt, uint32_t layer, const float *q) {
+  okv_layer_job_t *job = &rt->jobs[layer];
+  const okv_runtime_config_t *c = &rt->cfg;
+  uint32_t T = rt->step_T;
+  job->step = rt->step;
+  job->n_seqs = rt->step_n_seqs;
+  memcpy(job->seq_index, rt->step_seq_index, rt->step_n_seqs * sizeof(uint32_t));
+  memcpy(job->seq_id, rt->step_seq_id, rt->step_n_seqs * sizeof(uint32_t));
+  job->n_query_tokens = T;
+  job->t_begin = c->mode == OKV_MODE_OASIS ? 1u : 0u;
+  job->t_end = c->mode == OKV_MODE_OASIS ? T : 1u;
+  memcpy(job->q_host, q, (size_t)rt->step_n_seqs * T * c->n_q_heads * c->head_dim * sizeof(float));
+  job->stats_pending = true;
+  pthread_mutex_lock(&rt->mutex);
+  job->state = OKV_JOB_QUEUED;
+  rt->queue[(rt->q_head + rt->q_len) % c->n_layers] = layer;
+  rt->q_len++;
+  pthread_cond_signal(&rt->work_cv);
+  pthread_mutex_unlock(&rt->mutex);
+}

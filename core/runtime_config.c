@@ -1,0 +1,118 @@
+/* Runtime configuration, mode names and step statistics.
+ * Owns: the mode name table, config defaults and validation, stats
+ * accumulation. Touches nothing else of the runtime. */
+#include "core/runtime_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- modes ---- */
+
+static const char *const k_mode_names[OKV_MODE_COUNT] = {"dense", "oasis", "proxy", "ondemand"};
+
+const char *okv_mode_name(okv_mode_t mode) {
+  return (unsigned)mode < OKV_MODE_COUNT ? k_mode_names[mode] : "unknown";
+}
+
+okv_status_t okv_mode_parse(const char *name, okv_mode_t *out_mode) {
+  if (name == NULL) return OKV_RT_INVALID("okv_mode_parse: name is NULL");
+  if (out_mode == NULL) return OKV_RT_INVALID("okv_mode_parse: out_mode is NULL");
+  for (int i = 0; i < OKV_MODE_COUNT; i++)
+    if (strcmp(name, k_mode_names[i]) == 0) {
+      *out_mode = (okv_mode_t)i;
+      return OKV_OK;
+    }
+  return OKV_RT_INVALID("okv_mode_parse: unknown mode '%s' (dense, oasis, proxy, ondemand)", name);
+}
+
+/* ---- config ---- */
+
+
+void okv_runtime_config_init(okv_runtime_config_t *config) {
+  if (config == NULL) return;
+  memset(config, 0, sizeof *config);
+  config->kv_dtype = OKV_DTYPE_F32;
+  config->block_tokens = OKV_BLOCK_TOKENS;
+  config->mode = OKV_MODE_OASIS;
+  config->budget_blocks = 128;
+  config->fetch_ratio = 0.05;
+  config->dense_threshold_blocks = OKV_DENSE_THRESHOLD_DEFAULT;
+  config->max_seqs = 64;
+  config->max_context_tokens = 131072;
+}
+
+okv_status_t okv_runtime_config_validate(const okv_runtime_config_t *c) {
+  if (c == NULL) return OKV_RT_INVALID("runtime config: config is NULL");
+  if (c->n_layers == 0 || c->n_layers > 65536) return OKV_RT_INVALID("runtime config: n_layers = %u must be in 1..65536", c->n_layers);
+  if (c->n_kv_heads == 0 || c->n_kv_heads > 4096) return OKV_RT_INVALID("runtime config: n_kv_heads = %u must be in 1..4096", c->n_kv_heads);
+  if (c->n_q_heads == 0 || c->n_q_heads % c->n_kv_heads != 0)
+    return OKV_RT_INVALID("runtime config: n_q_heads = %u must be a positive multiple of n_kv_heads = %u", c->n_q_heads,
+                   c->n_kv_heads);
+  if (c->n_q_heads > 65536) return OKV_RT_INVALID("runtime config: n_q_heads = %u exceeds 65536", c->n_q_heads);
+  if (c->head_dim == 0 || c->head_dim > 256) return OKV_RT_INVALID("runtime config: head_dim = %u must be in 1..256", c->head_dim);
+  if ((unsigned)c->kv_dtype >= OKV_DTYPE_COUNT) return OKV_RT_INVALID("runtime config: kv_dtype = %d is not a dtype", (int)c->kv_dtype);
+  if (c->block_tokens != OKV_BLOCK_TOKENS) return OKV_RT_INVALID("runtime config: block_tokens = %u must be 16", c->block_tokens);
+  if ((unsigned)c->mode >= OKV_MODE_COUNT) return OKV_RT_INVALID("runtime config: mode = %d is not a mode", (int)c->mode);
+  if (c->budget_blocks == 0 || c->budget_blocks > OKV_TOPK_MAX)
+    return OKV_RT_INVALID("runtime config: budget_blocks = %u must be in 1..%u", c->budget_blocks, OKV_TOPK_MAX);
+  if (!(c->fetch_ratio > 0.0 && c->fetch_ratio <= 1.0))
+    return OKV_RT_INVALID("runtime config: fetch_ratio = %g must be in (0, 1]", c->fetch_ratio);
+  if (c->dense_threshold_blocks != OKV_DENSE_THRESHOLD_DEFAULT && c->dense_threshold_blocks > c->budget_blocks)
+    return OKV_RT_INVALID("runtime config: dense_threshold_blocks = %u must be <= budget_blocks = %u",
+                   c->dense_threshold_blocks, c->budget_blocks);
+  if (c->max_seqs == 0 || c->max_seqs > 65536) return OKV_RT_INVALID("runtime config: max_seqs = %u must be in 1..65536", c->max_seqs);
+  if (c->max_context_tokens == 0 || c->max_context_tokens > OKV_MAX_CONTEXT_LIMIT)
+    return OKV_RT_INVALID("runtime config: max_context_tokens = %u must be in 1..%u", c->max_context_tokens,
+                   OKV_MAX_CONTEXT_LIMIT);
+  return OKV_OK;
+}
+
+const okv_runtime_config_t *okv_runtime_config(const okv_runtime_t *runtime) {
+  return runtime ? &runtime->cfg : NULL;
+}
+
+
+/* ---- stats ---- */
+
+void okv_rt_stats_add(okv_step_stats_t *d, const okv_step_stats_t *s) {
+  d->hits += s->hits;
+  d->misses += s->misses;
+  d->admitted += s->admitted;
+  d->deferred += s->deferred;
+  d->evicted += s->evicted;
+  d->failed_blocks += s->failed_blocks;
+  d->blocks_moved += s->blocks_moved;
+  for (int a = 0; a < OKV_TIER_COUNT; a++)
+    for (int b = 0; b < OKV_TIER_COUNT; b++) d->bytes_moved[a][b] += s->bytes_moved[a][b];
+  d->stall_seconds += s->stall_seconds;
+  d->recall_hits += s->recall_hits;
+  d->recall_total += s->recall_total;
+  d->steps += s->steps;
+  d->deferred_steps += s->deferred_steps;
+  d->bookkeeping_seconds += s->bookkeeping_seconds;
+  d->attention_seconds += s->attention_seconds;
+  d->append_bytes += s->append_bytes;
+  d->append_seconds += s->append_seconds;
+  d->pipeline_errors += s->pipeline_errors;
+  d->retried_writes += s->retried_writes;
+}
+
+okv_status_t okv_runtime_stats(const okv_runtime_t *runtime, uint32_t layer, okv_step_stats_t *out_stats) {
+  if (runtime == NULL) return OKV_RT_INVALID("okv_runtime_stats: runtime is NULL");
+  if (out_stats == NULL) return OKV_RT_INVALID("okv_runtime_stats: out_stats is NULL");
+  if (layer == UINT32_MAX) {
+    *out_stats = runtime->total_cum;
+    return OKV_OK;
+  }
+  if (layer >= runtime->cfg.n_layers)
+    return OKV_RT_INVALID("okv_runtime_stats: layer = %u must be < n_layers = %u (or UINT32_MAX)", layer, runtime->cfg.n_layers);
+  *out_stats = runtime->layer_cum[layer];
+  return OKV_OK;
+}
+
+void okv_runtime_stats_reset(okv_runtime_t *runtime) {
+  if (runtime == NULL) return;
+  memset(&runtime->total_cum, 0, sizeof runtime->total_cum);
+  memset(runtime->layer_cum, 0, sizeof(okv_step_stats_t) * runtime->cfg.n_layers);
+}

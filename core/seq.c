@@ -1,0 +1,286 @@
+/* Sequences: admission (prefill load into the HOST tier, summaries, initial
+ * working set), removal, length, the readable-block listing and the debug
+ * accessors. Owns okv_seq_t lifetimes, the per-head maps' creation and the
+ * sequence's HOST extents and DEVICE slots. Touches the pipeline only to
+ * drain it before a sequence's slots are reused. */
+#include "core/runtime_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- sequences ---- */
+
+okv_seq_t *okv_rt_seq_find(const okv_runtime_t *rt, uint32_t id) {
+  for (uint32_t i = 0; i < rt->cfg.max_seqs; i++)
+    if (rt->seqs[i].live && rt->seqs[i].id == id) return &rt->seqs[i];
+  return NULL;
+}
+
+/* Returns every slot and extent of the sequence and frees its host arrays. */
+void okv_rt_seq_release(okv_runtime_t *rt, okv_seq_t *s) {
+  uint32_t n_heads = rt->cfg.n_layers * rt->cfg.n_kv_heads;
+  if (s->heads != NULL) {
+    for (uint32_t i = 0; i < n_heads; i++) {
+      okv_head_t *h = &s->heads[i];
+      if (is_sparse_mode(rt)) {
+        for (uint32_t j = 0; j < h->n_owned; j++) rt->free_slots[rt->n_free_slots++] = h->owned[j];
+      } else {
+        for (uint32_t j = 0; j < h->map.n_resident; j++)
+          rt->free_slots[rt->n_free_slots++] = h->map.slot_of[h->map.resident[j]];
+      }
+      okv_host_store_free_extents(&rt->host, h->extents, h->n_extents);
+      okv_rt_free(&rt->alloc, h->extents);
+      okv_rt_free(&rt->alloc, h->owned);
+      okv_block_map_free(&h->map, &rt->alloc);
+    }
+    okv_rt_free(&rt->alloc, s->heads);
+  }
+  okv_rt_free(&rt->alloc, s->n_tokens);
+  s->heads = NULL;
+  s->n_tokens = NULL;
+  s->live = false;
+}
+
+/* ---- sequences: add / remove ---- */
+
+okv_status_t okv_runtime_seq_capacity(const okv_runtime_t *rt, uint32_t n_tokens, uint32_t *out_n_seqs) {
+  if (rt == NULL) return OKV_RT_INVALID("okv_runtime_seq_capacity: runtime is NULL");
+  if (out_n_seqs == NULL) return OKV_RT_INVALID("okv_runtime_seq_capacity: out_n_seqs is NULL");
+  if (n_tokens > rt->cfg.max_context_tokens)
+    return OKV_RT_INVALID("okv_runtime_seq_capacity: n_tokens = %u exceeds max_context_tokens = %u", n_tokens,
+                   rt->cfg.max_context_tokens);
+  uint64_t LH = (uint64_t)rt->cfg.n_layers * rt->cfg.n_kv_heads;
+  uint64_t n = 0;
+  for (uint32_t i = 0; i < rt->cfg.max_seqs; i++) n += !rt->seqs[i].live;
+  uint32_t nb = n_blocks_of(n_tokens);
+  uint64_t slots = is_sparse_mode(rt) ? LH * rt->slots_per_head : LH * nb;
+  if (slots > 0 && rt->n_free_slots / slots < n) n = rt->n_free_slots / slots;
+  uint64_t ext = LH * ceil_div_u32(nb, rt->extent_blocks);
+  if (ext > 0 && rt->host.n_free / ext < n) n = rt->host.n_free / ext;
+  *out_n_seqs = (uint32_t)n;
+  return OKV_OK;
+}
+
+okv_status_t okv_runtime_seq_add(okv_runtime_t *rt, const okv_prefill_t *prefill, uint32_t *out_seq_id) {
+  if (rt == NULL) return OKV_RT_INVALID("okv_runtime_seq_add: runtime is NULL");
+  if (out_seq_id == NULL) return OKV_RT_INVALID("okv_runtime_seq_add: out_seq_id is NULL");
+  const okv_runtime_config_t *c = &rt->cfg;
+  uint32_t n_tokens = prefill ? prefill->n_tokens : 0;
+  if (n_tokens > c->max_context_tokens)
+    return OKV_RT_INVALID("okv_runtime_seq_add: prefill n_tokens = %u exceeds max_context_tokens = %u", n_tokens,
+                   c->max_context_tokens);
+  if (n_tokens > 0 && (prefill->k == NULL || prefill->v == NULL))
+    return OKV_RT_INVALID("okv_runtime_seq_add: prefill k or v is NULL with n_tokens = %u", n_tokens);
+  okv_seq_t *s = NULL;
+  for (uint32_t i = 0; i < c->max_seqs; i++)
+    if (!rt->seqs[i].live && rt->seqs[i].heads == NULL) {
+      s = &rt->seqs[i];
+      break;
+    }
+  if (s == NULL)
+    return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_runtime_seq_add: max_seqs = %u sequences are alive",
+                           c->max_seqs);
+  uint32_t L = c->n_layers, H = c->n_kv_heads, E = rt->extent_blocks;
+  uint32_t nb = n_blocks_of(n_tokens);
+  uint32_t n_ext = ceil_div_u32(nb, E);
+  uint64_t LH = (uint64_t)L * H;
+  uint64_t slots_needed = is_sparse_mode(rt) ? LH * rt->slots_per_head : LH * nb;
+  if (slots_needed > rt->n_free_slots)
+    return okv_status_make(OKV_STATUS_OUT_OF_MEMORY,
+                           "okv_runtime_seq_add: the slot pool (device tier) has %llu free slots, the sequence needs "
+                           "%llu",
+                           (unsigned long long)rt->n_free_slots, (unsigned long long)slots_needed);
+  if (LH * n_ext > rt->host.n_free)
+    return okv_status_make(OKV_STATUS_OUT_OF_MEMORY,
+                           "okv_runtime_seq_add: the host tier has %u free extents of %u blocks, the prefill needs "
+                           "%llu",
+                           rt->host.n_free, E, (unsigned long long)(LH * n_ext));
+  okv_status_t st = OKV_OK;
+  memset(s, 0, sizeof *s);
+  uint64_t *blk_index = NULL, *sum_index = NULL;
+  uint8_t *valid = NULL;
+  okv_block_copy_t *pairs = NULL;
+  ALLOC_ARR(s->n_tokens, L);
+  ALLOC_ARR(s->heads, LH);
+  uint32_t cap_ext = ceil_div_u32(rt->max_blocks, E);
+  uint32_t init_first = 0; /* first logical block of the initial working set */
+  bool sparse_now = is_sparse_mode(rt) && nb > c->dense_threshold_blocks;
+  if (sparse_now && nb > c->budget_blocks + 1u) init_first = nb - c->budget_blocks - 1u;
+  for (uint64_t i = 0; i < LH; i++) {
+    okv_head_t *h = &s->heads[i];
+    st = okv_block_map_init(&h->map, &rt->alloc, is_sparse_mode(rt) ? rt->slots_per_head : 0);
+    if (st) goto fail;
+    st = okv_block_map_reserve(&h->map, &rt->alloc, nb > 0 ? nb : 1);
+    if (st) goto fail;
+    h->map.n_blocks = nb;
+    ALLOC_ARR(h->extents, cap_ext);
+    h->cap_extents = cap_ext;
+    okv_host_store_alloc_extents(&rt->host, n_ext, UINT32_MAX, h->extents); /* counted above: cannot fail */
+    h->n_extents = n_ext;
+    if (is_sparse_mode(rt)) {
+      ALLOC_ARR(h->owned, rt->slots_per_head);
+      for (uint32_t j = 0; j < rt->slots_per_head; j++) h->owned[j] = rt->free_slots[--rt->n_free_slots];
+      h->n_owned = rt->slots_per_head;
+      /* Pushed in reverse so that pops hand out owned[0], owned[1], ... */
+      for (uint32_t j = rt->slots_per_head; j > 0; j--) okv_block_map_push_free(&h->map, h->owned[j - 1u]);
+    }
+  }
+  for (uint32_t l = 0; l < L; l++) s->n_tokens[l] = n_tokens;
+  if (nb > 0) {
+    uint64_t n_blk = LH * nb;
+    uint64_t n_init = LH * (nb - init_first);
+    ALLOC_ARR(blk_index, n_blk);
+    ALLOC_ARR(sum_index, n_blk);
+    ALLOC_ARR(valid, n_blk);
+    ALLOC_ARR(pairs, n_init);
+    /* Write the host blocks: prefill layout [L][n_tokens][H][head_dim]. */
+    uint32_t hd = c->head_dim;
+    int64_t n_heads_total = (int64_t)LH;
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if ((uint64_t)n_tokens * LH * hd > (1u << 22))
+#endif
+    for (int64_t i = 0; i < n_heads_total; i++) {
+      uint32_t l = (uint32_t)(i / H), h = (uint32_t)(i % H);
+      okv_head_t *head = &s->heads[i];
+      for (uint32_t t = 0; t < n_tokens; t++) {
+        size_t off = (((size_t)l * n_tokens + t) * H + h) * hd;
+        okv_host_store_write_token(&rt->host, host_block_of(rt, head, t / OKV_BLOCK_TOKENS), t % OKV_BLOCK_TOKENS, prefill->k + off,
+                    prefill->v + off);
+      }
+    }
+    uint64_t k = 0, p = 0;
+    for (uint64_t i = 0; i < LH; i++) {
+      okv_head_t *head = &s->heads[i];
+      for (uint32_t b = 0; b < nb; b++) {
+        uint64_t hb = host_block_of(rt, head, b);
+        blk_index[k] = hb;
+        sum_index[k] = hb;
+        valid[k] = (uint8_t)(b + 1u < nb ? OKV_BLOCK_TOKENS : n_tokens - b * OKV_BLOCK_TOKENS);
+        k++;
+        if (b >= init_first) {
+          uint32_t slot;
+          if (is_sparse_mode(rt)) {
+            okv_block_map_pop_free(&head->map, &slot);
+          } else {
+            slot = rt->free_slots[--rt->n_free_slots];
+          }
+          okv_block_map_map(&head->map, b, slot, 0);
+          pairs[p].src_offset = hb * rt->block_bytes;
+          pairs[p].dst_offset = (uint64_t)slot * rt->block_bytes;
+          p++;
+        }
+      }
+    }
+    /* Summaries in chunks (the kernel takes a uint32 count). */
+    for (uint64_t off = 0; off < n_blk && st == OKV_OK; off += (1u << 30)) {
+      uint64_t n = n_blk - off < (1u << 30) ? n_blk - off : (1u << 30);
+      okv_summary_desc_t sd = {.head_dim = hd, .kv_dtype = c->kv_dtype, .kv = rt->host.kv,
+                               .summaries = rt->summaries, .n_blocks = (uint32_t)n, .block_index = blk_index + off,
+                               .valid = valid + off, .summary_index = sum_index + off};
+      st = okv_hal_summarize_blocks_async(rt->compute, &sd);
+    }
+    if (st == OKV_OK) st = okv_hal_copy_blocks_async(rt->compute, rt->host.kv, rt->pool, rt->block_bytes, p, pairs);
+    okv_status_t st2 = okv_hal_stream_synchronize(rt->compute);
+    if (st == OKV_OK) st = st2;
+    else okv_status_free(st2);
+    if (st != OKV_OK) {
+      st = okv_status_annotate(st, "okv_runtime_seq_add: loading the prefill");
+      goto fail;
+    }
+    /* The initial working set is now current in its slots (readable). */
+    for (uint64_t i = 0; i < LH; i++) {
+      okv_block_map_t *m = &s->heads[i].map;
+      for (uint32_t j = 0; j < m->n_resident; j++) {
+        uint32_t b = m->resident[j];
+        okv_block_map_set_current(m, b, b + 1u < nb ? OKV_BLOCK_TOKENS : n_tokens - b * OKV_BLOCK_TOKENS);
+      }
+    }
+  }
+  okv_rt_free(&rt->alloc, blk_index);
+  okv_rt_free(&rt->alloc, sum_index);
+  okv_rt_free(&rt->alloc, valid);
+  okv_rt_free(&rt->alloc, pairs);
+  s->id = rt->next_id++;
+  s->live = true;
+  *out_seq_id = s->id;
+  return OKV_OK;
+fail:
+  okv_rt_free(&rt->alloc, blk_index);
+  okv_rt_free(&rt->alloc, sum_index);
+  okv_rt_free(&rt->alloc, valid);
+  okv_rt_free(&rt->alloc, pairs);
+  okv_rt_seq_release(rt, s); /* returns owned (sparse) or mapped (dense) slots and the extents */
+  return st;
+}
+
+okv_status_t okv_runtime_seq_remove(okv_runtime_t *rt, uint32_t seq_id) {
+  if (rt == NULL) return OKV_RT_INVALID("okv_runtime_seq_remove: runtime is NULL");
+  okv_seq_t *s = okv_rt_seq_find(rt, seq_id);
+  if (s == NULL) return okv_status_make(OKV_STATUS_NOT_FOUND, "okv_runtime_seq_remove: no sequence %u", seq_id);
+  if (has_pipeline(rt)) {
+    /* Drain: no job may read the sequence's maps, and the copy stream must have
+     * passed every pending transfer into its slots, before they are reused. */
+    okv_rt_jobs_drain(rt);
+    for (uint32_t l = 0; l < rt->cfg.n_layers; l++) {
+      okv_layer_job_t *job = &rt->jobs[l];
+      bool uses = false;
+      for (uint32_t i = 0; i < job->n_plan && !uses; i++)
+        uses = job->plan[i].seq_id == seq_id && &rt->seqs[job->plan[i].seq_index] == s;
+      if (uses) okv_rt_job_wait_event(rt, l);
+    }
+  }
+  okv_rt_seq_release(rt, s);
+  return OKV_OK;
+}
+
+okv_status_t okv_runtime_seq_length(const okv_runtime_t *rt, uint32_t seq_id, uint32_t *out_n_tokens) {
+  if (rt == NULL) return OKV_RT_INVALID("okv_runtime_seq_length: runtime is NULL");
+  if (out_n_tokens == NULL) return OKV_RT_INVALID("okv_runtime_seq_length: out_n_tokens is NULL");
+  const okv_seq_t *s = okv_rt_seq_find(rt, seq_id);
+  if (s == NULL) return okv_status_make(OKV_STATUS_NOT_FOUND, "okv_runtime_seq_length: no sequence %u", seq_id);
+  *out_n_tokens = s->n_tokens[rt->cfg.n_layers - 1u];
+  return OKV_OK;
+}
+
+okv_status_t okv_runtime_seq_resident(const okv_runtime_t *rt, uint32_t seq_id, uint32_t layer, uint32_t kv_head,
+                                      uint32_t *out_blocks, uint32_t capacity, uint32_t *out_count) {
+  if (rt == NULL) return OKV_RT_INVALID("okv_runtime_seq_resident: runtime is NULL");
+  if (out_count == NULL) return OKV_RT_INVALID("okv_runtime_seq_resident: out_count is NULL");
+  if (out_blocks == NULL && capacity > 0) return OKV_RT_INVALID("okv_runtime_seq_resident: out_blocks is NULL");
+  if (layer >= rt->cfg.n_layers)
+    return OKV_RT_INVALID("okv_runtime_seq_resident: layer = %u must be < n_layers = %u", layer, rt->cfg.n_layers);
+  if (kv_head >= rt->cfg.n_kv_heads)
+    return OKV_RT_INVALID("okv_runtime_seq_resident: kv_head = %u must be < n_kv_heads = %u", kv_head, rt->cfg.n_kv_heads);
+  const okv_seq_t *s = okv_rt_seq_find(rt, seq_id);
+  if (s == NULL) return okv_status_make(OKV_STATUS_NOT_FOUND, "okv_runtime_seq_resident: no sequence %u", seq_id);
+  /* The worker may be selecting this layer: wait until it is done (read-only otherwise). */
+  okv_rt_job_wait_selected((okv_runtime_t *)rt, layer);
+  const okv_block_map_t *m = &seq_head(rt, s, layer, kv_head)->map;
+  uint32_t n = 0;
+  for (uint32_t b = 0; b < m->n_blocks; b++)
+    if (m->slot_of[b] != OKV_NO_SLOT && m->slot_tokens[b] > 0) { /* readable blocks only */
+      if (n < capacity) out_blocks[n] = b;
+      n++;
+    }
+  *out_count = n;
+  return OKV_OK;
+}
+
+const okv_block_map_t *okv_runtime_debug_map(const okv_runtime_t *rt, uint32_t seq_id, uint32_t layer,
+                                             uint32_t kv_head) {
+  const okv_seq_t *s = rt ? okv_rt_seq_find(rt, seq_id) : NULL;
+  if (s == NULL || layer >= rt->cfg.n_layers || kv_head >= rt->cfg.n_kv_heads) return NULL;
+  return &seq_head(rt, s, layer, kv_head)->map;
+}
+
+uint32_t okv_runtime_debug_host_block(const okv_runtime_t *rt, uint32_t seq_id, uint32_t layer, uint32_t kv_head,
+                                      uint32_t block) {
+  const okv_seq_t *s = rt ? okv_rt_seq_find(rt, seq_id) : NULL;
+  if (s == NULL || layer >= rt->cfg.n_layers || kv_head >= rt->cfg.n_kv_heads) return UINT32_MAX;
+  const okv_head_t *h = seq_head(rt, s, layer, kv_head);
+  if (block >= h->map.n_blocks) return UINT32_MAX;
+  return (uint32_t)host_block_of(rt, h, block);
+}
+
+uint64_t okv_runtime_debug_free_slots(const okv_runtime_t *rt) { return rt ? rt->n_free_slots : 0; }

@@ -1,0 +1,209 @@
+/* The append of a decode step: the real token's K/V into the HOST tier
+ * (authoritative), its block summary, and the refresh of the active block's
+ * DEVICE slot, with the write-currency bookkeeping (slot_tokens, stale
+ * summaries, repairs) that keeps attention from reading a slot whose last
+ * write failed (docs/api.md "Faults"). */
+#include "core/runtime_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Appends the real token of every sequence of the step to layer `layer`:
+ * HOST block (authoritative, written first), summary, and a whole-block
+ * refresh of the active block's slot from the HOST tier. Checks capacity
+ * first so that an OUT_OF_MEMORY leaves the layer unchanged.
+ * Write currency (docs/api.md "Faults"): a slot becomes readable only when the
+ * refresh batch that wrote it completed; a failed batch (after one retry)
+ * leaves every slot it covered unreadable and every summary it covered marked
+ * stale, and returns the error (the token stays committed in the HOST tier).
+ * Heads with such leftovers are repaired by their next append: stale slots of
+ * resident blocks are copied again and stale summaries rebuilt from the HOST tier. */
+okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float *k_new, const float *v_new,
+                                 double *bk_s, bool *out_committed) {
+  *out_committed = false;
+  double t0 = okv_rt_cpu_s();
+  const okv_runtime_config_t *c = &rt->cfg;
+  uint32_t H = c->n_kv_heads, hd = c->head_dim, E = rt->extent_blocks;
+  uint32_t need_ext = 0, need_slots = 0;
+  for (uint32_t i = 0; i < rt->step_n_seqs; i++) {
+    okv_seq_t *s = step_seq(rt, i);
+    if (s == NULL) continue;
+    uint32_t pos = s->n_tokens[layer];
+    if (pos >= c->max_context_tokens)
+      return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "runtime: sequence %u is at max_context_tokens = %u", s->id,
+                             c->max_context_tokens);
+    if (pos % OKV_BLOCK_TOKENS == 0) {
+      uint32_t b = pos / OKV_BLOCK_TOKENS;
+      if (b % E == 0) need_ext += H;
+      if (!is_sparse_mode(rt)) need_slots += H;
+    }
+  }
+  if (need_ext > rt->host.n_free)
+    return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "runtime: the host tier is full (%u free extents, %u needed)",
+                           rt->host.n_free, need_ext);
+  if (need_slots > rt->n_free_slots)
+    return okv_status_make(OKV_STATUS_OUT_OF_MEMORY,
+                           "runtime: the slot pool (device tier) is full (%llu free slots, %u needed)",
+                           (unsigned long long)rt->n_free_slots, need_slots);
+  /* Grow the per-block arrays first (host allocator failures leave nothing changed). */
+  for (uint32_t i = 0; i < rt->step_n_seqs; i++) {
+    okv_seq_t *s = step_seq(rt, i);
+    if (s == NULL) continue;
+    uint32_t nb = s->n_tokens[layer] / OKV_BLOCK_TOKENS + 1u;
+    for (uint32_t h = 0; h < H; h++)
+      OKV_RETURN_IF_ERROR(okv_block_map_reserve(&seq_head(rt, s, layer, h)->map, &rt->alloc, nb));
+  }
+  uint32_t n = 0;     /* (sequence, KV head) entries == active-block refresh pairs */
+  uint32_t n_cp = 0;  /* copy pairs: the n refreshes, then repairs */
+  uint32_t n_app = 0; /* incremental summary updates */
+  uint32_t n_reb = 0; /* summaries rebuilt from the HOST tier */
+  uint32_t cap_cp = rt->wr_capacity, cap_reb = rt->reb_capacity;
+  okv_step_stats_t *ls = &rt->layer_step[layer];
+  for (uint32_t i = 0; i < rt->step_n_seqs; i++) {
+    okv_seq_t *s = step_seq(rt, i);
+    if (s == NULL) continue;
+    uint32_t pos = s->n_tokens[layer];
+    uint32_t b = pos / OKV_BLOCK_TOKENS, off = pos % OKV_BLOCK_TOKENS;
+    bool sparse_after = is_sparse_mode(rt) && b + 1u > c->dense_threshold_blocks;
+    for (uint32_t h = 0; h < H; h++) {
+      okv_head_t *head = seq_head(rt, s, layer, h);
+      okv_block_map_t *m = &head->map;
+      if (off == 0) {
+        if (b % E == 0) {
+          uint32_t prefer = head->n_extents ? head->extents[head->n_extents - 1u] + 1u : UINT32_MAX;
+          okv_host_store_alloc_extents(&rt->host, 1, prefer, &head->extents[head->n_extents]);
+          head->n_extents++;
+        }
+        m->n_blocks = b + 1u;
+        uint32_t slot;
+        if (!is_sparse_mode(rt)) {
+          slot = rt->free_slots[--rt->n_free_slots];
+        } else {
+          if (b > 0 && okv_block_map_is_resident(m, b - 1u)) m->last_selected[b - 1u] = rt->step;
+          if (sparse_after) {
+            /* The previous active block became a normal block: keep at most K of those. */
+            uint32_t held = m->n_resident;
+            while (held > c->budget_blocks) {
+              uint32_t v = okv_block_map_lru(m, b);
+              okv_block_map_push_free(m, okv_block_map_unmap(m, v));
+              ls->evicted++;
+              held--;
+            }
+          }
+          okv_block_map_pop_free(m, &slot); /* >= C free after the commit */
+        }
+        okv_block_map_map(m, b, slot, rt->step); /* unreadable until the refresh below completes */
+        m->summary_stale[b] = 0;                 /* the append below starts the summary afresh */
+      }
+      uint64_t hb = host_block_of(rt, head, b);
+      rt->append_pairs[n_cp].src_offset = hb * rt->block_bytes;
+      rt->append_pairs[n_cp].dst_offset = (uint64_t)m->slot_of[b] * rt->block_bytes;
+      rt->wr_map[n_cp] = m;
+      rt->wr_block[n_cp] = b;
+      rt->wr_tokens[n_cp] = (uint8_t)(off + 1u);
+      n_cp++;
+      rt->tok_block[n] = hb;
+      n++;
+      if (m->summary_stale[b]) { /* a failed update left it behind: rebuild (the token is in HOST by then) */
+        rt->reb_index[n_reb] = hb;
+        rt->reb_valid[n_reb] = (uint8_t)(off + 1u);
+        rt->reb_map[n_reb] = m;
+        rt->reb_block[n_reb] = b;
+        n_reb++;
+      } else {
+        rt->append_index[n_app] = hb;
+        rt->append_first[n_app] = off == 0;
+        memcpy(rt->append_keys + (size_t)n_app * hd, k_new + ((size_t)i * H + h) * hd, hd * sizeof(float));
+        n_app++;
+      }
+      if (m->needs_repair) {
+        /* Leftovers of an earlier failed batch (rare: only after faults). */
+        m->needs_repair = false;
+        for (uint32_t j = 0; j < b; j++) {
+          if (m->summary_stale[j]) {
+            if (n_reb < cap_reb) {
+              rt->reb_index[n_reb] = host_block_of(rt, head, j);
+              rt->reb_valid[n_reb] = OKV_BLOCK_TOKENS;
+              rt->reb_map[n_reb] = m;
+              rt->reb_block[n_reb] = j;
+              n_reb++;
+            } else {
+              m->needs_repair = true;
+            }
+          }
+          if (m->slot_of[j] != OKV_NO_SLOT && m->slot_tokens[j] < OKV_BLOCK_TOKENS) {
+            if (n_cp < cap_cp) {
+              rt->append_pairs[n_cp].src_offset = host_block_of(rt, head, j) * rt->block_bytes;
+              rt->append_pairs[n_cp].dst_offset = (uint64_t)m->slot_of[j] * rt->block_bytes;
+              rt->wr_map[n_cp] = m;
+              rt->wr_block[n_cp] = j;
+              rt->wr_tokens[n_cp] = OKV_BLOCK_TOKENS;
+              n_cp++;
+            } else {
+              m->needs_repair = true;
+            }
+          }
+        }
+      }
+    }
+    s->n_tokens[layer] = pos + 1u;
+  }
+  *out_committed = true;
+  *bk_s += okv_rt_cpu_s() - t0;
+  if (n == 0) return OKV_OK;
+  /* Write the tokens into their HOST blocks (same order as the entries above). */
+  t0 = okv_rt_cpu_s();
+  for (uint32_t i = 0, e = 0; i < rt->step_n_seqs; i++) {
+    const okv_seq_t *s = step_seq(rt, i);
+    if (s == NULL) continue;
+    uint32_t off = (s->n_tokens[layer] - 1u) % OKV_BLOCK_TOKENS;
+    for (uint32_t h = 0; h < H; h++, e++)
+      okv_host_store_write_token(&rt->host, rt->tok_block[e], off, k_new + ((size_t)i * H + h) * hd, v_new + ((size_t)i * H + h) * hd);
+  }
+  ls->append_seconds += okv_rt_cpu_s() - t0;
+  /* Summaries, then the slot refreshes, on the compute stream; one event.
+   * Every operation is idempotent (min/max with the same key, whole-block
+   * copies from the HOST tier), so a failed batch is retried once whole. */
+  okv_status_t st = OKV_OK;
+  for (int attempt = 0; attempt < 2; attempt++) {
+    st = okv_hal_summary_append_async(rt->compute, rt->summaries, hd, c->kv_dtype, n_app, rt->append_index,
+                                      rt->append_keys, rt->append_first);
+    if (st == OKV_OK && n_reb > 0) {
+      okv_summary_desc_t sd = {.head_dim = hd, .kv_dtype = c->kv_dtype, .kv = rt->host.kv,
+                               .summaries = rt->summaries, .n_blocks = n_reb, .block_index = rt->reb_index,
+                               .valid = rt->reb_valid, .summary_index = rt->reb_index};
+      st = okv_hal_summarize_blocks_async(rt->compute, &sd);
+    }
+    if (st == OKV_OK)
+      st = okv_hal_copy_blocks_async(rt->compute, rt->host.kv, rt->pool, rt->block_bytes, n_cp, rt->append_pairs);
+    if (st == OKV_OK) st = okv_hal_event_record(rt->append_event, rt->compute);
+    if (st == OKV_OK) st = okv_hal_event_wait(rt->append_event);
+    ls->append_bytes += (uint64_t)n_cp * rt->block_bytes;
+    if (st == OKV_OK) {
+      if (attempt == 1) ls->retried_writes++;
+      break;
+    }
+    /* Leave no pending error on the stream for the next operation. */
+    okv_status_free(okv_hal_stream_synchronize(rt->compute));
+    if (attempt == 0) okv_status_free(st);
+  }
+  t0 = okv_rt_cpu_s();
+  if (st == OKV_OK) {
+    for (uint32_t k = 0; k < n_cp; k++) okv_block_map_set_current(rt->wr_map[k], rt->wr_block[k], rt->wr_tokens[k]);
+    for (uint32_t k = 0; k < n_reb; k++) rt->reb_map[k]->summary_stale[rt->reb_block[k]] = 0;
+  } else {
+    for (uint32_t k = 0; k < n_cp; k++) {
+      okv_block_map_t *m = rt->wr_map[k];
+      okv_block_map_set_current(m, rt->wr_block[k], 0); /* whatever the failed copy left is not read */
+      m->needs_repair = true;
+      if (k < n) m->summary_stale[rt->wr_block[k]] = 1; /* its update may be missing: rebuild next time */
+    }
+    for (uint32_t k = 0; k < n_reb; k++) rt->reb_map[k]->needs_repair = true;
+  }
+  *bk_s += okv_rt_cpu_s() - t0;
+  return st ? okv_status_annotate(st, "runtime: refreshing the active blocks of layer %u (the token is committed to the "
+                                      "host tier; attention did not run, out is not valid)",
+                                  layer)
+            : OKV_OK;
+}
