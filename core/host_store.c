@@ -30,7 +30,7 @@ okv_status_t okv_host_store_init(okv_host_store_t *store, okv_hal_device_t *devi
 }
 
 void okv_host_store_free(okv_host_store_t *store, const okv_allocator_t *a) {
-  if (store->kv != NULL) okv_status_free(okv_hal_buffer_release(store->kv));
+  if (store->kv != NULL) OKV_IGNORE_ERROR(okv_hal_buffer_release(store->kv));
   if (store->used != NULL) okv_free(a, store->used);
   memset(store, 0, sizeof *store);
 }

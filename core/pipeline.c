@@ -115,7 +115,7 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
       ctx->q, 0, job->q_host, (uint64_t)job->n_seqs * T * rt->cfg.n_q_heads * rt->cfg.head_dim * sizeof(float));
   if (st == OKV_OK) st = okv_rt_predict_topk(rt, ctx, rt->predict, job->n_seqs, layer, T, job->t_begin, job->t_end, &bk);
   if (st != OKV_OK) {
-    okv_status_free(okv_hal_stream_synchronize(rt->predict)); /* no pending error left for the next job */
+    OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->predict)); /* no pending error left for the next job */
     job->error = st;
     goto done;
   }
@@ -171,7 +171,7 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
     } else {
       /* Nothing we can wait for was issued: let the copy stream finish whatever
        * it took, then give the slots back. */
-      okv_status_free(okv_hal_stream_synchronize(rt->copy));
+      OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->copy));
       for (uint32_t i = 0; i < job->n_plan; i++) {
         okv_plan_entry_t *e = &job->plan[i];
         okv_block_map_push_free(&seq_head(rt, &rt->seqs[e->seq_index], layer, e->kv_head)->map, e->slot);
@@ -249,7 +249,7 @@ void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
   if (!ok && job->n_plan > 0) {
     /* The copy stream may still be writing into the planned slots (or hold the
      * error): let it finish before those slots go back to the free stacks. */
-    okv_status_free(okv_hal_stream_synchronize(rt->copy));
+    OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->copy));
   }
   for (uint32_t i = 0; i < job->n_plan; i++) {
     const okv_plan_entry_t *e = &job->plan[i];

@@ -57,7 +57,7 @@ fail:
 static void predict_ctx_free(okv_runtime_t *rt, okv_predict_ctx_t *c) {
   okv_hal_buffer_t *bufs[] = {c->q, c->scores, c->topk, c->counts};
   for (size_t i = 0; i < 4; i++)
-    if (bufs[i]) okv_status_free(okv_hal_buffer_release(bufs[i]));
+    if (bufs[i]) OKV_IGNORE_ERROR(okv_hal_buffer_release(bufs[i]));
   void *arrs[] = {c->seg_summary_first, c->seg_score_first, c->seg_n,        c->seg_cursor,  c->topk_n,
                   c->excl_offsets,      c->excl_blocks,     c->host_topk,    c->host_counts, c->seqs,
                   c->sel_scratch,       c->sel_admitted,    c->sel_victims};
@@ -83,6 +83,7 @@ static uint64_t tier_free(okv_hal_device_t *dev, okv_tier_t tier) {
 
 void okv_runtime_destroy(okv_runtime_t *rt) {
   if (rt == NULL) return;
+  /* Destruction returns nothing: a failed wait or release here has no one to report to. */
   if (rt->worker_started) {
     pthread_mutex_lock(&rt->mutex);
     rt->stop = true;
@@ -103,27 +104,27 @@ void okv_runtime_destroy(okv_runtime_t *rt) {
       okv_rt_free(&rt->alloc, job->pairs);
     }
   }
-  if (rt->compute) okv_status_free(okv_hal_stream_synchronize(rt->compute));
-  if (rt->copy) okv_status_free(okv_hal_stream_synchronize(rt->copy));
-  if (rt->predict) okv_status_free(okv_hal_stream_synchronize(rt->predict));
+  if (rt->compute) OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->compute));
+  if (rt->copy) OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->copy));
+  if (rt->predict) OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->predict));
   if (rt->seqs) {
     for (uint32_t i = 0; i < rt->cfg.max_seqs; i++)
       if (rt->seqs[i].live) okv_rt_seq_release(rt, &rt->seqs[i]);
   }
   if (rt->layer_events) {
     for (uint32_t l = 0; l < rt->cfg.n_layers; l++)
-      if (rt->layer_events[l]) okv_status_free(okv_hal_event_release(rt->layer_events[l]));
+      if (rt->layer_events[l]) OKV_IGNORE_ERROR(okv_hal_event_release(rt->layer_events[l]));
   }
-  if (rt->append_event) okv_status_free(okv_hal_event_release(rt->append_event));
+  if (rt->append_event) OKV_IGNORE_ERROR(okv_hal_event_release(rt->append_event));
   okv_hal_stream_t *streams[] = {rt->compute, rt->predict, rt->copy};
   for (int i = 0; i < 3; i++)
-    if (streams[i]) okv_status_free(okv_hal_stream_release(streams[i]));
+    if (streams[i]) OKV_IGNORE_ERROR(okv_hal_stream_release(streams[i]));
   predict_ctx_free(rt, &rt->fg);
   predict_ctx_free(rt, &rt->wk);
   okv_host_store_free(&rt->host, &rt->alloc);
   okv_hal_buffer_t *bufs[] = {rt->summaries, rt->pool, rt->fg_inflight, rt->fg_out};
   for (int i = 0; i < 4; i++)
-    if (bufs[i]) okv_status_free(okv_hal_buffer_release(bufs[i]));
+    if (bufs[i]) OKV_IGNORE_ERROR(okv_hal_buffer_release(bufs[i]));
   void *arrs[] = {rt->free_slots,   rt->ws_offsets,   rt->ws_slots,      rt->ws_valid,
                   rt->append_pairs, rt->append_index, rt->append_first, rt->append_keys,   rt->od_pairs,
                   rt->od_plan,     rt->seqs,         rt->step_seq_index, rt->step_seq_id, rt->layer_step, rt->batch_seqs,
@@ -134,7 +135,7 @@ void okv_runtime_destroy(okv_runtime_t *rt) {
   pthread_mutex_destroy(&rt->mutex);
   pthread_cond_destroy(&rt->work_cv);
   pthread_cond_destroy(&rt->done_cv);
-  if (rt->device) okv_status_free(okv_hal_device_release(rt->device));
+  if (rt->device) OKV_IGNORE_ERROR(okv_hal_device_release(rt->device));
   okv_allocator_t a = rt->alloc;
   okv_rt_free(&a, rt);
 }

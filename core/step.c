@@ -115,7 +115,7 @@ static void fg_predict_and_fetch(okv_runtime_t *rt, uint32_t layer, const float 
   okv_status_t st = okv_hal_buffer_write(ctx->q, 0, q, (uint64_t)n_seqs * T * c->n_q_heads * c->head_dim * 4u);
   if (st == OKV_OK) st = okv_rt_predict_topk(rt, ctx, rt->compute, n_seqs, layer, T, 0, 1, bk_s);
   if (st != OKV_OK) {
-    okv_status_free(okv_hal_stream_synchronize(rt->compute)); /* no pending error left for attention */
+    OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->compute)); /* no pending error left for attention */
     okv_status_free(st);
     ls->pipeline_errors++;
     return;
@@ -176,7 +176,7 @@ static void fg_predict_and_fetch(okv_runtime_t *rt, uint32_t layer, const float 
   okv_status_t st2 = okv_hal_stream_synchronize(rt->compute);
   if (st == OKV_OK) st = st2;
   else okv_status_free(st2);
-  if (st != OKV_OK) okv_status_free(okv_hal_stream_synchronize(rt->compute)); /* drained, no pending error */
+  if (st != OKV_OK) OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->compute)); /* drained, no pending error */
   ls->stall_seconds += okv_rt_wall_s() - t0;
   double t1 = okv_rt_cpu_s();
   for (uint32_t i = 0; i < n_plan; i++) {

@@ -185,7 +185,7 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
       break;
     }
     /* Leave no pending error on the stream for the next operation. */
-    okv_status_free(okv_hal_stream_synchronize(rt->compute));
+    OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->compute));
     if (attempt == 0) okv_status_free(st);
   }
   t0 = okv_rt_cpu_s();

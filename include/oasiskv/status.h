@@ -73,6 +73,18 @@ okv_status_t okv_status_annotate(okv_status_t s, const char *fmt, ...)
     if (okv_status_tmp_ != OKV_OK) return okv_status_tmp_; \
   } while (0)
 
+/* Like OKV_RETURN_IF_ERROR, prefixing the message with a printf-style context:
+ *   OKV_RETURN_IF_ERROR_CTX(okv_hal_event_wait(ev), "layer %u", layer); */
+#define OKV_RETURN_IF_ERROR_CTX(expr, ...)                                      \
+  do {                                                                          \
+    okv_status_t okv_status_tmp_ = (expr);                                      \
+    if (okv_status_tmp_ != OKV_OK) return okv_status_annotate(okv_status_tmp_, __VA_ARGS__); \
+  } while (0)
+
+/* Drops a status on purpose: cleanup and drain paths where the failure was
+ * already reported or has no one to report to. Say why beside each use. */
+#define OKV_IGNORE_ERROR(expr) okv_status_free(expr)
+
 #define OKV_IS_OK(s) ((s) == OKV_OK)
 
 #ifdef __cplusplus
