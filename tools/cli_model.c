@@ -81,24 +81,25 @@ bool okv_cli_parse_fetch_ratio(const char *cmd, const char *s, double *out) {
   return true;
 }
 
-static const char *const k_modes[OKV_MODE_COUNT] = {"dense", "oasis", "proxy", "ondemand"};
-
-const char *okv_cli_mode_name(okv_mode_t mode) { return (unsigned)mode < OKV_MODE_COUNT ? k_modes[mode] : "unknown"; }
+const char *okv_cli_mode_name(okv_mode_t mode) { return okv_mode_name(mode); }
 
 bool okv_cli_parse_mode(const char *cmd, const char *s, okv_mode_t *out) {
-  for (int i = 0; i < OKV_MODE_COUNT; ++i)
-    if (s && !strcmp(s, k_modes[i])) {
-      *out = (okv_mode_t)i;
-      return true;
-    }
-  fprintf(stderr, "%s: unknown mode '%s' (expected dense, oasis, proxy, ondemand%s)\n", cmd, s ? s : "",
-          strcmp(cmd, "oasiskv eval") == 0 ? " or all" : "");
+  okv_status_t st = okv_mode_parse(s ? s : "", out);
+  if (st == OKV_OK) return true;
+  okv_status_free(st);
+  fprintf(stderr, "%s: unknown mode '%s' (expected", cmd, s ? s : "");
+  for (int i = 0; i < OKV_MODE_COUNT; ++i) fprintf(stderr, "%s %s", i ? "," : "", okv_mode_name((okv_mode_t)i));
+  fprintf(stderr, "%s)\n", strcmp(cmd, "oasiskv eval") == 0 ? " or all" : "");
   return false;
 }
 
 bool okv_cli_parse_device(const char *cmd, const char *s) {
-  if (s && (!strcmp(s, "cpu") || !strcmp(s, "cuda") || !strcmp(s, "hip"))) return true;
-  fprintf(stderr, "%s: unknown device '%s' (expected cpu, cuda or hip)\n", cmd, s ? s : "");
+  size_t n = okv_hal_backend_count();
+  for (size_t i = 0; i < n; ++i)
+    if (s && !strcmp(s, okv_hal_backend_name(i))) return true;
+  fprintf(stderr, "%s: unknown device '%s' (backends compiled in:", cmd, s ? s : "");
+  for (size_t i = 0; i < n; ++i) fprintf(stderr, "%s %s", i ? "," : "", okv_hal_backend_name(i));
+  fprintf(stderr, ")\n");
   return false;
 }
 
