@@ -37,7 +37,6 @@
 #define OKV_OMP(x)
 #endif
 
-#include "backends/cpu/cpu_kernels.h"
 #include "oasiskv/oasiskv.h"
 #include "tools/cli.h"
 
@@ -92,6 +91,20 @@ OKV_BENCH_DEFINE(avx2)
 #pragma GCC pop_options
 OKV_BENCH_DEFINE(base)
 
+/* Vector width of the reference loops: the SIMD level the device's kernels
+ * dispatch to, as the HAL reports it (okv_hal_device_info_t.simd). */
+typedef enum okv_bench_simd_e {
+  OKV_BENCH_SIMD_BASE = 0,
+  OKV_BENCH_SIMD_AVX2,
+  OKV_BENCH_SIMD_AVX512,
+} okv_bench_simd_t;
+
+static okv_bench_simd_t okv_bench_simd(const char *name) {
+  if (!strcmp(name, "avx512")) return OKV_BENCH_SIMD_AVX512;
+  if (!strcmp(name, "avx2+fma")) return OKV_BENCH_SIMD_AVX2;
+  return OKV_BENCH_SIMD_BASE;
+}
+
 static double okv_bench_now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -101,8 +114,7 @@ static double okv_bench_now_s(void) {
 static volatile float okv_bench_sink;
 
 /* Best-of-reps read bandwidth (GB/s) of p[0..bytes) with nt threads. */
-static double okv_bench_cpu_read_gbps(const void *p, size_t bytes, int nt, int reps) {
-  okv_cpu_isa_t isa = okv_cpu_isa_active();
+static double okv_bench_cpu_read_gbps(okv_bench_simd_t simd, const void *p, size_t bytes, int nt, int reps) {
   double best = 1e30;
   const size_t n_floats = bytes / 4u;
   (void)nt; /* unused without OpenMP */
@@ -118,9 +130,9 @@ OKV_OMP(omp parallel num_threads(nt) reduction(+ : total))
 #endif
       size_t chunk = (n_floats / (size_t)n) & ~(size_t)63u;
       const float *base = (const float *)p + chunk * (size_t)tid;
-      switch (isa) {
-        case OKV_CPU_ISA_AVX512: total += okv_bench_read_avx512(base, chunk); break;
-        case OKV_CPU_ISA_AVX2: total += okv_bench_read_avx2(base, chunk); break;
+      switch (simd) {
+        case OKV_BENCH_SIMD_AVX512: total += okv_bench_read_avx512(base, chunk); break;
+        case OKV_BENCH_SIMD_AVX2: total += okv_bench_read_avx2(base, chunk); break;
         default: total += okv_bench_read_base(base, chunk); break;
       }
     }
@@ -132,8 +144,7 @@ OKV_OMP(omp parallel num_threads(nt) reduction(+ : total))
 }
 
 /* FMA GFLOP/s (2 flops per lane per multiply-add) with nt threads. */
-static double okv_bench_cpu_fma_gflops(int nt) {
-  okv_cpu_isa_t isa = okv_cpu_isa_active();
+static double okv_bench_cpu_fma_gflops(okv_bench_simd_t simd, int nt) {
   const long iters = 100000; /* ~0.3 ms per run at full speed: best of 30 */
   double best = 1e30;
   for (int r = 0; r < 30; r++) {
@@ -141,9 +152,9 @@ static double okv_bench_cpu_fma_gflops(int nt) {
     float total = 0;
 OKV_OMP(omp parallel num_threads(nt) reduction(+ : total))
     {
-      switch (isa) {
-        case OKV_CPU_ISA_AVX512: total += okv_bench_fma_avx512(iters, 1.0f); break;
-        case OKV_CPU_ISA_AVX2: total += okv_bench_fma_avx2(iters, 1.0f); break;
+      switch (simd) {
+        case OKV_BENCH_SIMD_AVX512: total += okv_bench_fma_avx512(iters, 1.0f); break;
+        case OKV_BENCH_SIMD_AVX2: total += okv_bench_fma_avx2(iters, 1.0f); break;
         default: total += okv_bench_fma_base(iters, 1.0f); break;
       }
     }
@@ -161,6 +172,7 @@ typedef struct okv_bench_t {
   okv_hal_stream_t *stream;
   okv_hal_event_t *ev0, *ev1;
   bool is_cpu;
+  okv_bench_simd_t simd; /* CPU: the reference loops' width */
   int threads;
   okv_hal_buffer_t *pool; /* KV slots (DEVICE tier) */
   uint64_t pool_slots;
@@ -217,7 +229,7 @@ static okv_status_t okv_bench_stream_gbps(okv_bench_t *b, uint64_t bytes, double
     void *p = okv_hal_buffer_host_ptr(b->pool);
     if (p == NULL) return okv_status_make(OKV_STATUS_INTERNAL, "CPU pool has no host pointer");
     int reps = bytes < (64u << 20) ? 30 : bytes < (512u << 20) ? 8 : 4;
-    *out_gbps = okv_bench_cpu_read_gbps(p, (size_t)bytes, b->threads, reps);
+    *out_gbps = okv_bench_cpu_read_gbps(b->simd, p, (size_t)bytes, b->threads, reps);
     return OKV_OK;
   }
   uint64_t n = bytes;
@@ -445,6 +457,7 @@ int okv_cli_bench_kernels(int argc, char **argv) {
 #endif
   okv_hal_device_info_t info;
   BENCH_CHECK(okv_hal_device_info(b.dev, &info));
+  b.simd = okv_bench_simd(info.simd);
   b.pool_slots = max_slots;
   BENCH_CHECK(okv_hal_buffer_alloc(b.dev, OKV_TIER_DEVICE, max_slots * slot_bytes, &b.pool));
   if (!b.is_cpu) BENCH_CHECK(okv_hal_buffer_alloc(b.dev, OKV_TIER_DEVICE, max_slots * slot_bytes, &b.scratch));
@@ -469,10 +482,10 @@ int okv_cli_bench_kernels(int argc, char **argv) {
     free(tmp);
   }
 
-  double fma_gflops = b.is_cpu ? okv_bench_cpu_fma_gflops(b.threads) : 0.0;
+  double fma_gflops = b.is_cpu ? okv_bench_cpu_fma_gflops(b.simd, b.threads) : 0.0;
   double stream_all = 0;
   BENCH_CHECK(okv_bench_stream_gbps(&b, max_slots * slot_bytes, &stream_all));
-  const char *isa = b.is_cpu ? okv_cpu_isa_name(okv_cpu_isa_active()) : "gpu";
+  const char *isa = b.is_cpu ? info.simd : "gpu";
   if (!as_json) {
     printf("oasiskv bench kernels: device %s (%s), %d thread%s, SIMD %s%s\n", info.name, info.backend, b.threads,
            b.threads == 1 ? "" : "s", isa, quick ? ", quick" : "");

@@ -55,4 +55,11 @@ bool okv_hal_fault_op(const okv_hal_device_t *device, okv_hal_op_t op, okv_tier_
 /* Internal to hal/: the status a failed synchronous operation returns. */
 okv_status_t okv_hal_fault_status(okv_hal_op_t op, okv_tier_t src, okv_tier_t dst);
 
+/* Internal to hal/: returns the injected failure of a synchronous operation
+ * from the calling function when the fail_op hook asks for one. */
+#define OKV_HAL_FAULT_SYNC(dev, op, src, dst)                                                        \
+  do {                                                                                               \
+    if (okv_hal_fault_op((dev), (op), (src), (dst))) return okv_hal_fault_status((op), (src), (dst)); \
+  } while (0)
+
 #endif

@@ -101,7 +101,7 @@ struct okv_hal_device_vtable_t {
    * stream (used by fault injection, see hal/hal_fault.h). */
   okv_status_t (*enqueue_failure)(okv_hal_stream_t *stream, okv_status_code_t code, const char *message);
 
-  /* Kernels: descriptors already validated by hal/hal_kernels.c; host arrays
+  /* Kernels: descriptors already validated by hal/hal_kernel_validate.c; host arrays
    * are borrowed for the duration of the call only (use the clone helpers
    * below to keep them). */
   okv_status_t (*attention)(okv_hal_stream_t *stream, const okv_attention_desc_t *desc);
@@ -113,8 +113,8 @@ struct okv_hal_device_vtable_t {
   okv_status_t (*topk)(okv_hal_stream_t *stream, const okv_topk_desc_t *desc);
 };
 
-/* Registry entry: one per backend compiled in (hal/hal_registry.c holds the
- * table, filled by build options OKV_HAVE_CUDA / OKV_HAVE_HIP). */
+/* Registry entry: one per backend compiled in (hal/hal_backend_registry.c holds
+ * the table, filled by build options OKV_HAVE_CUDA / OKV_HAVE_HIP). */
 typedef struct okv_hal_backend_t {
   const char *name;
   okv_status_t (*enumerate)(okv_hal_device_info_t *out_infos, size_t capacity, size_t *out_count);
@@ -159,7 +159,7 @@ void okv_topk_desc_free(const okv_allocator_t *a, okv_topk_desc_t *d);
  * INVALID_ARGUMENT "<arg_name>: invalid or released handle" (NULL, never
  * created, already destroyed) / "<arg_name>: handle is a <kind>, expected a
  * <kind>" without touching a dead object. Thread-safe (one process-wide
- * mutex). Used by every public okv_hal_* entry, including hal/hal_kernels.c. */
+ * mutex). Used by every public okv_hal_* entry (hal/hal_live.c implements it). */
 okv_status_t okv_hal_check_live(const void *obj, okv_hal_kind_t kind, const char *arg_name);
 
 /* Field ownership between hal/ and a backend:

@@ -1,10 +1,37 @@
-/* Private helpers shared by the hal/ sources (not used by backends). */
+/* Private helpers shared by the hal/ sources (not used by backends).
+ *
+ * Which file owns what (each file's opening comment says more):
+ *   hal_backend_registry.c  backends compiled in, lookup by name, enumeration
+ *   hal_live.c              live-handle registry and reference counts
+ *   hal_device.c            device create / retain / release / queries
+ *   hal_fault.c             fault-injection hooks (hal/hal_fault.h)
+ *   hal_buffer.c            buffers, tier names, tier capacity accounting
+ *   hal_stream.c            streams
+ *   hal_event.c             events
+ *   hal_copy.c              okv_hal_copy_async / okv_hal_copy_blocks_async
+ *   hal_dtype.c             dtype sizes and f16 / bf16 conversions
+ *   hal_kernels.c           kernel entry points (dispatch)
+ *   hal_kernel_validate.c   kernel descriptor validation
+ *   hal_kernel_clone.c      kernel descriptor deep copies
+ *   hal_status.c, hal_allocator.c  okv_status_t and the system allocator
+ *
+ * Functions first declared here with OKV_HAL_HIDDEN are not exported from the
+ * shared library: the split into files adds no symbol to its interface. */
 #ifndef OASISKV_HAL_INTERNAL_H
 #define OASISKV_HAL_INTERNAL_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "hal/hal_impl.h"
+
+#if defined(__GNUC__)
+#define OKV_HAL_HIDDEN __attribute__((visibility("hidden")))
+#else
+#define OKV_HAL_HIDDEN
+#endif
+
+/* ---- Live handles (hal_live.c) ---- */
 
 /* Adds one reference to a live object of `kind`; INVALID_ARGUMENT for a dead
  * or wrong-kind handle (nothing touched). Thread-safe. */
@@ -26,7 +53,49 @@ void okv_hal_live_forget(const void *obj);
 /* Name of a kind ("device", "buffer", "stream", "event"). */
 const char *okv_hal_kind_name(okv_hal_kind_t kind);
 
+/* Returns the INVALID_ARGUMENT of okv_hal_check_live from the calling function
+ * unless `obj` is a live object of `kind`. */
+#define OKV_HAL_CHECK(obj, kind, name) OKV_RETURN_IF_ERROR(okv_hal_check_live((obj), (kind), (name)))
+
+/* ---- Backends and devices (hal_backend_registry.c, hal_device.c) ---- */
+
+/* The backend named `name`: OKV_OK and *out_backend, or NOT_FOUND listing the
+ * backends of this build (and *out_backend = NULL). */
+OKV_HAL_HIDDEN okv_status_t okv_hal_backend_lookup(const char *name, const okv_hal_backend_t **out_backend);
+
 /* Destroys a device whose last reference was dropped (hal_device.c). */
 void okv_hal_device_destroy(okv_hal_device_t *device);
+
+/* ---- Tiers and ranges ---- */
+
+static inline bool okv_hal_tier_valid(okv_tier_t tier) { return (int)tier >= 0 && (int)tier < OKV_TIER_COUNT; }
+
+/* [offset, offset + bytes) inside a buffer of `size` bytes, without overflow. */
+static inline bool okv_hal_range_ok(uint64_t size, uint64_t offset, uint64_t bytes) {
+  return offset <= size && bytes <= size - offset;
+}
+
+/* ---- Streams (hal_stream.c) ---- */
+
+/* INVALID_ARGUMENT "<arg>: belongs to another device than the stream" unless
+ * `other` is the stream's device. */
+OKV_HAL_HIDDEN okv_status_t okv_hal_stream_same_device(const okv_hal_stream_t *stream,
+                                                       const okv_hal_device_t *other, const char *arg);
+
+/* ---- Kernel descriptor validation (hal_kernel_validate.c) ----
+ * Each checks everything its okv_hal_*_async entry point needs before
+ * dispatch: OKV_OK, or INVALID_ARGUMENT naming the entry point and the field.
+ * An empty request (n_blocks / n == 0) is OKV_OK once the stream, shape and
+ * buffers are checked; the caller then returns without dispatching. */
+OKV_HAL_HIDDEN okv_status_t okv_hal_validate_attention(const okv_hal_stream_t *stream,
+                                                       const okv_attention_desc_t *desc);
+OKV_HAL_HIDDEN okv_status_t okv_hal_validate_summary(const okv_hal_stream_t *stream, const okv_summary_desc_t *desc);
+OKV_HAL_HIDDEN okv_status_t okv_hal_validate_summary_append(const okv_hal_stream_t *stream,
+                                                            const okv_hal_buffer_t *summaries, uint32_t head_dim,
+                                                            okv_dtype_t kv_dtype, uint32_t n,
+                                                            const uint64_t *summary_index, const float *keys,
+                                                            const uint8_t *first);
+OKV_HAL_HIDDEN okv_status_t okv_hal_validate_score(const okv_hal_stream_t *stream, const okv_score_desc_t *desc);
+OKV_HAL_HIDDEN okv_status_t okv_hal_validate_topk(const okv_hal_stream_t *stream, const okv_topk_desc_t *desc);
 
 #endif

@@ -3,12 +3,21 @@
  * one struct by value, so the host passes a single pointer in the launch's
  * argument array. Device addresses are uint64_t (CUdeviceptr / hipDeviceptr_t
  * values, or the device-mapped address of pinned host memory); 0 = absent.
- * Plain fixed-width fields only, so C and C++ lay the structs out identically.
- * Not installed. */
+ * Plain fixed-width fields only, so C and C++ lay the structs out identically;
+ * OKV_GPU_ARGS_LAYOUT below pins that layout on both sides.
+ *
+ * The constants host and kernels share come from here or from the public
+ * headers this one includes, never from a copy: the block size
+ * (OKV_BLOCK_TOKENS), the dtype codes (okv_dtype_t), the top-K limit
+ * (OKV_TOPK_MAX) and a block-copy pair (okv_block_copy_t) are those of
+ * include/oasiskv/kernels.h and hal.h. Not installed. */
 #ifndef OASISKV_GPU_ARGS_H
 #define OASISKV_GPU_ARGS_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "oasiskv/kernels.h"
 
 /* Threads per block of each kernel: the host launch and the kernel agree. */
 #define OKV_GPU_GATHER_THREADS 256u
@@ -22,11 +31,22 @@
 /* Largest query-row tile of one attention thread block. */
 #define OKV_GPU_ATTENTION_MAX_ROWS 32u
 
+/* Dynamic shared memory of okv_gpu_attention, in floats, for a tile of R query
+ * rows at head dimension D: TILE(D) + R * ROW(D), carved by the kernel as
+ * qs[R*D] acc[R*D] ks[BT*D] vs[BT*D] p[R*BT] m[R] l[R] sc[R] with
+ * BT = OKV_BLOCK_TOKENS. */
+#define OKV_GPU_ATTENTION_SMEM_TILE_FLOATS(D) (2ull * OKV_BLOCK_TOKENS * (uint64_t)(D))
+#define OKV_GPU_ATTENTION_SMEM_ROW_FLOATS(D) (2ull * (uint64_t)(D) + OKV_BLOCK_TOKENS + 3u)
+
+/* Static shared memory of okv_gpu_topk (histogram, selection, warp totals,
+ * scalars), with slack; the host leaves it out of the dynamic budget. */
+#define OKV_GPU_TOPK_STATIC_SMEM_BYTES 6144u
+
 /* okv_gpu_gather_blocks: dst[pairs[i].dst_offset ..+block_bytes) =
  * src[pairs[i].src_offset ..+block_bytes) for i < n_blocks. */
 typedef struct okv_gpu_gather_args_t {
   uint64_t src, dst;       /* base device addresses */
-  uint64_t pairs;          /* okv_block_copy_t[n_blocks] (two u64 per pair) in device memory */
+  uint64_t pairs;          /* okv_block_copy_t[n_blocks] in device memory */
   uint64_t n_blocks;
   uint64_t block_bytes;
   uint32_t vec_bytes;      /* 16, 8, 4 or 1: every offset and block_bytes is a multiple */
@@ -97,5 +117,87 @@ typedef struct okv_gpu_topk_args_t {
   uint64_t out_counts;        /* u32 [n_segments] or 0 */
   uint32_t n_segments, k;
 } okv_gpu_topk_args_t;
+
+/* ---- Layout pins ----
+ * Host (C11) and kernels (CUDA / HIP C++, and the CPU emulator) compile these
+ * structs separately and must agree byte for byte. The expected size and
+ * field offsets are written once, here; backends/gpu/gpu_launch.c expands the
+ * table with _Static_assert and kernels/okv_kernels.cu with static_assert, so
+ * a field added, moved or retyped on one side, or a compiler laying a struct
+ * out differently, fails the build instead of corrupting a launch.
+ * OKV_GPU_ARGS_LAYOUT(SIZE, FIELD): SIZE(type, bytes), FIELD(type, field, offset). */
+#define OKV_GPU_ARGS_LAYOUT(SIZE, FIELD)                  \
+  SIZE(okv_block_copy_t, 16)                              \
+  FIELD(okv_block_copy_t, src_offset, 0)                  \
+  FIELD(okv_block_copy_t, dst_offset, 8)                  \
+  SIZE(okv_gpu_gather_args_t, 48)                         \
+  FIELD(okv_gpu_gather_args_t, src, 0)                    \
+  FIELD(okv_gpu_gather_args_t, dst, 8)                    \
+  FIELD(okv_gpu_gather_args_t, pairs, 16)                 \
+  FIELD(okv_gpu_gather_args_t, n_blocks, 24)              \
+  FIELD(okv_gpu_gather_args_t, block_bytes, 32)           \
+  FIELD(okv_gpu_gather_args_t, vec_bytes, 40)             \
+  SIZE(okv_gpu_attention_args_t, 120)                     \
+  FIELD(okv_gpu_attention_args_t, kv_pool, 0)             \
+  FIELD(okv_gpu_attention_args_t, block_bytes, 8)         \
+  FIELD(okv_gpu_attention_args_t, ws_offsets, 16)         \
+  FIELD(okv_gpu_attention_args_t, ws_slots, 24)           \
+  FIELD(okv_gpu_attention_args_t, ws_valid, 32)           \
+  FIELD(okv_gpu_attention_args_t, q, 40)                  \
+  FIELD(okv_gpu_attention_args_t, inflight_kv, 48)        \
+  FIELD(okv_gpu_attention_args_t, out, 56)                \
+  FIELD(okv_gpu_attention_args_t, lse, 64)                \
+  FIELD(okv_gpu_attention_args_t, block_mass, 72)         \
+  FIELD(okv_gpu_attention_args_t, n_seqs, 80)             \
+  FIELD(okv_gpu_attention_args_t, n_kv_heads, 84)         \
+  FIELD(okv_gpu_attention_args_t, group_size, 88)         \
+  FIELD(okv_gpu_attention_args_t, head_dim, 92)           \
+  FIELD(okv_gpu_attention_args_t, n_query_tokens, 96)     \
+  FIELD(okv_gpu_attention_args_t, kv_dtype, 100)          \
+  FIELD(okv_gpu_attention_args_t, n_inflight, 104)        \
+  FIELD(okv_gpu_attention_args_t, rows_per_cta, 108)      \
+  FIELD(okv_gpu_attention_args_t, scale, 112)             \
+  SIZE(okv_gpu_summary_args_t, 64)                        \
+  FIELD(okv_gpu_summary_args_t, kv, 0)                    \
+  FIELD(okv_gpu_summary_args_t, block_bytes, 8)           \
+  FIELD(okv_gpu_summary_args_t, summaries, 16)            \
+  FIELD(okv_gpu_summary_args_t, block_index, 24)          \
+  FIELD(okv_gpu_summary_args_t, valid, 32)                \
+  FIELD(okv_gpu_summary_args_t, summary_index, 40)        \
+  FIELD(okv_gpu_summary_args_t, n_blocks, 48)             \
+  FIELD(okv_gpu_summary_args_t, head_dim, 52)             \
+  FIELD(okv_gpu_summary_args_t, kv_dtype, 56)             \
+  SIZE(okv_gpu_append_args_t, 40)                         \
+  FIELD(okv_gpu_append_args_t, summaries, 0)              \
+  FIELD(okv_gpu_append_args_t, summary_index, 8)          \
+  FIELD(okv_gpu_append_args_t, keys, 16)                  \
+  FIELD(okv_gpu_append_args_t, first, 24)                 \
+  FIELD(okv_gpu_append_args_t, n, 32)                     \
+  FIELD(okv_gpu_append_args_t, head_dim, 36)              \
+  SIZE(okv_gpu_score_args_t, 80)                          \
+  FIELD(okv_gpu_score_args_t, q, 0)                       \
+  FIELD(okv_gpu_score_args_t, summaries, 8)               \
+  FIELD(okv_gpu_score_args_t, scores, 16)                 \
+  FIELD(okv_gpu_score_args_t, seg_summary_first, 24)      \
+  FIELD(okv_gpu_score_args_t, seg_n_blocks, 32)           \
+  FIELD(okv_gpu_score_args_t, seg_score_first, 40)        \
+  FIELD(okv_gpu_score_args_t, n_seqs, 48)                 \
+  FIELD(okv_gpu_score_args_t, n_kv_heads, 52)             \
+  FIELD(okv_gpu_score_args_t, group_size, 56)             \
+  FIELD(okv_gpu_score_args_t, head_dim, 60)               \
+  FIELD(okv_gpu_score_args_t, n_query_tokens, 64)         \
+  FIELD(okv_gpu_score_args_t, t_begin, 68)                \
+  FIELD(okv_gpu_score_args_t, t_end, 72)                  \
+  FIELD(okv_gpu_score_args_t, scale, 76)                  \
+  SIZE(okv_gpu_topk_args_t, 64)                           \
+  FIELD(okv_gpu_topk_args_t, scores, 0)                   \
+  FIELD(okv_gpu_topk_args_t, seg_score_first, 8)          \
+  FIELD(okv_gpu_topk_args_t, seg_n, 16)                   \
+  FIELD(okv_gpu_topk_args_t, excl_offsets, 24)            \
+  FIELD(okv_gpu_topk_args_t, excl_blocks, 32)             \
+  FIELD(okv_gpu_topk_args_t, out_indices, 40)             \
+  FIELD(okv_gpu_topk_args_t, out_counts, 48)              \
+  FIELD(okv_gpu_topk_args_t, n_segments, 56)              \
+  FIELD(okv_gpu_topk_args_t, k, 60)
 
 #endif /* OASISKV_GPU_ARGS_H */

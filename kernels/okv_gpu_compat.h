@@ -12,7 +12,7 @@
  *
  * A third mode, OKV_GPU_EMULATE (host C++, kernels/okv_gpu_emulator.h), runs
  * the same kernels on the CPU with one fiber per GPU thread, so their logic is
- * tested on machines without a GPU (kernels/test_gpu_emulated.cc).
+ * tested on machines without a GPU (tests/kernels/test_gpu_emulated.cc).
  */
 #ifndef OASISKV_GPU_COMPAT_H
 #define OASISKV_GPU_COMPAT_H

@@ -1,6 +1,6 @@
 /* A small CPU emulator of the GPU execution model, used only by
- * kernels/test_gpu_emulated.cc to run kernels/okv_kernels.cu unchanged on a
- * machine without a GPU (compat mode OKV_GPU_EMULATE, host C++).
+ * tests/kernels/test_gpu_emulated.cc to run kernels/okv_kernels.cu unchanged
+ * on a machine without a GPU (compat mode OKV_GPU_EMULATE, host C++).
  *
  * Each thread block runs as one fiber (ucontext) per GPU thread on the calling
  * OS thread. __syncthreads() and the warp primitives (shuffle, ballot) are

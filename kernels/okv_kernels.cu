@@ -3,13 +3,23 @@
 // so the host backends find them by name with cuModuleGetFunction /
 // hipModuleGetFunction; each takes one argument struct (kernels/okv_gpu_args.h).
 // Semantics are those documented in include/oasiskv/kernels.h and hal.h.
+// Block size (OKV_BLOCK_TOKENS), dtype codes (okv_dtype_t), the top-K limit
+// (OKV_TOPK_MAX) and block-copy pairs (okv_block_copy_t) come from those
+// public headers through okv_gpu_args.h, exactly as the host sees them.
 #include "okv_gpu_compat.h"
 #include "okv_gpu_args.h"
 
-#define OKV_BT 16u /* tokens per block (OKV_BLOCK_TOKENS) */
-#define OKV_DTYPE_F32_ 0u
-#define OKV_DTYPE_F16_ 1u
-#define OKV_DTYPE_BF16_ 2u
+// The device side of the layout pins of okv_gpu_args.h (the host checks the
+// same table with _Static_assert in backends/gpu/gpu_launch.c).
+#define OKV_GPU_PIN_SIZE(type, bytes) \
+  static_assert(sizeof(type) == (bytes), "device size of " #type " differs from kernels/okv_gpu_args.h");
+#define OKV_GPU_PIN_FIELD(type, field, offset)                  \
+  static_assert(offsetof(type, field) == (offset), "device offset of " #type "." #field \
+                                                   " differs from kernels/okv_gpu_args.h");
+OKV_GPU_ARGS_LAYOUT(OKV_GPU_PIN_SIZE, OKV_GPU_PIN_FIELD)
+#undef OKV_GPU_PIN_SIZE
+#undef OKV_GPU_PIN_FIELD
+
 #define OKV_NEG_INF (-__int_as_float(0x7f800000))
 #define OKV_POS_INF (__int_as_float(0x7f800000))
 
@@ -29,9 +39,9 @@ OKV_DEVICE float okv_f16_bits_to_f32(uint32_t h) {
 }
 
 OKV_DEVICE float okv_load_elem(const unsigned char *base, uint64_t i, uint32_t dtype) {
-  if (dtype == OKV_DTYPE_F32_) return ((const float *)base)[i];
+  if (dtype == (uint32_t)OKV_DTYPE_F32) return ((const float *)base)[i];
   const uint32_t bits = ((const uint16_t *)base)[i];
-  if (dtype == OKV_DTYPE_BF16_) return __uint_as_float(bits << 16);
+  if (dtype == (uint32_t)OKV_DTYPE_BF16) return __uint_as_float(bits << 16);
   return okv_f16_bits_to_f32(bits);
 }
 
@@ -50,10 +60,10 @@ OKV_DEVICE uint32_t okv_score_key(float f) {
 
 extern "C" __global__ void __launch_bounds__(OKV_GPU_GATHER_THREADS)
 okv_gpu_gather_blocks(okv_gpu_gather_args_t a) {
-  const uint64_t *pairs = (const uint64_t *)a.pairs;
+  const okv_block_copy_t *pairs = (const okv_block_copy_t *)a.pairs;
   for (uint64_t i = blockIdx.x; i < a.n_blocks; i += gridDim.x) {
-    const unsigned char *src = (const unsigned char *)a.src + pairs[2 * i];
-    unsigned char *dst = (unsigned char *)a.dst + pairs[2 * i + 1];
+    const unsigned char *src = (const unsigned char *)a.src + pairs[i].src_offset;
+    unsigned char *dst = (unsigned char *)a.dst + pairs[i].dst_offset;
     if (a.vec_bytes == 16) {
       const uint64_t n = a.block_bytes / 16;
       for (uint64_t e = threadIdx.x; e < n; e += blockDim.x) ((uint4 *)dst)[e] = ((const uint4 *)src)[e];
@@ -75,8 +85,8 @@ okv_gpu_gather_blocks(okv_gpu_gather_args_t a) {
 // tile of query rows); rows r = t * G + g. Working-set blocks are visited in
 // list order with an online softmax (one rescale per block); the in-flight
 // tokens form one last tile with a per-row visibility mask.
-// Shared memory (dynamic, floats): qs[R*D] acc[R*D] ks[16*D] vs[16*D] p[R*16]
-// m[R] l[R] sc[R].
+// Shared memory (dynamic, floats; sized by the host from the same layout in
+// okv_gpu_args.h): qs[R*D] acc[R*D] ks[BT*D] vs[BT*D] p[R*BT] m[R] l[R] sc[R].
 
 extern "C" __global__ void __launch_bounds__(OKV_GPU_ATTENTION_THREADS)
 okv_gpu_attention(okv_gpu_attention_args_t a) {
@@ -93,9 +103,9 @@ okv_gpu_attention(okv_gpu_attention_args_t a) {
   float *qs = okv_smem_f;
   float *acc = qs + (size_t)R * D;
   float *ks = acc + (size_t)R * D;
-  float *vs = ks + (size_t)OKV_BT * D;
-  float *p = vs + (size_t)OKV_BT * D;
-  float *mrow = p + (size_t)R * OKV_BT;
+  float *vs = ks + (size_t)OKV_BLOCK_TOKENS * D;
+  float *p = vs + (size_t)OKV_BLOCK_TOKENS * D;
+  float *mrow = p + (size_t)R * OKV_BLOCK_TOKENS;
   float *lrow = mrow + R;
   float *scrow = lrow + R;
 
@@ -126,10 +136,10 @@ okv_gpu_attention(okv_gpu_attention_args_t a) {
       const uint64_t slot = ws_slots[ws_begin + tile];
       n_tok = ws_valid[ws_begin + tile];
       const unsigned char *base = (const unsigned char *)a.kv_pool + slot * a.block_bytes;
-      /* Kt[d][16] then V[16][d]: both copied linearly into ks / vs. */
-      for (uint32_t e = tid; e < OKV_BT * D; e += nt) {
+      /* Kt[d][BT] then V[BT][d]: both copied linearly into ks / vs. */
+      for (uint32_t e = tid; e < OKV_BLOCK_TOKENS * D; e += nt) {
         ks[e] = okv_load_elem(base, e, a.kv_dtype);
-        vs[e] = okv_load_elem(base, (uint64_t)OKV_BT * D + e, a.kv_dtype);
+        vs[e] = okv_load_elem(base, (uint64_t)OKV_BLOCK_TOKENS * D + e, a.kv_dtype);
       }
     } else {
       n_tok = NI;
@@ -137,13 +147,13 @@ okv_gpu_attention(okv_gpu_attention_args_t a) {
         const uint32_t i = e / D, d = e % D;
         const uint64_t kbase = ((((uint64_t)s * NI + i) * 2 + 0) * Hkv + h) * D;
         const uint64_t vbase = ((((uint64_t)s * NI + i) * 2 + 1) * Hkv + h) * D;
-        ks[d * OKV_BT + i] = inflight[kbase + d];
+        ks[d * OKV_BLOCK_TOKENS + i] = inflight[kbase + d];
         vs[i * D + d] = inflight[vbase + d];
       }
     }
     __syncthreads();
-    for (uint32_t e = tid; e < Rh * OKV_BT; e += nt) {
-      const uint32_t r = e / OKV_BT, j = e % OKV_BT;
+    for (uint32_t e = tid; e < Rh * OKV_BLOCK_TOKENS; e += nt) {
+      const uint32_t r = e / OKV_BLOCK_TOKENS, j = e % OKV_BLOCK_TOKENS;
       bool visible = j < n_tok;
       if (!is_block && visible) {
         const uint32_t t = (r0 + r) / G;
@@ -153,25 +163,25 @@ okv_gpu_attention(okv_gpu_attention_args_t a) {
       if (visible) {
         const float *qr = qs + (size_t)r * D;
         float dot = 0.0f;
-        for (uint32_t d = 0; d < D; ++d) dot += qr[d] * ks[d * OKV_BT + j];
+        for (uint32_t d = 0; d < D; ++d) dot += qr[d] * ks[d * OKV_BLOCK_TOKENS + j];
         logit = dot;
       }
       p[e] = logit;
     }
     __syncthreads();
     for (uint32_t r = tid; r < Rh; r += nt) {
-      float *pr = p + (size_t)r * OKV_BT;
+      float *pr = p + (size_t)r * OKV_BLOCK_TOKENS;
       float mx = OKV_NEG_INF;
       for (uint32_t j = 0; j < n_tok; ++j) mx = fmaxf(mx, pr[j]);
       const float m_old = mrow[r];
       const float m_new = fmaxf(m_old, mx);
       if (m_new == OKV_NEG_INF) { /* nothing visible yet */
         scrow[r] = 1.0f;
-        for (uint32_t j = 0; j < OKV_BT; ++j) pr[j] = 0.0f;
+        for (uint32_t j = 0; j < OKV_BLOCK_TOKENS; ++j) pr[j] = 0.0f;
       } else {
         const float sc = (m_old == OKV_NEG_INF) ? 0.0f : expf(m_old - m_new);
         float sum = 0.0f;
-        for (uint32_t j = 0; j < OKV_BT; ++j) {
+        for (uint32_t j = 0; j < OKV_BLOCK_TOKENS; ++j) {
           const float pj = (j < n_tok && pr[j] != OKV_NEG_INF) ? expf(pr[j] - m_new) : 0.0f;
           pr[j] = pj;
           sum += pj;
@@ -184,7 +194,7 @@ okv_gpu_attention(okv_gpu_attention_args_t a) {
     __syncthreads();
     for (uint32_t e = tid; e < Rh * D; e += nt) {
       const uint32_t r = e / D, d = e % D;
-      const float *pr = p + (size_t)r * OKV_BT;
+      const float *pr = p + (size_t)r * OKV_BLOCK_TOKENS;
       float v = acc[e] * scrow[r];
       for (uint32_t j = 0; j < n_tok; ++j) v += pr[j] * vs[j * D + d];
       acc[e] = v;
@@ -230,13 +240,14 @@ okv_gpu_attention_mass(okv_gpu_attention_args_t a) {
     const uint32_t n_tok = ws_valid[i];
     const unsigned char *base = (const unsigned char *)a.kv_pool + (uint64_t)ws_slots[i] * a.block_bytes;
     float local = 0.0f;
-    for (uint32_t e = tid; e < G * OKV_BT; e += nt) {
-      const uint32_t g = e / OKV_BT, j = e % OKV_BT;
+    for (uint32_t e = tid; e < G * OKV_BLOCK_TOKENS; e += nt) {
+      const uint32_t g = e / OKV_BLOCK_TOKENS, j = e % OKV_BLOCK_TOKENS;
       if (j >= n_tok) continue;
       const uint64_t row = ((uint64_t)s * T + t) * Hq + h * G + g;
       const float *qr = q + row * D;
       float dot = 0.0f;
-      for (uint32_t d = 0; d < D; ++d) dot += (qr[d] * a.scale) * okv_load_elem(base, (uint64_t)d * OKV_BT + j, a.kv_dtype);
+      for (uint32_t d = 0; d < D; ++d)
+        dot += (qr[d] * a.scale) * okv_load_elem(base, (uint64_t)d * OKV_BLOCK_TOKENS + j, a.kv_dtype);
       const float l = lse[row];
       if (l != OKV_NEG_INF) local += expf(dot - l);
     }
@@ -267,7 +278,7 @@ okv_gpu_summarize_blocks(okv_gpu_summary_args_t a) {
     for (uint32_t d = threadIdx.x; d < D; d += blockDim.x) {
       float mn = OKV_POS_INF, mx = OKV_NEG_INF;
       for (uint32_t j = 0; j < n_tok; ++j) {
-        const float k = okv_load_elem(base, (uint64_t)d * OKV_BT + j, a.kv_dtype);
+        const float k = okv_load_elem(base, (uint64_t)d * OKV_BLOCK_TOKENS + j, a.kv_dtype);
         mn = k < mn ? k : mn;
         mx = k > mx ? k : mx;
       }
@@ -350,9 +361,13 @@ okv_gpu_score_blocks(okv_gpu_score_args_t a) {
 // 5. Top-K per segment: radix select of the k-th largest score key (4 passes of
 // 8-bit digits over the candidates), then collect every key above it plus the
 // lowest-index ties, then a bitonic sort of <= 512 composite keys
-// (score key << 32 | ~index) in descending order.
+// (score key << 32 | ~index) in descending order (k <= OKV_TOPK_MAX).
 
-#define OKV_TOPK_CAP 512u
+// Its static shared memory (hist, sel, warp_tot, 4 scalars) must fit in what
+// the host leaves out of the dynamic budget.
+static_assert(256u * 4u + OKV_TOPK_MAX * 8u + (OKV_GPU_TOPK_THREADS / 32u) * 4u + 4u * 4u <=
+                  OKV_GPU_TOPK_STATIC_SMEM_BYTES,
+              "okv_gpu_topk's static shared memory exceeds OKV_GPU_TOPK_STATIC_SMEM_BYTES");
 
 OKV_DEVICE bool okv_bit_test(const uint32_t *bm, uint32_t b) { return (bm[b >> 5] >> (b & 31u)) & 1u; }
 
@@ -360,7 +375,7 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_TOPK_THREADS)
 okv_gpu_topk(okv_gpu_topk_args_t a) {
   OKV_DYNAMIC_SMEM(uint32_t, okv_smem_u); /* exclusion bitmap, ceil(max_n / 32) words */
   __shared__ uint32_t hist[256];
-  __shared__ unsigned long long sel[OKV_TOPK_CAP];
+  __shared__ unsigned long long sel[OKV_TOPK_MAX];
   __shared__ uint32_t warp_tot[OKV_GPU_TOPK_THREADS / 32];
   __shared__ uint32_t s_count, s_digit, s_rem, s_sel;
 

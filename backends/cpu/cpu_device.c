@@ -147,6 +147,7 @@ static void okv_cpu_fill_info(okv_hal_device_info_t *info, int n_threads) {
   uint32_t both = OKV_TIER_BIT(OKV_TIER_DEVICE) | OKV_TIER_BIT(OKV_TIER_HOST);
   info->copy_mask[OKV_TIER_DEVICE] = both;
   info->copy_mask[OKV_TIER_HOST] = both;
+  snprintf(info->simd, sizeof(info->simd), "%s", okv_cpu_isa_name(okv_cpu_isa_active()));
 }
 
 static okv_status_t okv_cpu_enumerate(okv_hal_device_info_t *out_infos, size_t capacity, size_t *out_count) {

@@ -4,7 +4,8 @@
  * The first part declares the few driver types and constants we need (values
  * from the driver API's cuda.h, stable across CUDA 11-13). The second part is
  * an X-macro list, expanded by backends/cuda/cuda_device.c once to declare the
- * function-pointer table and once to resolve it:
+ * function-pointer table and once into the symbol array the shared loader
+ * (backends/gpu/gpu_loader.h) resolves:
  *   OKV_CUDA_SYM(return type, field, "exported symbol", "fallback symbol" or NULL, (parameters))
  * Versioned exports (_v2) are the ones cuda.h maps the plain names to. */
 #ifndef OASISKV_CUDA_TYPES_H

@@ -4,7 +4,8 @@
  * The first part declares the few HIP types and constants we need (values from
  * hip_runtime_api.h / driver_types.h, unchanged from ROCm 5 to 6). The second
  * part is an X-macro list, expanded by backends/hip/hip_device.c once to declare
- * the function-pointer table and once to resolve it:
+ * the function-pointer table and once into the symbol array the shared loader
+ * (backends/gpu/gpu_loader.h) resolves:
  *   OKV_HIP_SYM(return type, field, "exported symbol", "fallback symbol" or NULL, (parameters)) */
 #ifndef OASISKV_HIP_TYPES_H
 #define OASISKV_HIP_TYPES_H

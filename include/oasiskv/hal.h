@@ -64,6 +64,12 @@ typedef struct okv_hal_device_info_t {
   uint64_t physical_bytes[OKV_TIER_COUNT]; /* what the hardware has per tier (0 = none/unknown) */
   uint32_t alloc_tiers;  /* OKV_TIER_BIT mask of tiers this backend can allocate */
   uint32_t copy_mask[OKV_TIER_COUNT]; /* copy_mask[src] has OKV_TIER_BIT(dst) set if src->dst copies work */
+  /* SIMD level the backend's host kernels dispatch to, as a short name: on the
+   * cpu backend "baseline", "avx2+fma" or "avx512" (the level active when the
+   * info was filled, i.e. at okv_hal_backend_enumerate or
+   * okv_hal_device_create); "" where kernels do not run on host SIMD (GPU
+   * backends). */
+  char simd[16];
 } okv_hal_device_info_t;
 
 /* Enumerates the devices of backend `backend_name`. Writes up to `capacity`

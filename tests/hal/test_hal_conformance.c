@@ -121,6 +121,14 @@ static void test_device_info(void **state) {
   assert_true(f->info.copy_mask[OKV_TIER_DEVICE] & OKV_TIER_BIT(OKV_TIER_HOST));
   assert_true(f->info.copy_mask[OKV_TIER_DEVICE] & OKV_TIER_BIT(OKV_TIER_DEVICE));
   assert_true(f->info.copy_mask[OKV_TIER_HOST] & OKV_TIER_BIT(OKV_TIER_HOST));
+  /* SIMD level: a name on the cpu backend, empty where kernels run on a GPU. */
+  assert_true(memchr(f->info.simd, '\0', sizeof(f->info.simd)) != NULL);
+  if (!strcmp(g_backend, "cpu")) {
+    assert_true(!strcmp(f->info.simd, "baseline") || !strcmp(f->info.simd, "avx2+fma") ||
+                !strcmp(f->info.simd, "avx512"));
+  } else {
+    assert_string_equal(f->info.simd, "");
+  }
   uint64_t cap = 0, used = 1;
   OKV_ASSERT_OK(okv_hal_device_tier_usage(f->dev, OKV_TIER_DEVICE, &cap, &used));
   assert_int_equal(cap, 256ull << 20);

@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 #define OKV_GPU_EMULATE 1
-#include "okv_kernels.cu"
+#include "kernels/okv_kernels.cu"
 
 namespace {
 
@@ -106,7 +106,9 @@ struct Elems {
   }
 };
 
+/* The oracle keeps its own block size; it must be the kernels' one. */
 const uint32_t BT = 16;
+static_assert(BT == OKV_BLOCK_TOKENS, "the reference and the kernels disagree on tokens per block");
 
 /* ---- 1. Gather ---- */
 

@@ -1,67 +1,17 @@
-/* Backend table, device creation, and the process-wide registry of live HAL
- * handles that turns use-after-release and double release into
- * INVALID_ARGUMENT instead of undefined behaviour. */
+/* Live-handle registry: the process-wide set of live HAL objects that turns
+ * use-after-release and double release into INVALID_ARGUMENT instead of
+ * undefined behaviour, and the reference counts of the resource base.
+ * Owns: the open-addressing hash set of pointers (okv_live_*), its mutex, and
+ * okv_hal_resource_t's ref_count / kind fields.
+ * May touch: only the okv_hal_resource_t base of an object; never a device,
+ * buffer, stream or event field, and never a backend. Destroying an object
+ * whose last reference went is the caller's job (out_last). */
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
-#include "hal/hal_fault.h"
 #include "hal/hal_internal.h"
 
-/* ---- Backends compiled in ---- */
-
-static const okv_hal_backend_t *const okv_hal_backends[] = {
-    &okv_cpu_backend,
-#ifdef OKV_HAVE_CUDA
-    &okv_cuda_backend,
-#endif
-#ifdef OKV_HAVE_HIP
-    &okv_hip_backend,
-#endif
-};
-
-#define OKV_HAL_N_BACKENDS (sizeof(okv_hal_backends) / sizeof(okv_hal_backends[0]))
-
-size_t okv_hal_backend_count(void) { return OKV_HAL_N_BACKENDS; }
-
-const char *okv_hal_backend_name(size_t i) {
-  return i < OKV_HAL_N_BACKENDS ? okv_hal_backends[i]->name : NULL;
-}
-
-static const okv_hal_backend_t *okv_hal_backend_find(const char *name) {
-  if (!name) return NULL;
-  for (size_t i = 0; i < OKV_HAL_N_BACKENDS; ++i) {
-    if (!strcmp(okv_hal_backends[i]->name, name)) return okv_hal_backends[i];
-  }
-  return NULL;
-}
-
-static okv_status_t okv_hal_backend_not_found(const char *name) {
-  char list[128] = "";
-  size_t used = 0;
-  for (size_t i = 0; i < OKV_HAL_N_BACKENDS && used + 1 < sizeof(list); ++i) {
-    int n = snprintf(list + used, sizeof(list) - used, "%s%s", i ? ", " : "", okv_hal_backends[i]->name);
-    if (n < 0) break;
-    used += (size_t)n;
-  }
-  return okv_status_make(OKV_STATUS_NOT_FOUND, "backend_name: no backend '%s' in this build (built: %s)",
-                         name ? name : "(null)", list);
-}
-
-okv_status_t okv_hal_backend_enumerate(const char *backend_name, okv_hal_device_info_t *out_infos,
-                                       size_t capacity, size_t *out_count) {
-  if (!out_count) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "out_count: NULL");
-  *out_count = 0;
-  if (capacity > 0 && !out_infos)
-    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "out_infos: NULL with capacity %zu", capacity);
-  const okv_hal_backend_t *b = okv_hal_backend_find(backend_name);
-  if (!b) return okv_hal_backend_not_found(backend_name);
-  return b->enumerate(out_infos, capacity, out_count);
-}
-
-/* ---- Live-handle registry: an open-addressing hash set of pointers ---- */
+/* ---- An open-addressing hash set of pointers ---- */
 
 #define OKV_LIVE_EMPTY ((uintptr_t)0)
 #define OKV_LIVE_TOMB ((uintptr_t)1)
@@ -135,6 +85,8 @@ static void okv_live_remove_locked(uintptr_t p) {
     okv_live_used = 0;
   }
 }
+
+/* ---- Resources and handle checks ---- */
 
 const char *okv_hal_kind_name(okv_hal_kind_t kind) {
   switch (kind) {
@@ -215,75 +167,4 @@ okv_status_t okv_hal_resource_register(okv_hal_resource_t *res, okv_hal_kind_t k
   pthread_mutex_unlock(&okv_live_mutex);
   return ok ? OKV_OK
             : okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: could not grow the live-handle registry");
-}
-
-/* ---- Devices ---- */
-
-void okv_hal_device_params_init(okv_hal_device_params_t *params) {
-  if (!params) return;
-  memset(params, 0, sizeof(*params));
-  params->ordinal = 0;
-  params->n_threads = 0;
-}
-
-static int okv_hal_online_cpus(void) {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (int)n : 1;
-}
-
-okv_status_t okv_hal_device_create(const char *backend_name, const okv_hal_device_params_t *params,
-                                   const okv_allocator_t *allocator, okv_hal_device_t **out_device) {
-  if (!out_device) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "out_device: NULL");
-  *out_device = NULL;
-  okv_hal_device_params_t defaults;
-  okv_hal_device_params_init(&defaults);
-  if (!params) params = &defaults;
-  if (params->ordinal < 0)
-    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "params->ordinal: %d is negative", params->ordinal);
-  if (params->n_threads < 0)
-    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "params->n_threads: %d is negative", params->n_threads);
-  if (allocator && (!allocator->malloc_fn || !allocator->free_fn))
-    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "allocator: malloc_fn and free_fn are required");
-  const okv_hal_backend_t *b = okv_hal_backend_find(backend_name);
-  if (!b) return okv_hal_backend_not_found(backend_name);
-
-  okv_allocator_t alloc = allocator ? *allocator : okv_allocator_system();
-  okv_hal_device_t *dev = NULL;
-  OKV_RETURN_IF_ERROR(okv_status_annotate(b->create(params, &alloc, &dev), "creating a %s device", b->name));
-  if (!dev || !dev->vtable)
-    return okv_status_make(OKV_STATUS_INTERNAL, "backend '%s' returned no device", b->name);
-
-  dev->fault_hooks = NULL;
-  dev->allocator = alloc;
-  for (int t = 0; t < OKV_TIER_COUNT; ++t) {
-    uint64_t cap = params->capacity_bytes[t];
-    if (cap == 0) cap = dev->capacity_bytes[t];
-    if (cap == 0) cap = (t == OKV_TIER_DEVICE && dev->info.physical_bytes[t]) ? dev->info.physical_bytes[t] : UINT64_MAX;
-    dev->capacity_bytes[t] = cap;
-    dev->used_bytes[t] = 0;
-  }
-  dev->n_threads = params->n_threads > 0 ? params->n_threads : okv_hal_online_cpus();
-  if (pthread_mutex_init(&dev->usage_mutex, NULL) != 0) {
-    dev->vtable->device_destroy(dev);
-    return okv_status_make(OKV_STATUS_INTERNAL, "device: pthread_mutex_init failed");
-  }
-  okv_status_t s = okv_hal_resource_register(&dev->base, OKV_HAL_KIND_DEVICE);
-  if (s != OKV_OK) {
-    pthread_mutex_destroy(&dev->usage_mutex);
-    dev->vtable->device_destroy(dev);
-    return s;
-  }
-  *out_device = dev;
-  return OKV_OK;
-}
-
-okv_status_t okv_hal_device_retain(okv_hal_device_t *device) {
-  return okv_hal_live_retain(device, OKV_HAL_KIND_DEVICE, "device");
-}
-
-okv_status_t okv_hal_device_release(okv_hal_device_t *device) {
-  bool last = false;
-  OKV_RETURN_IF_ERROR(okv_hal_live_release(device, OKV_HAL_KIND_DEVICE, "device", &last));
-  if (last) okv_hal_device_destroy(device);
-  return OKV_OK;
 }

@@ -1,21 +1,23 @@
-/* Shared implementation of the GPU backends (CUDA and HIP).
+/* Interface between the shared GPU host code (backends/gpu/) and the two
+ * vendor backends (CUDA and HIP).
  *
  * The HAL device logic (buffers in two tiers, streams with a retire list,
  * events with a captured error, batched copies through the gather kernel,
  * kernel launches with per-stream staging of the descriptors' host arrays) is
- * written once in backends/gpu_common.c. Each vendor supplies a small table of
- * operations on its runtime (okv_gpu_vendor_t), implemented in
- * backends/cuda/cuda_device.c (driver API, libcuda.so.1) and
- * backends/hip/hip_device.c (libamdhip64.so), both loaded with dlopen at run
- * time. Every vendor operation converts the vendor's error code to an
- * okv_status_t at that edge (OKV_CUDA_RETURN_IF_ERROR / OKV_HIP_RETURN_IF_ERROR);
- * the common code never sees a vendor type or code.
+ * written once in backends/gpu/ (gpu_device.c, gpu_memory.c, gpu_stream.c,
+ * gpu_launch.c). Each vendor supplies a small table of operations on its
+ * runtime (okv_gpu_vendor_t), implemented in backends/cuda/cuda_device.c
+ * (driver API, libcuda.so.1) and backends/hip/hip_device.c (libamdhip64.so),
+ * both loaded at run time by the one loader of backends/gpu/gpu_loader.h.
+ * Every vendor operation converts the vendor's error code to an okv_status_t
+ * at that edge (OKV_CUDA_RETURN_IF_ERROR / OKV_HIP_RETURN_IF_ERROR); the
+ * common code never sees a vendor type or code.
  *
  * Device addresses are uint64_t; vendor handles (context, stream, event,
  * module, function) are opaque pointers. Not installed.
  */
-#ifndef OASISKV_GPU_COMMON_H
-#define OASISKV_GPU_COMMON_H
+#ifndef OASISKV_GPU_VENDOR_H
+#define OASISKV_GPU_VENDOR_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -111,4 +113,4 @@ okv_status_t okv_gpu_create(const okv_gpu_vendor_t *vendor, const okv_hal_device
 #ifdef __cplusplus
 }
 #endif
-#endif /* OASISKV_GPU_COMMON_H */
+#endif /* OASISKV_GPU_VENDOR_H */

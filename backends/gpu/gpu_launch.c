@@ -1,0 +1,319 @@
+/* GPU kernel launches, shared by the CUDA and HIP backends: packing the
+ * descriptors' host arrays into the stream's staging area, uploading them,
+ * filling the argument structs of kernels/okv_gpu_args.h and launching the
+ * kernels of kernels/okv_kernels.cu (attention + block mass, block summaries,
+ * summary append, block scoring, top-K); the gather kernel of
+ * okv_gpu_copy_blocks goes through the same helpers.
+ * Owns: the argument structs it fills (on the stack, passed by value) and the
+ * launch geometry (grid, threads, dynamic shared memory).
+ * May touch: a stream's staging and records through gpu_stream.c (under the
+ * stream mutex, taken by okv_gpu_stream_enter), the vendor launch and
+ * upload calls, the device's kernel functions and smem limit (read). */
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "backends/gpu/gpu_internal.h"
+#include "kernels/okv_gpu_args.h"
+
+/* The host side of the layout pins of kernels/okv_gpu_args.h (the kernels
+ * check the same table with static_assert in kernels/okv_kernels.cu). */
+#define OKV_GPU_PIN_SIZE(type, bytes) \
+  _Static_assert(sizeof(type) == (bytes), "host size of " #type " differs from kernels/okv_gpu_args.h");
+#define OKV_GPU_PIN_FIELD(type, field, offset)                  \
+  _Static_assert(offsetof(type, field) == (offset), "host offset of " #type "." #field \
+                                                    " differs from kernels/okv_gpu_args.h");
+OKV_GPU_ARGS_LAYOUT(OKV_GPU_PIN_SIZE, OKV_GPU_PIN_FIELD)
+
+/* ---- Packing, upload and launch ---- */
+
+uint64_t okv_gpu_pack(okv_gpu_pack_t *p, const void *src, size_t bytes) {
+  const size_t off = p->used;
+  if (bytes > 0 && src) memcpy((unsigned char *)p->st->host + off, src, bytes);
+  p->used += okv_gpu_align(bytes);
+  return p->st->dptr + off;
+}
+
+okv_status_t okv_gpu_pack_upload(okv_gpu_stream_t *s, okv_gpu_pack_t *p, size_t upload_bytes) {
+  if (upload_bytes == 0) return OKV_OK;
+  return okv_gpu_stream_dev(s)->vendor->copy_htod_async(p->st->dptr, p->st->host, upload_bytes, s->vstream);
+}
+
+okv_status_t okv_gpu_op_end(okv_gpu_stream_t *s, okv_status_t st, okv_gpu_staging_t *staging,
+                            okv_hal_buffer_t *const *bufs, uint32_t n_bufs) {
+  if (st == OKV_OK) {
+    st = okv_gpu_stream_retire(s, staging, bufs, n_bufs);
+  } else if (staging) {
+    okv_status_t r = okv_gpu_stream_retire(s, staging, NULL, 0);
+    okv_status_free(r);
+  }
+  pthread_mutex_unlock(&s->mutex);
+  return st;
+}
+
+okv_status_t okv_gpu_launch(okv_gpu_stream_t *s, okv_gpu_fn_t fn, uint32_t gx, uint32_t gy,
+                            uint32_t threads, uint32_t smem, void *args) {
+  okv_gpu_device_t *dev = okv_gpu_stream_dev(s);
+  const uint32_t grid[3] = {gx, gy, 1};
+  okv_status_t st = dev->vendor->launch(dev->fn[fn], grid, threads, smem, s->vstream, args);
+  return okv_status_annotate(st, "launching %s", okv_gpu_kernel_names[fn]);
+}
+
+/* ---- Kernels ---- */
+
+okv_status_t okv_gpu_attention(okv_hal_stream_t *stream, const okv_attention_desc_t *d) {
+  okv_gpu_stream_t *s = (okv_gpu_stream_t *)stream;
+  okv_gpu_device_t *dev = okv_gpu_stream_dev(s);
+  const uint32_t D = d->head_dim, G = d->group_size, T = d->n_query_tokens;
+  const uint64_t U = (uint64_t)d->n_seqs * d->n_kv_heads;
+  const uint64_t n_rows = (uint64_t)T * G;
+  if (U == 0 || n_rows == 0 || D == 0) return OKV_OK;
+  if (U > 0x7fffffffu)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "n_seqs*n_kv_heads: %llu exceeds the GPU grid",
+                           (unsigned long long)U);
+  /* Shared memory in floats (layout in kernels/okv_gpu_args.h): the K, V tile
+   * plus R query rows. */
+  const uint64_t budget_f = dev->smem_max_bytes / 4u;
+  const uint64_t fixed_f = OKV_GPU_ATTENTION_SMEM_TILE_FLOATS(D);
+  const uint64_t row_f = OKV_GPU_ATTENTION_SMEM_ROW_FLOATS(D);
+  if (budget_f <= fixed_f + row_f)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                           "head_dim: %u needs more shared memory than the %u bytes a %s thread block has", D,
+                           dev->smem_max_bytes, dev->vendor->name);
+  uint64_t r_max = (budget_f - fixed_f) / row_f;
+  if (r_max > OKV_GPU_ATTENTION_MAX_ROWS) r_max = OKV_GPU_ATTENTION_MAX_ROWS;
+  if (r_max > n_rows) r_max = n_rows;
+  const uint64_t n_chunks = (n_rows + r_max - 1) / r_max;
+  const uint64_t R = (n_rows + n_chunks - 1) / n_chunks;
+  if (n_chunks > 65535u)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "group_size: %u query heads per KV head exceed the GPU grid", G);
+  const uint32_t smem = (uint32_t)(4u * (R * row_f + fixed_f));
+
+  const size_t n_ws = d->ws_offsets[U];
+  const size_t off_bytes = (size_t)(U + 1) * 4u, slot_bytes = n_ws * 4u, valid_bytes = n_ws;
+  const bool mass = d->block_mass != NULL && n_ws > 0;
+  const size_t lse_bytes = mass ? (size_t)d->n_seqs * T * d->n_kv_heads * G * 4u : 0;
+  const size_t upload = okv_gpu_align(off_bytes) + okv_gpu_align(slot_bytes) + okv_gpu_align(valid_bytes);
+
+  OKV_RETURN_IF_ERROR(okv_gpu_stream_enter(s));
+  okv_gpu_pack_t p = {0};
+  okv_status_t st = okv_gpu_staging_get(s, upload + okv_gpu_align(lse_bytes), &p.st);
+  if (st != OKV_OK) {
+    pthread_mutex_unlock(&s->mutex);
+    return st;
+  }
+  okv_gpu_attention_args_t a = {0};
+  a.kv_pool = okv_gpu_addr(d->kv_pool, 0);
+  a.block_bytes = okv_block_bytes(d->kv_dtype, D);
+  a.ws_offsets = okv_gpu_pack(&p, d->ws_offsets, off_bytes);
+  a.ws_slots = okv_gpu_pack(&p, d->ws_slots, slot_bytes);
+  a.ws_valid = okv_gpu_pack(&p, d->ws_valid, valid_bytes);
+  a.lse = mass ? okv_gpu_pack(&p, NULL, lse_bytes) : 0;
+  a.q = okv_gpu_addr(d->q, d->q_offset);
+  a.inflight_kv = d->n_inflight > 0 ? okv_gpu_addr(d->inflight_kv, d->inflight_offset) : 0;
+  a.out = okv_gpu_addr(d->out, d->out_offset);
+  a.block_mass = mass ? okv_gpu_addr(d->block_mass, d->mass_offset) : 0;
+  a.n_seqs = d->n_seqs;
+  a.n_kv_heads = d->n_kv_heads;
+  a.group_size = G;
+  a.head_dim = D;
+  a.n_query_tokens = T;
+  a.kv_dtype = (uint32_t)d->kv_dtype;
+  a.n_inflight = d->n_inflight;
+  a.rows_per_cta = (uint32_t)R;
+  a.scale = 1.0f / sqrtf((float)D);
+  st = okv_gpu_pack_upload(s, &p, upload);
+  if (st == OKV_OK)
+    st = okv_gpu_launch(s, OKV_GPU_FN_ATTENTION, (uint32_t)U, (uint32_t)n_chunks, OKV_GPU_ATTENTION_THREADS, smem, &a);
+  if (st == OKV_OK && mass)
+    st = okv_gpu_launch(s, OKV_GPU_FN_ATTENTION_MASS, (uint32_t)U, T, OKV_GPU_MASS_THREADS, 0, &a);
+  okv_hal_buffer_t *bufs[5] = {d->kv_pool, d->q, d->n_inflight > 0 ? d->inflight_kv : NULL, d->out,
+                               mass ? d->block_mass : NULL};
+  return okv_gpu_op_end(s, st, p.st, bufs, 5);
+}
+
+okv_status_t okv_gpu_summarize_blocks(okv_hal_stream_t *stream, const okv_summary_desc_t *d) {
+  okv_gpu_stream_t *s = (okv_gpu_stream_t *)stream;
+  if (d->n_blocks == 0 || d->head_dim == 0) return OKV_OK;
+  const size_t n = d->n_blocks;
+  const size_t upload = okv_gpu_align(n * 8u) * 2u + okv_gpu_align(n);
+  OKV_RETURN_IF_ERROR(okv_gpu_stream_enter(s));
+  okv_gpu_pack_t p = {0};
+  okv_status_t st = okv_gpu_staging_get(s, upload, &p.st);
+  if (st != OKV_OK) {
+    pthread_mutex_unlock(&s->mutex);
+    return st;
+  }
+  okv_gpu_summary_args_t a = {0};
+  a.kv = okv_gpu_addr(d->kv, 0);
+  a.block_bytes = okv_block_bytes(d->kv_dtype, d->head_dim);
+  a.summaries = okv_gpu_addr(d->summaries, 0);
+  a.block_index = okv_gpu_pack(&p, d->block_index, n * 8u);
+  a.summary_index = okv_gpu_pack(&p, d->summary_index, n * 8u);
+  a.valid = okv_gpu_pack(&p, d->valid, n);
+  a.n_blocks = d->n_blocks;
+  a.head_dim = d->head_dim;
+  a.kv_dtype = (uint32_t)d->kv_dtype;
+  st = okv_gpu_pack_upload(s, &p, upload);
+  if (st == OKV_OK)
+    st = okv_gpu_launch(s, OKV_GPU_FN_SUMMARIZE, okv_gpu_grid_cap(n), 1, OKV_GPU_SUMMARY_THREADS, 0, &a);
+  okv_hal_buffer_t *bufs[2] = {d->kv, d->summaries};
+  return okv_gpu_op_end(s, st, p.st, bufs, 2);
+}
+
+/* True when some summary index appears twice (then entries apply in order). */
+static bool okv_gpu_has_duplicates(const okv_allocator_t *al, const uint64_t *idx, uint32_t n, bool *out_oom) {
+  *out_oom = false;
+  if (n < 2) return false;
+  size_t cap = 16;
+  while (cap < (size_t)n * 2) cap *= 2;
+  uint64_t *table = okv_malloc(al, cap * sizeof(uint64_t));
+  if (!table) {
+    *out_oom = true;
+    return true;
+  }
+  memset(table, 0xff, cap * sizeof(uint64_t)); /* UINT64_MAX = empty */
+  bool dup = false;
+  for (uint32_t i = 0; i < n && !dup; ++i) {
+    const uint64_t key = idx[i];
+    if (key == UINT64_MAX) { /* cannot be stored: treat as possibly repeated */
+      dup = true;
+      break;
+    }
+    size_t h = (size_t)((key * 0x9e3779b97f4a7c15ull) >> 17) & (cap - 1);
+    while (table[h] != UINT64_MAX && table[h] != key) h = (h + 1) & (cap - 1);
+    if (table[h] == key) dup = true;
+    table[h] = key;
+  }
+  okv_free(al, table);
+  return dup;
+}
+
+okv_status_t okv_gpu_summary_append(okv_hal_stream_t *stream, okv_hal_buffer_t *summaries, uint32_t head_dim,
+                                    okv_dtype_t kv_dtype, uint32_t n, const uint64_t *summary_index,
+                                    const float *keys, const uint8_t *first) {
+  okv_gpu_stream_t *s = (okv_gpu_stream_t *)stream;
+  if (n == 0 || head_dim == 0) return OKV_OK;
+  const okv_allocator_t *al = &stream->device->allocator;
+  bool oom = false;
+  const bool dup = okv_gpu_has_duplicates(al, summary_index, n, &oom);
+  (void)oom; /* without the table the in-order launch is used: correct, slower */
+  const size_t key_bytes = (size_t)n * head_dim * 4u;
+  const size_t upload = okv_gpu_align(n * 8u) + okv_gpu_align(key_bytes) + okv_gpu_align(n);
+  OKV_RETURN_IF_ERROR(okv_gpu_stream_enter(s));
+  okv_gpu_pack_t p = {0};
+  okv_status_t st = okv_gpu_staging_get(s, upload, &p.st);
+  if (st != OKV_OK) {
+    pthread_mutex_unlock(&s->mutex);
+    return st;
+  }
+  okv_gpu_append_args_t a = {0};
+  a.summaries = okv_gpu_addr(summaries, 0);
+  a.summary_index = okv_gpu_pack(&p, summary_index, n * 8u);
+  /* Keys rounded through the KV dtype, so the summary bounds the stored key. */
+  float *kr = (float *)((unsigned char *)p.st->host + p.used);
+  a.keys = okv_gpu_pack(&p, NULL, key_bytes);
+  const size_t n_el = (size_t)n * head_dim;
+  for (size_t i = 0; i < n_el; ++i) {
+    float k = keys[i];
+    if (kv_dtype == OKV_DTYPE_F16) {
+      k = okv_f16_to_f32(okv_f32_to_f16(k));
+    } else if (kv_dtype == OKV_DTYPE_BF16) {
+      k = okv_bf16_to_f32(okv_f32_to_bf16(k));
+    }
+    kr[i] = k;
+  }
+  a.first = okv_gpu_pack(&p, first, n);
+  a.n = n;
+  a.head_dim = head_dim;
+  st = okv_gpu_pack_upload(s, &p, upload);
+  if (st == OKV_OK)
+    st = okv_gpu_launch(s, OKV_GPU_FN_SUMMARY_APPEND, dup ? 1u : okv_gpu_grid_cap(n), 1, OKV_GPU_SUMMARY_THREADS, 0,
+                        &a);
+  okv_hal_buffer_t *bufs[1] = {summaries};
+  return okv_gpu_op_end(s, st, p.st, bufs, 1);
+}
+
+okv_status_t okv_gpu_score_blocks(okv_hal_stream_t *stream, const okv_score_desc_t *d) {
+  okv_gpu_stream_t *s = (okv_gpu_stream_t *)stream;
+  const uint64_t U = (uint64_t)d->n_seqs * d->n_kv_heads;
+  if (U == 0 || d->head_dim == 0 || d->group_size == 0 || d->t_end <= d->t_begin) return OKV_OK;
+  uint32_t max_n = 0;
+  for (uint64_t u = 0; u < U; ++u) max_n = d->seg_n_blocks[u] > max_n ? d->seg_n_blocks[u] : max_n;
+  if (max_n == 0) return OKV_OK;
+  const uint64_t gy = (max_n + OKV_GPU_SCORE_BLOCKS_PER_CTA - 1) / OKV_GPU_SCORE_BLOCKS_PER_CTA;
+  if (U > 0x7fffffffu || gy > 65535u)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "seg_n_blocks: %u blocks per segment exceed the GPU grid",
+                           max_n);
+  const size_t upload = okv_gpu_align(U * 8u) * 2u + okv_gpu_align(U * 4u);
+  OKV_RETURN_IF_ERROR(okv_gpu_stream_enter(s));
+  okv_gpu_pack_t p = {0};
+  okv_status_t st = okv_gpu_staging_get(s, upload, &p.st);
+  if (st != OKV_OK) {
+    pthread_mutex_unlock(&s->mutex);
+    return st;
+  }
+  okv_gpu_score_args_t a = {0};
+  a.q = okv_gpu_addr(d->q, d->q_offset);
+  a.summaries = okv_gpu_addr(d->summaries, 0);
+  a.scores = okv_gpu_addr(d->scores, 0);
+  a.seg_summary_first = okv_gpu_pack(&p, d->seg_summary_first, U * 8u);
+  a.seg_score_first = okv_gpu_pack(&p, d->seg_score_first, U * 8u);
+  a.seg_n_blocks = okv_gpu_pack(&p, d->seg_n_blocks, U * 4u);
+  a.n_seqs = d->n_seqs;
+  a.n_kv_heads = d->n_kv_heads;
+  a.group_size = d->group_size;
+  a.head_dim = d->head_dim;
+  a.n_query_tokens = d->n_query_tokens;
+  a.t_begin = d->t_begin;
+  a.t_end = d->t_end;
+  a.scale = 1.0f / sqrtf((float)d->head_dim);
+  st = okv_gpu_pack_upload(s, &p, upload);
+  if (st == OKV_OK)
+    st = okv_gpu_launch(s, OKV_GPU_FN_SCORE, (uint32_t)U, (uint32_t)gy, OKV_GPU_SCORE_THREADS, 0, &a);
+  okv_hal_buffer_t *bufs[3] = {d->q, d->summaries, d->scores};
+  return okv_gpu_op_end(s, st, p.st, bufs, 3);
+}
+
+okv_status_t okv_gpu_topk(okv_hal_stream_t *stream, const okv_topk_desc_t *d) {
+  okv_gpu_stream_t *s = (okv_gpu_stream_t *)stream;
+  okv_gpu_device_t *dev = okv_gpu_stream_dev(s);
+  const uint32_t U = d->n_segments;
+  if (U == 0 || d->k == 0) return OKV_OK;
+  uint32_t max_n = 0;
+  for (uint32_t u = 0; u < U; ++u) max_n = d->seg_n[u] > max_n ? d->seg_n[u] : max_n;
+  const uint64_t bitmap_bytes = 4ull * ((max_n + 31ull) / 32ull);
+  const uint64_t smem_cap = dev->smem_max_bytes > OKV_GPU_TOPK_STATIC_SMEM_BYTES
+                                ? dev->smem_max_bytes - OKV_GPU_TOPK_STATIC_SMEM_BYTES
+                                : 0;
+  if (bitmap_bytes > smem_cap || U > 0x7fffffffu)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "seg_n: %u blocks in one segment exceed the GPU top-K limit",
+                           max_n);
+  const size_t n_excl = d->excl_offsets ? d->excl_offsets[U] : 0;
+  const size_t upload = okv_gpu_align((size_t)U * 8u) + okv_gpu_align((size_t)U * 4u) +
+                        (d->excl_offsets ? okv_gpu_align(((size_t)U + 1) * 4u) + okv_gpu_align(n_excl * 4u) : 0);
+  OKV_RETURN_IF_ERROR(okv_gpu_stream_enter(s));
+  okv_gpu_pack_t p = {0};
+  okv_status_t st = okv_gpu_staging_get(s, upload, &p.st);
+  if (st != OKV_OK) {
+    pthread_mutex_unlock(&s->mutex);
+    return st;
+  }
+  okv_gpu_topk_args_t a = {0};
+  a.scores = okv_gpu_addr(d->scores, 0);
+  a.seg_score_first = okv_gpu_pack(&p, d->seg_score_first, (size_t)U * 8u);
+  a.seg_n = okv_gpu_pack(&p, d->seg_n, (size_t)U * 4u);
+  if (d->excl_offsets) {
+    a.excl_offsets = okv_gpu_pack(&p, d->excl_offsets, ((size_t)U + 1) * 4u);
+    a.excl_blocks = okv_gpu_pack(&p, d->excl_blocks, n_excl * 4u);
+  }
+  a.out_indices = okv_gpu_addr(d->out_indices, d->out_offset);
+  a.out_counts = d->out_counts ? okv_gpu_addr(d->out_counts, d->counts_offset) : 0;
+  a.n_segments = U;
+  a.k = d->k;
+  st = okv_gpu_pack_upload(s, &p, upload);
+  if (st == OKV_OK)
+    st = okv_gpu_launch(s, OKV_GPU_FN_TOPK, U, 1, OKV_GPU_TOPK_THREADS, (uint32_t)bitmap_bytes, &a);
+  okv_hal_buffer_t *bufs[3] = {d->scores, d->out_indices, d->out_counts};
+  return okv_gpu_op_end(s, st, p.st, bufs, 3);
+}

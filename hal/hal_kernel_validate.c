@@ -1,0 +1,263 @@
+/* Kernel descriptor validation: every shape, index and buffer range of the
+ * kernel entry points, overflow-safe, checked completely before anything is
+ * enqueued. INVALID_ARGUMENT names the entry point and the field; nothing is
+ * written. Semantics of each kernel: include/oasiskv/kernels.h and
+ * docs/kernels.md.
+ * Owns: nothing; pure checks.
+ * May touch: descriptors, host arrays, buffers and streams read-only (live
+ * checks through hal_live.c). Never calls a backend. */
+#include "hal/hal_internal.h"
+
+/* ---- validation helpers ---- */
+
+#define INVALID(...) okv_status_make(OKV_STATUS_INVALID_ARGUMENT, __VA_ARGS__)
+
+/* a * b with overflow detection. */
+static bool mul_u64(uint64_t a, uint64_t b, uint64_t *out) { return !__builtin_mul_overflow(a, b, out); }
+
+static okv_status_t check_stream(const okv_hal_stream_t *stream, const char *fn) {
+  okv_status_t s = okv_hal_check_live(stream, OKV_HAL_KIND_STREAM, "stream");
+  if (s != OKV_OK) return okv_status_annotate(s, "%s", fn);
+  if (stream->device == NULL || stream->device->vtable == NULL)
+    return INVALID("%s: stream has no device", fn);
+  return OKV_OK;
+}
+
+/* Checks that `buf` is a buffer of the stream's device and that
+ * [offset, offset + bytes) fits in it; offset must be 4-byte aligned (f32/u32 data)
+ * when `align4`. */
+static okv_status_t check_range(const okv_hal_stream_t *stream, const okv_hal_buffer_t *buf, uint64_t offset,
+                                uint64_t bytes, bool align4, const char *fn, const char *name) {
+  okv_status_t s = okv_hal_check_live(buf, OKV_HAL_KIND_BUFFER, name);
+  if (s != OKV_OK) return okv_status_annotate(s, "%s", fn);
+  if (buf->device != stream->device) return INVALID("%s: %s belongs to another device than the stream", fn, name);
+  if (align4 && (offset & 3u)) return INVALID("%s: offset of %s (%llu) is not 4-byte aligned", fn, name,
+                                               (unsigned long long)offset);
+  if (offset > buf->size || bytes > buf->size - offset)
+    return INVALID("%s: %s range [%llu, +%llu bytes) exceeds its size %llu", fn, name, (unsigned long long)offset,
+                   (unsigned long long)bytes, (unsigned long long)buf->size);
+  return OKV_OK;
+}
+
+/* Number of whole items of `item_bytes` that fit in `buf`. */
+static uint64_t items_in(const okv_hal_buffer_t *buf, uint64_t item_bytes) {
+  return item_bytes ? buf->size / item_bytes : 0;
+}
+
+static okv_status_t check_head_dim(uint32_t head_dim, const char *fn) {
+  if (head_dim < 1 || head_dim > 256) return INVALID("%s: head_dim %u not in 1..256", fn, head_dim);
+  return OKV_OK;
+}
+
+static okv_status_t check_dtype(okv_dtype_t dtype, const char *fn) {
+  if ((unsigned)dtype >= (unsigned)OKV_DTYPE_COUNT) return INVALID("%s: kv_dtype %d is not a dtype", fn, (int)dtype);
+  return OKV_OK;
+}
+
+/* Checks a CSR offsets array of n + 1 entries: [0] == 0, monotone. */
+static okv_status_t check_csr(const uint32_t *offsets, uint64_t n, const char *fn, const char *name) {
+  if (offsets == NULL) return INVALID("%s: %s is NULL", fn, name);
+  if (offsets[0] != 0) return INVALID("%s: %s[0] is %u, must be 0", fn, name, offsets[0]);
+  for (uint64_t i = 0; i < n; i++)
+    if (offsets[i + 1] < offsets[i])
+      return INVALID("%s: %s not monotone at %llu (%u > %u)", fn, name, (unsigned long long)i, offsets[i],
+                     offsets[i + 1]);
+  return OKV_OK;
+}
+
+/* ---- attention ---- */
+
+okv_status_t okv_hal_validate_attention(const okv_hal_stream_t *stream, const okv_attention_desc_t *d) {
+  static const char fn[] = "okv_hal_attention_async";
+  OKV_RETURN_IF_ERROR(check_stream(stream, fn));
+  if (d == NULL) return INVALID("%s: desc is NULL", fn);
+  if (d->n_seqs < 1) return INVALID("%s: n_seqs is 0", fn);
+  if (d->n_kv_heads < 1) return INVALID("%s: n_kv_heads is 0", fn);
+  if (d->group_size < 1) return INVALID("%s: group_size is 0", fn);
+  OKV_RETURN_IF_ERROR(check_head_dim(d->head_dim, fn));
+  if (d->n_query_tokens < 1 || d->n_query_tokens > 4)
+    return INVALID("%s: n_query_tokens %u not in 1..4", fn, d->n_query_tokens);
+  OKV_RETURN_IF_ERROR(check_dtype(d->kv_dtype, fn));
+  if (d->n_inflight > d->n_query_tokens)
+    return INVALID("%s: n_inflight %u exceeds n_query_tokens %u", fn, d->n_inflight, d->n_query_tokens);
+
+  uint64_t n_units, n_q_heads, row, q_bytes;
+  if (!mul_u64(d->n_seqs, d->n_kv_heads, &n_units) || n_units > UINT32_MAX - 1u)
+    return INVALID("%s: n_seqs * n_kv_heads too large", fn);
+  if (!mul_u64(d->n_kv_heads, d->group_size, &n_q_heads) || n_q_heads > UINT32_MAX)
+    return INVALID("%s: n_kv_heads * group_size too large", fn);
+  if (!mul_u64(n_q_heads, d->head_dim, &row) || !mul_u64(row, 4u * d->n_query_tokens, &row) ||
+      !mul_u64(row, d->n_seqs, &q_bytes))
+    return INVALID("%s: q size overflows", fn);
+
+  /* Slot pool. */
+  uint64_t slot_bytes = okv_block_bytes(d->kv_dtype, d->head_dim), pool_bytes;
+  if (d->kv_pool == NULL) return INVALID("%s: kv_pool is NULL", fn);
+  if (!mul_u64(d->n_slots, slot_bytes, &pool_bytes))
+    return INVALID("%s: n_slots %llu * slot bytes overflows", fn, (unsigned long long)d->n_slots);
+  OKV_RETURN_IF_ERROR(check_range(stream, d->kv_pool, 0, pool_bytes, false, fn, "kv_pool (n_slots slots)"));
+
+  /* Working sets. */
+  OKV_RETURN_IF_ERROR(check_csr(d->ws_offsets, n_units, fn, "ws_offsets"));
+  uint64_t n_ws = d->ws_offsets[n_units];
+  if (n_ws > 0) {
+    if (d->ws_slots == NULL) return INVALID("%s: ws_slots is NULL", fn);
+    if (d->ws_valid == NULL) return INVALID("%s: ws_valid is NULL", fn);
+    for (uint64_t i = 0; i < n_ws; i++) {
+      if (d->ws_slots[i] >= d->n_slots)
+        return INVALID("%s: ws_slots[%llu] = %u is not < n_slots %llu", fn, (unsigned long long)i, d->ws_slots[i],
+                       (unsigned long long)d->n_slots);
+      if (d->ws_valid[i] < 1 || d->ws_valid[i] > OKV_BLOCK_TOKENS)
+        return INVALID("%s: ws_valid[%llu] = %u not in 1..16", fn, (unsigned long long)i, d->ws_valid[i]);
+    }
+  }
+
+  OKV_RETURN_IF_ERROR(check_range(stream, d->q, d->q_offset, q_bytes, true, fn, "q"));
+  OKV_RETURN_IF_ERROR(check_range(stream, d->out, d->out_offset, q_bytes, true, fn, "out"));
+
+  if (d->n_inflight == 0) {
+    if (d->inflight_kv != NULL) return INVALID("%s: inflight_kv must be NULL when n_inflight is 0", fn);
+  } else {
+    uint64_t in_bytes;
+    if (!mul_u64((uint64_t)d->n_seqs * d->n_inflight * 2u, (uint64_t)d->n_kv_heads * d->head_dim * 4u, &in_bytes))
+      return INVALID("%s: inflight_kv size overflows", fn);
+    OKV_RETURN_IF_ERROR(check_range(stream, d->inflight_kv, d->inflight_offset, in_bytes, true, fn, "inflight_kv"));
+  }
+  if (d->block_mass != NULL) {
+    uint64_t mass_bytes = n_ws * d->n_query_tokens * 4u; /* n_ws < 2^32, T <= 4: no overflow */
+    OKV_RETURN_IF_ERROR(check_range(stream, d->block_mass, d->mass_offset, mass_bytes, true, fn, "block_mass"));
+  }
+  return OKV_OK;
+}
+
+/* ---- summaries ---- */
+
+okv_status_t okv_hal_validate_summary(const okv_hal_stream_t *stream, const okv_summary_desc_t *d) {
+  static const char fn[] = "okv_hal_summarize_blocks_async";
+  OKV_RETURN_IF_ERROR(check_stream(stream, fn));
+  if (d == NULL) return INVALID("%s: desc is NULL", fn);
+  OKV_RETURN_IF_ERROR(check_head_dim(d->head_dim, fn));
+  OKV_RETURN_IF_ERROR(check_dtype(d->kv_dtype, fn));
+  OKV_RETURN_IF_ERROR(check_range(stream, d->kv, 0, 0, false, fn, "kv"));
+  OKV_RETURN_IF_ERROR(check_range(stream, d->summaries, 0, 0, false, fn, "summaries"));
+  if (d->n_blocks == 0) return OKV_OK;
+  if (d->block_index == NULL) return INVALID("%s: block_index is NULL", fn);
+  if (d->valid == NULL) return INVALID("%s: valid is NULL", fn);
+  if (d->summary_index == NULL) return INVALID("%s: summary_index is NULL", fn);
+  uint64_t n_kv_blocks = items_in(d->kv, okv_block_bytes(d->kv_dtype, d->head_dim));
+  uint64_t n_summaries = items_in(d->summaries, okv_summary_bytes(d->head_dim));
+  for (uint32_t i = 0; i < d->n_blocks; i++) {
+    if (d->block_index[i] >= n_kv_blocks)
+      return INVALID("%s: block_index[%u] = %llu: block outside kv (%llu blocks)", fn, i,
+                     (unsigned long long)d->block_index[i], (unsigned long long)n_kv_blocks);
+    if (d->valid[i] < 1 || d->valid[i] > OKV_BLOCK_TOKENS)
+      return INVALID("%s: valid[%u] = %u not in 1..16", fn, i, d->valid[i]);
+    if (d->summary_index[i] >= n_summaries)
+      return INVALID("%s: summary_index[%u] = %llu outside summaries (%llu summaries)", fn, i,
+                     (unsigned long long)d->summary_index[i], (unsigned long long)n_summaries);
+  }
+  return OKV_OK;
+}
+
+okv_status_t okv_hal_validate_summary_append(const okv_hal_stream_t *stream, const okv_hal_buffer_t *summaries,
+                                             uint32_t head_dim, okv_dtype_t kv_dtype, uint32_t n,
+                                             const uint64_t *summary_index, const float *keys, const uint8_t *first) {
+  static const char fn[] = "okv_hal_summary_append_async";
+  OKV_RETURN_IF_ERROR(check_stream(stream, fn));
+  OKV_RETURN_IF_ERROR(check_head_dim(head_dim, fn));
+  OKV_RETURN_IF_ERROR(check_dtype(kv_dtype, fn));
+  OKV_RETURN_IF_ERROR(check_range(stream, summaries, 0, 0, false, fn, "summaries"));
+  if (n == 0) return OKV_OK;
+  if (summary_index == NULL) return INVALID("%s: summary_index is NULL", fn);
+  if (keys == NULL) return INVALID("%s: keys is NULL", fn);
+  if (first == NULL) return INVALID("%s: first is NULL", fn);
+  uint64_t n_summaries = items_in(summaries, okv_summary_bytes(head_dim));
+  for (uint32_t i = 0; i < n; i++)
+    if (summary_index[i] >= n_summaries)
+      return INVALID("%s: summary_index[%u] = %llu outside summaries (%llu summaries)", fn, i,
+                     (unsigned long long)summary_index[i], (unsigned long long)n_summaries);
+  return OKV_OK;
+}
+
+/* ---- scoring ---- */
+
+okv_status_t okv_hal_validate_score(const okv_hal_stream_t *stream, const okv_score_desc_t *d) {
+  static const char fn[] = "okv_hal_score_blocks_async";
+  OKV_RETURN_IF_ERROR(check_stream(stream, fn));
+  if (d == NULL) return INVALID("%s: desc is NULL", fn);
+  if (d->n_seqs < 1) return INVALID("%s: n_seqs is 0", fn);
+  if (d->n_kv_heads < 1) return INVALID("%s: n_kv_heads is 0", fn);
+  if (d->group_size < 1) return INVALID("%s: group_size is 0", fn);
+  OKV_RETURN_IF_ERROR(check_head_dim(d->head_dim, fn));
+  if (d->n_query_tokens < 1 || d->n_query_tokens > 4)
+    return INVALID("%s: n_query_tokens %u not in 1..4", fn, d->n_query_tokens);
+  if (!(d->t_begin < d->t_end && d->t_end <= d->n_query_tokens))
+    return INVALID("%s: [t_begin %u, t_end %u) is not a non-empty range within n_query_tokens %u", fn, d->t_begin,
+                   d->t_end, d->n_query_tokens);
+  uint64_t n_units, n_q_heads, q_bytes;
+  if (!mul_u64(d->n_seqs, d->n_kv_heads, &n_units) || n_units > UINT32_MAX)
+    return INVALID("%s: n_seqs * n_kv_heads too large", fn);
+  if (!mul_u64(d->n_kv_heads, d->group_size, &n_q_heads) || n_q_heads > UINT32_MAX ||
+      !mul_u64(n_q_heads, (uint64_t)d->head_dim * 4u * d->n_query_tokens, &q_bytes) ||
+      !mul_u64(q_bytes, d->n_seqs, &q_bytes))
+    return INVALID("%s: q size overflows", fn);
+  OKV_RETURN_IF_ERROR(check_range(stream, d->q, d->q_offset, q_bytes, true, fn, "q"));
+  OKV_RETURN_IF_ERROR(check_range(stream, d->summaries, 0, 0, false, fn, "summaries"));
+  OKV_RETURN_IF_ERROR(check_range(stream, d->scores, 0, 0, false, fn, "scores"));
+  if (d->seg_summary_first == NULL) return INVALID("%s: seg_summary_first is NULL", fn);
+  if (d->seg_n_blocks == NULL) return INVALID("%s: seg_n_blocks is NULL", fn);
+  if (d->seg_score_first == NULL) return INVALID("%s: seg_score_first is NULL", fn);
+  uint64_t n_summaries = items_in(d->summaries, okv_summary_bytes(d->head_dim));
+  uint64_t n_scores = items_in(d->scores, 4u);
+  for (uint64_t u = 0; u < n_units; u++) {
+    uint64_t nb = d->seg_n_blocks[u];
+    if (nb == 0) continue;
+    if (d->seg_summary_first[u] > n_summaries || nb > n_summaries - d->seg_summary_first[u])
+      return INVALID("%s: segment %llu: summaries [%llu, +%llu) outside summaries (%llu)", fn,
+                     (unsigned long long)u, (unsigned long long)d->seg_summary_first[u], (unsigned long long)nb,
+                     (unsigned long long)n_summaries);
+    if (d->seg_score_first[u] > n_scores || nb > n_scores - d->seg_score_first[u])
+      return INVALID("%s: segment %llu: scores [%llu, +%llu) outside scores (%llu floats)", fn,
+                     (unsigned long long)u, (unsigned long long)d->seg_score_first[u], (unsigned long long)nb,
+                     (unsigned long long)n_scores);
+  }
+  return OKV_OK;
+}
+
+/* ---- top-K ---- */
+
+okv_status_t okv_hal_validate_topk(const okv_hal_stream_t *stream, const okv_topk_desc_t *d) {
+  static const char fn[] = "okv_hal_topk_async";
+  OKV_RETURN_IF_ERROR(check_stream(stream, fn));
+  if (d == NULL) return INVALID("%s: desc is NULL", fn);
+  if (d->n_segments < 1) return INVALID("%s: n_segments is 0", fn);
+  if (d->k < 1 || d->k > OKV_TOPK_MAX) return INVALID("%s: k %u not in 1..%u", fn, d->k, OKV_TOPK_MAX);
+  OKV_RETURN_IF_ERROR(check_range(stream, d->scores, 0, 0, false, fn, "scores"));
+  if (d->seg_score_first == NULL) return INVALID("%s: seg_score_first is NULL", fn);
+  if (d->seg_n == NULL) return INVALID("%s: seg_n is NULL", fn);
+  uint64_t n_scores = items_in(d->scores, 4u);
+  for (uint32_t u = 0; u < d->n_segments; u++) {
+    uint64_t n = d->seg_n[u];
+    if (n > 65536u) return INVALID("%s: seg_n[%u] = %llu exceeds 65536 blocks", fn, u, (unsigned long long)n);
+    if (n == 0) continue;
+    if (d->seg_score_first[u] > n_scores || n > n_scores - d->seg_score_first[u])
+      return INVALID("%s: segment %u: scores [%llu, +%llu) outside scores (%llu floats)", fn, u,
+                     (unsigned long long)d->seg_score_first[u], (unsigned long long)n,
+                     (unsigned long long)n_scores);
+  }
+  if (d->excl_offsets != NULL) {
+    OKV_RETURN_IF_ERROR(check_csr(d->excl_offsets, d->n_segments, fn, "excl_offsets"));
+    if (d->excl_offsets[d->n_segments] > 0 && d->excl_blocks == NULL) return INVALID("%s: excl_blocks is NULL", fn);
+    for (uint32_t u = 0; u < d->n_segments; u++)
+      for (uint32_t i = d->excl_offsets[u]; i < d->excl_offsets[u + 1]; i++)
+        if (d->excl_blocks[i] >= d->seg_n[u])
+          return INVALID("%s: excl_blocks[%u] = %u is not < seg_n[%u] = %u", fn, i, d->excl_blocks[i], u,
+                         d->seg_n[u]);
+  }
+  uint64_t out_bytes = (uint64_t)d->n_segments * d->k * 4u; /* < 2^32 * 2^9 * 4: no overflow */
+  OKV_RETURN_IF_ERROR(check_range(stream, d->out_indices, d->out_offset, out_bytes, true, fn, "out_indices"));
+  if (d->out_counts != NULL)
+    OKV_RETURN_IF_ERROR(check_range(stream, d->out_counts, d->counts_offset, (uint64_t)d->n_segments * 4u, true, fn,
+                                    "out_counts"));
+  return OKV_OK;
+}
