@@ -38,7 +38,7 @@
 #endif
 
 #include "oasiskv/oasiskv.h"
-#include "tools/cli.h"
+#include "cli.h"
 
 #pragma GCC optimize("fp-contract=fast")
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -121,8 +121,7 @@ static double okv_bench_cpu_read_gbps(okv_bench_simd_t simd, const void *p, size
   for (int r = 0; r < reps + 1; r++) {
     double t0 = okv_bench_now_s();
     float total = 0;
-OKV_OMP(omp parallel num_threads(nt) reduction(+ : total))
-    {
+    OKV_OMP(omp parallel num_threads(nt) reduction(+ : total)) {
       int tid = 0, n = 1;
 #ifdef _OPENMP
       tid = omp_get_thread_num();
@@ -150,8 +149,7 @@ static double okv_bench_cpu_fma_gflops(okv_bench_simd_t simd, int nt) {
   for (int r = 0; r < 30; r++) {
     double t0 = okv_bench_now_s();
     float total = 0;
-OKV_OMP(omp parallel num_threads(nt) reduction(+ : total))
-    {
+    OKV_OMP(omp parallel num_threads(nt) reduction(+ : total)) {
       switch (simd) {
         case OKV_BENCH_SIMD_AVX512: total += okv_bench_fma_avx512(iters, 1.0f); break;
         case OKV_BENCH_SIMD_AVX2: total += okv_bench_fma_avx2(iters, 1.0f); break;
@@ -179,14 +177,14 @@ typedef struct okv_bench_t {
   okv_hal_buffer_t *scratch; /* GPU: copy target for the bandwidth reference */
 } okv_bench_t;
 
-#define BENCH_CHECK(expr)                                                                      \
-  do {                                                                                         \
-    okv_status_t s_ = (expr);                                                                  \
-    if (s_ != OKV_OK) {                                                                        \
-      fprintf(stderr, "oasiskv bench kernels: %s: %s\n", #expr, okv_status_message(s_));      \
-      okv_status_free(s_);                                                                     \
-      goto fail;                                                                               \
-    }                                                                                          \
+#define BENCH_CHECK(expr)                                                                \
+  do {                                                                                   \
+    okv_status_t s_ = (expr);                                                            \
+    if (s_ != OKV_OK) {                                                                  \
+      fprintf(stderr, "oasiskv bench kernels: %s: %s\n", #expr, okv_status_message(s_)); \
+      okv_status_free(s_);                                                               \
+      goto fail;                                                                         \
+    }                                                                                    \
   } while (0)
 
 /* Times launches of fn(arg), each between two events on the stream, for about
@@ -195,8 +193,7 @@ typedef struct okv_bench_t {
  * the minimum is what the kernel costs when it has the cores. */
 typedef okv_status_t (*okv_bench_launch_fn)(okv_bench_t *b, void *arg);
 
-static okv_status_t okv_bench_time(okv_bench_t *b, okv_bench_launch_fn fn, void *arg, double target_s,
-                                   double *out_s) {
+static okv_status_t okv_bench_time(okv_bench_t *b, okv_bench_launch_fn fn, void *arg, double target_s, double *out_s) {
   double t0 = okv_bench_now_s();
   OKV_RETURN_IF_ERROR(fn(b, arg));
   OKV_RETURN_IF_ERROR(okv_hal_stream_synchronize(b->stream));
@@ -382,12 +379,25 @@ static okv_status_t okv_bench_score_make(okv_bench_t *b, uint32_t batch, uint32_
   OKV_RETURN_IF_ERROR(okv_hal_buffer_alloc(b->dev, OKV_TIER_DEVICE, q_floats * 4u, &c->q));
   OKV_RETURN_IF_ERROR(okv_bench_fill_f32(c->summ, n_summ * 2u * D, 11));
   OKV_RETURN_IF_ERROR(okv_bench_fill_f32(c->q, q_floats, 13));
-  c->sdesc = (okv_score_desc_t){.n_seqs = batch, .n_kv_heads = H, .group_size = G, .head_dim = D,
-                                .n_query_tokens = T, .t_begin = 1, .t_end = 2, .q = c->q, .summaries = c->summ,
-                                .seg_summary_first = c->sfirst, .seg_n_blocks = c->segn, .scores = c->scores,
+  c->sdesc = (okv_score_desc_t){.n_seqs = batch,
+                                .n_kv_heads = H,
+                                .group_size = G,
+                                .head_dim = D,
+                                .n_query_tokens = T,
+                                .t_begin = 1,
+                                .t_end = 2,
+                                .q = c->q,
+                                .summaries = c->summ,
+                                .seg_summary_first = c->sfirst,
+                                .seg_n_blocks = c->segn,
+                                .scores = c->scores,
                                 .seg_score_first = c->scfirst};
-  c->tdesc = (okv_topk_desc_t){.n_segments = U, .k = 128, .scores = c->scores, .seg_score_first = c->scfirst,
-                               .seg_n = c->segn, .out_indices = c->idx};
+  c->tdesc = (okv_topk_desc_t){.n_segments = U,
+                               .k = 128,
+                               .scores = c->scores,
+                               .seg_score_first = c->scfirst,
+                               .seg_n = c->segn,
+                               .out_indices = c->idx};
   return OKV_OK;
 }
 
@@ -491,8 +501,8 @@ int okv_cli_bench_kernels(int argc, char **argv) {
            b.threads == 1 ? "" : "s", isa, quick ? ", quick" : "");
     printf("reference: stream %s %.1f GB/s over %.0f MiB; FMA %.1f GFLOP/s\n", b.is_cpu ? "read" : "d2d copy",
            stream_all, (double)(max_slots * slot_bytes) / (1 << 20), fma_gflops);
-    printf("%8s %6s %10s %9s %9s %9s %9s %9s\n", "tokens", "batch", "KV MiB", "time ms", "GB/s", "GFLOP/s",
-           "stream", "roofline");
+    printf("%8s %6s %10s %9s %9s %9s %9s %9s\n", "tokens", "batch", "KV MiB", "time ms", "GB/s", "GFLOP/s", "stream",
+           "roofline");
   }
   double min_roof = INFINITY;
   double attn_k128_s = 0; /* attention over 128 blocks at the scoring batch */
@@ -553,10 +563,12 @@ int okv_cli_bench_kernels(int argc, char **argv) {
   if (!as_json) {
     printf("scoring 16K context, batch %u: %.3f ms (%.1f GB/s of summaries, stream %.1f GB/s) -> roofline %.2f\n",
            score_batch, t_score * 1e3, summ_bytes / t_score / 1e9, stream_sc, score_roof);
-    printf("top-K 128 of 1024 blocks x %u segments: %.3f ms; attention over K=128 blocks: %.3f ms\n",
-           score_batch * 8u, t_topk * 1e3, attn_k128_s * 1e3);
-    printf("attention_roofline_fraction (min over configs) %.2f; scoring_roofline_fraction %.2f; "
-           "scoring_fraction %.2f\n", min_roof, score_roof, score_frac);
+    printf("top-K 128 of 1024 blocks x %u segments: %.3f ms; attention over K=128 blocks: %.3f ms\n", score_batch * 8u,
+           t_topk * 1e3, attn_k128_s * 1e3);
+    printf(
+        "attention_roofline_fraction (min over configs) %.2f; scoring_roofline_fraction %.2f; "
+        "scoring_fraction %.2f\n",
+        min_roof, score_roof, score_frac);
   }
   json_object_object_add(root, "device", json_object_new_string(info.name));
   json_object_object_add(root, "backend", json_object_new_string(info.backend));

@@ -21,7 +21,7 @@
 #include <time.h>
 
 #include "oasiskv/oasiskv.h"
-#include "tools/cli.h"
+#include "cli.h"
 
 typedef struct bench_opts_t {
   const char *backend;
@@ -94,8 +94,8 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
       usage();
       return 1;
     }
-    static const char *const valued[] = {"--backend", "--seqs",       "--context", "--layers", "--budget",
-                                         "--steps",   "--warmup",     "--host-gib", "--fetch-ratio", "--noise"};
+    static const char *const valued[] = {"--backend", "--seqs",   "--context",  "--layers",      "--budget",
+                                         "--steps",   "--warmup", "--host-gib", "--fetch-ratio", "--noise"};
     bool known = false;
     for (size_t j = 0; j < sizeof valued / sizeof valued[0]; j++) known |= strcmp(a, valued[j]) == 0;
     if (!known) {
@@ -107,16 +107,26 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
       fprintf(stderr, "oasiskv bench runtime: %s needs a value\n", a);
       return 2;
     }
-    if (strcmp(a, "--backend") == 0) o->backend = v;
-    else if (strcmp(a, "--seqs") == 0) ok = parse_u32(v, &o->n_seqs) && o->n_seqs > 0;
-    else if (strcmp(a, "--context") == 0) ok = parse_u32(v, &o->context_tokens) && o->context_tokens > 0;
-    else if (strcmp(a, "--layers") == 0) ok = parse_u32(v, &o->n_layers);
-    else if (strcmp(a, "--budget") == 0) ok = parse_u32(v, &o->budget_blocks);
-    else if (strcmp(a, "--steps") == 0) ok = parse_u32(v, &o->steps) && o->steps > 0;
-    else if (strcmp(a, "--warmup") == 0) ok = parse_u32(v, &o->warmup);
-    else if (strcmp(a, "--host-gib") == 0) ok = parse_f64(v, &o->host_gib) && o->host_gib > 0;
-    else if (strcmp(a, "--fetch-ratio") == 0) ok = parse_f64(v, &o->fetch_ratio);
-    else if (strcmp(a, "--noise") == 0) ok = parse_f64(v, &o->noise) && o->noise >= 0;
+    if (strcmp(a, "--backend") == 0)
+      o->backend = v;
+    else if (strcmp(a, "--seqs") == 0)
+      ok = parse_u32(v, &o->n_seqs) && o->n_seqs > 0;
+    else if (strcmp(a, "--context") == 0)
+      ok = parse_u32(v, &o->context_tokens) && o->context_tokens > 0;
+    else if (strcmp(a, "--layers") == 0)
+      ok = parse_u32(v, &o->n_layers);
+    else if (strcmp(a, "--budget") == 0)
+      ok = parse_u32(v, &o->budget_blocks);
+    else if (strcmp(a, "--steps") == 0)
+      ok = parse_u32(v, &o->steps) && o->steps > 0;
+    else if (strcmp(a, "--warmup") == 0)
+      ok = parse_u32(v, &o->warmup);
+    else if (strcmp(a, "--host-gib") == 0)
+      ok = parse_f64(v, &o->host_gib) && o->host_gib > 0;
+    else if (strcmp(a, "--fetch-ratio") == 0)
+      ok = parse_f64(v, &o->fetch_ratio);
+    else if (strcmp(a, "--noise") == 0)
+      ok = parse_f64(v, &o->noise) && o->noise >= 0;
     else {
       fprintf(stderr, "oasiskv bench runtime: unknown option %s\n", a);
       usage();
@@ -287,7 +297,8 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     json_object_object_add(jout, "steps", json_object_new_int64(o.steps));
     json_object_object_add(jout, "load_seconds", json_object_new_double(t_load));
     json_object_object_add(jout, "step_seconds", json_object_new_double(t_steps / n_steps));
-    json_object_object_add(jout, "bookkeeping_seconds_per_step", json_object_new_double(cum.bookkeeping_seconds / n_steps));
+    json_object_object_add(jout, "bookkeeping_seconds_per_step",
+                           json_object_new_double(cum.bookkeeping_seconds / n_steps));
     json_object_object_add(jout, "attention_seconds_per_step", json_object_new_double(cum.attention_seconds / n_steps));
     json_object_object_add(jout, "stall_seconds_per_step", json_object_new_double(cum.stall_seconds / n_steps));
     json_object_object_add(jout, "overhead_fraction", json_object_new_double(overhead));
@@ -299,15 +310,17 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     json_object_object_add(jout, "admitted", json_object_new_int64((int64_t)cum.admitted));
     json_object_object_add(jout, "deferred", json_object_new_int64((int64_t)cum.deferred));
     if (o.recall)
-      json_object_object_add(jout, "recall", json_object_new_double(cum.recall_total ? (double)cum.recall_hits / cum.recall_total : 0.0));
+      json_object_object_add(
+          jout, "recall", json_object_new_double(cum.recall_total ? (double)cum.recall_hits / cum.recall_total : 0.0));
     json_object *layers = json_object_new_array();
     for (uint32_t l = 0; l < L; l++) {
       okv_step_stats_t ls;
       okv_status_free(okv_runtime_stats(rt, l, &ls));
       json_object *jl = json_object_new_object();
       json_object_object_add(jl, "layer", json_object_new_int64(l));
-      json_object_object_add(jl, "overhead_fraction",
-                             json_object_new_double(ls.attention_seconds > 0 ? ls.bookkeeping_seconds / ls.attention_seconds : 0.0));
+      json_object_object_add(
+          jl, "overhead_fraction",
+          json_object_new_double(ls.attention_seconds > 0 ? ls.bookkeeping_seconds / ls.attention_seconds : 0.0));
       json_object_object_add(jl, "bytes_per_step",
                              json_object_new_double((double)ls.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE] / n_steps));
       json_object_array_add(layers, jl);
@@ -315,10 +328,11 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     json_object_object_add(jout, "layers", layers);
     printf("%s\n", json_object_to_json_string_ext(jout, JSON_C_TO_STRING_PRETTY));
   } else {
-    printf("oasiskv bench runtime: %s (%s), %u seqs x %u tokens, %u layers, %u/%u heads x %u, %s, K = %u, C = %u, "
-           "%u steps (load %.1f s)\n",
-           o.backend, info.name, o.n_seqs, o.context_tokens, L, nq, H, hd, okv_dtype_name(dt), o.budget_blocks, C,
-           o.steps, t_load);
+    printf(
+        "oasiskv bench runtime: %s (%s), %u seqs x %u tokens, %u layers, %u/%u heads x %u, %s, K = %u, C = %u, "
+        "%u steps (load %.1f s)\n",
+        o.backend, info.name, o.n_seqs, o.context_tokens, L, nq, H, hd, okv_dtype_name(dt), o.budget_blocks, C, o.steps,
+        t_load);
     printf("%-6s %14s %14s %10s %14s %14s\n", "layer", "bookkeep_us", "attention_us", "overhead", "bytes/step",
            "cap_bytes/step");
     double cap_layer = cap_bytes / L;

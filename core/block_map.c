@@ -1,5 +1,5 @@
 /* Head-wise logical-to-logical map (see core/block_map.h). */
-#include "core/block_map.h"
+#include "block_map.h"
 
 #include <string.h>
 
@@ -9,17 +9,17 @@ okv_status_t okv_block_map_init(okv_block_map_t *map, const okv_allocator_t *a, 
 }
 
 void okv_block_map_free(okv_block_map_t *map, const okv_allocator_t *a) {
-  void *arrs[] = {map->slot_of,  map->last_selected, map->res_pos,      map->mark,
+  void *arrs[] = {map->slot_of,  map->last_selected, map->res_pos,     map->mark,
                   map->resident, map->free_slots,    map->slot_tokens, map->summary_stale};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++)
     if (arrs[i] != NULL) okv_free(a, arrs[i]);
   memset(map, 0, sizeof *map);
 }
 
-static okv_status_t grow_u32(const okv_allocator_t *a, uint32_t **arr, uint32_t old_n, uint32_t new_n,
-                             uint32_t fill) {
+static okv_status_t grow_u32(const okv_allocator_t *a, uint32_t **arr, uint32_t old_n, uint32_t new_n, uint32_t fill) {
   uint32_t *p = okv_realloc(a, *arr, (size_t)new_n * sizeof(uint32_t));
-  if (p == NULL) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "block map: host allocator failed for %u entries", new_n);
+  if (p == NULL)
+    return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "block map: host allocator failed for %u entries", new_n);
   for (uint32_t i = old_n; i < new_n; i++) p[i] = fill;
   *arr = p;
   return OKV_OK;
@@ -27,7 +27,8 @@ static okv_status_t grow_u32(const okv_allocator_t *a, uint32_t **arr, uint32_t 
 
 static okv_status_t grow_u8(const okv_allocator_t *a, uint8_t **arr, uint32_t old_n, uint32_t new_n) {
   uint8_t *p = okv_realloc(a, *arr, (size_t)new_n);
-  if (p == NULL) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "block map: host allocator failed for %u entries", new_n);
+  if (p == NULL)
+    return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "block map: host allocator failed for %u entries", new_n);
   memset(p + old_n, 0, (size_t)(new_n - old_n));
   *arr = p;
   return OKV_OK;

@@ -16,7 +16,7 @@
 #include "oasiskv/allocator.h"
 #include "oasiskv/status.h"
 
-#define OKV_NO_SLOT UINT32_MAX
+#define OKV_NO_SLOT  UINT32_MAX
 #define OKV_NO_BLOCK UINT32_MAX
 
 typedef struct okv_block_map_t {
@@ -27,15 +27,15 @@ typedef struct okv_block_map_t {
   uint32_t *res_pos;       /* [cap] index of the block in resident[] (valid while resident) */
   uint32_t *mark;          /* [cap] scratch stamp used by selection */
   uint32_t mark_stamp;
-  uint32_t *resident;      /* [cap] resident logical blocks, unordered */
+  uint32_t *resident; /* [cap] resident logical blocks, unordered */
   uint32_t n_resident;
-  uint32_t *free_slots;    /* stack of the head's free slots */
+  uint32_t *free_slots; /* stack of the head's free slots */
   uint32_t n_free, cap_free;
   /* Slot currency (the COPY_FAILED contract, docs/api.md "Faults"): a slot is
    * read by attention only for the leading tokens a successful write put there. */
-  uint8_t *slot_tokens;    /* [cap] tokens of the block current in its slot, 0 = unreadable (valid while resident) */
-  uint8_t *summary_stale;  /* [cap] 1: the block's min/max summary missed a write; rebuild it from the HOST tier */
-  bool needs_repair;       /* some block of the head has slot_tokens short of its tokens, or a stale summary */
+  uint8_t *slot_tokens;   /* [cap] tokens of the block current in its slot, 0 = unreadable (valid while resident) */
+  uint8_t *summary_stale; /* [cap] 1: the block's min/max summary missed a write; rebuild it from the HOST tier */
+  bool needs_repair;      /* some block of the head has slot_tokens short of its tokens, or a stale summary */
 } okv_block_map_t;
 
 /* Zero-initialises `map` and reserves room for `cap_free_slots` free slots.

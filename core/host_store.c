@@ -1,6 +1,6 @@
 /* The HOST-tier store (core/host_store.h): the buffer, its extent table and
  * token writes. Owns nothing else; touches only the HAL buffer API. */
-#include "core/host_store.h"
+#include "host_store.h"
 
 #include <string.h>
 
@@ -14,7 +14,8 @@ okv_status_t okv_host_store_init(okv_host_store_t *store, okv_hal_device_t *devi
   uint64_t bytes = (uint64_t)n_extents * extent_blocks * store->block_bytes;
   okv_status_t st = okv_hal_buffer_alloc(device, OKV_TIER_HOST, bytes, &store->kv);
   if (st != OKV_OK)
-    return okv_status_annotate(st, "runtime: allocating the full KV (%llu bytes, host tier)", (unsigned long long)bytes);
+    return okv_status_annotate(st, "runtime: allocating the full KV (%llu bytes, host tier)",
+                               (unsigned long long)bytes);
   store->ptr = okv_hal_buffer_host_ptr(store->kv);
   if (store->ptr == NULL) {
     okv_host_store_free(store, a);

@@ -27,7 +27,7 @@ typedef struct okv_host_store_t {
   uint64_t block_bytes;   /* okv_block_bytes(dtype, head_dim) */
   uint32_t extent_blocks; /* blocks per extent */
   uint32_t n_extents, n_free;
-  uint8_t *used;          /* [n_extents] 1 = handed out */
+  uint8_t *used; /* [n_extents] 1 = handed out */
   okv_dtype_t dtype;
   uint32_t head_dim;
 } okv_host_store_t;

@@ -4,7 +4,7 @@
  * runtime's worker thread; and the foreground's layer-local sync that commits
  * a layer's transfer into the maps. Owns okv_layer_job_t and the worker.
  * Failures are absorbed (docs/api.md "Faults"). */
-#include "core/runtime_internal.h"
+#include "runtime_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -17,18 +17,26 @@
  * active block; results land in ctx->host_topk / host_counts. Segments whose
  * ctx->seqs[s] is NULL are skipped (count 0). Blocks of one head sit in runs of
  * contiguous host extents; one scoring launch per run index. */
-okv_status_t okv_rt_predict_topk(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream,
-                                 uint32_t n_seqs, uint32_t layer, uint32_t T, uint32_t t_begin, uint32_t t_end,
-                                 double *bk_s) {
+okv_status_t okv_rt_predict_topk(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream, uint32_t n_seqs,
+                                 uint32_t layer, uint32_t T, uint32_t t_begin, uint32_t t_end, double *bk_s) {
   double t0 = okv_rt_cpu_s();
   uint32_t H = rt->cfg.n_kv_heads, E = rt->extent_blocks;
   uint32_t n_seg = n_seqs * H;
   for (uint32_t u = 0; u < n_seg; u++) ctx->seg_cursor[u] = 0;
-  okv_score_desc_t sd = {
-      .n_seqs = n_seqs, .n_kv_heads = H, .group_size = rt->group_size, .head_dim = rt->cfg.head_dim,
-      .n_query_tokens = T, .t_begin = t_begin, .t_end = t_end, .q = ctx->q, .q_offset = 0,
-      .summaries = rt->summaries, .seg_summary_first = ctx->seg_summary_first, .seg_n_blocks = ctx->seg_n,
-      .scores = ctx->scores, .seg_score_first = ctx->seg_score_first};
+  okv_score_desc_t sd = {.n_seqs = n_seqs,
+                         .n_kv_heads = H,
+                         .group_size = rt->group_size,
+                         .head_dim = rt->cfg.head_dim,
+                         .n_query_tokens = T,
+                         .t_begin = t_begin,
+                         .t_end = t_end,
+                         .q = ctx->q,
+                         .q_offset = 0,
+                         .summaries = rt->summaries,
+                         .seg_summary_first = ctx->seg_summary_first,
+                         .seg_n_blocks = ctx->seg_n,
+                         .scores = ctx->scores,
+                         .seg_score_first = ctx->seg_score_first};
   okv_status_t st = OKV_OK;
   for (;;) {
     bool any = false;
@@ -77,10 +85,17 @@ okv_status_t okv_rt_predict_topk(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_
     }
   }
   ctx->excl_offsets[n_seg] = n_excl;
-  okv_topk_desc_t td = {.n_segments = n_seg, .k = rt->cfg.budget_blocks, .scores = ctx->scores,
-                        .seg_score_first = ctx->seg_score_first, .seg_n = ctx->topk_n,
-                        .excl_offsets = ctx->excl_offsets, .excl_blocks = ctx->excl_blocks,
-                        .out_indices = ctx->topk, .out_offset = 0, .out_counts = ctx->counts, .counts_offset = 0};
+  okv_topk_desc_t td = {.n_segments = n_seg,
+                        .k = rt->cfg.budget_blocks,
+                        .scores = ctx->scores,
+                        .seg_score_first = ctx->seg_score_first,
+                        .seg_n = ctx->topk_n,
+                        .excl_offsets = ctx->excl_offsets,
+                        .excl_blocks = ctx->excl_blocks,
+                        .out_indices = ctx->topk,
+                        .out_offset = 0,
+                        .out_counts = ctx->counts,
+                        .counts_offset = 0};
   *bk_s += okv_rt_cpu_s() - t0;
   st = okv_hal_topk_async(stream, &td);
   if (st != OKV_OK) return okv_status_annotate(st, "runtime: top-K layer %u", layer);
@@ -113,7 +128,8 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
   uint32_t T = job->n_query_tokens;
   okv_status_t st = okv_hal_buffer_write(
       ctx->q, 0, job->q_host, (uint64_t)job->n_seqs * T * rt->cfg.n_q_heads * rt->cfg.head_dim * sizeof(float));
-  if (st == OKV_OK) st = okv_rt_predict_topk(rt, ctx, rt->predict, job->n_seqs, layer, T, job->t_begin, job->t_end, &bk);
+  if (st == OKV_OK)
+    st = okv_rt_predict_topk(rt, ctx, rt->predict, job->n_seqs, layer, T, job->t_begin, job->t_end, &bk);
   if (st != OKV_OK) {
     OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->predict)); /* no pending error left for the next job */
     job->error = st;
@@ -177,8 +193,10 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
         okv_block_map_push_free(&seq_head(rt, &rt->seqs[e->seq_index], layer, e->kv_head)->map, e->slot);
       }
       job->n_plan = 0;
-      if (job->error == OKV_OK) job->error = okv_status_annotate(st, "runtime: issuing transfer of layer %u", layer);
-      else okv_status_free(st);
+      if (job->error == OKV_OK)
+        job->error = okv_status_annotate(st, "runtime: issuing transfer of layer %u", layer);
+      else
+        okv_status_free(st);
     }
   }
 done:

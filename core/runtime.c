@@ -8,21 +8,20 @@
  * the transfer is committed successfully, so attention never reads a slot that
  * is being written and a failed transfer disturbs nothing.
  * Uses only the public HAL (hal.h, kernels.h); never a vendor header. */
-#include "core/runtime_internal.h"
+#include "runtime_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-
-static okv_status_t alloc_dev(okv_runtime_t *rt, okv_tier_t tier, uint64_t bytes, okv_hal_buffer_t **out, const char *what) {
+static okv_status_t alloc_dev(okv_runtime_t *rt, okv_tier_t tier, uint64_t bytes, okv_hal_buffer_t **out,
+                              const char *what) {
   if (bytes == 0) bytes = 4;
   okv_status_t st = okv_hal_buffer_alloc(rt->device, tier, bytes, out);
   return st ? okv_status_annotate(st, "runtime: allocating %s (%llu bytes, %s tier)", what, (unsigned long long)bytes,
                                   okv_tier_name(tier))
             : OKV_OK;
 }
-
 
 static okv_status_t predict_ctx_init(okv_runtime_t *rt, okv_predict_ctx_t *c, bool with_select) {
   okv_status_t st = OKV_OK;
@@ -58,8 +57,8 @@ static void predict_ctx_free(okv_runtime_t *rt, okv_predict_ctx_t *c) {
   okv_hal_buffer_t *bufs[] = {c->q, c->scores, c->topk, c->counts};
   for (size_t i = 0; i < 4; i++)
     if (bufs[i]) OKV_IGNORE_ERROR(okv_hal_buffer_release(bufs[i]));
-  void *arrs[] = {c->seg_summary_first, c->seg_score_first, c->seg_n,        c->seg_cursor,  c->topk_n,
-                  c->excl_offsets,      c->excl_blocks,     c->host_topk,    c->host_counts, c->seqs,
+  void *arrs[] = {c->seg_summary_first, c->seg_score_first, c->seg_n,      c->seg_cursor,  c->topk_n,
+                  c->excl_offsets,      c->excl_blocks,     c->host_topk,  c->host_counts, c->seqs,
                   c->sel_scratch,       c->sel_admitted,    c->sel_victims};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) okv_rt_free(&rt->alloc, arrs[i]);
   memset(c, 0, sizeof *c);
@@ -125,12 +124,12 @@ void okv_runtime_destroy(okv_runtime_t *rt) {
   okv_hal_buffer_t *bufs[] = {rt->summaries, rt->pool, rt->fg_inflight, rt->fg_out};
   for (int i = 0; i < 4; i++)
     if (bufs[i]) OKV_IGNORE_ERROR(okv_hal_buffer_release(bufs[i]));
-  void *arrs[] = {rt->free_slots,   rt->ws_offsets,   rt->ws_slots,      rt->ws_valid,
-                  rt->append_pairs, rt->append_index, rt->append_first, rt->append_keys,   rt->od_pairs,
-                  rt->od_plan,     rt->seqs,         rt->step_seq_index, rt->step_seq_id, rt->layer_step, rt->batch_seqs,
-                  rt->layer_cum,   rt->jobs,         rt->queue,        rt->layer_events, rt->wr_map,
-                  rt->wr_block,    rt->wr_tokens,    rt->tok_block,    rt->reb_index,   rt->reb_valid,
-                  rt->reb_map,     rt->reb_block};
+  void *arrs[] = {rt->free_slots,   rt->ws_offsets,     rt->ws_slots,    rt->ws_valid,     rt->append_pairs,
+                  rt->append_index, rt->append_first,   rt->append_keys, rt->od_pairs,     rt->od_plan,
+                  rt->seqs,         rt->step_seq_index, rt->step_seq_id, rt->layer_step,   rt->batch_seqs,
+                  rt->layer_cum,    rt->jobs,           rt->queue,       rt->layer_events, rt->wr_map,
+                  rt->wr_block,     rt->wr_tokens,      rt->tok_block,   rt->reb_index,    rt->reb_valid,
+                  rt->reb_map,      rt->reb_block};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) okv_rt_free(&rt->alloc, arrs[i]);
   pthread_mutex_destroy(&rt->mutex);
   pthread_cond_destroy(&rt->work_cv);
@@ -218,8 +217,7 @@ okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_conf
   if (c->track_recall || c->mode == OKV_MODE_ONDEMAND) {
     st = predict_ctx_init(rt, &rt->fg, c->mode == OKV_MODE_ONDEMAND);
   } else {
-    st = alloc_dev(rt, OKV_TIER_DEVICE, c->max_seqs * T4 * c->n_q_heads * c->head_dim * 4u, &rt->fg.q,
-                   "query staging");
+    st = alloc_dev(rt, OKV_TIER_DEVICE, c->max_seqs * T4 * c->n_q_heads * c->head_dim * 4u, &rt->fg.q, "query staging");
   }
   if (st) goto fail;
   if (has_pipeline(rt)) {

@@ -1,7 +1,7 @@
 /* Runtime configuration, mode names and step statistics.
  * Owns: the mode name table, config defaults and validation, stats
  * accumulation. Touches nothing else of the runtime. */
-#include "core/runtime_internal.h"
+#include "runtime_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -11,9 +11,7 @@
 
 static const char *const k_mode_names[OKV_MODE_COUNT] = {"dense", "oasis", "proxy", "ondemand"};
 
-const char *okv_mode_name(okv_mode_t mode) {
-  return (unsigned)mode < OKV_MODE_COUNT ? k_mode_names[mode] : "unknown";
-}
+const char *okv_mode_name(okv_mode_t mode) { return (unsigned)mode < OKV_MODE_COUNT ? k_mode_names[mode] : "unknown"; }
 
 okv_status_t okv_mode_parse(const char *name, okv_mode_t *out_mode) {
   if (name == NULL) return OKV_RT_INVALID("okv_mode_parse: name is NULL");
@@ -27,7 +25,6 @@ okv_status_t okv_mode_parse(const char *name, okv_mode_t *out_mode) {
 }
 
 /* ---- config ---- */
-
 
 void okv_runtime_config_init(okv_runtime_config_t *config) {
   if (config == NULL) return;
@@ -44,34 +41,38 @@ void okv_runtime_config_init(okv_runtime_config_t *config) {
 
 okv_status_t okv_runtime_config_validate(const okv_runtime_config_t *c) {
   if (c == NULL) return OKV_RT_INVALID("runtime config: config is NULL");
-  if (c->n_layers == 0 || c->n_layers > 65536) return OKV_RT_INVALID("runtime config: n_layers = %u must be in 1..65536", c->n_layers);
-  if (c->n_kv_heads == 0 || c->n_kv_heads > 4096) return OKV_RT_INVALID("runtime config: n_kv_heads = %u must be in 1..4096", c->n_kv_heads);
+  if (c->n_layers == 0 || c->n_layers > 65536)
+    return OKV_RT_INVALID("runtime config: n_layers = %u must be in 1..65536", c->n_layers);
+  if (c->n_kv_heads == 0 || c->n_kv_heads > 4096)
+    return OKV_RT_INVALID("runtime config: n_kv_heads = %u must be in 1..4096", c->n_kv_heads);
   if (c->n_q_heads == 0 || c->n_q_heads % c->n_kv_heads != 0)
     return OKV_RT_INVALID("runtime config: n_q_heads = %u must be a positive multiple of n_kv_heads = %u", c->n_q_heads,
-                   c->n_kv_heads);
+                          c->n_kv_heads);
   if (c->n_q_heads > 65536) return OKV_RT_INVALID("runtime config: n_q_heads = %u exceeds 65536", c->n_q_heads);
-  if (c->head_dim == 0 || c->head_dim > 256) return OKV_RT_INVALID("runtime config: head_dim = %u must be in 1..256", c->head_dim);
-  if ((unsigned)c->kv_dtype >= OKV_DTYPE_COUNT) return OKV_RT_INVALID("runtime config: kv_dtype = %d is not a dtype", (int)c->kv_dtype);
-  if (c->block_tokens != OKV_BLOCK_TOKENS) return OKV_RT_INVALID("runtime config: block_tokens = %u must be 16", c->block_tokens);
-  if ((unsigned)c->mode >= OKV_MODE_COUNT) return OKV_RT_INVALID("runtime config: mode = %d is not a mode", (int)c->mode);
+  if (c->head_dim == 0 || c->head_dim > 256)
+    return OKV_RT_INVALID("runtime config: head_dim = %u must be in 1..256", c->head_dim);
+  if ((unsigned)c->kv_dtype >= OKV_DTYPE_COUNT)
+    return OKV_RT_INVALID("runtime config: kv_dtype = %d is not a dtype", (int)c->kv_dtype);
+  if (c->block_tokens != OKV_BLOCK_TOKENS)
+    return OKV_RT_INVALID("runtime config: block_tokens = %u must be 16", c->block_tokens);
+  if ((unsigned)c->mode >= OKV_MODE_COUNT)
+    return OKV_RT_INVALID("runtime config: mode = %d is not a mode", (int)c->mode);
   if (c->budget_blocks == 0 || c->budget_blocks > OKV_TOPK_MAX)
     return OKV_RT_INVALID("runtime config: budget_blocks = %u must be in 1..%u", c->budget_blocks, OKV_TOPK_MAX);
   if (!(c->fetch_ratio > 0.0 && c->fetch_ratio <= 1.0))
     return OKV_RT_INVALID("runtime config: fetch_ratio = %g must be in (0, 1]", c->fetch_ratio);
   if (c->dense_threshold_blocks != OKV_DENSE_THRESHOLD_DEFAULT && c->dense_threshold_blocks > c->budget_blocks)
     return OKV_RT_INVALID("runtime config: dense_threshold_blocks = %u must be <= budget_blocks = %u",
-                   c->dense_threshold_blocks, c->budget_blocks);
-  if (c->max_seqs == 0 || c->max_seqs > 65536) return OKV_RT_INVALID("runtime config: max_seqs = %u must be in 1..65536", c->max_seqs);
+                          c->dense_threshold_blocks, c->budget_blocks);
+  if (c->max_seqs == 0 || c->max_seqs > 65536)
+    return OKV_RT_INVALID("runtime config: max_seqs = %u must be in 1..65536", c->max_seqs);
   if (c->max_context_tokens == 0 || c->max_context_tokens > OKV_MAX_CONTEXT_LIMIT)
     return OKV_RT_INVALID("runtime config: max_context_tokens = %u must be in 1..%u", c->max_context_tokens,
-                   OKV_MAX_CONTEXT_LIMIT);
+                          OKV_MAX_CONTEXT_LIMIT);
   return OKV_OK;
 }
 
-const okv_runtime_config_t *okv_runtime_config(const okv_runtime_t *runtime) {
-  return runtime ? &runtime->cfg : NULL;
-}
-
+const okv_runtime_config_t *okv_runtime_config(const okv_runtime_t *runtime) { return runtime ? &runtime->cfg : NULL; }
 
 /* ---- stats ---- */
 
@@ -106,7 +107,8 @@ okv_status_t okv_runtime_stats(const okv_runtime_t *runtime, uint32_t layer, okv
     return OKV_OK;
   }
   if (layer >= runtime->cfg.n_layers)
-    return OKV_RT_INVALID("okv_runtime_stats: layer = %u must be < n_layers = %u (or UINT32_MAX)", layer, runtime->cfg.n_layers);
+    return OKV_RT_INVALID("okv_runtime_stats: layer = %u must be < n_layers = %u (or UINT32_MAX)", layer,
+                          runtime->cfg.n_layers);
   *out_stats = runtime->layer_cum[layer];
   return OKV_OK;
 }

@@ -16,14 +16,14 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/block_map.h"
-#include "core/host_store.h"
-#include "core/select.h"
+#include "block_map.h"
+#include "host_store.h"
+#include "select.h"
 #include "oasiskv/oasiskv.h"
 
 /* Config sentinels (runtime_config.c). */
 #define OKV_DENSE_THRESHOLD_DEFAULT UINT32_MAX /* resolves to budget_blocks */
-#define OKV_MAX_CONTEXT_LIMIT (16u * 65536u)
+#define OKV_MAX_CONTEXT_LIMIT       (16u * 65536u)
 
 /* HOST-tier blocks are handed out in extents of this many blocks (fewer when
  * max_context_tokens is small) so that the summaries of one (sequence, layer,
@@ -35,7 +35,7 @@ typedef struct okv_head_t {
   okv_block_map_t map;
   uint32_t *extents; /* [cap_extents] host extent of logical blocks [i*E, (i+1)*E) */
   uint32_t n_extents, cap_extents;
-  uint32_t *owned;   /* sparse modes: the K + 1 + C slots reserved for this head */
+  uint32_t *owned; /* sparse modes: the K + 1 + C slots reserved for this head */
   uint32_t n_owned;
 } okv_head_t;
 
@@ -52,34 +52,34 @@ typedef struct okv_plan_entry_t {
 
 /* Host scratch for one scoring + top-K pass. */
 typedef struct okv_predict_ctx_t {
-  okv_hal_buffer_t *q;          /* DEVICE f32 staging for queries */
-  okv_hal_buffer_t *scores;     /* DEVICE f32 [max_seqs * n_kv_heads][max_blocks] */
-  okv_hal_buffer_t *topk;       /* DEVICE u32 [max_seqs * n_kv_heads][K] */
-  okv_hal_buffer_t *counts;     /* DEVICE u32 [max_seqs * n_kv_heads] */
+  okv_hal_buffer_t *q;      /* DEVICE f32 staging for queries */
+  okv_hal_buffer_t *scores; /* DEVICE f32 [max_seqs * n_kv_heads][max_blocks] */
+  okv_hal_buffer_t *topk;   /* DEVICE u32 [max_seqs * n_kv_heads][K] */
+  okv_hal_buffer_t *counts; /* DEVICE u32 [max_seqs * n_kv_heads] */
   uint64_t *seg_summary_first, *seg_score_first;
   uint32_t *seg_n, *seg_cursor, *topk_n, *excl_offsets, *excl_blocks;
   uint32_t *host_topk, *host_counts;
   uint32_t *sel_scratch, *sel_admitted, *sel_victims;
-  okv_seq_t **seqs;             /* [max_seqs] segment owners (NULL = skip) */
+  okv_seq_t **seqs; /* [max_seqs] segment owners (NULL = skip) */
 } okv_predict_ctx_t;
 
 enum { OKV_JOB_IDLE = 0, OKV_JOB_QUEUED = 1, OKV_JOB_DONE = 2 };
 
 typedef struct okv_layer_job_t {
-  int state;                     /* guarded by runtime->mutex */
+  int state; /* guarded by runtime->mutex */
   uint32_t step;
   uint32_t n_seqs;
-  uint32_t *seq_index, *seq_id;  /* [max_seqs] */
+  uint32_t *seq_index, *seq_id; /* [max_seqs] */
   uint32_t n_query_tokens, t_begin, t_end;
-  float *q_host;                 /* [max_seqs][4][n_q_heads][head_dim] */
+  float *q_host; /* [max_seqs][4][n_q_heads][head_dim] */
   /* Results of the background pipeline (read by the foreground once DONE). */
-  okv_plan_entry_t *plan;        /* [max_seqs * n_kv_heads * C] */
+  okv_plan_entry_t *plan; /* [max_seqs * n_kv_heads * C] */
   uint32_t n_plan;
   okv_block_copy_t *pairs;
   bool event_recorded, event_waited;
-  okv_status_t event_status;     /* cached result of waiting on the event */
-  okv_status_t error;            /* a predict-stage failure (no plan) */
-  okv_step_stats_t stats;        /* selection stats of the job */
+  okv_status_t event_status; /* cached result of waiting on the event */
+  okv_status_t error;        /* a predict-stage failure (no plan) */
+  okv_step_stats_t stats;    /* selection stats of the job */
   bool stats_pending;
 } okv_layer_job_t;
 
@@ -88,23 +88,23 @@ struct okv_runtime_t {
   okv_allocator_t alloc;
   okv_hal_device_t *device;
   uint64_t block_bytes, summary_bytes;
-  uint32_t max_blocks;           /* ceil(max_context_tokens / 16) per head */
-  uint32_t extent_blocks;        /* E */
-  uint32_t cap_blocks;           /* C = ceil(fetch_ratio * K) */
-  uint32_t slots_per_head;       /* sparse modes: K + 1 + C */
+  uint32_t max_blocks;     /* ceil(max_context_tokens / 16) per head */
+  uint32_t extent_blocks;  /* E */
+  uint32_t cap_blocks;     /* C = ceil(fetch_ratio * K) */
+  uint32_t slots_per_head; /* sparse modes: K + 1 + C */
   uint32_t group_size;
 
-  okv_host_store_t host;          /* HOST tier: the authoritative full KV */
+  okv_host_store_t host; /* HOST tier: the authoritative full KV */
 
   /* DEVICE tier */
-  okv_hal_buffer_t *summaries;   /* f32 per host block */
-  okv_hal_buffer_t *pool;        /* slots */
+  okv_hal_buffer_t *summaries; /* f32 per host block */
+  okv_hal_buffer_t *pool;      /* slots */
   uint64_t n_slots;
-  uint32_t *free_slots;          /* global stack */
+  uint32_t *free_slots; /* global stack */
   uint64_t n_free_slots;
   okv_hal_buffer_t *fg_inflight, *fg_out;
-  okv_predict_ctx_t fg, wk;      /* foreground (recall, ondemand) and worker scratch */
-  bool fg_predict;               /* fg scoring buffers allocated */
+  okv_predict_ctx_t fg, wk; /* foreground (recall, ondemand) and worker scratch */
+  bool fg_predict;          /* fg scoring buffers allocated */
 
   okv_hal_stream_t *compute, *predict, *copy;
   okv_hal_event_t **layer_events;
@@ -118,9 +118,9 @@ struct okv_runtime_t {
   okv_block_map_t **wr_map;       /* [wr_capacity] target of each pair (slot currency on completion) */
   uint32_t *wr_block;
   uint8_t *wr_tokens;
-  uint32_t wr_capacity;           /* max_seqs * n_kv_heads + repair room */
-  uint64_t *tok_block;            /* [max_seqs * n_kv_heads] HOST block of each appended token */
-  uint64_t *reb_index;            /* [reb_capacity] summaries rebuilt from the HOST tier (repairs) */
+  uint32_t wr_capacity; /* max_seqs * n_kv_heads + repair room */
+  uint64_t *tok_block;  /* [max_seqs * n_kv_heads] HOST block of each appended token */
+  uint64_t *reb_index;  /* [reb_capacity] summaries rebuilt from the HOST tier (repairs) */
   uint8_t *reb_valid;
   okv_block_map_t **reb_map;
   uint32_t *reb_block;
@@ -128,27 +128,27 @@ struct okv_runtime_t {
   uint64_t *append_index;
   uint8_t *append_first;
   float *append_keys;
-  okv_block_copy_t *od_pairs;    /* ondemand fetch pairs */
+  okv_block_copy_t *od_pairs; /* ondemand fetch pairs */
   okv_plan_entry_t *od_plan;
 
-  okv_seq_t *seqs;               /* [max_seqs] */
+  okv_seq_t *seqs; /* [max_seqs] */
   uint32_t next_id;
 
   /* Step state */
   bool in_step;
-  uint32_t step;                 /* current step number, from 1 */
+  uint32_t step; /* current step number, from 1 */
   uint32_t step_n_seqs, step_T, next_layer;
   uint32_t *step_seq_index, *step_seq_id;
-  okv_seq_t **batch_seqs;        /* [max_seqs] scratch for a batch's sequences */
+  okv_seq_t **batch_seqs; /* [max_seqs] scratch for a batch's sequences */
 
   /* Stats */
-  okv_step_stats_t *layer_step;  /* [n_layers] this step */
-  okv_step_stats_t *layer_cum;   /* [n_layers] */
+  okv_step_stats_t *layer_step; /* [n_layers] this step */
+  okv_step_stats_t *layer_cum;  /* [n_layers] */
   okv_step_stats_t total_cum;
 
   /* Background pipeline */
-  okv_layer_job_t *jobs;         /* [n_layers] */
-  uint32_t *queue;               /* ring of layers */
+  okv_layer_job_t *jobs; /* [n_layers] */
+  uint32_t *queue;       /* ring of layers */
   uint32_t q_head, q_len;
   bool stop, worker_started;
   pthread_t worker;
@@ -158,7 +158,7 @@ struct okv_runtime_t {
 
 /* ---- Helpers shared by the runtime's files (not API) ---- */
 
-#define OKV_RT_INVALID(...) okv_status_make(OKV_STATUS_INVALID_ARGUMENT, __VA_ARGS__)
+#define OKV_RT_INVALID(...)   okv_status_make(OKV_STATUS_INVALID_ARGUMENT, __VA_ARGS__)
 #define OKV_RT_HOST_OOM(what) okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "runtime: host allocator failed for %s", what)
 
 /* Wall clock (stalls, attention). */
@@ -209,14 +209,14 @@ static inline okv_seq_t *step_seq(const okv_runtime_t *rt, uint32_t i) {
 
 /* Allocates `count` zeroed elements into `ptr` from rt->alloc; on failure sets
  * `st` to OUT_OF_MEMORY naming the array and jumps to `fail`. */
-#define ALLOC_ARR(ptr, count)                                                   \
-  do {                                                                          \
-    size_t n_alloc_ = (size_t)(count);                                        \
+#define ALLOC_ARR(ptr, count)                                                    \
+  do {                                                                           \
+    size_t n_alloc_ = (size_t)(count);                                           \
     (ptr) = okv_calloc(&rt->alloc, n_alloc_ > 0 ? n_alloc_ : 1u, sizeof *(ptr)); \
-    if ((ptr) == NULL) {                                                        \
-      st = OKV_RT_HOST_OOM(#ptr);                                                      \
-      goto fail;                                                                \
-    }                                                                           \
+    if ((ptr) == NULL) {                                                         \
+      st = OKV_RT_HOST_OOM(#ptr);                                                \
+      goto fail;                                                                 \
+    }                                                                            \
   } while (0)
 
 /* runtime_config.c */
@@ -242,8 +242,8 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
 const okv_block_map_t *okv_runtime_debug_map(const okv_runtime_t *runtime, uint32_t seq_id, uint32_t layer,
                                              uint32_t kv_head);
 /* For tests: host block index of logical block `block` of (seq, layer, kv_head), UINT32_MAX if none. */
-uint32_t okv_runtime_debug_host_block(const okv_runtime_t *runtime, uint32_t seq_id, uint32_t layer,
-                                      uint32_t kv_head, uint32_t block);
+uint32_t okv_runtime_debug_host_block(const okv_runtime_t *runtime, uint32_t seq_id, uint32_t layer, uint32_t kv_head,
+                                      uint32_t block);
 /* For tests: free slots in the global pool. */
 uint64_t okv_runtime_debug_free_slots(const okv_runtime_t *runtime);
 /* For tests: waits until the background pipeline has selected every queued layer. */

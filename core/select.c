@@ -1,5 +1,5 @@
 /* Delta selection with capped eviction (see core/select.h). */
-#include "core/select.h"
+#include "select.h"
 
 #include <stdbool.h>
 #include <stdlib.h>

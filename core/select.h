@@ -12,7 +12,7 @@
 #ifndef OASISKV_CORE_SELECT_H
 #define OASISKV_CORE_SELECT_H
 
-#include "core/block_map.h"
+#include "block_map.h"
 
 typedef struct okv_select_params_t {
   uint32_t budget_blocks; /* K: resident blocks allowed besides the active block */

@@ -3,7 +3,7 @@
  * accessors. Owns okv_seq_t lifetimes, the per-head maps' creation and the
  * sequence's HOST extents and DEVICE slots. Touches the pipeline only to
  * drain it before a sequence's slots are reused. */
-#include "core/runtime_internal.h"
+#include "runtime_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -49,7 +49,7 @@ okv_status_t okv_runtime_seq_capacity(const okv_runtime_t *rt, uint32_t n_tokens
   if (out_n_seqs == NULL) return OKV_RT_INVALID("okv_runtime_seq_capacity: out_n_seqs is NULL");
   if (n_tokens > rt->cfg.max_context_tokens)
     return OKV_RT_INVALID("okv_runtime_seq_capacity: n_tokens = %u exceeds max_context_tokens = %u", n_tokens,
-                   rt->cfg.max_context_tokens);
+                          rt->cfg.max_context_tokens);
   uint64_t LH = (uint64_t)rt->cfg.n_layers * rt->cfg.n_kv_heads;
   uint64_t n = 0;
   for (uint32_t i = 0; i < rt->cfg.max_seqs; i++) n += !rt->seqs[i].live;
@@ -69,7 +69,7 @@ okv_status_t okv_runtime_seq_add(okv_runtime_t *rt, const okv_prefill_t *prefill
   uint32_t n_tokens = prefill ? prefill->n_tokens : 0;
   if (n_tokens > c->max_context_tokens)
     return OKV_RT_INVALID("okv_runtime_seq_add: prefill n_tokens = %u exceeds max_context_tokens = %u", n_tokens,
-                   c->max_context_tokens);
+                          c->max_context_tokens);
   if (n_tokens > 0 && (prefill->k == NULL || prefill->v == NULL))
     return OKV_RT_INVALID("okv_runtime_seq_add: prefill k or v is NULL with n_tokens = %u", n_tokens);
   okv_seq_t *s = NULL;
@@ -145,8 +145,8 @@ okv_status_t okv_runtime_seq_add(okv_runtime_t *rt, const okv_prefill_t *prefill
       okv_head_t *head = &s->heads[i];
       for (uint32_t t = 0; t < n_tokens; t++) {
         size_t off = (((size_t)l * n_tokens + t) * H + h) * hd;
-        okv_host_store_write_token(&rt->host, host_block_of(rt, head, t / OKV_BLOCK_TOKENS), t % OKV_BLOCK_TOKENS, prefill->k + off,
-                    prefill->v + off);
+        okv_host_store_write_token(&rt->host, host_block_of(rt, head, t / OKV_BLOCK_TOKENS), t % OKV_BLOCK_TOKENS,
+                                   prefill->k + off, prefill->v + off);
       }
     }
     uint64_t k = 0, p = 0;
@@ -175,15 +175,22 @@ okv_status_t okv_runtime_seq_add(okv_runtime_t *rt, const okv_prefill_t *prefill
     /* Summaries in chunks (the kernel takes a uint32 count). */
     for (uint64_t off = 0; off < n_blk && st == OKV_OK; off += (1u << 30)) {
       uint64_t n = n_blk - off < (1u << 30) ? n_blk - off : (1u << 30);
-      okv_summary_desc_t sd = {.head_dim = hd, .kv_dtype = c->kv_dtype, .kv = rt->host.kv,
-                               .summaries = rt->summaries, .n_blocks = (uint32_t)n, .block_index = blk_index + off,
-                               .valid = valid + off, .summary_index = sum_index + off};
+      okv_summary_desc_t sd = {.head_dim = hd,
+                               .kv_dtype = c->kv_dtype,
+                               .kv = rt->host.kv,
+                               .summaries = rt->summaries,
+                               .n_blocks = (uint32_t)n,
+                               .block_index = blk_index + off,
+                               .valid = valid + off,
+                               .summary_index = sum_index + off};
       st = okv_hal_summarize_blocks_async(rt->compute, &sd);
     }
     if (st == OKV_OK) st = okv_hal_copy_blocks_async(rt->compute, rt->host.kv, rt->pool, rt->block_bytes, p, pairs);
     okv_status_t st2 = okv_hal_stream_synchronize(rt->compute);
-    if (st == OKV_OK) st = st2;
-    else okv_status_free(st2);
+    if (st == OKV_OK)
+      st = st2;
+    else
+      okv_status_free(st2);
     if (st != OKV_OK) {
       st = okv_status_annotate(st, "okv_runtime_seq_add: loading the prefill");
       goto fail;
@@ -251,7 +258,8 @@ okv_status_t okv_runtime_seq_resident(const okv_runtime_t *rt, uint32_t seq_id, 
   if (layer >= rt->cfg.n_layers)
     return OKV_RT_INVALID("okv_runtime_seq_resident: layer = %u must be < n_layers = %u", layer, rt->cfg.n_layers);
   if (kv_head >= rt->cfg.n_kv_heads)
-    return OKV_RT_INVALID("okv_runtime_seq_resident: kv_head = %u must be < n_kv_heads = %u", kv_head, rt->cfg.n_kv_heads);
+    return OKV_RT_INVALID("okv_runtime_seq_resident: kv_head = %u must be < n_kv_heads = %u", kv_head,
+                          rt->cfg.n_kv_heads);
   const okv_seq_t *s = okv_rt_seq_find(rt, seq_id);
   if (s == NULL) return okv_status_make(OKV_STATUS_NOT_FOUND, "okv_runtime_seq_resident: no sequence %u", seq_id);
   /* The worker may be selecting this layer: wait until it is done (read-only otherwise). */

@@ -2,7 +2,7 @@
  * layer's transfer, append, on-demand fetch / recall, attention over the
  * readable working set, hand-off to the pipeline), step_end and peek_layer.
  * Owns the step state and the attention working-set CSR. */
-#include "core/runtime_internal.h"
+#include "runtime_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -19,13 +19,16 @@ okv_status_t okv_runtime_step_begin(okv_runtime_t *rt, uint32_t n_seqs, const ui
   if (seq_ids == NULL) return OKV_RT_INVALID("okv_runtime_step_begin: seq_ids is NULL");
   uint32_t t_min = rt->cfg.mode == OKV_MODE_OASIS ? 2u : 1u;
   if (n_query_tokens < t_min || n_query_tokens > 4)
-    return OKV_RT_INVALID("okv_runtime_step_begin: n_query_tokens = %u must be in %u..4 in mode %s", n_query_tokens, t_min,
-                   okv_mode_name(rt->cfg.mode));
+    return OKV_RT_INVALID("okv_runtime_step_begin: n_query_tokens = %u must be in %u..4 in mode %s", n_query_tokens,
+                          t_min, okv_mode_name(rt->cfg.mode));
   for (uint32_t i = 0; i < n_seqs; i++) {
     okv_seq_t *s = okv_rt_seq_find(rt, seq_ids[i]);
-    if (s == NULL) return okv_status_make(OKV_STATUS_NOT_FOUND, "okv_runtime_step_begin: seq_ids[%u] = %u does not exist", i, seq_ids[i]);
+    if (s == NULL)
+      return okv_status_make(OKV_STATUS_NOT_FOUND, "okv_runtime_step_begin: seq_ids[%u] = %u does not exist", i,
+                             seq_ids[i]);
     for (uint32_t j = 0; j < i; j++)
-      if (seq_ids[j] == seq_ids[i]) return OKV_RT_INVALID("okv_runtime_step_begin: seq_ids[%u] = %u is listed twice", i, seq_ids[i]);
+      if (seq_ids[j] == seq_ids[i])
+        return OKV_RT_INVALID("okv_runtime_step_begin: seq_ids[%u] = %u is listed twice", i, seq_ids[i]);
     if (s->n_tokens[0] >= rt->cfg.max_context_tokens)
       return okv_status_make(OKV_STATUS_OUT_OF_MEMORY,
                              "okv_runtime_step_begin: sequence %u is at max_context_tokens = %u", seq_ids[i],
@@ -66,8 +69,8 @@ static void build_ws(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t *const *seqs,
 }
 
 static okv_status_t run_attention(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t *const *seqs, uint32_t layer,
-                                  uint32_t T, const float *q, uint32_t n_inflight, const float *inflight,
-                                  float *out, double *bk_s, double *att_s) {
+                                  uint32_t T, const float *q, uint32_t n_inflight, const float *inflight, float *out,
+                                  double *bk_s, double *att_s) {
   const okv_runtime_config_t *c = &rt->cfg;
   double t0 = okv_rt_cpu_s();
   build_ws(rt, n_seqs, seqs, layer);
@@ -77,12 +80,25 @@ static okv_status_t run_attention(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t 
   if (n_inflight > 0)
     OKV_RETURN_IF_ERROR(okv_hal_buffer_write(rt->fg_inflight, 0, inflight,
                                              (uint64_t)n_seqs * n_inflight * 2u * c->n_kv_heads * c->head_dim * 4u));
-  okv_attention_desc_t d = {.n_seqs = n_seqs, .n_kv_heads = c->n_kv_heads, .group_size = rt->group_size,
-                            .head_dim = c->head_dim, .n_query_tokens = T, .kv_dtype = c->kv_dtype,
-                            .kv_pool = rt->pool, .n_slots = rt->n_slots, .ws_offsets = rt->ws_offsets,
-                            .ws_slots = rt->ws_slots, .ws_valid = rt->ws_valid, .q = rt->fg.q, .q_offset = 0,
-                            .n_inflight = n_inflight, .inflight_kv = n_inflight ? rt->fg_inflight : NULL,
-                            .inflight_offset = 0, .out = rt->fg_out, .out_offset = 0, .block_mass = NULL};
+  okv_attention_desc_t d = {.n_seqs = n_seqs,
+                            .n_kv_heads = c->n_kv_heads,
+                            .group_size = rt->group_size,
+                            .head_dim = c->head_dim,
+                            .n_query_tokens = T,
+                            .kv_dtype = c->kv_dtype,
+                            .kv_pool = rt->pool,
+                            .n_slots = rt->n_slots,
+                            .ws_offsets = rt->ws_offsets,
+                            .ws_slots = rt->ws_slots,
+                            .ws_valid = rt->ws_valid,
+                            .q = rt->fg.q,
+                            .q_offset = 0,
+                            .n_inflight = n_inflight,
+                            .inflight_kv = n_inflight ? rt->fg_inflight : NULL,
+                            .inflight_offset = 0,
+                            .out = rt->fg_out,
+                            .out_offset = 0,
+                            .block_mass = NULL};
   t0 = okv_rt_wall_s();
   okv_status_t st = okv_hal_attention_async(rt->compute, &d);
   if (st == OKV_OK) st = okv_hal_stream_synchronize(rt->compute);
@@ -131,11 +147,14 @@ static void fg_predict_and_fetch(okv_runtime_t *rt, uint32_t layer, const float 
       const uint32_t *pred = &ctx->host_topk[(size_t)u * K];
       okv_head_t *hd = seq_head(rt, seq, layer, h);
       if (c->track_recall) {
-        for (uint32_t i = 0; i < ctx->host_counts[u]; i++) ls->recall_hits += okv_block_map_is_resident(&hd->map, pred[i]);
+        for (uint32_t i = 0; i < ctx->host_counts[u]; i++)
+          ls->recall_hits += okv_block_map_is_resident(&hd->map, pred[i]);
         ls->recall_total += ctx->host_counts[u];
       }
       if (!ondemand) continue;
-      okv_select_params_t p = {.budget_blocks = K, .cap_blocks = UINT32_MAX, .step = rt->step,
+      okv_select_params_t p = {.budget_blocks = K,
+                               .cap_blocks = UINT32_MAX,
+                               .step = rt->step,
                                .active_block = n_blocks_of(seq->n_tokens[layer]) - 1u};
       okv_select_result_t r;
       st = okv_select_head(&hd->map, &p, pred, ctx->host_counts[u], ctx->sel_scratch, ctx->sel_admitted,
@@ -174,8 +193,10 @@ static void fg_predict_and_fetch(okv_runtime_t *rt, uint32_t layer, const float 
   t0 = okv_rt_wall_s();
   st = okv_hal_copy_blocks_async(rt->compute, rt->host.kv, rt->pool, rt->block_bytes, n_plan, rt->od_pairs);
   okv_status_t st2 = okv_hal_stream_synchronize(rt->compute);
-  if (st == OKV_OK) st = st2;
-  else okv_status_free(st2);
+  if (st == OKV_OK)
+    st = st2;
+  else
+    okv_status_free(st2);
   if (st != OKV_OK) OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->compute)); /* drained, no pending error */
   ls->stall_seconds += okv_rt_wall_s() - t0;
   double t1 = okv_rt_cpu_s();
@@ -211,7 +232,8 @@ okv_status_t okv_runtime_step_layer(okv_runtime_t *rt, uint32_t layer, const flo
   if (!rt->in_step) return OKV_RT_INVALID("okv_runtime_step_layer: no step in progress (call okv_runtime_step_begin)");
   okv_status_t st = OKV_OK;
   if (layer != rt->next_layer)
-    st = OKV_RT_INVALID("okv_runtime_step_layer: layer = %u, expected layer %u (layers run in order)", layer, rt->next_layer);
+    st = OKV_RT_INVALID("okv_runtime_step_layer: layer = %u, expected layer %u (layers run in order)", layer,
+                        rt->next_layer);
   else if (k_new == NULL || v_new == NULL)
     st = OKV_RT_INVALID("okv_runtime_step_layer: k_new or v_new is NULL");
   else if (q == NULL)
@@ -317,7 +339,8 @@ okv_status_t okv_runtime_peek_layer(okv_runtime_t *rt, uint32_t n_seqs, const ui
   for (uint32_t i = 0; i < n_seqs && st == OKV_OK; i++) {
     seqs[i] = okv_rt_seq_find(rt, seq_ids[i]);
     if (seqs[i] == NULL)
-      st = okv_status_make(OKV_STATUS_NOT_FOUND, "okv_runtime_peek_layer: seq_ids[%u] = %u does not exist", i, seq_ids[i]);
+      st = okv_status_make(OKV_STATUS_NOT_FOUND, "okv_runtime_peek_layer: seq_ids[%u] = %u does not exist", i,
+                           seq_ids[i]);
   }
   double bk = 0, att = 0;
   /* Do not read a slot that a pending transfer writes: commit it first (failures absorbed). */

@@ -3,7 +3,7 @@
  * DEVICE slot, with the write-currency bookkeeping (slot_tokens, stale
  * summaries, repairs) that keeps attention from reading a slot whose last
  * write failed (docs/api.md "Faults"). */
-#include "core/runtime_internal.h"
+#include "runtime_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -159,7 +159,8 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
     if (s == NULL) continue;
     uint32_t off = (s->n_tokens[layer] - 1u) % OKV_BLOCK_TOKENS;
     for (uint32_t h = 0; h < H; h++, e++)
-      okv_host_store_write_token(&rt->host, rt->tok_block[e], off, k_new + ((size_t)i * H + h) * hd, v_new + ((size_t)i * H + h) * hd);
+      okv_host_store_write_token(&rt->host, rt->tok_block[e], off, k_new + ((size_t)i * H + h) * hd,
+                                 v_new + ((size_t)i * H + h) * hd);
   }
   ls->append_seconds += okv_rt_cpu_s() - t0;
   /* Summaries, then the slot refreshes, on the compute stream; one event.
@@ -170,9 +171,14 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
     st = okv_hal_summary_append_async(rt->compute, rt->summaries, hd, c->kv_dtype, n_app, rt->append_index,
                                       rt->append_keys, rt->append_first);
     if (st == OKV_OK && n_reb > 0) {
-      okv_summary_desc_t sd = {.head_dim = hd, .kv_dtype = c->kv_dtype, .kv = rt->host.kv,
-                               .summaries = rt->summaries, .n_blocks = n_reb, .block_index = rt->reb_index,
-                               .valid = rt->reb_valid, .summary_index = rt->reb_index};
+      okv_summary_desc_t sd = {.head_dim = hd,
+                               .kv_dtype = c->kv_dtype,
+                               .kv = rt->host.kv,
+                               .summaries = rt->summaries,
+                               .n_blocks = n_reb,
+                               .block_index = rt->reb_index,
+                               .valid = rt->reb_valid,
+                               .summary_index = rt->reb_index};
       st = okv_hal_summarize_blocks_async(rt->compute, &sd);
     }
     if (st == OKV_OK)
@@ -202,8 +208,9 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
     for (uint32_t k = 0; k < n_reb; k++) rt->reb_map[k]->needs_repair = true;
   }
   *bk_s += okv_rt_cpu_s() - t0;
-  return st ? okv_status_annotate(st, "runtime: refreshing the active blocks of layer %u (the token is committed to the "
-                                      "host tier; attention did not run, out is not valid)",
+  return st ? okv_status_annotate(st,
+                                  "runtime: refreshing the active blocks of layer %u (the token is committed to the "
+                                  "host tier; attention did not run, out is not valid)",
                                   layer)
             : OKV_OK;
 }

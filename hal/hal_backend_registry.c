@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "hal/hal_internal.h"
+#include "hal_internal.h"
 
 static const okv_hal_backend_t *const okv_hal_backends[] = {
     &okv_cpu_backend,
@@ -24,9 +24,7 @@ static const okv_hal_backend_t *const okv_hal_backends[] = {
 
 size_t okv_hal_backend_count(void) { return OKV_HAL_N_BACKENDS; }
 
-const char *okv_hal_backend_name(size_t i) {
-  return i < OKV_HAL_N_BACKENDS ? okv_hal_backends[i]->name : NULL;
-}
+const char *okv_hal_backend_name(size_t i) { return i < OKV_HAL_N_BACKENDS ? okv_hal_backends[i]->name : NULL; }
 
 static const okv_hal_backend_t *okv_hal_backend_find(const char *name) {
   if (!name) return NULL;
@@ -53,8 +51,8 @@ okv_status_t okv_hal_backend_lookup(const char *name, const okv_hal_backend_t **
   return *out_backend ? OKV_OK : okv_hal_backend_not_found(name);
 }
 
-okv_status_t okv_hal_backend_enumerate(const char *backend_name, okv_hal_device_info_t *out_infos,
-                                       size_t capacity, size_t *out_count) {
+okv_status_t okv_hal_backend_enumerate(const char *backend_name, okv_hal_device_info_t *out_infos, size_t capacity,
+                                       size_t *out_count) {
   if (!out_count) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "out_count: NULL");
   *out_count = 0;
   if (capacity > 0 && !out_infos)

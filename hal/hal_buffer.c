@@ -9,8 +9,8 @@
  * reference count. Never touches streams or events. */
 #include <inttypes.h>
 
-#include "hal/hal_fault.h"
-#include "hal/hal_internal.h"
+#include "hal_fault.h"
+#include "hal_internal.h"
 
 const char *okv_tier_name(okv_tier_t tier) {
   switch (tier) {

@@ -9,8 +9,8 @@
 #include <inttypes.h>
 #include <stdio.h>
 
-#include "hal/hal_fault.h"
-#include "hal/hal_internal.h"
+#include "hal_fault.h"
+#include "hal_internal.h"
 
 static okv_status_t okv_copy_check_common(okv_hal_stream_t *stream, okv_hal_buffer_t *src, okv_hal_buffer_t *dst) {
   OKV_HAL_CHECK(stream, OKV_HAL_KIND_STREAM, "stream");
@@ -20,8 +20,8 @@ static okv_status_t okv_copy_check_common(okv_hal_stream_t *stream, okv_hal_buff
   OKV_RETURN_IF_ERROR(okv_hal_stream_same_device(stream, dst->device, "dst"));
   const okv_hal_device_info_t *info = &stream->device->info;
   if (!(info->copy_mask[src->tier] & OKV_TIER_BIT(dst->tier)))
-    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "src/dst: the %s backend cannot copy %s -> %s",
-                           info->backend, okv_tier_name(src->tier), okv_tier_name(dst->tier));
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "src/dst: the %s backend cannot copy %s -> %s", info->backend,
+                           okv_tier_name(src->tier), okv_tier_name(dst->tier));
   return OKV_OK;
 }
 
@@ -62,7 +62,8 @@ okv_status_t okv_hal_copy_blocks_async(okv_hal_stream_t *stream, okv_hal_buffer_
   OKV_RETURN_IF_ERROR(okv_copy_check_common(stream, src, dst));
   if (n_blocks == 0) return OKV_OK;
   if (!pairs) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "pairs: NULL with n_blocks %zu", n_blocks);
-  if (block_bytes == 0) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "block_bytes: 0 with n_blocks %zu", n_blocks);
+  if (block_bytes == 0)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "block_bytes: 0 with n_blocks %zu", n_blocks);
   for (size_t i = 0; i < n_blocks; ++i) {
     if (!okv_hal_range_ok(src->size, pairs[i].src_offset, block_bytes))
       return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "hal/hal_internal.h"
+#include "hal_internal.h"
 
 void okv_hal_device_params_init(okv_hal_device_params_t *params) {
   if (!params) return;
@@ -43,15 +43,15 @@ okv_status_t okv_hal_device_create(const char *backend_name, const okv_hal_devic
   okv_allocator_t alloc = allocator ? *allocator : okv_allocator_system();
   okv_hal_device_t *dev = NULL;
   OKV_RETURN_IF_ERROR(okv_status_annotate(b->create(params, &alloc, &dev), "creating a %s device", b->name));
-  if (!dev || !dev->vtable)
-    return okv_status_make(OKV_STATUS_INTERNAL, "backend '%s' returned no device", b->name);
+  if (!dev || !dev->vtable) return okv_status_make(OKV_STATUS_INTERNAL, "backend '%s' returned no device", b->name);
 
   dev->fault_hooks = NULL;
   dev->allocator = alloc;
   for (int t = 0; t < OKV_TIER_COUNT; ++t) {
     uint64_t cap = params->capacity_bytes[t];
     if (cap == 0) cap = dev->capacity_bytes[t];
-    if (cap == 0) cap = (t == OKV_TIER_DEVICE && dev->info.physical_bytes[t]) ? dev->info.physical_bytes[t] : UINT64_MAX;
+    if (cap == 0)
+      cap = (t == OKV_TIER_DEVICE && dev->info.physical_bytes[t]) ? dev->info.physical_bytes[t] : UINT64_MAX;
     dev->capacity_bytes[t] = cap;
     dev->used_bytes[t] = 0;
   }
@@ -93,8 +93,8 @@ okv_status_t okv_hal_device_info(const okv_hal_device_t *device, okv_hal_device_
   return OKV_OK;
 }
 
-okv_status_t okv_hal_device_tier_usage(const okv_hal_device_t *device, okv_tier_t tier,
-                                       uint64_t *out_capacity_bytes, uint64_t *out_used_bytes) {
+okv_status_t okv_hal_device_tier_usage(const okv_hal_device_t *device, okv_tier_t tier, uint64_t *out_capacity_bytes,
+                                       uint64_t *out_used_bytes) {
   OKV_HAL_CHECK(device, OKV_HAL_KIND_DEVICE, "device");
   if (!okv_hal_tier_valid(tier))
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "tier: %d is not a tier", (int)tier);

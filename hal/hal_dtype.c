@@ -59,13 +59,13 @@ uint16_t okv_f32_to_f16(float x) {
   uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
   uint32_t a = u & 0x7FFFFFFFu;
   if (a > 0x7F800000u) return (uint16_t)(sign | 0x7E00u | ((a >> 13) & 0x3FFu)); /* NaN stays NaN */
-  if (a >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u); /* rounds to >= 65520: infinity */
+  if (a >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u);                       /* rounds to >= 65520: infinity */
   if (a < 0x38800000u) {
     /* f16 subnormal or zero: value = m * 2^-24, m = round(a_value * 2^24). */
     if (a < 0x33000000u) return sign; /* < 2^-25: rounds to zero (2^-25 ties to even 0) */
     uint32_t e = a >> 23;             /* biased exponent, 102..112 */
     uint32_t mant = (a & 0x7FFFFFu) | 0x800000u;
-    uint32_t shift = 126u - e;        /* 14..24: mant * 2^(e-150) * 2^24 = mant >> (126 - e) */
+    uint32_t shift = 126u - e; /* 14..24: mant * 2^(e-150) * 2^24 = mant >> (126 - e) */
     uint32_t q = mant >> shift;
     uint32_t rem = mant & ((1u << shift) - 1u);
     uint32_t half = 1u << (shift - 1u);

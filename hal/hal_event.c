@@ -4,8 +4,8 @@
  * May touch: the backend's event_* and stream_wait_event hooks, the device's
  * reference count and fault hooks (read), a stream's device (read, for the
  * same-device check). */
-#include "hal/hal_fault.h"
-#include "hal/hal_internal.h"
+#include "hal_fault.h"
+#include "hal_internal.h"
 
 okv_status_t okv_hal_event_create(okv_hal_device_t *device, okv_hal_event_t **out_event) {
   if (!out_event) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "out_event: NULL");

@@ -5,8 +5,8 @@
  * May touch: nothing else of a device; it only reads the hooks and calls
  * them. The asynchronous failures (copies, kernels) are enqueued by
  * hal_copy.c and hal_kernels.c through the backend's enqueue_failure. */
-#include "hal/hal_fault.h"
-#include "hal/hal_internal.h"
+#include "hal_fault.h"
+#include "hal_internal.h"
 
 static const char *const k_op_names[OKV_HAL_OP_COUNT] = {
     "buffer_alloc", "buffer_write", "buffer_read", "stream_create", "stream_synchronize",

@@ -1,64 +1,19 @@
-/* Fault injection for tests: a device can be given hooks that make chosen
- * allocations and copies fail, without a real fault. Internal (not installed),
- * but exported from the library so test programs can use it.
- * Thread safety: install hooks before the device is shared between threads. */
+/* Internal to hal/: the fault-injection checks every HAL entry point makes
+ * (the public interface is include/oasiskv/fault.h). */
 #ifndef OASISKV_HAL_FAULT_H
 #define OASISKV_HAL_FAULT_H
 
-#include "hal/hal_impl.h"
+#include "hal_impl.h"
+#include "oasiskv/fault.h"
 
-/* Every HAL operation the fault hooks can see, for SQLite-style sweeps: run a
- * workload once counting operations, then fail the N-th one. */
-typedef enum okv_hal_op_e {
-  OKV_HAL_OP_BUFFER_ALLOC = 0, /* fails with OUT_OF_MEMORY, nothing allocated */
-  OKV_HAL_OP_BUFFER_WRITE,     /* synchronous host -> buffer write; fails with COPY_FAILED, nothing written */
-  OKV_HAL_OP_BUFFER_READ,      /* synchronous buffer -> host read; fails with COPY_FAILED */
-  OKV_HAL_OP_STREAM_CREATE,    /* fails with UNAVAILABLE */
-  OKV_HAL_OP_STREAM_SYNC,      /* fails with INTERNAL (the stream's work may or may not have run) */
-  OKV_HAL_OP_EVENT_CREATE,     /* fails with UNAVAILABLE */
-  OKV_HAL_OP_EVENT_RECORD,     /* fails with INTERNAL, nothing recorded */
-  OKV_HAL_OP_EVENT_WAIT,       /* fails with INTERNAL */
-  OKV_HAL_OP_COPY,             /* okv_hal_copy_async / okv_hal_copy_blocks_async: the call returns OK, nothing is
-                                  copied, the stream's next event / synchronize reports COPY_FAILED */
-  OKV_HAL_OP_KERNEL,           /* any kernel launch: returns OK, the kernel does not run, the stream's next
-                                  event / synchronize reports INTERNAL */
-  OKV_HAL_OP_COUNT
-} okv_hal_op_t;
-
-/* "buffer_alloc", "copy", "kernel", ... */
-const char *okv_hal_op_name(okv_hal_op_t op);
-
-struct okv_hal_fault_hooks_t {
-  void *user;
-  /* Return true to make okv_hal_buffer_alloc(tier, bytes) fail with
-   * OUT_OF_MEMORY (nothing allocated). NULL = never. */
-  bool (*fail_alloc)(void *user, okv_tier_t tier, uint64_t bytes);
-  /* Return true to make this copy (okv_hal_copy_async, or one whole
-   * okv_hal_copy_blocks_async batch with n_blocks blocks) fail: nothing is
-   * copied, the call itself returns OK, and the stream's next event / synchronize
-   * reports COPY_FAILED. NULL = never. */
-  bool (*fail_copy)(void *user, okv_tier_t src_tier, okv_tier_t dst_tier, size_t n_blocks, uint64_t bytes);
-  /* Called once for every operation of the kinds above (after argument
-   * validation, so invalid calls are not counted), from the calling thread;
-   * return true to make it fail as described at okv_hal_op_t. `src`/`dst` are
-   * the tiers involved (OKV_TIER_COUNT where none). Consulted after fail_alloc /
-   * fail_copy. NULL = never. Must be thread-safe if the device is shared. */
-  bool (*fail_op)(void *user, okv_hal_op_t op, okv_tier_t src, okv_tier_t dst);
-};
-
-/* Installs (or, with NULL, removes) hooks; `hooks` is borrowed and must outlive
- * the device or the next call. Errors: INVALID_ARGUMENT for a dead handle. */
-okv_status_t okv_hal_device_set_fault_hooks(okv_hal_device_t *device, const okv_hal_fault_hooks_t *hooks);
-
-/* Internal to hal/: asks the device's fail_op hook about one operation. */
 bool okv_hal_fault_op(const okv_hal_device_t *device, okv_hal_op_t op, okv_tier_t src, okv_tier_t dst);
 /* Internal to hal/: the status a failed synchronous operation returns. */
 okv_status_t okv_hal_fault_status(okv_hal_op_t op, okv_tier_t src, okv_tier_t dst);
 
 /* Internal to hal/: returns the injected failure of a synchronous operation
  * from the calling function when the fail_op hook asks for one. */
-#define OKV_HAL_FAULT_SYNC(dev, op, src, dst)                                                        \
-  do {                                                                                               \
+#define OKV_HAL_FAULT_SYNC(dev, op, src, dst)                                                         \
+  do {                                                                                                \
     if (okv_hal_fault_op((dev), (op), (src), (dst))) return okv_hal_fault_status((op), (src), (dst)); \
   } while (0)
 

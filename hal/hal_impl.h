@@ -37,29 +37,29 @@ struct okv_hal_device_t {
   const okv_hal_device_vtable_t *vtable;
   okv_allocator_t allocator;
   okv_hal_device_info_t info;
-  pthread_mutex_t usage_mutex;               /* guards used_bytes */
-  uint64_t capacity_bytes[OKV_TIER_COUNT];   /* limits (UINT64_MAX = unlimited) */
+  pthread_mutex_t usage_mutex;             /* guards used_bytes */
+  uint64_t capacity_bytes[OKV_TIER_COUNT]; /* limits (UINT64_MAX = unlimited) */
   uint64_t used_bytes[OKV_TIER_COUNT];
   int n_threads;
 };
 
 struct okv_hal_buffer_t {
   okv_hal_resource_t base;
-  okv_hal_device_t *device;  /* retained */
+  okv_hal_device_t *device; /* retained */
   okv_tier_t tier;
-  uint64_t size;             /* bytes */
-  void *host_ptr;            /* host-addressable pointer or NULL */
-  void *device_ptr;          /* device-addressable pointer (GPU), == host_ptr on CPU */
+  uint64_t size;    /* bytes */
+  void *host_ptr;   /* host-addressable pointer or NULL */
+  void *device_ptr; /* device-addressable pointer (GPU), == host_ptr on CPU */
 };
 
 struct okv_hal_stream_t {
   okv_hal_resource_t base;
-  okv_hal_device_t *device;  /* retained */
+  okv_hal_device_t *device; /* retained */
 };
 
 struct okv_hal_event_t {
   okv_hal_resource_t base;
-  okv_hal_device_t *device;  /* retained */
+  okv_hal_device_t *device; /* retained */
 };
 
 /* Backends allocate their object structs (embedding the public struct as the
@@ -91,8 +91,8 @@ struct okv_hal_device_vtable_t {
   /* Arguments already validated by hal/ (ranges, tiers in copy_mask). The
    * backend retains the buffers until the work has run; `pairs` is borrowed
    * for the duration of the call only. */
-  okv_status_t (*copy)(okv_hal_stream_t *stream, okv_hal_buffer_t *src, uint64_t src_offset,
-                       okv_hal_buffer_t *dst, uint64_t dst_offset, uint64_t bytes);
+  okv_status_t (*copy)(okv_hal_stream_t *stream, okv_hal_buffer_t *src, uint64_t src_offset, okv_hal_buffer_t *dst,
+                       uint64_t dst_offset, uint64_t bytes);
   okv_status_t (*copy_blocks)(okv_hal_stream_t *stream, okv_hal_buffer_t *src, okv_hal_buffer_t *dst,
                               uint64_t block_bytes, size_t n_blocks, const okv_block_copy_t *pairs);
 
@@ -107,8 +107,8 @@ struct okv_hal_device_vtable_t {
   okv_status_t (*attention)(okv_hal_stream_t *stream, const okv_attention_desc_t *desc);
   okv_status_t (*summarize_blocks)(okv_hal_stream_t *stream, const okv_summary_desc_t *desc);
   okv_status_t (*summary_append)(okv_hal_stream_t *stream, okv_hal_buffer_t *summaries, uint32_t head_dim,
-                                 okv_dtype_t kv_dtype, uint32_t n, const uint64_t *summary_index,
-                                 const float *keys, const uint8_t *first);
+                                 okv_dtype_t kv_dtype, uint32_t n, const uint64_t *summary_index, const float *keys,
+                                 const uint8_t *first);
   okv_status_t (*score_blocks)(okv_hal_stream_t *stream, const okv_score_desc_t *desc);
   okv_status_t (*topk)(okv_hal_stream_t *stream, const okv_topk_desc_t *desc);
 };
@@ -142,15 +142,12 @@ void okv_hal_resource_init(okv_hal_resource_t *res, okv_hal_kind_t kind); /* ref
 okv_status_t okv_attention_desc_clone(const okv_allocator_t *a, const okv_attention_desc_t *d,
                                       okv_attention_desc_t **out);
 void okv_attention_desc_free(const okv_allocator_t *a, okv_attention_desc_t *d);
-okv_status_t okv_summary_desc_clone(const okv_allocator_t *a, const okv_summary_desc_t *d,
-                                    okv_summary_desc_t **out);
+okv_status_t okv_summary_desc_clone(const okv_allocator_t *a, const okv_summary_desc_t *d, okv_summary_desc_t **out);
 void okv_summary_desc_free(const okv_allocator_t *a, okv_summary_desc_t *d);
-okv_status_t okv_score_desc_clone(const okv_allocator_t *a, const okv_score_desc_t *d,
-                                  okv_score_desc_t **out);
+okv_status_t okv_score_desc_clone(const okv_allocator_t *a, const okv_score_desc_t *d, okv_score_desc_t **out);
 void okv_score_desc_free(const okv_allocator_t *a, okv_score_desc_t *d);
 okv_status_t okv_topk_desc_clone(const okv_allocator_t *a, const okv_topk_desc_t *d, okv_topk_desc_t **out);
 void okv_topk_desc_free(const okv_allocator_t *a, okv_topk_desc_t *d);
-
 
 /* ---- Handle checks ---- */
 

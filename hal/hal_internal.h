@@ -23,7 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "hal/hal_impl.h"
+#include "hal_impl.h"
 
 #if defined(__GNUC__)
 #define OKV_HAL_HIDDEN __attribute__((visibility("hidden")))
@@ -79,8 +79,8 @@ static inline bool okv_hal_range_ok(uint64_t size, uint64_t offset, uint64_t byt
 
 /* INVALID_ARGUMENT "<arg>: belongs to another device than the stream" unless
  * `other` is the stream's device. */
-OKV_HAL_HIDDEN okv_status_t okv_hal_stream_same_device(const okv_hal_stream_t *stream,
-                                                       const okv_hal_device_t *other, const char *arg);
+OKV_HAL_HIDDEN okv_status_t okv_hal_stream_same_device(const okv_hal_stream_t *stream, const okv_hal_device_t *other,
+                                                       const char *arg);
 
 /* ---- Kernel descriptor validation (hal_kernel_validate.c) ----
  * Each checks everything its okv_hal_*_async entry point needs before

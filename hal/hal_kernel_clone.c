@@ -6,7 +6,7 @@
  * allocator. Nothing else of the HAL. */
 #include <string.h>
 
-#include "hal/hal_impl.h"
+#include "hal_impl.h"
 
 #define INVALID(...) okv_status_make(OKV_STATUS_INVALID_ARGUMENT, __VA_ARGS__)
 

@@ -6,7 +6,7 @@
  * Owns: nothing; pure checks.
  * May touch: descriptors, host arrays, buffers and streams read-only (live
  * checks through hal_live.c). Never calls a backend. */
-#include "hal/hal_internal.h"
+#include "hal_internal.h"
 
 /* ---- validation helpers ---- */
 
@@ -18,8 +18,7 @@ static bool mul_u64(uint64_t a, uint64_t b, uint64_t *out) { return !__builtin_m
 static okv_status_t check_stream(const okv_hal_stream_t *stream, const char *fn) {
   okv_status_t s = okv_hal_check_live(stream, OKV_HAL_KIND_STREAM, "stream");
   if (s != OKV_OK) return okv_status_annotate(s, "%s", fn);
-  if (stream->device == NULL || stream->device->vtable == NULL)
-    return INVALID("%s: stream has no device", fn);
+  if (stream->device == NULL || stream->device->vtable == NULL) return INVALID("%s: stream has no device", fn);
   return OKV_OK;
 }
 
@@ -31,8 +30,8 @@ static okv_status_t check_range(const okv_hal_stream_t *stream, const okv_hal_bu
   okv_status_t s = okv_hal_check_live(buf, OKV_HAL_KIND_BUFFER, name);
   if (s != OKV_OK) return okv_status_annotate(s, "%s", fn);
   if (buf->device != stream->device) return INVALID("%s: %s belongs to another device than the stream", fn, name);
-  if (align4 && (offset & 3u)) return INVALID("%s: offset of %s (%llu) is not 4-byte aligned", fn, name,
-                                               (unsigned long long)offset);
+  if (align4 && (offset & 3u))
+    return INVALID("%s: offset of %s (%llu) is not 4-byte aligned", fn, name, (unsigned long long)offset);
   if (offset > buf->size || bytes > buf->size - offset)
     return INVALID("%s: %s range [%llu, +%llu bytes) exceeds its size %llu", fn, name, (unsigned long long)offset,
                    (unsigned long long)bytes, (unsigned long long)buf->size);
@@ -213,13 +212,12 @@ okv_status_t okv_hal_validate_score(const okv_hal_stream_t *stream, const okv_sc
     uint64_t nb = d->seg_n_blocks[u];
     if (nb == 0) continue;
     if (d->seg_summary_first[u] > n_summaries || nb > n_summaries - d->seg_summary_first[u])
-      return INVALID("%s: segment %llu: summaries [%llu, +%llu) outside summaries (%llu)", fn,
-                     (unsigned long long)u, (unsigned long long)d->seg_summary_first[u], (unsigned long long)nb,
+      return INVALID("%s: segment %llu: summaries [%llu, +%llu) outside summaries (%llu)", fn, (unsigned long long)u,
+                     (unsigned long long)d->seg_summary_first[u], (unsigned long long)nb,
                      (unsigned long long)n_summaries);
     if (d->seg_score_first[u] > n_scores || nb > n_scores - d->seg_score_first[u])
-      return INVALID("%s: segment %llu: scores [%llu, +%llu) outside scores (%llu floats)", fn,
-                     (unsigned long long)u, (unsigned long long)d->seg_score_first[u], (unsigned long long)nb,
-                     (unsigned long long)n_scores);
+      return INVALID("%s: segment %llu: scores [%llu, +%llu) outside scores (%llu floats)", fn, (unsigned long long)u,
+                     (unsigned long long)d->seg_score_first[u], (unsigned long long)nb, (unsigned long long)n_scores);
   }
   return OKV_OK;
 }
@@ -242,8 +240,7 @@ okv_status_t okv_hal_validate_topk(const okv_hal_stream_t *stream, const okv_top
     if (n == 0) continue;
     if (d->seg_score_first[u] > n_scores || n > n_scores - d->seg_score_first[u])
       return INVALID("%s: segment %u: scores [%llu, +%llu) outside scores (%llu floats)", fn, u,
-                     (unsigned long long)d->seg_score_first[u], (unsigned long long)n,
-                     (unsigned long long)n_scores);
+                     (unsigned long long)d->seg_score_first[u], (unsigned long long)n, (unsigned long long)n_scores);
   }
   if (d->excl_offsets != NULL) {
     OKV_RETURN_IF_ERROR(check_csr(d->excl_offsets, d->n_segments, fn, "excl_offsets"));
@@ -251,13 +248,12 @@ okv_status_t okv_hal_validate_topk(const okv_hal_stream_t *stream, const okv_top
     for (uint32_t u = 0; u < d->n_segments; u++)
       for (uint32_t i = d->excl_offsets[u]; i < d->excl_offsets[u + 1]; i++)
         if (d->excl_blocks[i] >= d->seg_n[u])
-          return INVALID("%s: excl_blocks[%u] = %u is not < seg_n[%u] = %u", fn, i, d->excl_blocks[i], u,
-                         d->seg_n[u]);
+          return INVALID("%s: excl_blocks[%u] = %u is not < seg_n[%u] = %u", fn, i, d->excl_blocks[i], u, d->seg_n[u]);
   }
   uint64_t out_bytes = (uint64_t)d->n_segments * d->k * 4u; /* < 2^32 * 2^9 * 4: no overflow */
   OKV_RETURN_IF_ERROR(check_range(stream, d->out_indices, d->out_offset, out_bytes, true, fn, "out_indices"));
   if (d->out_counts != NULL)
-    OKV_RETURN_IF_ERROR(check_range(stream, d->out_counts, d->counts_offset, (uint64_t)d->n_segments * 4u, true, fn,
-                                    "out_counts"));
+    OKV_RETURN_IF_ERROR(
+        check_range(stream, d->out_counts, d->counts_offset, (uint64_t)d->n_segments * 4u, true, fn, "out_counts"));
   return OKV_OK;
 }

@@ -8,8 +8,8 @@
  * and the backend's kernel and enqueue_failure hooks. */
 #include <stdio.h>
 
-#include "hal/hal_fault.h"
-#include "hal/hal_internal.h"
+#include "hal_fault.h"
+#include "hal_internal.h"
 
 /* An injected kernel failure: asynchronous, like a real launch failure. */
 static okv_status_t kernel_fault(okv_hal_stream_t *stream, const char *what) {
@@ -49,8 +49,7 @@ okv_status_t okv_hal_summary_append_async(okv_hal_stream_t *stream, okv_hal_buff
   if (stream->device->vtable->summary_append == NULL) return unimplemented(stream, "summary_append");
   if (okv_hal_fault_op(stream->device, OKV_HAL_OP_KERNEL, OKV_TIER_COUNT, OKV_TIER_COUNT))
     return kernel_fault(stream, "summary_append");
-  return stream->device->vtable->summary_append(stream, summaries, head_dim, kv_dtype, n, summary_index, keys,
-                                                first);
+  return stream->device->vtable->summary_append(stream, summaries, head_dim, kv_dtype, n, summary_index, keys, first);
 }
 
 okv_status_t okv_hal_score_blocks_async(okv_hal_stream_t *stream, const okv_score_desc_t *desc) {

@@ -9,18 +9,18 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "hal/hal_internal.h"
+#include "hal_internal.h"
 
 /* ---- An open-addressing hash set of pointers ---- */
 
 #define OKV_LIVE_EMPTY ((uintptr_t)0)
-#define OKV_LIVE_TOMB ((uintptr_t)1)
+#define OKV_LIVE_TOMB  ((uintptr_t)1)
 
 static pthread_mutex_t okv_live_mutex = PTHREAD_MUTEX_INITIALIZER;
-static uintptr_t *okv_live_slots;   /* system allocator; capacity a power of two */
+static uintptr_t *okv_live_slots; /* system allocator; capacity a power of two */
 static size_t okv_live_cap;
-static size_t okv_live_count;       /* live entries */
-static size_t okv_live_used;        /* live + tombstones */
+static size_t okv_live_count; /* live entries */
+static size_t okv_live_used;  /* live + tombstones */
 
 static size_t okv_live_hash(uintptr_t p) {
   uint64_t x = (uint64_t)p;
@@ -165,6 +165,5 @@ okv_status_t okv_hal_resource_register(okv_hal_resource_t *res, okv_hal_kind_t k
   pthread_mutex_lock(&okv_live_mutex);
   bool ok = okv_live_insert_locked((uintptr_t)res);
   pthread_mutex_unlock(&okv_live_mutex);
-  return ok ? OKV_OK
-            : okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: could not grow the live-handle registry");
+  return ok ? OKV_OK : okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: could not grow the live-handle registry");
 }

@@ -3,8 +3,8 @@
  * Owns: the hal/ part of okv_hal_stream_t (base, device reference).
  * May touch: the backend's stream_* hooks, the device's reference count and
  * fault hooks (read). Never touches buffers or events. */
-#include "hal/hal_fault.h"
-#include "hal/hal_internal.h"
+#include "hal_fault.h"
+#include "hal_internal.h"
 
 okv_status_t okv_hal_stream_create(okv_hal_device_t *device, okv_hal_stream_t **out_stream) {
   if (!out_stream) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "out_stream: NULL");

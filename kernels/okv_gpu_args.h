@@ -20,12 +20,12 @@
 #include "oasiskv/kernels.h"
 
 /* Threads per block of each kernel: the host launch and the kernel agree. */
-#define OKV_GPU_GATHER_THREADS 256u
+#define OKV_GPU_GATHER_THREADS    256u
 #define OKV_GPU_ATTENTION_THREADS 128u
-#define OKV_GPU_MASS_THREADS 128u
-#define OKV_GPU_SUMMARY_THREADS 128u
-#define OKV_GPU_SCORE_THREADS 128u
-#define OKV_GPU_TOPK_THREADS 512u
+#define OKV_GPU_MASS_THREADS      128u
+#define OKV_GPU_SUMMARY_THREADS   128u
+#define OKV_GPU_SCORE_THREADS     128u
+#define OKV_GPU_TOPK_THREADS      512u
 /* Blocks scored per thread block by okv_gpu_score_blocks (grid.y chunks). */
 #define OKV_GPU_SCORE_BLOCKS_PER_CTA 64u
 /* Largest query-row tile of one attention thread block. */
@@ -36,7 +36,7 @@
  * qs[R*D] acc[R*D] ks[BT*D] vs[BT*D] p[R*BT] m[R] l[R] sc[R] with
  * BT = OKV_BLOCK_TOKENS. */
 #define OKV_GPU_ATTENTION_SMEM_TILE_FLOATS(D) (2ull * OKV_BLOCK_TOKENS * (uint64_t)(D))
-#define OKV_GPU_ATTENTION_SMEM_ROW_FLOATS(D) (2ull * (uint64_t)(D) + OKV_BLOCK_TOKENS + 3u)
+#define OKV_GPU_ATTENTION_SMEM_ROW_FLOATS(D)  (2ull * (uint64_t)(D) + OKV_BLOCK_TOKENS + 3u)
 
 /* Static shared memory of okv_gpu_topk (histogram, selection, warp totals,
  * scalars), with slack; the host leaves it out of the dynamic budget. */
@@ -45,11 +45,11 @@
 /* okv_gpu_gather_blocks: dst[pairs[i].dst_offset ..+block_bytes) =
  * src[pairs[i].src_offset ..+block_bytes) for i < n_blocks. */
 typedef struct okv_gpu_gather_args_t {
-  uint64_t src, dst;       /* base device addresses */
-  uint64_t pairs;          /* okv_block_copy_t[n_blocks] in device memory */
+  uint64_t src, dst; /* base device addresses */
+  uint64_t pairs;    /* okv_block_copy_t[n_blocks] in device memory */
   uint64_t n_blocks;
   uint64_t block_bytes;
-  uint32_t vec_bytes;      /* 16, 8, 4 or 1: every offset and block_bytes is a multiple */
+  uint32_t vec_bytes; /* 16, 8, 4 or 1: every offset and block_bytes is a multiple */
   uint32_t pad_;
 } okv_gpu_gather_args_t;
 
@@ -57,39 +57,39 @@ typedef struct okv_gpu_gather_args_t {
  * Grid of okv_gpu_attention: (n_seqs*n_kv_heads, ceil(T*G / rows_per_cta)).
  * Grid of okv_gpu_attention_mass: (n_seqs*n_kv_heads, T). */
 typedef struct okv_gpu_attention_args_t {
-  uint64_t kv_pool;        /* slot 0 */
-  uint64_t block_bytes;    /* okv_block_bytes(kv_dtype, head_dim) */
-  uint64_t ws_offsets;     /* u32 [n_seqs*n_kv_heads + 1] */
-  uint64_t ws_slots;       /* u32 [ws_offsets[last]] */
-  uint64_t ws_valid;       /* u8  [ws_offsets[last]] */
-  uint64_t q;              /* f32 [n_seqs][T][n_q_heads][head_dim] */
-  uint64_t inflight_kv;    /* f32 [n_seqs][n_inflight][2][n_kv_heads][head_dim] or 0 */
-  uint64_t out;            /* f32 like q */
-  uint64_t lse;            /* f32 [n_seqs][T][n_q_heads] scratch: log-sum-exp per row, or 0 */
-  uint64_t block_mass;     /* f32 [ws_offsets[last]][T] or 0 */
+  uint64_t kv_pool;     /* slot 0 */
+  uint64_t block_bytes; /* okv_block_bytes(kv_dtype, head_dim) */
+  uint64_t ws_offsets;  /* u32 [n_seqs*n_kv_heads + 1] */
+  uint64_t ws_slots;    /* u32 [ws_offsets[last]] */
+  uint64_t ws_valid;    /* u8  [ws_offsets[last]] */
+  uint64_t q;           /* f32 [n_seqs][T][n_q_heads][head_dim] */
+  uint64_t inflight_kv; /* f32 [n_seqs][n_inflight][2][n_kv_heads][head_dim] or 0 */
+  uint64_t out;         /* f32 like q */
+  uint64_t lse;         /* f32 [n_seqs][T][n_q_heads] scratch: log-sum-exp per row, or 0 */
+  uint64_t block_mass;  /* f32 [ws_offsets[last]][T] or 0 */
   uint32_t n_seqs, n_kv_heads, group_size, head_dim;
   uint32_t n_query_tokens, kv_dtype, n_inflight, rows_per_cta;
-  float scale;             /* 1 / sqrt(head_dim) */
+  float scale; /* 1 / sqrt(head_dim) */
   uint32_t pad_;
 } okv_gpu_attention_args_t;
 
 /* okv_gpu_summarize_blocks: grid n_blocks. */
 typedef struct okv_gpu_summary_args_t {
-  uint64_t kv;             /* block 0 of the source, slot layout */
+  uint64_t kv; /* block 0 of the source, slot layout */
   uint64_t block_bytes;
-  uint64_t summaries;      /* f32 [*][2][head_dim] */
-  uint64_t block_index;    /* u64 [n_blocks] */
-  uint64_t valid;          /* u8  [n_blocks] */
-  uint64_t summary_index;  /* u64 [n_blocks] */
+  uint64_t summaries;     /* f32 [*][2][head_dim] */
+  uint64_t block_index;   /* u64 [n_blocks] */
+  uint64_t valid;         /* u8  [n_blocks] */
+  uint64_t summary_index; /* u64 [n_blocks] */
   uint32_t n_blocks, head_dim, kv_dtype, pad_;
 } okv_gpu_summary_args_t;
 
 /* okv_gpu_summary_append: grid-stride over entries i < n (grid 1 = strictly in order). */
 typedef struct okv_gpu_append_args_t {
-  uint64_t summaries;      /* f32 [*][2][head_dim] */
-  uint64_t summary_index;  /* u64 [n] */
-  uint64_t keys;           /* f32 [n][head_dim], already rounded through the KV dtype */
-  uint64_t first;          /* u8 [n] */
+  uint64_t summaries;     /* f32 [*][2][head_dim] */
+  uint64_t summary_index; /* u64 [n] */
+  uint64_t keys;          /* f32 [n][head_dim], already rounded through the KV dtype */
+  uint64_t first;         /* u8 [n] */
   uint32_t n, head_dim;
 } okv_gpu_append_args_t;
 
@@ -108,13 +108,13 @@ typedef struct okv_gpu_score_args_t {
 
 /* okv_gpu_topk: grid n_segments; dynamic shared memory = 4 * ceil(max_n / 32) bytes. */
 typedef struct okv_gpu_topk_args_t {
-  uint64_t scores;            /* f32 */
-  uint64_t seg_score_first;   /* u64 [n_segments] */
-  uint64_t seg_n;             /* u32 [n_segments] */
-  uint64_t excl_offsets;      /* u32 [n_segments + 1] or 0 */
-  uint64_t excl_blocks;       /* u32 */
-  uint64_t out_indices;       /* u32 [n_segments][k] */
-  uint64_t out_counts;        /* u32 [n_segments] or 0 */
+  uint64_t scores;          /* f32 */
+  uint64_t seg_score_first; /* u64 [n_segments] */
+  uint64_t seg_n;           /* u32 [n_segments] */
+  uint64_t excl_offsets;    /* u32 [n_segments + 1] or 0 */
+  uint64_t excl_blocks;     /* u32 */
+  uint64_t out_indices;     /* u32 [n_segments][k] */
+  uint64_t out_counts;      /* u32 [n_segments] or 0 */
   uint32_t n_segments, k;
 } okv_gpu_topk_args_t;
 
@@ -126,78 +126,78 @@ typedef struct okv_gpu_topk_args_t {
  * a field added, moved or retyped on one side, or a compiler laying a struct
  * out differently, fails the build instead of corrupting a launch.
  * OKV_GPU_ARGS_LAYOUT(SIZE, FIELD): SIZE(type, bytes), FIELD(type, field, offset). */
-#define OKV_GPU_ARGS_LAYOUT(SIZE, FIELD)                  \
-  SIZE(okv_block_copy_t, 16)                              \
-  FIELD(okv_block_copy_t, src_offset, 0)                  \
-  FIELD(okv_block_copy_t, dst_offset, 8)                  \
-  SIZE(okv_gpu_gather_args_t, 48)                         \
-  FIELD(okv_gpu_gather_args_t, src, 0)                    \
-  FIELD(okv_gpu_gather_args_t, dst, 8)                    \
-  FIELD(okv_gpu_gather_args_t, pairs, 16)                 \
-  FIELD(okv_gpu_gather_args_t, n_blocks, 24)              \
-  FIELD(okv_gpu_gather_args_t, block_bytes, 32)           \
-  FIELD(okv_gpu_gather_args_t, vec_bytes, 40)             \
-  SIZE(okv_gpu_attention_args_t, 120)                     \
-  FIELD(okv_gpu_attention_args_t, kv_pool, 0)             \
-  FIELD(okv_gpu_attention_args_t, block_bytes, 8)         \
-  FIELD(okv_gpu_attention_args_t, ws_offsets, 16)         \
-  FIELD(okv_gpu_attention_args_t, ws_slots, 24)           \
-  FIELD(okv_gpu_attention_args_t, ws_valid, 32)           \
-  FIELD(okv_gpu_attention_args_t, q, 40)                  \
-  FIELD(okv_gpu_attention_args_t, inflight_kv, 48)        \
-  FIELD(okv_gpu_attention_args_t, out, 56)                \
-  FIELD(okv_gpu_attention_args_t, lse, 64)                \
-  FIELD(okv_gpu_attention_args_t, block_mass, 72)         \
-  FIELD(okv_gpu_attention_args_t, n_seqs, 80)             \
-  FIELD(okv_gpu_attention_args_t, n_kv_heads, 84)         \
-  FIELD(okv_gpu_attention_args_t, group_size, 88)         \
-  FIELD(okv_gpu_attention_args_t, head_dim, 92)           \
-  FIELD(okv_gpu_attention_args_t, n_query_tokens, 96)     \
-  FIELD(okv_gpu_attention_args_t, kv_dtype, 100)          \
-  FIELD(okv_gpu_attention_args_t, n_inflight, 104)        \
-  FIELD(okv_gpu_attention_args_t, rows_per_cta, 108)      \
-  FIELD(okv_gpu_attention_args_t, scale, 112)             \
-  SIZE(okv_gpu_summary_args_t, 64)                        \
-  FIELD(okv_gpu_summary_args_t, kv, 0)                    \
-  FIELD(okv_gpu_summary_args_t, block_bytes, 8)           \
-  FIELD(okv_gpu_summary_args_t, summaries, 16)            \
-  FIELD(okv_gpu_summary_args_t, block_index, 24)          \
-  FIELD(okv_gpu_summary_args_t, valid, 32)                \
-  FIELD(okv_gpu_summary_args_t, summary_index, 40)        \
-  FIELD(okv_gpu_summary_args_t, n_blocks, 48)             \
-  FIELD(okv_gpu_summary_args_t, head_dim, 52)             \
-  FIELD(okv_gpu_summary_args_t, kv_dtype, 56)             \
-  SIZE(okv_gpu_append_args_t, 40)                         \
-  FIELD(okv_gpu_append_args_t, summaries, 0)              \
-  FIELD(okv_gpu_append_args_t, summary_index, 8)          \
-  FIELD(okv_gpu_append_args_t, keys, 16)                  \
-  FIELD(okv_gpu_append_args_t, first, 24)                 \
-  FIELD(okv_gpu_append_args_t, n, 32)                     \
-  FIELD(okv_gpu_append_args_t, head_dim, 36)              \
-  SIZE(okv_gpu_score_args_t, 80)                          \
-  FIELD(okv_gpu_score_args_t, q, 0)                       \
-  FIELD(okv_gpu_score_args_t, summaries, 8)               \
-  FIELD(okv_gpu_score_args_t, scores, 16)                 \
-  FIELD(okv_gpu_score_args_t, seg_summary_first, 24)      \
-  FIELD(okv_gpu_score_args_t, seg_n_blocks, 32)           \
-  FIELD(okv_gpu_score_args_t, seg_score_first, 40)        \
-  FIELD(okv_gpu_score_args_t, n_seqs, 48)                 \
-  FIELD(okv_gpu_score_args_t, n_kv_heads, 52)             \
-  FIELD(okv_gpu_score_args_t, group_size, 56)             \
-  FIELD(okv_gpu_score_args_t, head_dim, 60)               \
-  FIELD(okv_gpu_score_args_t, n_query_tokens, 64)         \
-  FIELD(okv_gpu_score_args_t, t_begin, 68)                \
-  FIELD(okv_gpu_score_args_t, t_end, 72)                  \
-  FIELD(okv_gpu_score_args_t, scale, 76)                  \
-  SIZE(okv_gpu_topk_args_t, 64)                           \
-  FIELD(okv_gpu_topk_args_t, scores, 0)                   \
-  FIELD(okv_gpu_topk_args_t, seg_score_first, 8)          \
-  FIELD(okv_gpu_topk_args_t, seg_n, 16)                   \
-  FIELD(okv_gpu_topk_args_t, excl_offsets, 24)            \
-  FIELD(okv_gpu_topk_args_t, excl_blocks, 32)             \
-  FIELD(okv_gpu_topk_args_t, out_indices, 40)             \
-  FIELD(okv_gpu_topk_args_t, out_counts, 48)              \
-  FIELD(okv_gpu_topk_args_t, n_segments, 56)              \
+#define OKV_GPU_ARGS_LAYOUT(SIZE, FIELD)              \
+  SIZE(okv_block_copy_t, 16)                          \
+  FIELD(okv_block_copy_t, src_offset, 0)              \
+  FIELD(okv_block_copy_t, dst_offset, 8)              \
+  SIZE(okv_gpu_gather_args_t, 48)                     \
+  FIELD(okv_gpu_gather_args_t, src, 0)                \
+  FIELD(okv_gpu_gather_args_t, dst, 8)                \
+  FIELD(okv_gpu_gather_args_t, pairs, 16)             \
+  FIELD(okv_gpu_gather_args_t, n_blocks, 24)          \
+  FIELD(okv_gpu_gather_args_t, block_bytes, 32)       \
+  FIELD(okv_gpu_gather_args_t, vec_bytes, 40)         \
+  SIZE(okv_gpu_attention_args_t, 120)                 \
+  FIELD(okv_gpu_attention_args_t, kv_pool, 0)         \
+  FIELD(okv_gpu_attention_args_t, block_bytes, 8)     \
+  FIELD(okv_gpu_attention_args_t, ws_offsets, 16)     \
+  FIELD(okv_gpu_attention_args_t, ws_slots, 24)       \
+  FIELD(okv_gpu_attention_args_t, ws_valid, 32)       \
+  FIELD(okv_gpu_attention_args_t, q, 40)              \
+  FIELD(okv_gpu_attention_args_t, inflight_kv, 48)    \
+  FIELD(okv_gpu_attention_args_t, out, 56)            \
+  FIELD(okv_gpu_attention_args_t, lse, 64)            \
+  FIELD(okv_gpu_attention_args_t, block_mass, 72)     \
+  FIELD(okv_gpu_attention_args_t, n_seqs, 80)         \
+  FIELD(okv_gpu_attention_args_t, n_kv_heads, 84)     \
+  FIELD(okv_gpu_attention_args_t, group_size, 88)     \
+  FIELD(okv_gpu_attention_args_t, head_dim, 92)       \
+  FIELD(okv_gpu_attention_args_t, n_query_tokens, 96) \
+  FIELD(okv_gpu_attention_args_t, kv_dtype, 100)      \
+  FIELD(okv_gpu_attention_args_t, n_inflight, 104)    \
+  FIELD(okv_gpu_attention_args_t, rows_per_cta, 108)  \
+  FIELD(okv_gpu_attention_args_t, scale, 112)         \
+  SIZE(okv_gpu_summary_args_t, 64)                    \
+  FIELD(okv_gpu_summary_args_t, kv, 0)                \
+  FIELD(okv_gpu_summary_args_t, block_bytes, 8)       \
+  FIELD(okv_gpu_summary_args_t, summaries, 16)        \
+  FIELD(okv_gpu_summary_args_t, block_index, 24)      \
+  FIELD(okv_gpu_summary_args_t, valid, 32)            \
+  FIELD(okv_gpu_summary_args_t, summary_index, 40)    \
+  FIELD(okv_gpu_summary_args_t, n_blocks, 48)         \
+  FIELD(okv_gpu_summary_args_t, head_dim, 52)         \
+  FIELD(okv_gpu_summary_args_t, kv_dtype, 56)         \
+  SIZE(okv_gpu_append_args_t, 40)                     \
+  FIELD(okv_gpu_append_args_t, summaries, 0)          \
+  FIELD(okv_gpu_append_args_t, summary_index, 8)      \
+  FIELD(okv_gpu_append_args_t, keys, 16)              \
+  FIELD(okv_gpu_append_args_t, first, 24)             \
+  FIELD(okv_gpu_append_args_t, n, 32)                 \
+  FIELD(okv_gpu_append_args_t, head_dim, 36)          \
+  SIZE(okv_gpu_score_args_t, 80)                      \
+  FIELD(okv_gpu_score_args_t, q, 0)                   \
+  FIELD(okv_gpu_score_args_t, summaries, 8)           \
+  FIELD(okv_gpu_score_args_t, scores, 16)             \
+  FIELD(okv_gpu_score_args_t, seg_summary_first, 24)  \
+  FIELD(okv_gpu_score_args_t, seg_n_blocks, 32)       \
+  FIELD(okv_gpu_score_args_t, seg_score_first, 40)    \
+  FIELD(okv_gpu_score_args_t, n_seqs, 48)             \
+  FIELD(okv_gpu_score_args_t, n_kv_heads, 52)         \
+  FIELD(okv_gpu_score_args_t, group_size, 56)         \
+  FIELD(okv_gpu_score_args_t, head_dim, 60)           \
+  FIELD(okv_gpu_score_args_t, n_query_tokens, 64)     \
+  FIELD(okv_gpu_score_args_t, t_begin, 68)            \
+  FIELD(okv_gpu_score_args_t, t_end, 72)              \
+  FIELD(okv_gpu_score_args_t, scale, 76)              \
+  SIZE(okv_gpu_topk_args_t, 64)                       \
+  FIELD(okv_gpu_topk_args_t, scores, 0)               \
+  FIELD(okv_gpu_topk_args_t, seg_score_first, 8)      \
+  FIELD(okv_gpu_topk_args_t, seg_n, 16)               \
+  FIELD(okv_gpu_topk_args_t, excl_offsets, 24)        \
+  FIELD(okv_gpu_topk_args_t, excl_blocks, 32)         \
+  FIELD(okv_gpu_topk_args_t, out_indices, 40)         \
+  FIELD(okv_gpu_topk_args_t, out_counts, 48)          \
+  FIELD(okv_gpu_topk_args_t, n_segments, 56)          \
   FIELD(okv_gpu_topk_args_t, k, 60)
 
 #endif /* OASISKV_GPU_ARGS_H */

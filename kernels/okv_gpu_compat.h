@@ -30,15 +30,15 @@
 #define OKV_WARP_SIZE 64 /* host pass: no kernel code is generated */
 #endif
 #define okv_shfl_xor(v, lane_mask, width) __shfl_xor((v), (lane_mask), (width))
-#define okv_ballot(pred) ((uint64_t)__ballot(pred))
-#define OKV_DYNAMIC_SMEM(type, name) extern __shared__ type name[]
+#define okv_ballot(pred)                  ((uint64_t)__ballot(pred))
+#define OKV_DYNAMIC_SMEM(type, name)      extern __shared__ type name[]
 #else
 #include <cuda_runtime.h>
-#define OKV_GPU_CUDA 1
-#define OKV_WARP_SIZE 32
+#define OKV_GPU_CUDA                      1
+#define OKV_WARP_SIZE                     32
 #define okv_shfl_xor(v, lane_mask, width) __shfl_xor_sync(0xffffffffu, (v), (lane_mask), (width))
-#define okv_ballot(pred) ((uint64_t)__ballot_sync(0xffffffffu, (pred)))
-#define OKV_DYNAMIC_SMEM(type, name) extern __shared__ type name[]
+#define okv_ballot(pred)                  ((uint64_t)__ballot_sync(0xffffffffu, (pred)))
+#define OKV_DYNAMIC_SMEM(type, name)      extern __shared__ type name[]
 #endif
 
 #ifndef OKV_DEVICE

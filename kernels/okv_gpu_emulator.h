@@ -225,16 +225,16 @@ bool launch(void (*kernel)(Args), okv_emu_dim3 grid, unsigned threads, size_t sm
 #define __device__
 #define __forceinline__ inline
 #define __launch_bounds__(n)
-#define __shared__ static
-#define OKV_DEVICE static inline
-#define threadIdx (okv_emu::self().tid)
-#define blockIdx (okv_emu::st().block_idx)
-#define blockDim (okv_emu::st().block_dim)
-#define gridDim (okv_emu::st().grid_dim)
-#define __syncthreads() okv_emu::sync_block()
+#define __shared__                        static
+#define OKV_DEVICE                        static inline
+#define threadIdx                         (okv_emu::self().tid)
+#define blockIdx                          (okv_emu::st().block_idx)
+#define blockDim                          (okv_emu::st().block_dim)
+#define gridDim                           (okv_emu::st().grid_dim)
+#define __syncthreads()                   okv_emu::sync_block()
 #define okv_shfl_xor(v, lane_mask, width) okv_emu::shfl_xor((v), (lane_mask), (width))
-#define okv_ballot(pred) okv_emu::ballot((pred))
-#define OKV_DYNAMIC_SMEM(type, name) type *name = (type *)(void *)okv_emu::st().dyn_smem.data()
+#define okv_ballot(pred)                  okv_emu::ballot((pred))
+#define OKV_DYNAMIC_SMEM(type, name)      type *name = (type *)(void *)okv_emu::st().dyn_smem.data()
 
 static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 static inline uint32_t __float_as_uint(float f) {

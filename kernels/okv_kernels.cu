@@ -13,9 +13,9 @@
 // same table with _Static_assert in backends/gpu/gpu_launch.c).
 #define OKV_GPU_PIN_SIZE(type, bytes) \
   static_assert(sizeof(type) == (bytes), "device size of " #type " differs from kernels/okv_gpu_args.h");
-#define OKV_GPU_PIN_FIELD(type, field, offset)                  \
-  static_assert(offsetof(type, field) == (offset), "device offset of " #type "." #field \
-                                                   " differs from kernels/okv_gpu_args.h");
+#define OKV_GPU_PIN_FIELD(type, field, offset)     \
+  static_assert(offsetof(type, field) == (offset), \
+                "device offset of " #type "." #field " differs from kernels/okv_gpu_args.h");
 OKV_GPU_ARGS_LAYOUT(OKV_GPU_PIN_SIZE, OKV_GPU_PIN_FIELD)
 #undef OKV_GPU_PIN_SIZE
 #undef OKV_GPU_PIN_FIELD
@@ -58,8 +58,7 @@ OKV_DEVICE uint32_t okv_score_key(float f) {
 // 1. Batched block gather: one launch for any number of blocks; reads pinned
 // device-mapped host memory or device memory, writes the destination slots.
 
-extern "C" __global__ void __launch_bounds__(OKV_GPU_GATHER_THREADS)
-okv_gpu_gather_blocks(okv_gpu_gather_args_t a) {
+extern "C" __global__ void __launch_bounds__(OKV_GPU_GATHER_THREADS) okv_gpu_gather_blocks(okv_gpu_gather_args_t a) {
   const okv_block_copy_t *pairs = (const okv_block_copy_t *)a.pairs;
   for (uint64_t i = blockIdx.x; i < a.n_blocks; i += gridDim.x) {
     const unsigned char *src = (const unsigned char *)a.src + pairs[i].src_offset;
@@ -72,8 +71,7 @@ okv_gpu_gather_blocks(okv_gpu_gather_args_t a) {
       for (uint64_t e = threadIdx.x; e < n; e += blockDim.x) ((uint2 *)dst)[e] = ((const uint2 *)src)[e];
     } else if (a.vec_bytes == 4) {
       const uint64_t n = a.block_bytes / 4;
-      for (uint64_t e = threadIdx.x; e < n; e += blockDim.x)
-        ((uint32_t *)dst)[e] = ((const uint32_t *)src)[e];
+      for (uint64_t e = threadIdx.x; e < n; e += blockDim.x) ((uint32_t *)dst)[e] = ((const uint32_t *)src)[e];
     } else {
       for (uint64_t e = threadIdx.x; e < a.block_bytes; e += blockDim.x) dst[e] = src[e];
     }
@@ -88,8 +86,7 @@ okv_gpu_gather_blocks(okv_gpu_gather_args_t a) {
 // Shared memory (dynamic, floats; sized by the host from the same layout in
 // okv_gpu_args.h): qs[R*D] acc[R*D] ks[BT*D] vs[BT*D] p[R*BT] m[R] l[R] sc[R].
 
-extern "C" __global__ void __launch_bounds__(OKV_GPU_ATTENTION_THREADS)
-okv_gpu_attention(okv_gpu_attention_args_t a) {
+extern "C" __global__ void __launch_bounds__(OKV_GPU_ATTENTION_THREADS) okv_gpu_attention(okv_gpu_attention_args_t a) {
   OKV_DYNAMIC_SMEM(float, okv_smem_f);
   const uint32_t D = a.head_dim, G = a.group_size, T = a.n_query_tokens;
   const uint32_t Hkv = a.n_kv_heads, Hq = Hkv * G;
@@ -222,8 +219,7 @@ okv_gpu_attention(okv_gpu_attention_args_t a) {
 // working-set block i of (s, h) and query token t,
 //   mass[i][t] = (1/G) * sum_g sum_{j < valid} exp(logit(t, g, j) - lse(t, g)).
 // Logits are recomputed exactly as okv_gpu_attention computes them.
-extern "C" __global__ void __launch_bounds__(OKV_GPU_MASS_THREADS)
-okv_gpu_attention_mass(okv_gpu_attention_args_t a) {
+extern "C" __global__ void __launch_bounds__(OKV_GPU_MASS_THREADS) okv_gpu_attention_mass(okv_gpu_attention_args_t a) {
   __shared__ float red[OKV_GPU_MASS_THREADS];
   const uint32_t D = a.head_dim, G = a.group_size, T = a.n_query_tokens;
   const uint32_t Hkv = a.n_kv_heads, Hq = Hkv * G;
@@ -266,7 +262,7 @@ okv_gpu_attention_mass(okv_gpu_attention_args_t a) {
 // 3. Block key summaries (Quest): min/max of the valid keys of each block.
 
 extern "C" __global__ void __launch_bounds__(OKV_GPU_SUMMARY_THREADS)
-okv_gpu_summarize_blocks(okv_gpu_summary_args_t a) {
+    okv_gpu_summarize_blocks(okv_gpu_summary_args_t a) {
   const uint32_t D = a.head_dim;
   const uint64_t *block_index = (const uint64_t *)a.block_index;
   const uint8_t *valid = (const uint8_t *)a.valid;
@@ -291,8 +287,7 @@ okv_gpu_summarize_blocks(okv_gpu_summary_args_t a) {
 // Incremental update for one appended token per entry. Each thread owns fixed
 // elements d, so with a grid of one block entries apply strictly in order
 // (the host uses that when a summary index repeats within one call).
-extern "C" __global__ void __launch_bounds__(OKV_GPU_SUMMARY_THREADS)
-okv_gpu_summary_append(okv_gpu_append_args_t a) {
+extern "C" __global__ void __launch_bounds__(OKV_GPU_SUMMARY_THREADS) okv_gpu_summary_append(okv_gpu_append_args_t a) {
   const uint32_t D = a.head_dim;
   const uint64_t *summary_index = (const uint64_t *)a.summary_index;
   const float *keys = (const float *)a.keys;
@@ -322,8 +317,7 @@ OKV_DEVICE float okv_warp_sum(float v) {
   return v;
 }
 
-extern "C" __global__ void __launch_bounds__(OKV_GPU_SCORE_THREADS)
-okv_gpu_score_blocks(okv_gpu_score_args_t a) {
+extern "C" __global__ void __launch_bounds__(OKV_GPU_SCORE_THREADS) okv_gpu_score_blocks(okv_gpu_score_args_t a) {
   const uint32_t D = a.head_dim, G = a.group_size, T = a.n_query_tokens;
   const uint32_t Hkv = a.n_kv_heads, Hq = Hkv * G;
   const uint32_t u = blockIdx.x, s = u / Hkv, h = u % Hkv;
@@ -371,8 +365,7 @@ static_assert(256u * 4u + OKV_TOPK_MAX * 8u + (OKV_GPU_TOPK_THREADS / 32u) * 4u 
 
 OKV_DEVICE bool okv_bit_test(const uint32_t *bm, uint32_t b) { return (bm[b >> 5] >> (b & 31u)) & 1u; }
 
-extern "C" __global__ void __launch_bounds__(OKV_GPU_TOPK_THREADS)
-okv_gpu_topk(okv_gpu_topk_args_t a) {
+extern "C" __global__ void __launch_bounds__(OKV_GPU_TOPK_THREADS) okv_gpu_topk(okv_gpu_topk_args_t a) {
   OKV_DYNAMIC_SMEM(uint32_t, okv_smem_u); /* exclusion bitmap, ceil(max_n / 32) words */
   __shared__ uint32_t hist[256];
   __shared__ unsigned long long sel[OKV_TOPK_MAX];
@@ -386,7 +379,10 @@ okv_gpu_topk(okv_gpu_topk_args_t a) {
   const uint32_t n_words = (n + 31u) / 32u;
 
   for (uint32_t w = tid; w < n_words; w += nt) bm[w] = 0u;
-  if (tid == 0) { s_count = 0u; s_sel = 0u; }
+  if (tid == 0) {
+    s_count = 0u;
+    s_sel = 0u;
+  }
   __syncthreads();
   if (a.excl_offsets != 0) {
     const uint32_t *eo = (const uint32_t *)a.excl_offsets;

@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "tools/cli.h"
-#include "tools/cli_model.h"
+#include "cli.h"
+#include "cli_model.h"
 
 #define CMD "oasiskv eval"
 
@@ -129,13 +129,17 @@ static json_object *result_json(const okv_eval_result_t *r) {
 }
 
 static void fmt_num(char *b, size_t n, const char *fmt, double v) {
-  if (isfinite(v)) snprintf(b, n, fmt, v);
-  else snprintf(b, n, "-");
+  if (isfinite(v))
+    snprintf(b, n, fmt, v);
+  else
+    snprintf(b, n, "-");
 }
 
 static void print_csv(FILE *f, const okv_eval_result_t *rs, size_t n) {
-  fprintf(f, "mode,drafter,budget_blocks,fetch_ratio,tokens_evaluated,mean_nll,perplexity,top1_agreement,kl_vs_dense,"
-             "recall,bytes_moved,blocks_moved_per_token,deferred_steps,stall_seconds,tokens_per_second,recall_per_layer\n");
+  fprintf(
+      f,
+      "mode,drafter,budget_blocks,fetch_ratio,tokens_evaluated,mean_nll,perplexity,top1_agreement,kl_vs_dense,"
+      "recall,bytes_moved,blocks_moved_per_token,deferred_steps,stall_seconds,tokens_per_second,recall_per_layer\n");
   for (size_t i = 0; i < n; ++i) {
     const okv_eval_result_t *r = &rs[i];
     char top1[32], kl[32], rec[32];
@@ -156,9 +160,9 @@ static void print_csv(FILE *f, const okv_eval_result_t *rs, size_t n) {
 }
 
 static void print_table(FILE *f, const okv_eval_result_t *rs, size_t n, double dense_nll) {
-  fprintf(f, "%-9s %-7s %4s %6s %7s %9s %8s %9s %7s %10s %7s %8s %9s %8s %9s %9s  %s\n", "mode", "drafter", "K", "ratio",
-          "tokens", "mean_nll", "d_nll%", "ppl", "top1", "kl", "recall", "blk/tok", "MB_moved", "deferred", "stall_s",
-          "tok/s", "recall/layer");
+  fprintf(f, "%-9s %-7s %4s %6s %7s %9s %8s %9s %7s %10s %7s %8s %9s %8s %9s %9s  %s\n", "mode", "drafter", "K",
+          "ratio", "tokens", "mean_nll", "d_nll%", "ppl", "top1", "kl", "recall", "blk/tok", "MB_moved", "deferred",
+          "stall_s", "tok/s", "recall/layer");
   for (size_t i = 0; i < n; ++i) {
     const okv_eval_result_t *r = &rs[i];
     char top1[32], kl[32], rec[32], dn[32];
@@ -232,7 +236,8 @@ static bool plot_png(const char *png_path, const okv_eval_result_t *rs, size_t n
   fprintf(g, "plot 0 with lines lc rgb 'gray' title 'dense'");
   for (size_t j = 0; j < n_lines; ++j)
     fprintf(g, ", '-' using 1:2 with linespoints lw 2 title '%s%s%s'", okv_cli_mode_name(modes[j]),
-            drafters[j] != OKV_DRAFTER_NONE ? "+" : "", drafters[j] != OKV_DRAFTER_NONE ? okv_drafter_name(drafters[j]) : "");
+            drafters[j] != OKV_DRAFTER_NONE ? "+" : "",
+            drafters[j] != OKV_DRAFTER_NONE ? okv_drafter_name(drafters[j]) : "");
   fputc('\n', g);
   for (size_t j = 0; j < n_lines; ++j) {
     for (size_t i = 0; i < n; ++i)
@@ -268,11 +273,11 @@ int okv_cli_eval(int argc, char **argv) {
       sweep = true;
       continue;
     }
-#define OPT(name, var)                                           \
+#define OPT(name, var)                                          \
   if ((r = okv_cli_opt_value(argc, argv, &i, name, &v)) != 0) { \
-    if (r < 0) return 2;                                         \
-    var = v;                                                     \
-    continue;                                                    \
+    if (r < 0) return 2;                                        \
+    var = v;                                                    \
+    continue;                                                   \
   }
     OPT("--model", model_flag)
     OPT("--tokenizer", tok_flag)
@@ -432,11 +437,12 @@ int okv_cli_eval(int argc, char **argv) {
       ec.mode = modes[m];
       ec.drafter = modes[m] == OKV_MODE_OASIS ? drafter : OKV_DRAFTER_NONE;
       ec.budget_blocks = sweep ? k_sweep[b] : budget;
-      snprintf(prog.label, sizeof prog.label, "%s%s%s K=%u", okv_cli_mode_name(ec.mode),
-               ec.drafter ? "+" : "", ec.drafter ? okv_drafter_name(ec.drafter) : "", ec.budget_blocks);
+      snprintf(prog.label, sizeof prog.label, "%s%s%s K=%u", okv_cli_mode_name(ec.mode), ec.drafter ? "+" : "",
+               ec.drafter ? okv_drafter_name(ec.drafter) : "", ec.budget_blocks);
       s = okv_eval_run(cm.model, cm.device, windows, n_windows, &ec, &dense_ref, NULL, NULL, &results[n_results]);
       if (s) {
-        okv_cli_print_status(CMD, okv_status_annotate(s, "mode %s, K %u", okv_cli_mode_name(ec.mode), ec.budget_blocks));
+        okv_cli_print_status(CMD,
+                             okv_status_annotate(s, "mode %s, K %u", okv_cli_mode_name(ec.mode), ec.budget_blocks));
         goto done;
       }
       ++n_results;
@@ -444,10 +450,11 @@ int okv_cli_eval(int argc, char **argv) {
   double dense_nll = results[0].mean_nll;
   bool to_stdout = (json_path && !strcmp(json_path, "-")) || (csv_path && !strcmp(csv_path, "-"));
   if (!to_stdout) {
-    printf("model %s (dim %u, layers %u, query/KV heads %u/%u, seq_len %u), %u window(s) of %u bytes from byte %llu of "
-           "%s, device %s\n",
-           cm.model_path, mc->dim, mc->n_layers, mc->n_q_heads, mc->n_kv_heads, mc->seq_len, n_windows, bytes,
-           (unsigned long long)offset, text_path, device);
+    printf(
+        "model %s (dim %u, layers %u, query/KV heads %u/%u, seq_len %u), %u window(s) of %u bytes from byte %llu of "
+        "%s, device %s\n",
+        cm.model_path, mc->dim, mc->n_layers, mc->n_q_heads, mc->n_kv_heads, mc->seq_len, n_windows, bytes,
+        (unsigned long long)offset, text_path, device);
     print_table(stdout, results, n_results, dense_nll);
     fflush(stdout);
   }
@@ -455,7 +462,8 @@ int okv_cli_eval(int argc, char **argv) {
     json_c_set_serialization_double_format("%.10g", JSON_C_OPTION_GLOBAL);
     json_object *arr = json_object_new_array();
     for (size_t i = 0; i < n_results; ++i) json_object_array_add(arr, result_json(&results[i]));
-    fprintf(out_json.f, "%s\n", json_object_to_json_string_ext(arr, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
+    fprintf(out_json.f, "%s\n",
+            json_object_to_json_string_ext(arr, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
     json_object_put(arr);
   }
   if (have_csv) print_csv(out_csv.f, results, n_results);

@@ -8,9 +8,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "tools/cli.h"
-#include "tools/cli_model.h"
-#include "tools/cli_text.h"
+#include "cli.h"
+#include "cli_model.h"
+#include "cli_text.h"
 
 #define CMD "oasiskv generate"
 
@@ -74,11 +74,11 @@ int okv_cli_generate(int argc, char **argv) {
       usage(stdout);
       return 0;
     }
-#define OPT(name, var)                                           \
+#define OPT(name, var)                                          \
   if ((r = okv_cli_opt_value(argc, argv, &i, name, &v)) != 0) { \
-    if (r < 0) return 2;                                         \
-    var = v;                                                     \
-    continue;                                                    \
+    if (r < 0) return 2;                                        \
+    var = v;                                                    \
+    continue;                                                   \
   }
     OPT("--model", model_flag)
     OPT("--tokenizer", tok_flag)
@@ -210,8 +210,10 @@ int okv_cli_generate(int argc, char **argv) {
     char piece[512], text[sizeof piece + 4];
     size_t nb = 0;
     okv_status_t ps = okv_tokenizer_piece(cm.tokenizer, tok, next, piece, sizeof piece, &nb);
-    if (ps) okv_status_free(ps);
-    else fwrite(text, 1, okv_cli_text_filter(&shown, piece, nb, text), stdout);
+    if (ps)
+      okv_status_free(ps);
+    else
+      fwrite(text, 1, okv_cli_text_filter(&shown, piece, nb, text), stdout);
     fflush(stdout);
   }
   okv_cli_text_filter_finish(&shown);

@@ -8,7 +8,7 @@
 #include <json-c/json.h>
 
 #include "oasiskv/oasiskv.h"
-#include "tools/cli.h"
+#include "cli.h"
 
 #define OKV_INFO_MAX_DEVICES 16
 
@@ -90,13 +90,14 @@ static json_object *device_json(const okv_hal_device_info_t *info, const tier_vi
     json_object *jt = json_object_new_object();
     json_object_object_add(jt, "physical_bytes", json_object_new_int64((int64_t)info->physical_bytes[t]));
     if (v->have_limits) {
-      json_object_object_add(jt, "capacity_bytes",
-                             v->capacity_bytes[t] == UINT64_MAX ? NULL
-                                                                : json_object_new_int64((int64_t)v->capacity_bytes[t]));
+      json_object_object_add(
+          jt, "capacity_bytes",
+          v->capacity_bytes[t] == UINT64_MAX ? NULL : json_object_new_int64((int64_t)v->capacity_bytes[t]));
     }
     json_object *copies = json_object_new_array();
     for (int d2 = 0; d2 < OKV_TIER_COUNT; ++d2) {
-      if (info->copy_mask[t] & OKV_TIER_BIT(d2)) json_object_array_add(copies, json_object_new_string(okv_tier_name((okv_tier_t)d2)));
+      if (info->copy_mask[t] & OKV_TIER_BIT(d2))
+        json_object_array_add(copies, json_object_new_string(okv_tier_name((okv_tier_t)d2)));
     }
     json_object_object_add(jt, "copies_to", copies);
     json_object_object_add(tiers, okv_tier_name((okv_tier_t)t), jt);

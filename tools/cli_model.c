@@ -1,5 +1,5 @@
 /* Helpers shared by the eval and generate commands (see cli_model.h). */
-#include "tools/cli_model.h"
+#include "cli_model.h"
 
 #include <errno.h>
 #include <math.h>
@@ -112,8 +112,9 @@ bool okv_cli_model_open(const char *cmd, const char *model_flag, const char *tok
                         okv_cli_model_t *out) {
   memset(out, 0, sizeof *out);
   okv_status_t s = okv_model_path_resolve(OKV_MODEL_PATH_MODEL, model_flag, out->model_path, sizeof out->model_path);
-  if (!s) s = okv_model_path_resolve(OKV_MODEL_PATH_TOKENIZER, tokenizer_flag, out->tokenizer_path,
-                                     sizeof out->tokenizer_path);
+  if (!s)
+    s = okv_model_path_resolve(OKV_MODEL_PATH_TOKENIZER, tokenizer_flag, out->tokenizer_path,
+                               sizeof out->tokenizer_path);
   if (!s) s = okv_model_load(out->model_path, NULL, &out->model);
   if (!s) s = okv_tokenizer_load(out->tokenizer_path, out->model->config.vocab_size, NULL, &out->tokenizer);
   if (!s) {

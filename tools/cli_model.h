@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #include "oasiskv/oasiskv.h"
-#include "tools/model/model.h"
+#include "model/model.h"
 
 /* Matches "--name VALUE" or "--name=VALUE" at argv[*i]; advances *i past the
  * value and sets *out_value. Returns 1 on a match, 0 if argv[*i] is another

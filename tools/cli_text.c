@@ -1,5 +1,5 @@
 /* Safe printing of generated text (see cli_text.h). */
-#include "tools/cli_text.h"
+#include "cli_text.h"
 
 #include <stdbool.h>
 #include <string.h>

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "oasiskv/version.h"
-#include "tools/cli.h"
+#include "cli.h"
 
 static void usage(FILE *f) {
   fprintf(f,

@@ -21,13 +21,12 @@
 #include <omp.h>
 #endif
 
-#include "backends/cpu/cpu_kernels.h"
-#include "hal/hal_impl.h"
+#include "cpu_kernels.h"
+#include "hal_impl.h"
 
-
-#define OKV_CPU_ALIGN 64u
-#define OKV_CPU_MMAP_MIN_BYTES (1u << 20)        /* larger buffers come zeroed from mmap */
-#define OKV_CPU_PARALLEL_COPY_BYTES (1u << 20)   /* batched copies above this use OpenMP */
+#define OKV_CPU_ALIGN                64u
+#define OKV_CPU_MMAP_MIN_BYTES       (1u << 20)   /* larger buffers come zeroed from mmap */
+#define OKV_CPU_PARALLEL_COPY_BYTES  (1u << 20)   /* batched copies above this use OpenMP */
 #define OKV_CPU_DEFAULT_DEVICE_BYTES (1ull << 30) /* DEVICE arena limit unless params say otherwise */
 
 /* ---- Objects ---- */
@@ -55,7 +54,7 @@ typedef struct okv_cpu_op_t okv_cpu_op_t;
 struct okv_cpu_op_t {
   okv_cpu_op_t *next;
   okv_cpu_op_kind_t kind;
-  uint64_t seq; /* position in its stream, from 1 */
+  uint64_t seq;              /* position in its stream, from 1 */
   okv_hal_buffer_t *bufs[5]; /* retained until reclaimed */
   int n_bufs;
   okv_hal_event_t *event; /* retained (RECORD, WAIT) */
@@ -72,8 +71,8 @@ struct okv_cpu_op_t {
   /* KERNEL */
   void (*run)(okv_cpu_op_t *op, int n_threads);
   void (*free_payload)(const okv_allocator_t *a, okv_cpu_op_t *op);
-  void *payload;      /* cloned descriptor */
-  void *arrays[3];    /* owned host arrays (summary append) */
+  void *payload;   /* cloned descriptor */
+  void *arrays[3]; /* owned host arrays (summary append) */
   uint32_t head_dim, n;
   okv_dtype_t dtype;
 };
@@ -101,8 +100,8 @@ typedef struct okv_cpu_event_t {
   uint64_t recorded;  /* generation of the latest record call */
   uint64_t completed; /* highest generation the worker reached */
   bool has_time;
-  struct timespec time; /* CLOCK_MONOTONIC completion time of `recorded` */
-  okv_status_t error;   /* error captured by the latest completed record */
+  struct timespec time;          /* CLOCK_MONOTONIC completion time of `recorded` */
+  okv_status_t error;            /* error captured by the latest completed record */
   okv_hal_stream_t *last_stream; /* stream of the latest record (may be gone: check before use) */
   uint64_t last_stream_id;       /* its id */
   uint64_t last_seq;             /* seq of that record op */
@@ -720,7 +719,9 @@ static void okv_cpu_run_summarize(okv_cpu_op_t *op, int n_threads) {
   const okv_summary_desc_t *d = op->payload;
   okv_cpu_summarize_blocks(d, okv_cpu_ptr(d->kv, 0), (float *)okv_cpu_ptr(d->summaries, 0), n_threads);
 }
-static void okv_cpu_free_summarize(const okv_allocator_t *a, okv_cpu_op_t *op) { okv_summary_desc_free(a, op->payload); }
+static void okv_cpu_free_summarize(const okv_allocator_t *a, okv_cpu_op_t *op) {
+  okv_summary_desc_free(a, op->payload);
+}
 
 static okv_status_t okv_cpu_summarize_enqueue(okv_hal_stream_t *stream, const okv_summary_desc_t *desc) {
   okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_KERNEL);

@@ -12,7 +12,7 @@
  * Memory: no heap allocation; per-thread scratch lives on the stack (at most
  * ~100 KiB per thread), the split-merge scratch on the caller's stack
  * (<= 64 KiB). */
-#include "backends/cpu/cpu_kernels.h"
+#include "cpu_kernels.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -47,11 +47,11 @@ typedef uint16_t v16u16 __attribute__((vector_size(32)));
 /* Broadcast. Written as x - 0 (an exact identity, folded away by the
  * compiler), not 0 + x, which is not x for x = -0 and costs a scalar add. */
 #define okv_v16f_splat(x) ((float)(x) - (v16f){0})
-#define okv_lane_index() ((v16i){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
+#define okv_lane_index()  ((v16i){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
 
-#define OKV_PASS_ROWS 16u          /* query rows (t, g) of one unit processed per pass over its blocks */
+#define OKV_PASS_ROWS            16u    /* query rows (t, g) of one unit processed per pass over its blocks */
 #define OKV_SPLIT_SCRATCH_FLOATS 16384u /* 64 KiB of partial states for split working sets */
-#define OKV_LOG2E 1.4426950408889634
+#define OKV_LOG2E                1.4426950408889634
 #ifndef OKV_PF_QUADS
 #define OKV_PF_QUADS 1u /* software prefetch distance in quads of blocks */
 #endif
@@ -72,7 +72,7 @@ typedef struct okv_cpu_attn_ctx_t {
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,bmi,bmi2,prefer-vector-width=512")
 #define OKV_ISA(name) okv_##name##_avx512
 #define OKV_ISA_LEVEL 2
-#include "backends/cpu/cpu_kernels_isa.h"
+#include "cpu_kernels_isa.h"
 #undef OKV_ISA
 #undef OKV_ISA_LEVEL
 #pragma GCC pop_options
@@ -81,14 +81,14 @@ typedef struct okv_cpu_attn_ctx_t {
 #pragma GCC target("avx2,fma,f16c,bmi,bmi2")
 #define OKV_ISA(name) okv_##name##_avx2
 #define OKV_ISA_LEVEL 1
-#include "backends/cpu/cpu_kernels_isa.h"
+#include "cpu_kernels_isa.h"
 #undef OKV_ISA
 #undef OKV_ISA_LEVEL
 #pragma GCC pop_options
 
 #define OKV_ISA(name) okv_##name##_base
 #define OKV_ISA_LEVEL 0
-#include "backends/cpu/cpu_kernels_isa.h"
+#include "cpu_kernels_isa.h"
 #undef OKV_ISA
 #undef OKV_ISA_LEVEL
 
@@ -98,9 +98,8 @@ static atomic_int okv_cpu_isa_cap = ATOMIC_VAR_INIT(OKV_CPU_ISA_AVX512);
 
 okv_cpu_isa_t okv_cpu_isa_detected(void) {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("bmi2"))
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2"))
     return OKV_CPU_ISA_AVX512;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2"))
     return OKV_CPU_ISA_AVX2;
@@ -176,8 +175,8 @@ static inline float okv_round_dtype(float x, okv_dtype_t dt) {
 
 /* ---- attention ---- */
 
-typedef void (*okv_pass_fn)(const okv_cpu_attn_ctx_t *, uint32_t, uint32_t, uint32_t, uint32_t, const float *,
-                            float *, float *, float *);
+typedef void (*okv_pass_fn)(const okv_cpu_attn_ctx_t *, uint32_t, uint32_t, uint32_t, uint32_t, const float *, float *,
+                            float *, float *);
 typedef void (*okv_mass_fn)(const okv_cpu_attn_ctx_t *, uint32_t, uint32_t, uint32_t, const float *, const float *,
                             const float *, float *);
 
@@ -198,9 +197,8 @@ static void okv_load_rows(const okv_attention_desc_t *d, const float *q, uint32_
 }
 
 /* Adds the in-flight tokens visible to each row (scalar; at most 4 tokens). */
-static void okv_inflight_rows(const okv_attention_desc_t *d, const float *inflight, uint32_t s, uint32_t h,
-                              uint32_t r0, uint32_t nr, uint32_t hdp, const float *qs, float *m, float *l,
-                              float *acc) {
+static void okv_inflight_rows(const okv_attention_desc_t *d, const float *inflight, uint32_t s, uint32_t h, uint32_t r0,
+                              uint32_t nr, uint32_t hdp, const float *qs, float *m, float *l, float *acc) {
   const uint32_t T = d->n_query_tokens, ni = d->n_inflight, hd = d->head_dim, G = d->group_size;
   for (uint32_t i = 0; i < ni; i++) {
     uint32_t owner = T - ni + i;
@@ -240,8 +238,8 @@ static void okv_inflight_rows(const okv_attention_desc_t *d, const float *inflig
   }
 }
 
-static void okv_store_rows(const okv_attention_desc_t *d, float *out, uint32_t s, uint32_t h, uint32_t r0,
-                           uint32_t nr, uint32_t hdp, const float *l, const float *acc) {
+static void okv_store_rows(const okv_attention_desc_t *d, float *out, uint32_t s, uint32_t h, uint32_t r0, uint32_t nr,
+                           uint32_t hdp, const float *l, const float *acc) {
   const uint32_t G = d->group_size, hd = d->head_dim, nq = d->n_kv_heads * G;
   for (uint32_t i = 0; i < nr; i++) {
     uint32_t r = r0 + i, t = r / G, g = r % G;
@@ -293,79 +291,77 @@ void okv_cpu_attention(const okv_attention_desc_t *d, const void *kv_pool, const
   float scratch[S > 1 ? (size_t)U * S * per_item : 1];
 
   const long n_items = (long)U * S;
-OKV_OMP(omp parallel num_threads(nt) if (nt > 1))
-  {
+  OKV_OMP(omp parallel num_threads(nt) if (nt > 1)) {
 OKV_OMP(omp for schedule(dynamic, 1))
-    for (long it = 0; it < n_items; it++) {
-      uint32_t u = (uint32_t)(it / S), sp = (uint32_t)(it % S);
-      uint32_t s = u / d->n_kv_heads, h = u % d->n_kv_heads;
-      uint32_t nb = d->ws_offsets[u + 1] - d->ws_offsets[u];
-      uint32_t b0 = (uint32_t)((uint64_t)nb * sp / S), b1 = (uint32_t)((uint64_t)nb * (sp + 1) / S);
-      _Alignas(64) float qs[OKV_PASS_ROWS * 256];
-      _Alignas(64) float acc[OKV_PASS_ROWS * 256];
-      float m[OKV_PASS_ROWS], l[OKV_PASS_ROWS];
-      if (S == 1 && block_mass != NULL)
-        memset(block_mass + (size_t)d->ws_offsets[u] * T, 0, (size_t)nb * T * sizeof(float));
-      for (uint32_t r0 = 0; r0 < R; r0 += OKV_PASS_ROWS) {
-        uint32_t nr = R - r0 < OKV_PASS_ROWS ? R - r0 : OKV_PASS_ROWS;
-        okv_load_rows(d, q, s, h, r0, nr, qs);
-        for (uint32_t i = 0; i < nr; i++) m[i] = -INFINITY, l[i] = 0.0f;
-        memset(acc, 0, (size_t)nr * hdp * sizeof(float));
-        if (b1 > b0) pass(&cx, u, b0, b1, nr, qs, m, l, acc);
-        if (sp == 0 && d->n_inflight > 0) okv_inflight_rows(d, inflight_kv, s, h, r0, nr, hdp, qs, m, l, acc);
-        if (S == 1) {
-          okv_store_rows(d, out, s, h, r0, nr, hdp, l, acc);
-          if (block_mass != NULL && nb > 0) mass_fn(&cx, u, r0, nr, qs, m, l, block_mass);
-        } else {
-          float *st = scratch + (size_t)it * per_item;
-          for (uint32_t i = 0; i < nr; i++) {
-            float *row = st + (size_t)(r0 + i) * (hdp + 2u);
-            row[0] = m[i];
-            row[1] = l[i];
-            memcpy(row + 2, acc + (size_t)i * hdp, (size_t)hdp * sizeof(float));
-          }
-        }
+for (long it = 0; it < n_items; it++) {
+  uint32_t u = (uint32_t)(it / S), sp = (uint32_t)(it % S);
+  uint32_t s = u / d->n_kv_heads, h = u % d->n_kv_heads;
+  uint32_t nb = d->ws_offsets[u + 1] - d->ws_offsets[u];
+  uint32_t b0 = (uint32_t)((uint64_t)nb * sp / S), b1 = (uint32_t)((uint64_t)nb * (sp + 1) / S);
+  _Alignas(64) float qs[OKV_PASS_ROWS * 256];
+  _Alignas(64) float acc[OKV_PASS_ROWS * 256];
+  float m[OKV_PASS_ROWS], l[OKV_PASS_ROWS];
+  if (S == 1 && block_mass != NULL)
+    memset(block_mass + (size_t)d->ws_offsets[u] * T, 0, (size_t)nb * T * sizeof(float));
+  for (uint32_t r0 = 0; r0 < R; r0 += OKV_PASS_ROWS) {
+    uint32_t nr = R - r0 < OKV_PASS_ROWS ? R - r0 : OKV_PASS_ROWS;
+    okv_load_rows(d, q, s, h, r0, nr, qs);
+    for (uint32_t i = 0; i < nr; i++) m[i] = -INFINITY, l[i] = 0.0f;
+    memset(acc, 0, (size_t)nr * hdp * sizeof(float));
+    if (b1 > b0) pass(&cx, u, b0, b1, nr, qs, m, l, acc);
+    if (sp == 0 && d->n_inflight > 0) okv_inflight_rows(d, inflight_kv, s, h, r0, nr, hdp, qs, m, l, acc);
+    if (S == 1) {
+      okv_store_rows(d, out, s, h, r0, nr, hdp, l, acc);
+      if (block_mass != NULL && nb > 0) mass_fn(&cx, u, r0, nr, qs, m, l, block_mass);
+    } else {
+      float *st = scratch + (size_t)it * per_item;
+      for (uint32_t i = 0; i < nr; i++) {
+        float *row = st + (size_t)(r0 + i) * (hdp + 2u);
+        row[0] = m[i];
+        row[1] = l[i];
+        memcpy(row + 2, acc + (size_t)i * hdp, (size_t)hdp * sizeof(float));
       }
     }
-    if (S > 1) {
-      /* Log-sum-exp merge of the partial states of each unit. */
+  }
+}
+if (S > 1) {
+  /* Log-sum-exp merge of the partial states of each unit. */
 OKV_OMP(omp for schedule(dynamic, 1))
-      for (long ul = 0; ul < (long)U; ul++) {
-        uint32_t u = (uint32_t)ul, s = u / d->n_kv_heads, h = u % d->n_kv_heads;
-        uint32_t nb = d->ws_offsets[u + 1] - d->ws_offsets[u];
-        _Alignas(64) float qs[OKV_PASS_ROWS * 256];
-        _Alignas(64) float acc[OKV_PASS_ROWS * 256];
-        float m[OKV_PASS_ROWS], l[OKV_PASS_ROWS];
-        if (block_mass != NULL)
-          memset(block_mass + (size_t)d->ws_offsets[u] * T, 0, (size_t)nb * T * sizeof(float));
-        for (uint32_t r0 = 0; r0 < R; r0 += OKV_PASS_ROWS) {
-          uint32_t nr = R - r0 < OKV_PASS_ROWS ? R - r0 : OKV_PASS_ROWS;
-          for (uint32_t i = 0; i < nr; i++) {
-            float mx = -INFINITY, sum = 0.0f;
-            for (uint32_t sp = 0; sp < S; sp++) {
-              const float *row = scratch + ((size_t)u * S + sp) * per_item + (size_t)(r0 + i) * (hdp + 2u);
-              mx = row[0] > mx ? row[0] : mx;
-            }
-            float *ar = acc + (size_t)i * hdp;
-            memset(ar, 0, (size_t)hdp * sizeof(float));
-            for (uint32_t sp = 0; sp < S; sp++) {
-              const float *row = scratch + ((size_t)u * S + sp) * per_item + (size_t)(r0 + i) * (hdp + 2u);
-              if (!(row[1] > 0.0f)) continue;
-              float w = exp2f(row[0] - mx);
-              sum += row[1] * w;
-              for (uint32_t k = 0; k < hdp; k++) ar[k] += row[2 + k] * w;
-            }
-            m[i] = mx;
-            l[i] = sum;
-          }
-          okv_store_rows(d, out, s, h, r0, nr, hdp, l, acc);
-          if (block_mass != NULL && nb > 0) {
-            okv_load_rows(d, q, s, h, r0, nr, qs);
-            mass_fn(&cx, u, r0, nr, qs, m, l, block_mass);
-          }
-        }
+for (long ul = 0; ul < (long)U; ul++) {
+  uint32_t u = (uint32_t)ul, s = u / d->n_kv_heads, h = u % d->n_kv_heads;
+  uint32_t nb = d->ws_offsets[u + 1] - d->ws_offsets[u];
+  _Alignas(64) float qs[OKV_PASS_ROWS * 256];
+  _Alignas(64) float acc[OKV_PASS_ROWS * 256];
+  float m[OKV_PASS_ROWS], l[OKV_PASS_ROWS];
+  if (block_mass != NULL) memset(block_mass + (size_t)d->ws_offsets[u] * T, 0, (size_t)nb * T * sizeof(float));
+  for (uint32_t r0 = 0; r0 < R; r0 += OKV_PASS_ROWS) {
+    uint32_t nr = R - r0 < OKV_PASS_ROWS ? R - r0 : OKV_PASS_ROWS;
+    for (uint32_t i = 0; i < nr; i++) {
+      float mx = -INFINITY, sum = 0.0f;
+      for (uint32_t sp = 0; sp < S; sp++) {
+        const float *row = scratch + ((size_t)u * S + sp) * per_item + (size_t)(r0 + i) * (hdp + 2u);
+        mx = row[0] > mx ? row[0] : mx;
       }
+      float *ar = acc + (size_t)i * hdp;
+      memset(ar, 0, (size_t)hdp * sizeof(float));
+      for (uint32_t sp = 0; sp < S; sp++) {
+        const float *row = scratch + ((size_t)u * S + sp) * per_item + (size_t)(r0 + i) * (hdp + 2u);
+        if (!(row[1] > 0.0f)) continue;
+        float w = exp2f(row[0] - mx);
+        sum += row[1] * w;
+        for (uint32_t k = 0; k < hdp; k++) ar[k] += row[2 + k] * w;
+      }
+      m[i] = mx;
+      l[i] = sum;
     }
+    okv_store_rows(d, out, s, h, r0, nr, hdp, l, acc);
+    if (block_mass != NULL && nb > 0) {
+      okv_load_rows(d, q, s, h, r0, nr, qs);
+      mass_fn(&cx, u, r0, nr, qs, m, l, block_mass);
+    }
+  }
+}
+}
   }
 }
 
@@ -378,21 +374,21 @@ void okv_cpu_summarize_blocks(const okv_summary_desc_t *d, const void *kv, float
   const long n = (long)d->n_blocks;
   okv_unused_threads(nt);
 OKV_OMP(omp parallel for num_threads(nt) schedule(static) if (nt > 1 && n >= 64))
-  for (long i = 0; i < n; i++) {
-    const uint8_t *kt = (const uint8_t *)kv + (size_t)d->block_index[i] * bb;
-    float *mn = summaries + (size_t)d->summary_index[i] * 2u * hd, *mx = mn + hd;
-    uint32_t valid = d->valid[i];
-    for (uint32_t e = 0; e < hd; e++) {
-      float lo = INFINITY, hi = -INFINITY;
-      for (uint32_t j = 0; j < valid; j++) {
-        float x = okv_elem(kt, d->kv_dtype, (size_t)e * OKV_BLOCK_TOKENS + j);
-        lo = x < lo ? x : lo;
-        hi = x > hi ? x : hi;
-      }
-      mn[e] = lo;
-      mx[e] = hi;
+for (long i = 0; i < n; i++) {
+  const uint8_t *kt = (const uint8_t *)kv + (size_t)d->block_index[i] * bb;
+  float *mn = summaries + (size_t)d->summary_index[i] * 2u * hd, *mx = mn + hd;
+  uint32_t valid = d->valid[i];
+  for (uint32_t e = 0; e < hd; e++) {
+    float lo = INFINITY, hi = -INFINITY;
+    for (uint32_t j = 0; j < valid; j++) {
+      float x = okv_elem(kt, d->kv_dtype, (size_t)e * OKV_BLOCK_TOKENS + j);
+      lo = x < lo ? x : lo;
+      hi = x > hi ? x : hi;
     }
+    mn[e] = lo;
+    mx[e] = hi;
   }
+}
 }
 
 void okv_cpu_summary_append(float *summaries, uint32_t head_dim, okv_dtype_t kv_dtype, uint32_t n,
@@ -438,36 +434,36 @@ void okv_cpu_score_blocks(const okv_score_desc_t *d, const float *q, const float
   const int nt = okv_cpu_threads(n_threads);
   okv_unused_threads(nt);
 OKV_OMP(omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && n_items > 1))
-  for (long it = 0; it < n_items; it++) {
-    uint32_t u = (uint32_t)(it / n_chunks), c = (uint32_t)(it % n_chunks);
-    uint32_t nb = d->seg_n_blocks[u], b0 = c * OKV_SCORE_CHUNK;
-    if (b0 >= nb) continue;
-    uint32_t b1 = nb - b0 > OKV_SCORE_CHUNK ? b0 + OKV_SCORE_CHUNK : nb;
-    uint32_t s = u / d->n_kv_heads, h = u % d->n_kv_heads;
-    const float *summ = summaries + (size_t)(d->seg_summary_first[u] + b0) * 2u * hd;
-    float *dst = scores + d->seg_score_first[u] + b0;
-    _Alignas(64) float qp[OKV_PASS_ROWS * 256];
-    _Alignas(64) float qn[OKV_PASS_ROWS * 256];
-    float tmp[OKV_SCORE_CHUNK];
-    for (uint32_t r0 = 0; r0 < rows; r0 += OKV_PASS_ROWS) {
-      uint32_t nr = rows - r0 < OKV_PASS_ROWS ? rows - r0 : OKV_PASS_ROWS;
-      for (uint32_t i = 0; i < nr; i++) {
-        uint32_t r = r0 + i, t = d->t_begin + r / G, g = r % G;
-        const float *src = q + (((size_t)s * d->n_query_tokens + t) * nq + (size_t)h * G + g) * hd;
-        for (uint32_t e = 0; e < hdp; e++) {
-          float x = e < hd ? src[e] * scale : 0.0f;
-          qp[(size_t)i * hdp + e] = x > 0.0f ? x : 0.0f;
-          qn[(size_t)i * hdp + e] = x < 0.0f ? x : 0.0f;
-        }
-      }
-      if (r0 == 0) {
-        fn(summ, hd, hdp, b1 - b0, nr, qp, qn, dst);
-      } else {
-        fn(summ, hd, hdp, b1 - b0, nr, qp, qn, tmp);
-        for (uint32_t b = 0; b < b1 - b0; b++) dst[b] = tmp[b] > dst[b] ? tmp[b] : dst[b];
+for (long it = 0; it < n_items; it++) {
+  uint32_t u = (uint32_t)(it / n_chunks), c = (uint32_t)(it % n_chunks);
+  uint32_t nb = d->seg_n_blocks[u], b0 = c * OKV_SCORE_CHUNK;
+  if (b0 >= nb) continue;
+  uint32_t b1 = nb - b0 > OKV_SCORE_CHUNK ? b0 + OKV_SCORE_CHUNK : nb;
+  uint32_t s = u / d->n_kv_heads, h = u % d->n_kv_heads;
+  const float *summ = summaries + (size_t)(d->seg_summary_first[u] + b0) * 2u * hd;
+  float *dst = scores + d->seg_score_first[u] + b0;
+  _Alignas(64) float qp[OKV_PASS_ROWS * 256];
+  _Alignas(64) float qn[OKV_PASS_ROWS * 256];
+  float tmp[OKV_SCORE_CHUNK];
+  for (uint32_t r0 = 0; r0 < rows; r0 += OKV_PASS_ROWS) {
+    uint32_t nr = rows - r0 < OKV_PASS_ROWS ? rows - r0 : OKV_PASS_ROWS;
+    for (uint32_t i = 0; i < nr; i++) {
+      uint32_t r = r0 + i, t = d->t_begin + r / G, g = r % G;
+      const float *src = q + (((size_t)s * d->n_query_tokens + t) * nq + (size_t)h * G + g) * hd;
+      for (uint32_t e = 0; e < hdp; e++) {
+        float x = e < hd ? src[e] * scale : 0.0f;
+        qp[(size_t)i * hdp + e] = x > 0.0f ? x : 0.0f;
+        qn[(size_t)i * hdp + e] = x < 0.0f ? x : 0.0f;
       }
     }
+    if (r0 == 0) {
+      fn(summ, hd, hdp, b1 - b0, nr, qp, qn, dst);
+    } else {
+      fn(summ, hd, hdp, b1 - b0, nr, qp, qn, tmp);
+      for (uint32_t b = 0; b < b1 - b0; b++) dst[b] = tmp[b] > dst[b] ? tmp[b] : dst[b];
+    }
   }
+}
 }
 
 /* ---- top-K ---- */
@@ -503,46 +499,46 @@ void okv_cpu_topk(const okv_topk_desc_t *d, const float *scores, uint32_t *out_i
   const uint32_t k = d->k;
   okv_unused_threads(nt);
 OKV_OMP(omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && n_seg > 1))
-  for (long ul = 0; ul < n_seg; ul++) {
-    uint32_t u = (uint32_t)ul, n = d->seg_n[u];
-    const float *sc = scores + d->seg_score_first[u];
-    uint64_t excl[65536u / 64u];
-    uint64_t heap[OKV_TOPK_MAX];
-    heap[0] = 0;
-    bool has_excl = d->excl_offsets != NULL && d->excl_offsets[u + 1] > d->excl_offsets[u];
-    if (has_excl) {
-      memset(excl, 0, ((size_t)n + 63u) / 64u * sizeof(uint64_t));
-      for (uint32_t i = d->excl_offsets[u]; i < d->excl_offsets[u + 1]; i++)
-        excl[d->excl_blocks[i] >> 6] |= 1ull << (d->excl_blocks[i] & 63u);
-    }
-    uint32_t cnt = 0, b = 0;
-    /* Fill the heap with the first k candidates, then keep the k best. */
-    for (; b < n && cnt < k; b++) {
-      if (has_excl && (excl[b >> 6] >> (b & 63u) & 1u)) continue;
-      heap[cnt++] = okv_topk_key(sc[b], b);
-    }
-    for (uint32_t i = cnt / 2u; i-- > 0;) okv_heap_down(heap, cnt, i);
-    if (cnt == k) {
-      uint64_t thr = heap[0];
-      for (; b < n; b++) {
-        uint64_t key = okv_topk_key(sc[b], b);
-        if (key <= thr) continue;
-        if (has_excl && (excl[b >> 6] >> (b & 63u) & 1u)) continue;
-        heap[0] = key;
-        okv_heap_down(heap, cnt, 0);
-        thr = heap[0];
-      }
-    }
-    /* Heap sort: popping the minimum to the end leaves descending order. */
-    for (uint32_t m = cnt; m > 1; m--) {
-      uint64_t top = heap[0];
-      heap[0] = heap[m - 1u];
-      heap[m - 1u] = top;
-      okv_heap_down(heap, m - 1u, 0);
-    }
-    uint32_t *dst = out_indices + (size_t)u * k;
-    for (uint32_t i = 0; i < cnt; i++) dst[i] = ~(uint32_t)heap[i];
-    for (uint32_t i = cnt; i < k; i++) dst[i] = UINT32_MAX;
-    if (out_counts != NULL) out_counts[u] = cnt;
+for (long ul = 0; ul < n_seg; ul++) {
+  uint32_t u = (uint32_t)ul, n = d->seg_n[u];
+  const float *sc = scores + d->seg_score_first[u];
+  uint64_t excl[65536u / 64u];
+  uint64_t heap[OKV_TOPK_MAX];
+  heap[0] = 0;
+  bool has_excl = d->excl_offsets != NULL && d->excl_offsets[u + 1] > d->excl_offsets[u];
+  if (has_excl) {
+    memset(excl, 0, ((size_t)n + 63u) / 64u * sizeof(uint64_t));
+    for (uint32_t i = d->excl_offsets[u]; i < d->excl_offsets[u + 1]; i++)
+      excl[d->excl_blocks[i] >> 6] |= 1ull << (d->excl_blocks[i] & 63u);
   }
+  uint32_t cnt = 0, b = 0;
+  /* Fill the heap with the first k candidates, then keep the k best. */
+  for (; b < n && cnt < k; b++) {
+    if (has_excl && (excl[b >> 6] >> (b & 63u) & 1u)) continue;
+    heap[cnt++] = okv_topk_key(sc[b], b);
+  }
+  for (uint32_t i = cnt / 2u; i-- > 0;) okv_heap_down(heap, cnt, i);
+  if (cnt == k) {
+    uint64_t thr = heap[0];
+    for (; b < n; b++) {
+      uint64_t key = okv_topk_key(sc[b], b);
+      if (key <= thr) continue;
+      if (has_excl && (excl[b >> 6] >> (b & 63u) & 1u)) continue;
+      heap[0] = key;
+      okv_heap_down(heap, cnt, 0);
+      thr = heap[0];
+    }
+  }
+  /* Heap sort: popping the minimum to the end leaves descending order. */
+  for (uint32_t m = cnt; m > 1; m--) {
+    uint64_t top = heap[0];
+    heap[0] = heap[m - 1u];
+    heap[m - 1u] = top;
+    okv_heap_down(heap, m - 1u, 0);
+  }
+  uint32_t *dst = out_indices + (size_t)u * k;
+  for (uint32_t i = 0; i < cnt; i++) dst[i] = ~(uint32_t)heap[i];
+  for (uint32_t i = cnt; i < k; i++) dst[i] = UINT32_MAX;
+  if (out_counts != NULL) out_counts[u] = cnt;
+}
 }

@@ -81,7 +81,7 @@ OKV_AI v16f OKV_ISA(vexp2)(const v16f *px) {
   const v16f lo = okv_v16f_splat(-126.0f);
   x = OKV_VSEL(x > lo, x, lo);
   v16f r = (x + 12582912.0f) - 12582912.0f; /* round to nearest integer */
-  v16f f = x - r;                            /* [-0.5, 0.5] */
+  v16f f = x - r;                           /* [-0.5, 0.5] */
   v16i n = __builtin_convertvector(r, v16i);
   v16f p = okv_v16f_splat(1.525273380405984e-05f);
   p = p * f + 1.5403530393381608e-04f;
@@ -96,16 +96,16 @@ OKV_AI v16f OKV_ISA(vexp2)(const v16f *px) {
 }
 
 /* Horizontal max / sum by halving (log2(16) = 4 shuffle steps). */
-#define OKV_HALVE(v, op)                                                                                    \
-  do {                                                                                                      \
-    v16f h_ = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);        \
-    v = op(v, h_);                                                                                          \
-    h_ = __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);             \
-    v = op(v, h_);                                                                                          \
-    h_ = __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);             \
-    v = op(v, h_);                                                                                          \
-    h_ = __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);             \
-    v = op(v, h_);                                                                                          \
+#define OKV_HALVE(v, op)                                                                           \
+  do {                                                                                             \
+    v16f h_ = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7); \
+    v = op(v, h_);                                                                                 \
+    h_ = __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);      \
+    v = op(v, h_);                                                                                 \
+    h_ = __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);      \
+    v = op(v, h_);                                                                                 \
+    h_ = __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);      \
+    v = op(v, h_);                                                                                 \
   } while (0)
 #define OKV_VMAX(a, b) OKV_VSEL((a) > (b), (a), (b))
 #define OKV_VADD(a, b) ((a) + (b))
@@ -193,21 +193,23 @@ OKV_AI void OKV_ISA(block_step)(const int dt, const int CR, const uint8_t *slot,
     float *a0 = acc + c, *a1 = a0 + hdp, *a2 = a0 + 2u * hdp, *a3 = a0 + 3u * hdp;
     float *a4 = a0 + 4u * hdp, *a5 = a0 + 5u * hdp, *a6 = a0 + 6u * hdp, *a7 = a0 + 7u * hdp;
     v16f A0, A1 = {0}, A2 = {0}, A3 = {0}, A4 = {0}, A5 = {0}, A6 = {0}, A7 = {0};
-#define OKV_ALOAD(r)                      \
-  if (CR > r) {                           \
-    memcpy(&A##r, a##r, sizeof(v16f));    \
-    A##r *= alpha[r];                     \
+#define OKV_ALOAD(r)                   \
+  if (CR > r) {                        \
+    memcpy(&A##r, a##r, sizeof(v16f)); \
+    A##r *= alpha[r];                  \
   }
-    OKV_ALOAD(0) OKV_ALOAD(1) OKV_ALOAD(2) OKV_ALOAD(3) OKV_ALOAD(4) OKV_ALOAD(5) OKV_ALOAD(6) OKV_ALOAD(7)
+    OKV_ALOAD(0)
+    OKV_ALOAD(1) OKV_ALOAD(2) OKV_ALOAD(3) OKV_ALOAD(4) OKV_ALOAD(5) OKV_ALOAD(6) OKV_ALOAD(7)
 #undef OKV_ALOAD
 #define OKV_AFMA(r) \
   if (CR > r) A##r += pr[r][j] * v;
-    if (c + 16 <= hd) {
+        if (c + 16 <= hd) {
       for (uint32_t j = 0; j < valid; j++) {
         v16f v = OKV_ISA(ld)(vp + ((size_t)j * hd + c) * es, dt);
         OKV_AFMA(0) OKV_AFMA(1) OKV_AFMA(2) OKV_AFMA(3) OKV_AFMA(4) OKV_AFMA(5) OKV_AFMA(6) OKV_AFMA(7)
       }
-    } else {
+    }
+    else {
       for (uint32_t j = 0; j < valid; j++) {
         v16f v = OKV_ISA(ld_part)(vp + ((size_t)j * hd + c) * es, dt, hd - c);
         OKV_AFMA(0) OKV_AFMA(1) OKV_AFMA(2) OKV_AFMA(3) OKV_AFMA(4) OKV_AFMA(5) OKV_AFMA(6) OKV_AFMA(7)
@@ -246,11 +248,11 @@ OKV_AI void OKV_ISA(block_step2)(const int dt, const int CR, const uint8_t *sa, 
       }
       v16f ka = OKV_ISA(ld)(sa + (size_t)d * 16u * es, dt);
       v16f kb = OKV_ISA(ld)(sb + (size_t)d * 16u * es, dt);
-#define OKV_K2(r)                 \
-  if (CR > r) {                   \
+#define OKV_K2(r)                      \
+  if (CR > r) {                        \
     v16f qv = okv_v16f_splat(q##r[d]); \
-    A##r += qv * ka;              \
-    B##r += qv * kb;              \
+    A##r += qv * ka;                   \
+    B##r += qv * kb;                   \
   }
       OKV_K2(0) OKV_K2(1) OKV_K2(2) OKV_K2(3) OKV_K2(4) OKV_K2(5) OKV_K2(6) OKV_K2(7)
 #undef OKV_K2
@@ -287,37 +289,38 @@ OKV_AI void OKV_ISA(block_step2)(const int dt, const int CR, const uint8_t *sa, 
   for (; c + 32u <= hd; c += 32u) {
     v16f A0 = {0}, A1 = {0}, A2 = {0}, A3 = {0}, A4 = {0}, A5 = {0}, A6 = {0}, A7 = {0};
     v16f C0 = {0}, C1 = {0}, C2 = {0}, C3 = {0}, C4 = {0}, C5 = {0}, C6 = {0}, C7 = {0};
-#define OKV_LD2(r)                                         \
-  if (CR > r) {                                            \
-    memcpy(&A##r, acc + (size_t)r * hdp + c, sizeof(v16f)); \
+#define OKV_LD2(r)                                                \
+  if (CR > r) {                                                   \
+    memcpy(&A##r, acc + (size_t)r * hdp + c, sizeof(v16f));       \
     memcpy(&C##r, acc + (size_t)r * hdp + c + 16u, sizeof(v16f)); \
-    A##r *= alpha[r];                                      \
-    C##r *= alpha[r];                                      \
+    A##r *= alpha[r];                                             \
+    C##r *= alpha[r];                                             \
   }
-    OKV_LD2(0) OKV_LD2(1) OKV_LD2(2) OKV_LD2(3) OKV_LD2(4) OKV_LD2(5) OKV_LD2(6) OKV_LD2(7)
+    OKV_LD2(0)
+    OKV_LD2(1) OKV_LD2(2) OKV_LD2(3) OKV_LD2(4) OKV_LD2(5) OKV_LD2(6) OKV_LD2(7)
 #undef OKV_LD2
-#define OKV_V2(r, P)                       \
-  if (CR > r) {                            \
-    v16f pv = okv_v16f_splat(P[r][j]);     \
-    A##r += pv * v0;                       \
-    C##r += pv * v1;                       \
+#define OKV_V2(r, P)                   \
+  if (CR > r) {                        \
+    v16f pv = okv_v16f_splat(P[r][j]); \
+    A##r += pv * v0;                   \
+    C##r += pv * v1;                   \
   }
-    for (uint32_t j = 0; j < va; j++) {
+        for (uint32_t j = 0; j < va; j++) {
       v16f v0 = OKV_ISA(ld)(vpa + ((size_t)j * hd + c) * es, dt);
       v16f v1 = OKV_ISA(ld)(vpa + ((size_t)j * hd + c + 16u) * es, dt);
-      OKV_V2(0, pra) OKV_V2(1, pra) OKV_V2(2, pra) OKV_V2(3, pra)
-      OKV_V2(4, pra) OKV_V2(5, pra) OKV_V2(6, pra) OKV_V2(7, pra)
+      OKV_V2(0, pra)
+      OKV_V2(1, pra) OKV_V2(2, pra) OKV_V2(3, pra) OKV_V2(4, pra) OKV_V2(5, pra) OKV_V2(6, pra) OKV_V2(7, pra)
     }
     for (uint32_t j = 0; j < vb; j++) {
       v16f v0 = OKV_ISA(ld)(vpb + ((size_t)j * hd + c) * es, dt);
       v16f v1 = OKV_ISA(ld)(vpb + ((size_t)j * hd + c + 16u) * es, dt);
-      OKV_V2(0, prb) OKV_V2(1, prb) OKV_V2(2, prb) OKV_V2(3, prb)
-      OKV_V2(4, prb) OKV_V2(5, prb) OKV_V2(6, prb) OKV_V2(7, prb)
+      OKV_V2(0, prb)
+      OKV_V2(1, prb) OKV_V2(2, prb) OKV_V2(3, prb) OKV_V2(4, prb) OKV_V2(5, prb) OKV_V2(6, prb) OKV_V2(7, prb)
     }
 #undef OKV_V2
-#define OKV_ST2(r)                                         \
-  if (CR > r) {                                            \
-    memcpy(acc + (size_t)r * hdp + c, &A##r, sizeof(v16f)); \
+#define OKV_ST2(r)                                                \
+  if (CR > r) {                                                   \
+    memcpy(acc + (size_t)r * hdp + c, &A##r, sizeof(v16f));       \
     memcpy(acc + (size_t)r * hdp + c + 16u, &C##r, sizeof(v16f)); \
   }
     OKV_ST2(0) OKV_ST2(1) OKV_ST2(2) OKV_ST2(3) OKV_ST2(4) OKV_ST2(5) OKV_ST2(6) OKV_ST2(7)
@@ -349,25 +352,25 @@ OKV_AI void OKV_ISA(block_step2)(const int dt, const int CR, const uint8_t *sa, 
 /* Reduces 8 vectors at once with a shuffle tree (15 shuffles + 8 ops instead
  * of 8 per vector); row r's result lands in out[2 * bitrev3(r)]. */
 #define OKV_R8_FOLD(a, b, lo_, hi_, op) op(__builtin_shufflevector(a, b, lo_), __builtin_shufflevector(a, b, hi_))
-#define OKV_R8_L8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
-#define OKV_R8_H8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
-#define OKV_R8_L4 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
-#define OKV_R8_H4 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
-#define OKV_R8_L2 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
-#define OKV_R8_H2 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
-#define OKV_R8_REDUCE(X, op, out)                                                                 \
-  do {                                                                                            \
-    v16f y0_ = OKV_R8_FOLD(X[0], X[1], OKV_R8_L8, OKV_R8_H8, op);                                 \
-    v16f y1_ = OKV_R8_FOLD(X[2], X[3], OKV_R8_L8, OKV_R8_H8, op);                                 \
-    v16f y2_ = OKV_R8_FOLD(X[4], X[5], OKV_R8_L8, OKV_R8_H8, op);                                 \
-    v16f y3_ = OKV_R8_FOLD(X[6], X[7], OKV_R8_L8, OKV_R8_H8, op);                                 \
-    v16f z0_ = OKV_R8_FOLD(y0_, y1_, OKV_R8_L4, OKV_R8_H4, op);                                   \
-    v16f z1_ = OKV_R8_FOLD(y2_, y3_, OKV_R8_L4, OKV_R8_H4, op);                                   \
-    v16f w_ = OKV_R8_FOLD(z0_, z1_, OKV_R8_L2, OKV_R8_H2, op);                                    \
+#define OKV_R8_L8                       0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define OKV_R8_H8                       8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+#define OKV_R8_L4                       0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
+#define OKV_R8_H4                       4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
+#define OKV_R8_L2                       0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
+#define OKV_R8_H2                       2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
+#define OKV_R8_REDUCE(X, op, out)                                                                       \
+  do {                                                                                                  \
+    v16f y0_ = OKV_R8_FOLD(X[0], X[1], OKV_R8_L8, OKV_R8_H8, op);                                       \
+    v16f y1_ = OKV_R8_FOLD(X[2], X[3], OKV_R8_L8, OKV_R8_H8, op);                                       \
+    v16f y2_ = OKV_R8_FOLD(X[4], X[5], OKV_R8_L8, OKV_R8_H8, op);                                       \
+    v16f y3_ = OKV_R8_FOLD(X[6], X[7], OKV_R8_L8, OKV_R8_H8, op);                                       \
+    v16f z0_ = OKV_R8_FOLD(y0_, y1_, OKV_R8_L4, OKV_R8_H4, op);                                         \
+    v16f z1_ = OKV_R8_FOLD(y2_, y3_, OKV_R8_L4, OKV_R8_H4, op);                                         \
+    v16f w_ = OKV_R8_FOLD(z0_, z1_, OKV_R8_L2, OKV_R8_H2, op);                                          \
     w_ = op(w_, __builtin_shufflevector(w_, w_, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14)); \
-    memcpy(out, &w_, sizeof w_);                                                                  \
+    memcpy(out, &w_, sizeof w_);                                                                        \
   } while (0)
-#define OKV_R8_LANE(r) (2 * ((((r) & 1) << 2) | ((r) & 2) | (((r) >> 2) & 1)))
+#define OKV_R8_LANE(r) (2 * ((((r)&1) << 2) | ((r)&2) | (((r) >> 2) & 1)))
 
 /* Four blocks (64 tokens) per softmax rescale for up to 8 rows, AVX-512 only:
  * the K pass runs over two pairs of blocks (16 accumulators each, every
@@ -376,8 +379,8 @@ OKV_AI void OKV_ISA(block_step2)(const int dt, const int CR, const uint8_t *sa, 
  * then the V pass over the 64 tokens per pair of 16-wide accumulator chunks
  * (accumulators loaded, rescaled and stored once per 4 blocks). pf: slots to
  * prefetch (into L2) during the K pass, NULL for none. */
-OKV_AI void OKV_ISA(block_step4)(const int dt, const int CR, const uint8_t *const *sl, const uint32_t *vl,
-                                 uint32_t hd, uint32_t hdp, const float *qs, float *m, float *l, float *acc,
+OKV_AI void OKV_ISA(block_step4)(const int dt, const int CR, const uint8_t *const *sl, const uint32_t *vl, uint32_t hd,
+                                 uint32_t hdp, const float *qs, float *m, float *l, float *acc,
                                  const uint8_t *const *pf) {
   const size_t es = dt == OKV_DTYPE_F32 ? 4u : 2u;
   const float *q0 = qs, *q1 = qs + hd, *q2 = qs + 2u * hd, *q3 = qs + 3u * hd;
@@ -456,15 +459,16 @@ OKV_AI void OKV_ISA(block_step4)(const int dt, const int CR, const uint8_t *cons
     A##r *= alpha[r];                                             \
     C##r *= alpha[r];                                             \
   }
-    OKV_LD4(0) OKV_LD4(1) OKV_LD4(2) OKV_LD4(3) OKV_LD4(4) OKV_LD4(5) OKV_LD4(6) OKV_LD4(7)
+    OKV_LD4(0)
+    OKV_LD4(1) OKV_LD4(2) OKV_LD4(3) OKV_LD4(4) OKV_LD4(5) OKV_LD4(6) OKV_LD4(7)
 #undef OKV_LD4
-#define OKV_V4(r)                              \
-  if (CR > r) {                                \
-    v16f pv = okv_v16f_splat(pr[k][r][j]);     \
-    A##r += pv * v0;                           \
-    C##r += pv * v1;                           \
+#define OKV_V4(r)                          \
+  if (CR > r) {                            \
+    v16f pv = okv_v16f_splat(pr[k][r][j]); \
+    A##r += pv * v0;                       \
+    C##r += pv * v1;                       \
   }
-    for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < 4; k++) {
       const uint8_t *vp = sl[k] + (size_t)16u * hd * es;
       for (uint32_t j = 0; j < vl[k]; j++) {
         v16f v0 = OKV_ISA(ld)(vp + ((size_t)j * hd + c) * es, dt);
@@ -612,7 +616,8 @@ OKV_AI void OKV_ISA(mass_blocks_dt)(const int dt, const okv_cpu_attn_ctx_t *cx, 
       uint32_t cr = nr - s < 8 ? nr - s : 8;
       v16f L[8];
       if (cr > 4)
-        OKV_ISA(block_logits)(dt, 8, slot, valid, hd, qs + (size_t)s * hd, L, s == 0 ? next : NULL); /* rows >= nr: padding */
+        OKV_ISA(block_logits)
+        (dt, 8, slot, valid, hd, qs + (size_t)s * hd, L, s == 0 ? next : NULL); /* rows >= nr: padding */
       else if (cr > 2)
         OKV_ISA(block_logits)(dt, 4, slot, valid, hd, qs + (size_t)s * hd, L, s == 0 ? next : NULL);
       else
@@ -658,26 +663,27 @@ OKV_AI void OKV_ISA(score_rows)(const int CR, const float *summ, uint32_t hd, ui
         vmn = OKV_ISA(ld_part)(mn + c, OKV_DTYPE_F32, hd - c);
         vmx = OKV_ISA(ld_part)(mx + c, OKV_DTYPE_F32, hd - c);
       }
-#define OKV_SC(r)                                  \
-  if (CR > r) {                                    \
-    v16f a_, b_;                                   \
-    memcpy(&a_, p##r + c, sizeof a_);              \
-    memcpy(&b_, n##r + c, sizeof b_);              \
-    A##r += a_ * vmx + b_ * vmn;                   \
+#define OKV_SC(r)                     \
+  if (CR > r) {                       \
+    v16f a_, b_;                      \
+    memcpy(&a_, p##r + c, sizeof a_); \
+    memcpy(&b_, n##r + c, sizeof b_); \
+    A##r += a_ * vmx + b_ * vmn;      \
   }
       OKV_SC(0) OKV_SC(1) OKV_SC(2) OKV_SC(3) OKV_SC(4) OKV_SC(5) OKV_SC(6) OKV_SC(7)
 #undef OKV_SC
     }
     /* max over rows of the row sums: max first needs the sums, so reduce each */
     float best = OKV_ISA(hsum)(&A0);
-#define OKV_SB(r)                         \
-  if (CR > r) {                           \
-    float v_ = OKV_ISA(hsum)(&A##r);      \
-    best = v_ > best ? v_ : best;         \
+#define OKV_SB(r)                    \
+  if (CR > r) {                      \
+    float v_ = OKV_ISA(hsum)(&A##r); \
+    best = v_ > best ? v_ : best;    \
   }
-    OKV_SB(1) OKV_SB(2) OKV_SB(3) OKV_SB(4) OKV_SB(5) OKV_SB(6) OKV_SB(7)
+    OKV_SB(1)
+    OKV_SB(2) OKV_SB(3) OKV_SB(4) OKV_SB(5) OKV_SB(6) OKV_SB(7)
 #undef OKV_SB
-    scores[b] = (first || best > scores[b]) ? best : scores[b];
+        scores[b] = (first || best > scores[b]) ? best : scores[b];
   }
 }
 
@@ -688,14 +694,14 @@ OKV_AI void OKV_ISA(score_rows)(const int CR, const float *summ, uint32_t hd, ui
  * (30 shuffles + 15 adds for 16 sums instead of 8 ops per sum). Writes
  * scores of blocks [0, nb4) with nb4 = nb rounded down to 4. */
 #define OKV_FOLD(a, b, lo_, hi_) (__builtin_shufflevector(a, b, lo_) + __builtin_shufflevector(a, b, hi_))
-#define OKV_L8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
-#define OKV_H8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
-#define OKV_L4 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
-#define OKV_H4 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
-#define OKV_L2 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
-#define OKV_H2 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
-#define OKV_L1 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
-#define OKV_H1 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
+#define OKV_L8                   0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define OKV_H8                   8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+#define OKV_L4                   0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
+#define OKV_H4                   4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
+#define OKV_L2                   0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
+#define OKV_H2                   2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
+#define OKV_L1                   0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
+#define OKV_H1                   1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
 static uint32_t OKV_ISA(score4x4)(const float *summ, uint32_t hd, uint32_t hdp, uint32_t nb, const float *qp,
                                   const float *qn, float *scores, bool first) {
   if (hd % 16u != 0) return 0; /* partial chunks: the generic path */

@@ -7,9 +7,9 @@
  * OKV_CUDA_RETURN_IF_ERROR, and nowhere deeper. */
 #include <stdio.h>
 
-#include "backends/cuda/cuda_symbols.h"
-#include "backends/gpu/gpu_loader.h"
-#include "backends/gpu/gpu_vendor.h"
+#include "cuda_symbols.h"
+#include "gpu_loader.h"
+#include "gpu_vendor.h"
 
 /* Embedded kernel image (generated assembler, see kernels/okv_embed.py). */
 extern const unsigned char okv_cuda_fatbin[];
@@ -18,7 +18,7 @@ extern const char okv_cuda_fatbin_info[]; /* the targets it was built for */
 
 typedef struct okv_cuda_api_t {
 #define OKV_CUDA_SYM OKV_GPU_SYMBOL_FIELD
-#include "backends/cuda/cuda_symbols.h"
+#include "cuda_symbols.h"
 #undef OKV_CUDA_SYM
 } okv_cuda_api_t;
 
@@ -26,7 +26,7 @@ static okv_cuda_api_t okv_cuda_api;
 
 static const okv_gpu_symbol_t okv_cuda_symbols[] = {
 #define OKV_CUDA_SYM(ret, field, sym, alt, params) OKV_GPU_SYMBOL_ENTRY(okv_cuda_api_t, field, sym, alt)
-#include "backends/cuda/cuda_symbols.h"
+#include "cuda_symbols.h"
 #undef OKV_CUDA_SYM
 };
 
@@ -71,9 +71,9 @@ static okv_status_t okv_cuda_status(okv_cu_result_t r, const char *what) {
 }
 
 /* Converts a driver call's result to okv_status_t at the edge. */
-#define OKV_CUDA_RETURN_IF_ERROR(expr, what)             \
-  do {                                                   \
-    okv_cu_result_t okv_cu_r_ = (expr);                  \
+#define OKV_CUDA_RETURN_IF_ERROR(expr, what)                                      \
+  do {                                                                            \
+    okv_cu_result_t okv_cu_r_ = (expr);                                           \
     if (okv_cu_r_ != OKV_CUDA_SUCCESS) return okv_cuda_status(okv_cu_r_, (what)); \
   } while (0)
 
@@ -87,8 +87,8 @@ static okv_status_t okv_cuda_init(void) {
 
 static const char *const okv_cuda_sonames[] = {"libcuda.so.1", "libcuda.so"};
 
-static okv_gpu_library_t okv_cuda_library = OKV_GPU_LIBRARY_INIT(
-    "cuda", okv_cuda_sonames, "driver too old?", okv_cuda_symbols, okv_cuda_api, okv_cuda_init);
+static okv_gpu_library_t okv_cuda_library =
+    OKV_GPU_LIBRARY_INIT("cuda", okv_cuda_sonames, "driver too old?", okv_cuda_symbols, okv_cuda_api, okv_cuda_init);
 
 static okv_status_t okv_cuda_load(void) { return okv_gpu_library_load(&okv_cuda_library); }
 
@@ -186,8 +186,8 @@ static okv_status_t okv_cuda_copy_dtoh(void *dst, uint64_t src, uint64_t bytes) 
 }
 
 static okv_status_t okv_cuda_copy_async(uint64_t dst, uint64_t src, uint64_t bytes, void *stream) {
-  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuMemcpyAsync((okv_cu_deviceptr_t)dst, (okv_cu_deviceptr_t)src,
-                                                      (size_t)bytes, (okv_cu_stream_t)stream),
+  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuMemcpyAsync((okv_cu_deviceptr_t)dst, (okv_cu_deviceptr_t)src, (size_t)bytes,
+                                                      (okv_cu_stream_t)stream),
                            "cuMemcpyAsync");
   return OKV_OK;
 }
@@ -221,8 +221,8 @@ static okv_status_t okv_cuda_stream_wait_event(void *stream, void *event) {
 
 static okv_status_t okv_cuda_event_create(bool timing, void **out_event) {
   okv_cu_event_t e = NULL;
-  OKV_CUDA_RETURN_IF_ERROR(
-      okv_cuda_api.cuEventCreate(&e, timing ? OKV_CU_EVENT_DEFAULT : OKV_CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuEventCreate(&e, timing ? OKV_CU_EVENT_DEFAULT : OKV_CU_EVENT_DISABLE_TIMING),
+                           "cuEventCreate");
   *out_event = e;
   return OKV_OK;
 }
@@ -230,8 +230,7 @@ static okv_status_t okv_cuda_event_create(bool timing, void **out_event) {
 static void okv_cuda_event_destroy(void *event) { okv_cuda_api.cuEventDestroy((okv_cu_event_t)event); }
 
 static okv_status_t okv_cuda_event_record(void *event, void *stream) {
-  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuEventRecord((okv_cu_event_t)event, (okv_cu_stream_t)stream),
-                           "cuEventRecord");
+  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuEventRecord((okv_cu_event_t)event, (okv_cu_stream_t)stream), "cuEventRecord");
   return OKV_OK;
 }
 
@@ -260,7 +259,8 @@ static okv_status_t okv_cuda_module_load(void **out_module) {
     return okv_status_make(okv_cuda_code(r) == OKV_STATUS_INTERNAL ? OKV_STATUS_UNAVAILABLE : okv_cuda_code(r),
                            "cuda: cuModuleLoadData of the embedded kernel fatbin (%llu bytes, built for %s) failed: "
                            "%s (%s); rebuild with -Dnvcc_arch naming this GPU's sm_XY",
-                           okv_cuda_fatbin_size, okv_cuda_fatbin_info, okv_cuda_error_name(r), okv_cuda_error_string(r));
+                           okv_cuda_fatbin_size, okv_cuda_fatbin_info, okv_cuda_error_name(r),
+                           okv_cuda_error_string(r));
   *out_module = m;
   return OKV_OK;
 }
@@ -276,20 +276,20 @@ static okv_status_t okv_cuda_module_function(void *module, const char *name, voi
 }
 
 static okv_status_t okv_cuda_function_set_smem(void *function, uint32_t bytes) {
-  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuFuncSetAttribute((okv_cu_function_t)function,
-                                                           OKV_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                           (int)bytes),
-                           "cuFuncSetAttribute(max dynamic shared memory)");
+  OKV_CUDA_RETURN_IF_ERROR(
+      okv_cuda_api.cuFuncSetAttribute((okv_cu_function_t)function, OKV_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                      (int)bytes),
+      "cuFuncSetAttribute(max dynamic shared memory)");
   return OKV_OK;
 }
 
 static okv_status_t okv_cuda_launch(void *function, const uint32_t grid[3], uint32_t block_threads, uint32_t smem_bytes,
                                     void *stream, void *args) {
   void *params[1] = {args};
-  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuLaunchKernel((okv_cu_function_t)function, grid[0], grid[1], grid[2],
-                                                       block_threads, 1, 1, smem_bytes, (okv_cu_stream_t)stream,
-                                                       params, NULL),
-                           "cuLaunchKernel");
+  OKV_CUDA_RETURN_IF_ERROR(
+      okv_cuda_api.cuLaunchKernel((okv_cu_function_t)function, grid[0], grid[1], grid[2], block_threads, 1, 1,
+                                  smem_bytes, (okv_cu_stream_t)stream, params, NULL),
+      "cuLaunchKernel");
   return OKV_OK;
 }
 

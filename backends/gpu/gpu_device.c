@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backends/gpu/gpu_internal.h"
-#include "kernels/okv_gpu_args.h"
+#include "gpu_internal.h"
+#include "okv_gpu_args.h"
 
 const char *const okv_gpu_kernel_names[OKV_GPU_FN_COUNT] = {
     [OKV_GPU_FN_GATHER] = "okv_gpu_gather_blocks",
@@ -74,8 +74,7 @@ okv_status_t okv_gpu_create(const okv_gpu_vendor_t *v, const okv_hal_device_para
   const int ordinal = params ? params->ordinal : 0;
   if (n <= 0) return okv_status_make(OKV_STATUS_UNAVAILABLE, "%s: no GPU found by %s", v->name, v->library_name);
   if (ordinal < 0 || ordinal >= n)
-    return okv_status_make(OKV_STATUS_UNAVAILABLE, "ordinal: %s device %d requested, %d present", v->name, ordinal,
-                           n);
+    return okv_status_make(OKV_STATUS_UNAVAILABLE, "ordinal: %s device %d requested, %d present", v->name, ordinal, n);
   okv_gpu_device_t *dev = okv_calloc(allocator, 1, sizeof(*dev));
   if (!dev) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: could not allocate a %s device", v->name);
   dev->vendor = v;

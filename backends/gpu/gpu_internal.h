@@ -32,7 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backends/gpu/gpu_vendor.h"
+#include "gpu_vendor.h"
 
 #if defined(__GNUC__)
 #define OKV_GPU_HIDDEN __attribute__((visibility("hidden")))
@@ -41,9 +41,9 @@
 #endif
 
 #define OKV_GPU_MAX_RECORD_BUFFERS 6
-#define OKV_GPU_STAGING_MIN_BYTES ((size_t)64 * 1024)
-#define OKV_GPU_STAGING_ALIGN 16u
-#define OKV_GPU_MAX_FREE_STAGING 8
+#define OKV_GPU_STAGING_MIN_BYTES  ((size_t)64 * 1024)
+#define OKV_GPU_STAGING_ALIGN      16u
+#define OKV_GPU_MAX_FREE_STAGING   8
 
 /* ---- Objects ---- */
 
@@ -81,7 +81,7 @@ typedef struct okv_gpu_stream_t {
   okv_gpu_record_t *free_records;  /* completed, event kept for reuse */
   okv_gpu_staging_t *free_staging; /* idle staging areas */
   uint32_t n_free_staging;
-  okv_status_code_t pending_code;  /* first unreported asynchronous error */
+  okv_status_code_t pending_code; /* first unreported asynchronous error */
   char pending_message[256];
 } okv_gpu_stream_t;
 
@@ -115,13 +115,11 @@ OKV_GPU_HIDDEN okv_status_t okv_gpu_buffer_alloc(okv_hal_device_t *device, okv_t
 OKV_GPU_HIDDEN void okv_gpu_buffer_destroy(okv_hal_buffer_t *buffer);
 OKV_GPU_HIDDEN okv_status_t okv_gpu_buffer_write(okv_hal_buffer_t *buffer, uint64_t offset, const void *src,
                                                  uint64_t bytes);
-OKV_GPU_HIDDEN okv_status_t okv_gpu_buffer_read(okv_hal_buffer_t *buffer, uint64_t offset, void *dst,
-                                                uint64_t bytes);
+OKV_GPU_HIDDEN okv_status_t okv_gpu_buffer_read(okv_hal_buffer_t *buffer, uint64_t offset, void *dst, uint64_t bytes);
 OKV_GPU_HIDDEN okv_status_t okv_gpu_copy(okv_hal_stream_t *stream, okv_hal_buffer_t *src, uint64_t src_offset,
                                          okv_hal_buffer_t *dst, uint64_t dst_offset, uint64_t bytes);
-OKV_GPU_HIDDEN okv_status_t okv_gpu_copy_blocks(okv_hal_stream_t *stream, okv_hal_buffer_t *src,
-                                                okv_hal_buffer_t *dst, uint64_t block_bytes, size_t n_blocks,
-                                                const okv_block_copy_t *pairs);
+OKV_GPU_HIDDEN okv_status_t okv_gpu_copy_blocks(okv_hal_stream_t *stream, okv_hal_buffer_t *src, okv_hal_buffer_t *dst,
+                                                uint64_t block_bytes, size_t n_blocks, const okv_block_copy_t *pairs);
 
 /* ---- Streams and events (gpu_stream.c) ---- */
 
@@ -137,8 +135,7 @@ OKV_GPU_HIDDEN okv_status_t okv_gpu_event_record(okv_hal_event_t *event, okv_hal
 OKV_GPU_HIDDEN okv_status_t okv_gpu_event_query(okv_hal_event_t *event, bool *out_done);
 OKV_GPU_HIDDEN okv_status_t okv_gpu_event_wait(okv_hal_event_t *event);
 OKV_GPU_HIDDEN okv_status_t okv_gpu_stream_wait_event(okv_hal_stream_t *stream, okv_hal_event_t *event);
-OKV_GPU_HIDDEN okv_status_t okv_gpu_event_elapsed(okv_hal_event_t *start, okv_hal_event_t *end,
-                                                  double *out_seconds);
+OKV_GPU_HIDDEN okv_status_t okv_gpu_event_elapsed(okv_hal_event_t *start, okv_hal_event_t *end, double *out_seconds);
 
 /* Locks the stream, binds the context and reclaims finished work. On OKV_OK
  * the caller holds the stream mutex and unlocks it (or ends the operation with

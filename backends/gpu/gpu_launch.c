@@ -13,16 +13,16 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "backends/gpu/gpu_internal.h"
-#include "kernels/okv_gpu_args.h"
+#include "gpu_internal.h"
+#include "okv_gpu_args.h"
 
 /* The host side of the layout pins of kernels/okv_gpu_args.h (the kernels
  * check the same table with static_assert in kernels/okv_kernels.cu). */
 #define OKV_GPU_PIN_SIZE(type, bytes) \
   _Static_assert(sizeof(type) == (bytes), "host size of " #type " differs from kernels/okv_gpu_args.h");
-#define OKV_GPU_PIN_FIELD(type, field, offset)                  \
-  _Static_assert(offsetof(type, field) == (offset), "host offset of " #type "." #field \
-                                                    " differs from kernels/okv_gpu_args.h");
+#define OKV_GPU_PIN_FIELD(type, field, offset)      \
+  _Static_assert(offsetof(type, field) == (offset), \
+                 "host offset of " #type "." #field " differs from kernels/okv_gpu_args.h");
 OKV_GPU_ARGS_LAYOUT(OKV_GPU_PIN_SIZE, OKV_GPU_PIN_FIELD)
 
 /* ---- Packing, upload and launch ---- */
@@ -51,8 +51,8 @@ okv_status_t okv_gpu_op_end(okv_gpu_stream_t *s, okv_status_t st, okv_gpu_stagin
   return st;
 }
 
-okv_status_t okv_gpu_launch(okv_gpu_stream_t *s, okv_gpu_fn_t fn, uint32_t gx, uint32_t gy,
-                            uint32_t threads, uint32_t smem, void *args) {
+okv_status_t okv_gpu_launch(okv_gpu_stream_t *s, okv_gpu_fn_t fn, uint32_t gx, uint32_t gy, uint32_t threads,
+                            uint32_t smem, void *args) {
   okv_gpu_device_t *dev = okv_gpu_stream_dev(s);
   const uint32_t grid[3] = {gx, gy, 1};
   okv_status_t st = dev->vendor->launch(dev->fn[fn], grid, threads, smem, s->vstream, args);
@@ -86,7 +86,8 @@ okv_status_t okv_gpu_attention(okv_hal_stream_t *stream, const okv_attention_des
   const uint64_t n_chunks = (n_rows + r_max - 1) / r_max;
   const uint64_t R = (n_rows + n_chunks - 1) / n_chunks;
   if (n_chunks > 65535u)
-    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "group_size: %u query heads per KV head exceed the GPU grid", G);
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "group_size: %u query heads per KV head exceed the GPU grid",
+                           G);
   const uint32_t smem = (uint32_t)(4u * (R * row_f + fixed_f));
 
   const size_t n_ws = d->ws_offsets[U];
@@ -190,8 +191,8 @@ static bool okv_gpu_has_duplicates(const okv_allocator_t *al, const uint64_t *id
 }
 
 okv_status_t okv_gpu_summary_append(okv_hal_stream_t *stream, okv_hal_buffer_t *summaries, uint32_t head_dim,
-                                    okv_dtype_t kv_dtype, uint32_t n, const uint64_t *summary_index,
-                                    const float *keys, const uint8_t *first) {
+                                    okv_dtype_t kv_dtype, uint32_t n, const uint64_t *summary_index, const float *keys,
+                                    const uint8_t *first) {
   okv_gpu_stream_t *s = (okv_gpu_stream_t *)stream;
   if (n == 0 || head_dim == 0) return OKV_OK;
   const okv_allocator_t *al = &stream->device->allocator;
@@ -228,8 +229,8 @@ okv_status_t okv_gpu_summary_append(okv_hal_stream_t *stream, okv_hal_buffer_t *
   a.head_dim = head_dim;
   st = okv_gpu_pack_upload(s, &p, upload);
   if (st == OKV_OK)
-    st = okv_gpu_launch(s, OKV_GPU_FN_SUMMARY_APPEND, dup ? 1u : okv_gpu_grid_cap(n), 1, OKV_GPU_SUMMARY_THREADS, 0,
-                        &a);
+    st =
+        okv_gpu_launch(s, OKV_GPU_FN_SUMMARY_APPEND, dup ? 1u : okv_gpu_grid_cap(n), 1, OKV_GPU_SUMMARY_THREADS, 0, &a);
   okv_hal_buffer_t *bufs[1] = {summaries};
   return okv_gpu_op_end(s, st, p.st, bufs, 1);
 }
@@ -269,8 +270,7 @@ okv_status_t okv_gpu_score_blocks(okv_hal_stream_t *stream, const okv_score_desc
   a.t_end = d->t_end;
   a.scale = 1.0f / sqrtf((float)d->head_dim);
   st = okv_gpu_pack_upload(s, &p, upload);
-  if (st == OKV_OK)
-    st = okv_gpu_launch(s, OKV_GPU_FN_SCORE, (uint32_t)U, (uint32_t)gy, OKV_GPU_SCORE_THREADS, 0, &a);
+  if (st == OKV_OK) st = okv_gpu_launch(s, OKV_GPU_FN_SCORE, (uint32_t)U, (uint32_t)gy, OKV_GPU_SCORE_THREADS, 0, &a);
   okv_hal_buffer_t *bufs[3] = {d->q, d->summaries, d->scores};
   return okv_gpu_op_end(s, st, p.st, bufs, 3);
 }
@@ -283,9 +283,8 @@ okv_status_t okv_gpu_topk(okv_hal_stream_t *stream, const okv_topk_desc_t *d) {
   uint32_t max_n = 0;
   for (uint32_t u = 0; u < U; ++u) max_n = d->seg_n[u] > max_n ? d->seg_n[u] : max_n;
   const uint64_t bitmap_bytes = 4ull * ((max_n + 31ull) / 32ull);
-  const uint64_t smem_cap = dev->smem_max_bytes > OKV_GPU_TOPK_STATIC_SMEM_BYTES
-                                ? dev->smem_max_bytes - OKV_GPU_TOPK_STATIC_SMEM_BYTES
-                                : 0;
+  const uint64_t smem_cap =
+      dev->smem_max_bytes > OKV_GPU_TOPK_STATIC_SMEM_BYTES ? dev->smem_max_bytes - OKV_GPU_TOPK_STATIC_SMEM_BYTES : 0;
   if (bitmap_bytes > smem_cap || U > 0x7fffffffu)
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "seg_n: %u blocks in one segment exceed the GPU top-K limit",
                            max_n);
@@ -312,8 +311,7 @@ okv_status_t okv_gpu_topk(okv_hal_stream_t *stream, const okv_topk_desc_t *d) {
   a.n_segments = U;
   a.k = d->k;
   st = okv_gpu_pack_upload(s, &p, upload);
-  if (st == OKV_OK)
-    st = okv_gpu_launch(s, OKV_GPU_FN_TOPK, U, 1, OKV_GPU_TOPK_THREADS, (uint32_t)bitmap_bytes, &a);
+  if (st == OKV_OK) st = okv_gpu_launch(s, OKV_GPU_FN_TOPK, U, 1, OKV_GPU_TOPK_THREADS, (uint32_t)bitmap_bytes, &a);
   okv_hal_buffer_t *bufs[3] = {d->scores, d->out_indices, d->out_counts};
   return okv_gpu_op_end(s, st, p.st, bufs, 3);
 }

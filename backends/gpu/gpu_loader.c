@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backends/gpu/gpu_loader.h"
+#include "gpu_loader.h"
 
 /* dlsym of `sym`, else of `alt` when not NULL. */
 static void *okv_gpu_dlsym(void *handle, const char *sym, const char *alt) {
@@ -40,8 +40,8 @@ static void okv_gpu_library_load_locked(okv_gpu_library_t *lib) {
     if (!p) {
       memset(lib->table, 0, lib->table_bytes);
       lib->code = OKV_STATUS_UNAVAILABLE;
-      snprintf(lib->message, sizeof(lib->message), "%s: %s lacks %s (%s)", lib->backend, lib->sonames[0],
-               sym->name, lib->too_old_hint);
+      snprintf(lib->message, sizeof(lib->message), "%s: %s lacks %s (%s)", lib->backend, lib->sonames[0], sym->name,
+               lib->too_old_hint);
       dlclose(handle);
       return;
     }

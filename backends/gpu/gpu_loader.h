@@ -34,18 +34,18 @@ typedef struct okv_gpu_symbol_t {
 
 /* Expansions of a vendor's X-macro list (see above). */
 #define OKV_GPU_SYMBOL_FIELD(ret, field, sym, alt, params) ret(*field) params;
-#define OKV_GPU_SYMBOL_ENTRY(table_type, field, sym, alt) {sym, alt, offsetof(table_type, field)},
+#define OKV_GPU_SYMBOL_ENTRY(table_type, field, sym, alt)  {sym, alt, offsetof(table_type, field)},
 
 /* A vendor library and the outcome of loading it (static storage, one per
  * vendor; initialise with OKV_GPU_LIBRARY_INIT). */
 typedef struct okv_gpu_library_t {
-  const char *backend;             /* "cuda" / "hip": prefix of every message */
-  const char *const *sonames;      /* tried in order; sonames[0] names the library in messages */
+  const char *backend;        /* "cuda" / "hip": prefix of every message */
+  const char *const *sonames; /* tried in order; sonames[0] names the library in messages */
   size_t n_sonames;
   const char *too_old_hint;        /* said when a symbol is missing, e.g. "driver too old?" */
   const okv_gpu_symbol_t *symbols; /* resolved into `table` */
   size_t n_symbols;
-  void *table;                     /* the vendor's function-pointer table (all NULL until loaded) */
+  void *table; /* the vendor's function-pointer table (all NULL until loaded) */
   size_t table_bytes;
   /* Called once every symbol resolved (e.g. cuInit / hipInit); its status
    * becomes the outcome. NULL = nothing to initialise. */
@@ -58,11 +58,11 @@ typedef struct okv_gpu_library_t {
   char message[384];
 } okv_gpu_library_t;
 
-#define OKV_GPU_LIBRARY_INIT(backend_, sonames_, hint_, symbols_, table_, init_)                           \
-  {                                                                                                       \
-    .backend = (backend_), .sonames = (sonames_), .n_sonames = sizeof(sonames_) / sizeof((sonames_)[0]),   \
-    .too_old_hint = (hint_), .symbols = (symbols_), .n_symbols = sizeof(symbols_) / sizeof((symbols_)[0]), \
-    .table = &(table_), .table_bytes = sizeof(table_), .init = (init_), .mutex = PTHREAD_MUTEX_INITIALIZER,  \
+#define OKV_GPU_LIBRARY_INIT(backend_, sonames_, hint_, symbols_, table_, init_)                            \
+  {                                                                                                         \
+    .backend = (backend_), .sonames = (sonames_), .n_sonames = sizeof(sonames_) / sizeof((sonames_)[0]),    \
+    .too_old_hint = (hint_), .symbols = (symbols_), .n_symbols = sizeof(symbols_) / sizeof((symbols_)[0]),  \
+    .table = &(table_), .table_bytes = sizeof(table_), .init = (init_), .mutex = PTHREAD_MUTEX_INITIALIZER, \
   }
 
 /* Loads `lib` once per process and returns the outcome: OKV_OK, or

@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backends/gpu/gpu_internal.h"
-#include "kernels/okv_gpu_args.h"
+#include "gpu_internal.h"
+#include "okv_gpu_args.h"
 
 /* ---- Buffers ---- */
 
@@ -87,8 +87,8 @@ okv_status_t okv_gpu_buffer_read(okv_hal_buffer_t *buffer, uint64_t offset, void
 
 /* ---- Copies ---- */
 
-okv_status_t okv_gpu_copy(okv_hal_stream_t *stream, okv_hal_buffer_t *src, uint64_t src_offset,
-                          okv_hal_buffer_t *dst, uint64_t dst_offset, uint64_t bytes) {
+okv_status_t okv_gpu_copy(okv_hal_stream_t *stream, okv_hal_buffer_t *src, uint64_t src_offset, okv_hal_buffer_t *dst,
+                          uint64_t dst_offset, uint64_t bytes) {
   okv_gpu_stream_t *s = (okv_gpu_stream_t *)stream;
   OKV_RETURN_IF_ERROR(okv_gpu_stream_enter(s));
   const okv_gpu_vendor_t *v = okv_gpu_stream_dev(s)->vendor;
@@ -106,8 +106,8 @@ okv_status_t okv_gpu_copy_blocks(okv_hal_stream_t *stream, okv_hal_buffer_t *src
   okv_gpu_stream_t *s = (okv_gpu_stream_t *)stream;
   uint32_t vec = 16;
   while (vec > 1) {
-    bool ok = (block_bytes % vec) == 0 && ((uintptr_t)src->device_ptr % vec) == 0 &&
-              ((uintptr_t)dst->device_ptr % vec) == 0;
+    bool ok =
+        (block_bytes % vec) == 0 && ((uintptr_t)src->device_ptr % vec) == 0 && ((uintptr_t)dst->device_ptr % vec) == 0;
     for (size_t i = 0; ok && i < n_blocks; ++i)
       ok = (pairs[i].src_offset % vec) == 0 && (pairs[i].dst_offset % vec) == 0;
     if (ok) break;

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backends/gpu/gpu_internal.h"
+#include "gpu_internal.h"
 
 /* ---- Staging areas ---- */
 
@@ -97,8 +97,8 @@ static void okv_gpu_stream_reclaim(okv_gpu_stream_t *s, bool wait) {
   }
 }
 
-okv_status_t okv_gpu_stream_retire(okv_gpu_stream_t *s, okv_gpu_staging_t *staging,
-                                   okv_hal_buffer_t *const *buffers, uint32_t n_buffers) {
+okv_status_t okv_gpu_stream_retire(okv_gpu_stream_t *s, okv_gpu_staging_t *staging, okv_hal_buffer_t *const *buffers,
+                                   uint32_t n_buffers) {
   okv_gpu_device_t *dev = okv_gpu_stream_dev(s);
   const okv_gpu_vendor_t *v = dev->vendor;
   okv_gpu_record_t *r = s->free_records;
@@ -326,4 +326,3 @@ okv_status_t okv_gpu_event_elapsed(okv_hal_event_t *start, okv_hal_event_t *end,
   *out_seconds = (double)ms * 1e-3;
   return OKV_OK;
 }
-

@@ -22,7 +22,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "hal/hal_impl.h"
+#include "hal_impl.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,8 +45,8 @@ typedef enum okv_gpu_fn_e {
  * device_count, device_describe and context_open. Every okv_status_t carries a
  * message naming the vendor call and what it was doing. */
 typedef struct okv_gpu_vendor_t {
-  const char *name;          /* "cuda" / "hip": the backend name */
-  const char *library_name;  /* for messages, e.g. "libcuda.so.1" */
+  const char *name;         /* "cuda" / "hip": the backend name */
+  const char *library_name; /* for messages, e.g. "libcuda.so.1" */
 
   /* Opens the runtime library and initialises it, once per process (later
    * calls return the first outcome). UNAVAILABLE with the reason when the
@@ -66,7 +66,7 @@ typedef struct okv_gpu_vendor_t {
   /* Pinned, device-mapped host memory: host pointer and its device address. */
   okv_status_t (*host_alloc)(uint64_t bytes, void **out_host, uint64_t *out_dptr);
   void (*host_free)(void *host);
-  okv_status_t (*memset_zero)(uint64_t dptr, uint64_t bytes);          /* blocking */
+  okv_status_t (*memset_zero)(uint64_t dptr, uint64_t bytes);               /* blocking */
   okv_status_t (*copy_htod)(uint64_t dst, const void *src, uint64_t bytes); /* blocking, pageable src */
   okv_status_t (*copy_dtoh)(void *dst, uint64_t src, uint64_t bytes);       /* blocking, pageable dst */
   /* Asynchronous copy between device addresses (device memory or mapped host). */

@@ -8,9 +8,9 @@
  * backends/cuda/cuda_device.c. */
 #include <stdio.h>
 
-#include "backends/gpu/gpu_loader.h"
-#include "backends/gpu/gpu_vendor.h"
-#include "backends/hip/hip_symbols.h"
+#include "gpu_loader.h"
+#include "gpu_vendor.h"
+#include "hip_symbols.h"
 
 /* Embedded kernel image (generated assembler, see kernels/okv_embed.py). */
 extern const unsigned char okv_hip_code_object[];
@@ -22,7 +22,7 @@ extern const char okv_hip_code_object_info[]; /* the targets it was built for */
 
 typedef struct okv_hip_api_t {
 #define OKV_HIP_SYM OKV_GPU_SYMBOL_FIELD
-#include "backends/hip/hip_symbols.h"
+#include "hip_symbols.h"
 #undef OKV_HIP_SYM
 } okv_hip_api_t;
 
@@ -30,7 +30,7 @@ static okv_hip_api_t okv_hip_api;
 
 static const okv_gpu_symbol_t okv_hip_symbols[] = {
 #define OKV_HIP_SYM(ret, field, sym, alt, params) OKV_GPU_SYMBOL_ENTRY(okv_hip_api_t, field, sym, alt)
-#include "backends/hip/hip_symbols.h"
+#include "hip_symbols.h"
 #undef OKV_HIP_SYM
 };
 
@@ -65,9 +65,9 @@ static okv_status_t okv_hip_status(okv_hip_error_t e, const char *what) {
 }
 
 /* Converts a HIP call's result to okv_status_t at the edge. */
-#define OKV_HIP_RETURN_IF_ERROR(expr, what)                                   \
-  do {                                                                        \
-    okv_hip_error_t okv_hip_e_ = (expr);                                      \
+#define OKV_HIP_RETURN_IF_ERROR(expr, what)                                       \
+  do {                                                                            \
+    okv_hip_error_t okv_hip_e_ = (expr);                                          \
     if (okv_hip_e_ != OKV_HIP_SUCCESS) return okv_hip_status(okv_hip_e_, (what)); \
   } while (0)
 
@@ -81,8 +81,8 @@ static okv_status_t okv_hip_init(void) {
 
 static const char *const okv_hip_sonames[] = {"libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"};
 
-static okv_gpu_library_t okv_hip_library = OKV_GPU_LIBRARY_INIT(
-    "hip", okv_hip_sonames, "ROCm too old?", okv_hip_symbols, okv_hip_api, okv_hip_init);
+static okv_gpu_library_t okv_hip_library =
+    OKV_GPU_LIBRARY_INIT("hip", okv_hip_sonames, "ROCm too old?", okv_hip_symbols, okv_hip_api, okv_hip_init);
 
 static okv_status_t okv_hip_load(void) { return okv_gpu_library_load(&okv_hip_library); }
 
@@ -274,10 +274,10 @@ static okv_status_t okv_hip_function_set_smem(void *function, uint32_t bytes) {
 static okv_status_t okv_hip_launch(void *function, const uint32_t grid[3], uint32_t block_threads, uint32_t smem_bytes,
                                    void *stream, void *args) {
   void *params[1] = {args};
-  OKV_HIP_RETURN_IF_ERROR(okv_hip_api.hipModuleLaunchKernel((okv_hip_function_t)function, grid[0], grid[1], grid[2],
-                                                            block_threads, 1, 1, smem_bytes,
-                                                            (okv_hip_stream_t)stream, params, NULL),
-                          "hipModuleLaunchKernel");
+  OKV_HIP_RETURN_IF_ERROR(
+      okv_hip_api.hipModuleLaunchKernel((okv_hip_function_t)function, grid[0], grid[1], grid[2], block_threads, 1, 1,
+                                        smem_bytes, (okv_hip_stream_t)stream, params, NULL),
+      "hipModuleLaunchKernel");
   return OKV_OK;
 }
 

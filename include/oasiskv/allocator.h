@@ -6,6 +6,8 @@
 #ifndef OASISKV_ALLOCATOR_H
 #define OASISKV_ALLOCATOR_H
 
+#include "oasiskv/api.h"
+
 #include <stddef.h>
 
 #ifdef __cplusplus
@@ -21,13 +23,13 @@ typedef struct okv_allocator_t {
 } okv_allocator_t;
 
 /* The C library's malloc/calloc/realloc/free. */
-okv_allocator_t okv_allocator_system(void);
+OKV_API okv_allocator_t okv_allocator_system(void);
 
 /* Convenience wrappers; a NULL allocator means okv_allocator_system(). */
-void *okv_malloc(const okv_allocator_t *a, size_t bytes);
-void *okv_calloc(const okv_allocator_t *a, size_t count, size_t bytes);
-void *okv_realloc(const okv_allocator_t *a, void *ptr, size_t bytes);
-void okv_free(const okv_allocator_t *a, void *ptr);
+OKV_API void *okv_malloc(const okv_allocator_t *a, size_t bytes);
+OKV_API void *okv_calloc(const okv_allocator_t *a, size_t count, size_t bytes);
+OKV_API void *okv_realloc(const okv_allocator_t *a, void *ptr, size_t bytes);
+OKV_API void okv_free(const okv_allocator_t *a, void *ptr);
 
 #ifdef __cplusplus
 }

@@ -22,6 +22,8 @@
 #ifndef OASISKV_OASISKV_H
 #define OASISKV_OASISKV_H
 
+#include "oasiskv/api.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -44,23 +46,23 @@ typedef enum okv_mode_e {
 } okv_mode_t;
 
 /* "dense", "oasis", "proxy", "ondemand". */
-const char *okv_mode_name(okv_mode_t mode);
+OKV_API const char *okv_mode_name(okv_mode_t mode);
 /* Parses a mode name ("dense", "oasis", "proxy", "ondemand") into *out_mode.
  * Errors: INVALID_ARGUMENT for an unknown name or NULL pointers. Thread-safe. */
-okv_status_t okv_mode_parse(const char *name, okv_mode_t *out_mode);
+OKV_API okv_status_t okv_mode_parse(const char *name, okv_mode_t *out_mode);
 
 typedef struct okv_runtime_config_t {
   /* Model shape. */
   uint32_t n_layers;
-  uint32_t n_q_heads;       /* multiple of n_kv_heads */
+  uint32_t n_q_heads; /* multiple of n_kv_heads */
   uint32_t n_kv_heads;
-  uint32_t head_dim;        /* 1..256 */
-  okv_dtype_t kv_dtype;     /* default OKV_DTYPE_F32 */
-  uint32_t block_tokens;    /* must be 16 (OKV_BLOCK_TOKENS) */
+  uint32_t head_dim;     /* 1..256 */
+  okv_dtype_t kv_dtype;  /* default OKV_DTYPE_F32 */
+  uint32_t block_tokens; /* must be 16 (OKV_BLOCK_TOKENS) */
   /* Policy. */
-  okv_mode_t mode;          /* default OKV_MODE_OASIS */
-  uint32_t budget_blocks;   /* K: blocks per KV head in the working set, besides the active block; default 128 */
-  double fetch_ratio;       /* in (0, 1]; cap C = ceil(fetch_ratio * K) new blocks per KV head per step; default 0.05 */
+  okv_mode_t mode;        /* default OKV_MODE_OASIS */
+  uint32_t budget_blocks; /* K: blocks per KV head in the working set, besides the active block; default 128 */
+  double fetch_ratio;     /* in (0, 1]; cap C = ceil(fetch_ratio * K) new blocks per KV head per step; default 0.05 */
   uint32_t dense_threshold_blocks; /* a sequence keeps all its KV resident until its context exceeds this
                                       many blocks; default = budget_blocks (must be <= budget_blocks) */
   /* Sizing. */
@@ -74,10 +76,10 @@ typedef struct okv_runtime_config_t {
 } okv_runtime_config_t;
 
 /* Sets every default (shape fields to 0: the caller must set them). */
-void okv_runtime_config_init(okv_runtime_config_t *config);
+OKV_API void okv_runtime_config_init(okv_runtime_config_t *config);
 
 /* Validates every field; INVALID_ARGUMENT names the field. */
-okv_status_t okv_runtime_config_validate(const okv_runtime_config_t *config);
+OKV_API okv_status_t okv_runtime_config_validate(const okv_runtime_config_t *config);
 
 typedef struct okv_runtime_t okv_runtime_t;
 
@@ -86,13 +88,13 @@ typedef struct okv_runtime_t okv_runtime_t;
  * Errors: INVALID_ARGUMENT (config, field named), OUT_OF_MEMORY (tier named),
  * UNAVAILABLE. Thread safety: a runtime is driven by one engine thread; its
  * background pipeline is internal. */
-okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_config_t *config,
-                                const okv_allocator_t *allocator, okv_runtime_t **out_runtime);
+OKV_API okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_config_t *config,
+                                        const okv_allocator_t *allocator, okv_runtime_t **out_runtime);
 /* Waits for in-flight transfers, frees everything. NULL is accepted. */
-void okv_runtime_destroy(okv_runtime_t *runtime);
+OKV_API void okv_runtime_destroy(okv_runtime_t *runtime);
 
 /* Effective configuration (defaults resolved). */
-const okv_runtime_config_t *okv_runtime_config(const okv_runtime_t *runtime);
+OKV_API const okv_runtime_config_t *okv_runtime_config(const okv_runtime_t *runtime);
 
 /* ---- Sequences ---- */
 
@@ -109,21 +111,21 @@ typedef struct okv_prefill_t {
  * or everything while under the dense threshold). Writes the new id.
  * Errors: OUT_OF_MEMORY when the slot pool or the HOST tier cannot hold the
  * sequence's working set (nothing is left allocated), INVALID_ARGUMENT. */
-okv_status_t okv_runtime_seq_add(okv_runtime_t *runtime, const okv_prefill_t *prefill, uint32_t *out_seq_id);
+OKV_API okv_status_t okv_runtime_seq_add(okv_runtime_t *runtime, const okv_prefill_t *prefill, uint32_t *out_seq_id);
 
 /* Removes a sequence and frees its slots and host blocks, also while its
  * transfers are in flight. Errors: NOT_FOUND. */
-okv_status_t okv_runtime_seq_remove(okv_runtime_t *runtime, uint32_t seq_id);
+OKV_API okv_status_t okv_runtime_seq_remove(okv_runtime_t *runtime, uint32_t seq_id);
 
 /* Context length in tokens. Errors: NOT_FOUND. */
-okv_status_t okv_runtime_seq_length(const okv_runtime_t *runtime, uint32_t seq_id, uint32_t *out_n_tokens);
+OKV_API okv_status_t okv_runtime_seq_length(const okv_runtime_t *runtime, uint32_t seq_id, uint32_t *out_n_tokens);
 
 /* Lists the logical blocks resident and readable for (seq, layer, kv_head),
  * ascending, active block included (unless its last write failed); writes up to
  * `capacity` and the count. For tests and analysis. Errors: NOT_FOUND, INVALID_ARGUMENT. */
-okv_status_t okv_runtime_seq_resident(const okv_runtime_t *runtime, uint32_t seq_id, uint32_t layer,
-                                      uint32_t kv_head, uint32_t *out_blocks, uint32_t capacity,
-                                      uint32_t *out_count);
+OKV_API okv_status_t okv_runtime_seq_resident(const okv_runtime_t *runtime, uint32_t seq_id, uint32_t layer,
+                                              uint32_t kv_head, uint32_t *out_blocks, uint32_t capacity,
+                                              uint32_t *out_count);
 
 /* ---- Decode step ----
  * A step processes one real token per sequence of a batch, stacked with
@@ -134,8 +136,8 @@ okv_status_t okv_runtime_seq_resident(const okv_runtime_t *runtime, uint32_t seq
  * Errors: INVALID_ARGUMENT (a step already begun, n_seqs, n_query_tokens out of range or < 2 in
  * OKV_MODE_OASIS, a duplicate id), NOT_FOUND (an unknown sequence id), OUT_OF_MEMORY (host
  * allocator). */
-okv_status_t okv_runtime_step_begin(okv_runtime_t *runtime, uint32_t n_seqs, const uint32_t *seq_ids,
-                                    uint32_t n_query_tokens);
+OKV_API okv_status_t okv_runtime_step_begin(okv_runtime_t *runtime, uint32_t n_seqs, const uint32_t *seq_ids,
+                                            uint32_t n_query_tokens);
 
 /* Layer l of the current step (layers in order 0..n_layers-1):
  *  1. waits only for layer l's transfers issued in the previous step (layer-local sync) and commits
@@ -158,13 +160,13 @@ okv_status_t okv_runtime_step_begin(okv_runtime_t *runtime, uint32_t n_seqs, con
  *  COPY_FAILED (the active-block refresh failed twice), INTERNAL (a kernel, event or stream failed):
  *    the token is committed to the HOST tier, attention did not run; the slots the failed write covered
  *    stay unreadable and are repaired by the next append. The step may go on with layer l + 1. */
-okv_status_t okv_runtime_step_layer(okv_runtime_t *runtime, uint32_t layer, const float *k_new,
-                                    const float *v_new, const float *q, const float *draft_kv, float *out);
+OKV_API okv_status_t okv_runtime_step_layer(okv_runtime_t *runtime, uint32_t layer, const float *k_new,
+                                            const float *v_new, const float *q, const float *draft_kv, float *out);
 
 /* Ends the step (every layer must have run); writes this step's stats when out_stats is not NULL.
  * Errors: INVALID_ARGUMENT (no step begun, layers missing). */
 typedef struct okv_step_stats_t okv_step_stats_t;
-okv_status_t okv_runtime_step_end(okv_runtime_t *runtime, okv_step_stats_t *out_stats);
+OKV_API okv_status_t okv_runtime_step_end(okv_runtime_t *runtime, okv_step_stats_t *out_stats);
 
 /* Read-only attention over what is readable now for a batch, without
  * committing anything or touching the pipeline (e.g. the self drafter's extra
@@ -174,22 +176,22 @@ okv_status_t okv_runtime_step_end(okv_runtime_t *runtime, okv_step_stats_t *out_
  * Returns OK exactly when `out` is valid; on any error every element of `out` is NaN.
  * Errors: INVALID_ARGUMENT (shapes, layer, NULL pointers), NOT_FOUND (an unknown sequence id),
  * COPY_FAILED / INTERNAL (staging or the attention kernel failed). Not thread-safe (the engine thread). */
-okv_status_t okv_runtime_peek_layer(okv_runtime_t *runtime, uint32_t n_seqs, const uint32_t *seq_ids,
-                                    uint32_t layer, uint32_t n_query_tokens, const float *q,
-                                    const float *inflight_kv, float *out);
+OKV_API okv_status_t okv_runtime_peek_layer(okv_runtime_t *runtime, uint32_t n_seqs, const uint32_t *seq_ids,
+                                            uint32_t layer, uint32_t n_query_tokens, const float *q,
+                                            const float *inflight_kv, float *out);
 
 /* ---- Stats ---- */
 struct okv_step_stats_t {
-  uint64_t hits;              /* predicted blocks already resident (no traffic) */
-  uint64_t misses;            /* predicted blocks not resident */
-  uint64_t admitted;          /* misses scheduled for transfer (<= C per KV head) */
-  uint64_t deferred;          /* misses left for later steps by the cap */
-  uint64_t evicted;           /* victims replaced */
-  uint64_t failed_blocks;     /* transfers that failed (blocks stay misses) */
-  uint64_t blocks_moved;      /* blocks copied HOST->DEVICE */
+  uint64_t hits;                                        /* predicted blocks already resident (no traffic) */
+  uint64_t misses;                                      /* predicted blocks not resident */
+  uint64_t admitted;                                    /* misses scheduled for transfer (<= C per KV head) */
+  uint64_t deferred;                                    /* misses left for later steps by the cap */
+  uint64_t evicted;                                     /* victims replaced */
+  uint64_t failed_blocks;                               /* transfers that failed (blocks stay misses) */
+  uint64_t blocks_moved;                                /* blocks copied HOST->DEVICE */
   uint64_t bytes_moved[OKV_TIER_COUNT][OKV_TIER_COUNT]; /* [src][dst] */
-  double stall_seconds;       /* foreground time waiting on transfers */
-  uint64_t recall_hits;       /* true next-step top-K blocks resident in time (track_recall) */
+  double stall_seconds;                                 /* foreground time waiting on transfers */
+  uint64_t recall_hits; /* true next-step top-K blocks resident in time (track_recall) */
   uint64_t recall_total;
   uint64_t steps;             /* steps summed (1 for a step's stats) */
   uint64_t deferred_steps;    /* steps where the cap deferred at least one block */
@@ -209,9 +211,9 @@ struct okv_step_stats_t {
 /* Cumulative stats over the runtime's life (layer = UINT32_MAX) or for one layer, since creation
  * or the last okv_runtime_stats_reset. Errors: INVALID_ARGUMENT (NULL pointers, layer >= n_layers
  * and not UINT32_MAX). */
-okv_status_t okv_runtime_stats(const okv_runtime_t *runtime, uint32_t layer, okv_step_stats_t *out_stats);
+OKV_API okv_status_t okv_runtime_stats(const okv_runtime_t *runtime, uint32_t layer, okv_step_stats_t *out_stats);
 /* Clears cumulative stats. */
-void okv_runtime_stats_reset(okv_runtime_t *runtime);
+OKV_API void okv_runtime_stats_reset(okv_runtime_t *runtime);
 
 /* ---- Capacity ---- */
 
@@ -220,7 +222,7 @@ void okv_runtime_stats_reset(okv_runtime_t *runtime);
  * slots (sparse modes reserve K + 1 + C slots per layer and KV head at
  * seq_add; OKV_MODE_DENSE needs one per block) and free HOST extents. An
  * estimate only in that HOST extents may fragment. Errors: INVALID_ARGUMENT. */
-okv_status_t okv_runtime_seq_capacity(const okv_runtime_t *runtime, uint32_t n_tokens, uint32_t *out_n_seqs);
+OKV_API okv_status_t okv_runtime_seq_capacity(const okv_runtime_t *runtime, uint32_t n_tokens, uint32_t *out_n_seqs);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,8 @@
 #ifndef OASISKV_STATUS_H
 #define OASISKV_STATUS_H
 
+#include "oasiskv/api.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,46 +40,46 @@ typedef struct okv_status_s *okv_status_t;
  * bytes). Returns OKV_OK when code is OKV_STATUS_OK. Never fails: if the
  * message cannot be allocated a static out-of-memory status is returned, which
  * okv_status_free() accepts. */
-okv_status_t okv_status_make(okv_status_code_t code, const char *fmt, ...)
+OKV_API okv_status_t okv_status_make(okv_status_code_t code, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
 
 /* The code of `s` (OKV_STATUS_OK for OKV_OK). */
-okv_status_code_t okv_status_code(okv_status_t s);
+OKV_API okv_status_code_t okv_status_code(okv_status_t s);
 
 /* The message of `s` ("OK" for OKV_OK). Borrowed: valid until okv_status_free(s). */
-const char *okv_status_message(okv_status_t s);
+OKV_API const char *okv_status_message(okv_status_t s);
 
 /* The stable name of a code, e.g. "INVALID_ARGUMENT". */
-const char *okv_status_code_name(okv_status_code_t code);
+OKV_API const char *okv_status_code_name(okv_status_code_t code);
 
 /* Frees `s`; OKV_OK and the static statuses are accepted. */
-void okv_status_free(okv_status_t s);
+OKV_API void okv_status_free(okv_status_t s);
 
 /* Returns the code of `s` and frees it: `if (okv_status_consume(s) != OKV_STATUS_OK) ...` */
-okv_status_code_t okv_status_consume(okv_status_t s);
+OKV_API okv_status_code_t okv_status_consume(okv_status_t s);
 
 /* Prefixes the message of `s` with a formatted context ("while X: <old message>")
  * and returns it (same code). OKV_OK passes through unchanged. */
-okv_status_t okv_status_annotate(okv_status_t s, const char *fmt, ...)
+OKV_API okv_status_t okv_status_annotate(okv_status_t s, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
 
-#define OKV_RETURN_IF_ERROR(expr)                 \
-  do {                                            \
-    okv_status_t okv_status_tmp_ = (expr);        \
+#define OKV_RETURN_IF_ERROR(expr)                          \
+  do {                                                     \
+    okv_status_t okv_status_tmp_ = (expr);                 \
     if (okv_status_tmp_ != OKV_OK) return okv_status_tmp_; \
   } while (0)
 
 /* Like OKV_RETURN_IF_ERROR, prefixing the message with a printf-style context:
  *   OKV_RETURN_IF_ERROR_CTX(okv_hal_event_wait(ev), "layer %u", layer); */
-#define OKV_RETURN_IF_ERROR_CTX(expr, ...)                                      \
-  do {                                                                          \
-    okv_status_t okv_status_tmp_ = (expr);                                      \
+#define OKV_RETURN_IF_ERROR_CTX(expr, ...)                                                   \
+  do {                                                                                       \
+    okv_status_t okv_status_tmp_ = (expr);                                                   \
     if (okv_status_tmp_ != OKV_OK) return okv_status_annotate(okv_status_tmp_, __VA_ARGS__); \
   } while (0)
 

@@ -65,9 +65,7 @@ uint64_t okv_test_rng_u64(okv_test_rng_t *r) {
   return x * 0x2545F4914F6CDD1Dull;
 }
 
-uint32_t okv_test_rng_below(okv_test_rng_t *r, uint32_t n) {
-  return n ? (uint32_t)(okv_test_rng_u64(r) % n) : 0;
-}
+uint32_t okv_test_rng_below(okv_test_rng_t *r, uint32_t n) { return n ? (uint32_t)(okv_test_rng_u64(r) % n) : 0; }
 
 double okv_test_rng_uniform(okv_test_rng_t *r) { return (double)(okv_test_rng_u64(r) >> 11) * 0x1.0p-53; }
 
@@ -85,6 +83,11 @@ const char *okv_test_backend_or_skip(int argc, char **argv) {
     fprintf(stderr, "SKIP: backend '%s' unavailable: %s\n", name,
             s != OKV_OK ? okv_status_message(s) : "no devices found");
     okv_status_free(s);
+    exit(OKV_TEST_SKIP_EXIT);
+  }
+  const char *reason = getenv("OKV_TEST_SKIP_REASON"); /* tests/meson.build: known unsupported */
+  if (reason != NULL && reason[0] != '\0') {
+    fprintf(stderr, "SKIP: %s on backend '%s': %s\n", argc > 0 ? argv[0] : "test", name, reason);
     exit(OKV_TEST_SKIP_EXIT);
   }
   return name;

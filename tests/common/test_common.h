@@ -27,40 +27,41 @@ void okv_test_locked_free(void *p, const char *file, int line);
 #undef test_calloc
 #undef test_realloc
 #undef test_free
-#define test_malloc(n) okv_test_locked_malloc((n), __FILE__, __LINE__)
-#define test_calloc(c, n) okv_test_locked_calloc((c), (n), __FILE__, __LINE__)
+#define test_malloc(n)     okv_test_locked_malloc((n), __FILE__, __LINE__)
+#define test_calloc(c, n)  okv_test_locked_calloc((c), (n), __FILE__, __LINE__)
 #define test_realloc(p, n) okv_test_locked_realloc((p), (n), __FILE__, __LINE__)
-#define test_free(p) okv_test_locked_free((p), __FILE__, __LINE__)
+#define test_free(p)       okv_test_locked_free((p), __FILE__, __LINE__)
 
 /* Asserts that `s` is OK; on failure prints its message and fails the test. */
-#define OKV_ASSERT_OK(expr)                                                          \
-  do {                                                                                \
-    okv_status_t s_ = (expr);                                                         \
-    if (s_ != OKV_OK) {                                                               \
-      print_error("%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #expr,                 \
-                  okv_status_code_name(okv_status_code(s_)), okv_status_message(s_)); \
-      okv_status_free(s_);                                                            \
-      fail();                                                                         \
-    }                                                                                 \
+#define OKV_ASSERT_OK(expr)                                                                                      \
+  do {                                                                                                           \
+    okv_status_t s_ = (expr);                                                                                    \
+    if (s_ != OKV_OK) {                                                                                          \
+      print_error("%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #expr, okv_status_code_name(okv_status_code(s_)), \
+                  okv_status_message(s_));                                                                       \
+      okv_status_free(s_);                                                                                       \
+      fail();                                                                                                    \
+    }                                                                                                            \
   } while (0)
 
 /* Asserts that `expr` returns a status with `code`, and frees it. */
-#define OKV_ASSERT_CODE(expr, code)                                 \
-  do {                                                              \
-    okv_status_t s_ = (expr);                                       \
-    okv_status_code_t c_ = okv_status_code(s_);                     \
-    if (c_ != (code)) {                                             \
-      print_error("%s:%d: %s -> %s (%s), expected %s\n", __FILE__,  \
-                  __LINE__, #expr, okv_status_code_name(c_),        \
-                  okv_status_message(s_), okv_status_code_name(code)); \
-      okv_status_free(s_);                                          \
-      fail();                                                       \
-    }                                                               \
-    okv_status_free(s_);                                            \
+#define OKV_ASSERT_CODE(expr, code)                                                                           \
+  do {                                                                                                        \
+    okv_status_t s_ = (expr);                                                                                 \
+    okv_status_code_t c_ = okv_status_code(s_);                                                               \
+    if (c_ != (code)) {                                                                                       \
+      print_error("%s:%d: %s -> %s (%s), expected %s\n", __FILE__, __LINE__, #expr, okv_status_code_name(c_), \
+                  okv_status_message(s_), okv_status_code_name(code));                                        \
+      okv_status_free(s_);                                                                                    \
+      fail();                                                                                                 \
+    }                                                                                                         \
+    okv_status_free(s_);                                                                                      \
   } while (0)
 
 /* Deterministic xorshift64* RNG for tests. */
-typedef struct okv_test_rng_t { uint64_t s; } okv_test_rng_t;
+typedef struct okv_test_rng_t {
+  uint64_t s;
+} okv_test_rng_t;
 void okv_test_rng_seed(okv_test_rng_t *r, uint64_t seed);
 uint64_t okv_test_rng_u64(okv_test_rng_t *r);
 uint32_t okv_test_rng_below(okv_test_rng_t *r, uint32_t n); /* uniform in [0, n) */

@@ -14,7 +14,7 @@ typedef struct drv_t {
   okv_hal_device_t *dev;
   okv_runtime_t *rt;
   okv_test_rng_t rng;
-  uint32_t n_seqs;                  /* sequences alive, ids[0..n_seqs) */
+  uint32_t n_seqs; /* sequences alive, ids[0..n_seqs) */
   uint32_t ids[DRV_MAX_SEQS];
   rt_hist_t hist[DRV_MAX_SEQS];
   uint32_t max_tokens;
@@ -83,9 +83,15 @@ static inline void drv_remove(drv_t *d, uint32_t i) {
   }
 }
 
-static inline float *drv_q(drv_t *d, uint32_t l) { return d->q + (size_t)l * DRV_MAX_SEQS * 4 * d->cfg.n_q_heads * d->cfg.head_dim; }
-static inline float *drv_out(drv_t *d, uint32_t l) { return d->out + (size_t)l * DRV_MAX_SEQS * 4 * d->cfg.n_q_heads * d->cfg.head_dim; }
-static inline float *drv_draft(drv_t *d, uint32_t l) { return d->draft + (size_t)l * DRV_MAX_SEQS * 4 * 2 * drv_kv_elems(d); }
+static inline float *drv_q(drv_t *d, uint32_t l) {
+  return d->q + (size_t)l * DRV_MAX_SEQS * 4 * d->cfg.n_q_heads * d->cfg.head_dim;
+}
+static inline float *drv_out(drv_t *d, uint32_t l) {
+  return d->out + (size_t)l * DRV_MAX_SEQS * 4 * d->cfg.n_q_heads * d->cfg.head_dim;
+}
+static inline float *drv_draft(drv_t *d, uint32_t l) {
+  return d->draft + (size_t)l * DRV_MAX_SEQS * 4 * 2 * drv_kv_elems(d);
+}
 static inline float *drv_k(drv_t *d, uint32_t l) { return d->k_new + (size_t)l * DRV_MAX_SEQS * drv_kv_elems(d); }
 static inline float *drv_v(drv_t *d, uint32_t l) { return d->v_new + (size_t)l * DRV_MAX_SEQS * drv_kv_elems(d); }
 

@@ -67,7 +67,8 @@ static inline void rt_make_prefill(rt_hist_t *h, okv_test_rng_t *rng, uint32_t n
     (*pv)[i] = okv_test_rng_normal(rng);
   }
   for (uint32_t l = 0; l < h->n_layers; l++)
-    for (uint32_t t = 0; t < n; t++) rt_hist_append(h, l, *pk + ((size_t)l * n + t) * per, *pv + ((size_t)l * n + t) * per);
+    for (uint32_t t = 0; t < n; t++)
+      rt_hist_append(h, l, *pk + ((size_t)l * n + t) * per, *pv + ((size_t)l * n + t) * per);
   pf->n_tokens = n;
   pf->k = *pk;
   pf->v = *pv;
@@ -78,8 +79,8 @@ static inline void rt_make_prefill(rt_hist_t *h, okv_test_rng_t *rng, uint32_t n
  * in-flight tokens [n_inflight][2][n_kv_heads][head_dim] (token i owned by
  * query token T - n_inflight + i). Writes out[head_dim]. */
 static inline void rt_ref_attend(const rt_hist_t *h, uint32_t l, uint32_t kvh, const float *q, uint32_t t, uint32_t T,
-                                 const uint32_t *blocks, uint32_t n_blocks, const float *inflight,
-                                 uint32_t n_inflight, float *out) {
+                                 const uint32_t *blocks, uint32_t n_blocks, const float *inflight, uint32_t n_inflight,
+                                 float *out) {
   uint32_t hd = h->head_dim, H = h->n_kv_heads;
   uint32_t n_tok = h->n_tokens[l];
   double scale = 1.0 / sqrt((double)hd);

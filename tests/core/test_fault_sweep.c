@@ -24,7 +24,7 @@
 #include <stdio.h>
 
 #include "tests/core/rt_check.h"
-#include "hal/hal_fault.h"
+#include "oasiskv/fault.h"
 
 static const char *g_backend = "cpu";
 static uint32_t g_stride = 1;
@@ -33,12 +33,12 @@ enum { CLS_FG = 0, CLS_BG = 1, N_CLS = 2 };
 
 typedef struct sweep_t {
   pthread_t main_thread;
-  uint64_t n_ops[N_CLS];   /* operations seen per class (atomic) */
+  uint64_t n_ops[N_CLS]; /* operations seen per class (atomic) */
   uint64_t n_kind[OKV_HAL_OP_COUNT];
-  int target_class;        /* -1: none */
-  uint64_t target_n;       /* 1-based */
+  int target_class;  /* -1: none */
+  uint64_t target_n; /* 1-based */
   int persistent;
-  int active;              /* faults armed (phase 1 only) */
+  int active; /* faults armed (phase 1 only) */
   uint64_t n_injected;
   uint64_t phase1_ops[N_CLS]; /* operations before the recovery phase of the last run */
 } sweep_t;
@@ -62,10 +62,10 @@ static okv_hal_fault_hooks_t g_hooks = {&g_sw, NULL, NULL, sweep_fail_op};
 
 /* ---- the workload ---- */
 
-#define W_SEQS 3
-#define W_STEPS 8
-#define W_RECOVERY 6
-#define W_T 2
+#define W_SEQS       3
+#define W_STEPS      8
+#define W_RECOVERY   6
+#define W_T          2
 #define W_MAX_TOKENS 256
 
 typedef struct run_t {
@@ -80,10 +80,10 @@ typedef struct run_t {
   float *last_out;
   bool last_valid[W_SEQS][4];
   /* Facts gathered. */
-  uint32_t n_failed_calls;  /* non-OK statuses returned */
-  uint32_t n_checked_outs;  /* OK outputs compared with the reference */
-  bool recovery_failed;     /* a call failed after faults stopped */
-  uint64_t absorbed;        /* pipeline_errors + failed_blocks + retried_writes at the end */
+  uint32_t n_failed_calls; /* non-OK statuses returned */
+  uint32_t n_checked_outs; /* OK outputs compared with the reference */
+  bool recovery_failed;    /* a call failed after faults stopped */
+  uint64_t absorbed;       /* pipeline_errors + failed_blocks + retried_writes at the end */
 } run_t;
 
 static const uint32_t k_prefill[W_SEQS] = {70, 0, 33};
@@ -241,7 +241,7 @@ static void w_step(run_t *r, uint32_t step, bool recovery) {
         if (r->live[rows[i]]) rt_hist_append(&r->hist[rows[i]], l, k + i * kvn, v + i * kvn);
     w_check_out(r, l, n, rows, q, dr, W_T - 1, out, st == OKV_OK, true);
     w_note(r, st, recovery);
-    if (!committed) break; /* the step cannot go on past this layer */
+    if (!committed) break;                   /* the step cannot go on past this layer */
     if (step == 5 && l == 0 && r->live[1]) { /* remove B in the middle of a step */
       w_note(r, okv_runtime_seq_remove(r->rt, r->id[1]), recovery);
       r->live[1] = false;
@@ -307,8 +307,8 @@ static void w_check_summaries(run_t *r) {
         uint32_t n_tok = r->hist[w].n_tokens[l];
         for (uint32_t b = 0; b * 16 < n_tok; b++) {
           uint32_t hb = okv_runtime_debug_host_block(rt, r->id[w], l, h, b);
-          OKV_ASSERT_OK(okv_hal_buffer_read(rt->summaries, (uint64_t)hb * 2 * hd * sizeof(float), sum,
-                                            2 * hd * sizeof(float)));
+          OKV_ASSERT_OK(
+              okv_hal_buffer_read(rt->summaries, (uint64_t)hb * 2 * hd * sizeof(float), sum, 2 * hd * sizeof(float)));
           for (uint32_t e = 0; e < hd; e++) {
             float lo = INFINITY, hi = -INFINITY;
             for (uint32_t t = b * 16; t < n_tok && t < b * 16 + 16; t++) {
@@ -394,8 +394,10 @@ static uint32_t w_compare(const run_t *ref, const run_t *r, bool *any_diverged) 
       if (ref->hist[w].n_tokens[l] != r->hist[w].n_tokens[l]) continue;
       const float *a = ref->last_out + ((size_t)w * r->cfg.n_layers + l) * row;
       const float *b = r->last_out + ((size_t)w * r->cfg.n_layers + l) * row;
-      if (rt_max_abs_diff(a, b, row) < 3e-5) n_same++;
-      else *any_diverged = true;
+      if (rt_max_abs_diff(a, b, row) < 3e-5)
+        n_same++;
+      else
+        *any_diverged = true;
     }
   return n_same;
 }
@@ -439,8 +441,8 @@ static void sweep_mode(okv_mode_t mode) {
           /* Surfaced: a failed call, or absorbed and counted in the stats. */
           if (r->n_failed_calls == 0 && r->absorbed == 0) {
             print_error("mode %s, %s fault at %s op %llu: injected but neither returned nor counted\n",
-                        okv_mode_name(mode), persistent ? "persistent" : "transient",
-                        cls ? "background" : "foreground", (unsigned long long)nth);
+                        okv_mode_name(mode), persistent ? "persistent" : "transient", cls ? "background" : "foreground",
+                        (unsigned long long)nth);
             fail();
           }
           surfaced++;
@@ -456,18 +458,19 @@ static void sweep_mode(okv_mode_t mode) {
         w_free(r);
         test_free(r);
       }
-  print_message("[ SWEEP    ] mode %-8s ops: %llu foreground + %llu background (alloc %llu, write %llu, read %llu, "
-                "stream %llu, sync %llu, event %llu, record %llu, wait %llu, copy %llu, kernel %llu); "
-                "%llu runs (stride %u), %llu with a fault injected and surfaced, %llu outputs checked, %llu failed "
-                "calls, %llu runs matched the fault-free run at the end\n",
-                okv_mode_name(mode), (unsigned long long)total_ops[0], (unsigned long long)total_ops[1],
-                (unsigned long long)kinds[OKV_HAL_OP_BUFFER_ALLOC], (unsigned long long)kinds[OKV_HAL_OP_BUFFER_WRITE],
-                (unsigned long long)kinds[OKV_HAL_OP_BUFFER_READ], (unsigned long long)kinds[OKV_HAL_OP_STREAM_CREATE],
-                (unsigned long long)kinds[OKV_HAL_OP_STREAM_SYNC], (unsigned long long)kinds[OKV_HAL_OP_EVENT_CREATE],
-                (unsigned long long)kinds[OKV_HAL_OP_EVENT_RECORD], (unsigned long long)kinds[OKV_HAL_OP_EVENT_WAIT],
-                (unsigned long long)kinds[OKV_HAL_OP_COPY], (unsigned long long)kinds[OKV_HAL_OP_KERNEL],
-                (unsigned long long)runs, g_stride, (unsigned long long)surfaced, (unsigned long long)outs, (unsigned long long)failed_calls,
-                (unsigned long long)converged);
+  print_message(
+      "[ SWEEP    ] mode %-8s ops: %llu foreground + %llu background (alloc %llu, write %llu, read %llu, "
+      "stream %llu, sync %llu, event %llu, record %llu, wait %llu, copy %llu, kernel %llu); "
+      "%llu runs (stride %u), %llu with a fault injected and surfaced, %llu outputs checked, %llu failed "
+      "calls, %llu runs matched the fault-free run at the end\n",
+      okv_mode_name(mode), (unsigned long long)total_ops[0], (unsigned long long)total_ops[1],
+      (unsigned long long)kinds[OKV_HAL_OP_BUFFER_ALLOC], (unsigned long long)kinds[OKV_HAL_OP_BUFFER_WRITE],
+      (unsigned long long)kinds[OKV_HAL_OP_BUFFER_READ], (unsigned long long)kinds[OKV_HAL_OP_STREAM_CREATE],
+      (unsigned long long)kinds[OKV_HAL_OP_STREAM_SYNC], (unsigned long long)kinds[OKV_HAL_OP_EVENT_CREATE],
+      (unsigned long long)kinds[OKV_HAL_OP_EVENT_RECORD], (unsigned long long)kinds[OKV_HAL_OP_EVENT_WAIT],
+      (unsigned long long)kinds[OKV_HAL_OP_COPY], (unsigned long long)kinds[OKV_HAL_OP_KERNEL],
+      (unsigned long long)runs, g_stride, (unsigned long long)surfaced, (unsigned long long)outs,
+      (unsigned long long)failed_calls, (unsigned long long)converged);
   w_free(ref);
   test_free(ref);
 }

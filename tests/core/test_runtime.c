@@ -48,24 +48,58 @@ static void test_config_validate(void **state) {
   assert_true(c.fetch_ratio == 0.05);
   assert_int_equal(c.mode, OKV_MODE_OASIS);
   okv_runtime_config_t b = c;
-  b.n_layers = 0; expect_invalid(&b, "n_layers");
-  b = c; b.n_q_heads = 3; expect_invalid(&b, "n_q_heads");
-  b = c; b.n_kv_heads = 0; expect_invalid(&b, "n_kv_heads");
-  b = c; b.head_dim = 0; expect_invalid(&b, "head_dim");
-  b = c; b.head_dim = 257; expect_invalid(&b, "head_dim");
-  b = c; b.block_tokens = 32; expect_invalid(&b, "block_tokens");
-  b = c; b.budget_blocks = 0; expect_invalid(&b, "budget_blocks");
-  b = c; b.budget_blocks = 513; expect_invalid(&b, "budget_blocks");
-  b = c; b.fetch_ratio = 0.0; expect_invalid(&b, "fetch_ratio");
-  b = c; b.fetch_ratio = 1.5; expect_invalid(&b, "fetch_ratio");
-  b = c; b.fetch_ratio = NAN; expect_invalid(&b, "fetch_ratio");
-  b = c; b.budget_blocks = 8; b.dense_threshold_blocks = 9; expect_invalid(&b, "dense_threshold_blocks");
-  b = c; b.mode = OKV_MODE_COUNT; expect_invalid(&b, "mode");
-  b = c; b.kv_dtype = OKV_DTYPE_COUNT; expect_invalid(&b, "kv_dtype");
-  b = c; b.max_seqs = 0; expect_invalid(&b, "max_seqs");
-  b = c; b.max_context_tokens = 0; expect_invalid(&b, "max_context_tokens");
+  b.n_layers = 0;
+  expect_invalid(&b, "n_layers");
+  b = c;
+  b.n_q_heads = 3;
+  expect_invalid(&b, "n_q_heads");
+  b = c;
+  b.n_kv_heads = 0;
+  expect_invalid(&b, "n_kv_heads");
+  b = c;
+  b.head_dim = 0;
+  expect_invalid(&b, "head_dim");
+  b = c;
+  b.head_dim = 257;
+  expect_invalid(&b, "head_dim");
+  b = c;
+  b.block_tokens = 32;
+  expect_invalid(&b, "block_tokens");
+  b = c;
+  b.budget_blocks = 0;
+  expect_invalid(&b, "budget_blocks");
+  b = c;
+  b.budget_blocks = 513;
+  expect_invalid(&b, "budget_blocks");
+  b = c;
+  b.fetch_ratio = 0.0;
+  expect_invalid(&b, "fetch_ratio");
+  b = c;
+  b.fetch_ratio = 1.5;
+  expect_invalid(&b, "fetch_ratio");
+  b = c;
+  b.fetch_ratio = NAN;
+  expect_invalid(&b, "fetch_ratio");
+  b = c;
+  b.budget_blocks = 8;
+  b.dense_threshold_blocks = 9;
+  expect_invalid(&b, "dense_threshold_blocks");
+  b = c;
+  b.mode = OKV_MODE_COUNT;
+  expect_invalid(&b, "mode");
+  b = c;
+  b.kv_dtype = OKV_DTYPE_COUNT;
+  expect_invalid(&b, "kv_dtype");
+  b = c;
+  b.max_seqs = 0;
+  expect_invalid(&b, "max_seqs");
+  b = c;
+  b.max_context_tokens = 0;
+  expect_invalid(&b, "max_context_tokens");
   /* The default threshold follows budget_blocks. */
-  b = c; b.budget_blocks = 8; OKV_ASSERT_OK(okv_runtime_config_validate(&b));
+  b = c;
+  b.budget_blocks = 8;
+  OKV_ASSERT_OK(okv_runtime_config_validate(&b));
   okv_mode_t m;
   OKV_ASSERT_OK(okv_mode_parse("proxy", &m));
   assert_int_equal(m, OKV_MODE_PROXY);
@@ -136,7 +170,7 @@ static void test_modes_equal_dense(void **state) {
       base_config(&c);
       c.kv_dtype = dt == 0 ? OKV_DTYPE_F32 : OKV_DTYPE_BF16;
       c.mode = (okv_mode_t)mode;
-      c.budget_blocks = 16; /* 256 tokens >= context */
+      c.budget_blocks = 16;         /* 256 tokens >= context */
       c.dense_threshold_blocks = 0; /* sparse bookkeeping from the start */
       c.track_recall = true;
       drv_t d;
@@ -255,7 +289,8 @@ static uint64_t run_sparse(okv_mode_t mode, uint64_t seed, uint32_t n_steps, boo
     const okv_step_stats_t *s = &d.last_stats;
     uint64_t heads = (uint64_t)d.n_seqs * c.n_layers * c.n_kv_heads;
     if (mode != OKV_MODE_ONDEMAND) assert_true(s->admitted <= C * heads);
-    assert_true(s->blocks_moved * okv_block_bytes(c.kv_dtype, c.head_dim) == s->bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE]);
+    assert_true(s->blocks_moved * okv_block_bytes(c.kv_dtype, c.head_dim) ==
+                s->bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE]);
     assert_int_equal(s->bytes_moved[OKV_TIER_DEVICE][OKV_TIER_HOST], 0);
     assert_true(s->recall_hits <= s->recall_total);
     assert_true(s->admitted + s->deferred == s->misses);
@@ -284,7 +319,7 @@ static uint64_t run_sparse(okv_mode_t mode, uint64_t seed, uint32_t n_steps, boo
   assert_true(cum.hits > 0);
   assert_true(cum.recall_total > 0);
   if (mode != OKV_MODE_ONDEMAND) {
-    assert_true(sum_deferred > 0);         /* the cap bit */
+    assert_true(sum_deferred > 0); /* the cap bit */
     assert_true(cum.deferred_steps > 0);
     /* Every admitted block is moved at the next step's commit (one plan may be pending). */
     assert_true(cum.blocks_moved <= cum.admitted);

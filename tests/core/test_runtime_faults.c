@@ -8,7 +8,7 @@
 #include "tests/core/rt_driver.h"
 
 #include "tests/core/rt_check.h"
-#include "hal/hal_fault.h"
+#include "oasiskv/fault.h"
 
 static const char *g_backend = "cpu";
 
@@ -16,7 +16,7 @@ typedef struct faults_t {
   pthread_t main_thread;
   int fail_worker_copies; /* set by the main thread between steps only */
   int n_failed;
-  int alloc_countdown;    /* fail the allocation when it reaches 0; < 0: never */
+  int alloc_countdown; /* fail the allocation when it reaches 0; < 0: never */
 } faults_t;
 
 static faults_t g_faults;
@@ -221,8 +221,8 @@ static int g_fail_h2d; /* set by the main thread between calls */
 
 static bool fail_h2d_op(void *user, okv_hal_op_t op, okv_tier_t src, okv_tier_t dst) {
   (void)user;
-  return (op == OKV_HAL_OP_COPY || op == OKV_HAL_OP_BUFFER_WRITE) && src == OKV_TIER_HOST &&
-         dst == OKV_TIER_DEVICE && __atomic_load_n(&g_fail_h2d, __ATOMIC_ACQUIRE);
+  return (op == OKV_HAL_OP_COPY || op == OKV_HAL_OP_BUFFER_WRITE) && src == OKV_TIER_HOST && dst == OKV_TIER_DEVICE &&
+         __atomic_load_n(&g_fail_h2d, __ATOMIC_ACQUIRE);
 }
 
 static okv_hal_fault_hooks_t g_h2d_hooks = {NULL, NULL, NULL, fail_h2d_op};
@@ -342,10 +342,8 @@ static void test_released_slot_not_reused_unwritten(void **state) {
 int main(int argc, char **argv) {
   g_backend = okv_test_backend_or_skip(argc, argv);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup(test_failed_transfers, setup),
-      cmocka_unit_test_setup(test_alloc_failures, setup),
-      cmocka_unit_test_setup(test_small_device_tier, setup),
-      cmocka_unit_test(test_refresh_failure_no_phantom),
+      cmocka_unit_test_setup(test_failed_transfers, setup),      cmocka_unit_test_setup(test_alloc_failures, setup),
+      cmocka_unit_test_setup(test_small_device_tier, setup),     cmocka_unit_test(test_refresh_failure_no_phantom),
       cmocka_unit_test(test_released_slot_not_reused_unwritten),
   };
   return cmocka_run_group_tests_name("core_runtime_faults", tests, NULL, NULL);

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hal/hal_fault.h"
+#include "oasiskv/fault.h"
+#include "hal/hal_impl.h"
 #include "tests/common/test_common.h"
 
 static const char *g_backend = "cpu";
@@ -249,7 +250,7 @@ static void test_copy_ranges_validated(void **state) {
   OKV_ASSERT_CODE(okv_hal_copy_async(f->stream, src, 4000, dst, 0, 100), OKV_STATUS_INVALID_ARGUMENT);
   OKV_ASSERT_CODE(okv_hal_copy_async(f->stream, src, UINT64_MAX, dst, 0, 2), OKV_STATUS_INVALID_ARGUMENT);
   OKV_ASSERT_CODE(okv_hal_copy_async(f->stream, src, 0, dst, 1000, UINT64_MAX - 500), OKV_STATUS_INVALID_ARGUMENT);
-  OKV_ASSERT_OK(okv_hal_copy_async(f->stream, src, 17, dst, 3, 0)); /* no-op */
+  OKV_ASSERT_OK(okv_hal_copy_async(f->stream, src, 17, dst, 3, 0));      /* no-op */
   OKV_ASSERT_OK(okv_hal_copy_async(f->stream, src, 4096, dst, 1024, 0)); /* empty range at the end */
   OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
   buf_expect(dst, hd);
@@ -639,8 +640,8 @@ static void test_fault_hooks(void **state) {
 /* fail_op: every operation kind fails as hal_fault.h documents, only the
  * chosen kind is affected, and the device works again afterwards. */
 typedef struct op_plan_t {
-  int kind;     /* okv_hal_op_t to fail, -1 none */
-  int left;     /* failures left */
+  int kind; /* okv_hal_op_t to fail, -1 none */
+  int left; /* failures left */
   uint64_t seen[OKV_HAL_OP_COUNT];
 } op_plan_t;
 

@@ -8,8 +8,14 @@ void okv_kcase_store(void *p, okv_dtype_t dtype, size_t i, float x) {
   uint8_t *b = p;
   uint16_t h;
   switch (dtype) {
-    case OKV_DTYPE_F16: h = okv_f32_to_f16(x); memcpy(b + 2 * i, &h, 2); break;
-    case OKV_DTYPE_BF16: h = okv_f32_to_bf16(x); memcpy(b + 2 * i, &h, 2); break;
+    case OKV_DTYPE_F16:
+      h = okv_f32_to_f16(x);
+      memcpy(b + 2 * i, &h, 2);
+      break;
+    case OKV_DTYPE_BF16:
+      h = okv_f32_to_bf16(x);
+      memcpy(b + 2 * i, &h, 2);
+      break;
     default: memcpy(b + 4 * i, &x, 4); break;
   }
 }
@@ -120,7 +126,8 @@ double okv_kcase_attention_error(const okv_kcase_t *c, const float *out, const d
             for (uint32_t g = 0; g < G; g++) {
               const float *qr = c->q + (((size_t)s * T + t) * c->n_q_heads + h * G + g) * D;
               double a = 0;
-              for (uint32_t e = 0; e < D; e++) a += fabs((double)qr[e] * okv_ref_elem(slot, p->dtype, (uint64_t)e * 16 + j));
+              for (uint32_t e = 0; e < D; e++)
+                a += fabs((double)qr[e] * okv_ref_elem(slot, p->dtype, (uint64_t)e * 16 + j));
               a /= sqrt((double)D);
               amax = a > amax ? a : amax;
             }
@@ -164,7 +171,8 @@ double okv_kcase_conditioning(const okv_kcase_t *c) {
             for (uint32_t g = 0; g < G; g++) {
               const float *qr = c->q + (((size_t)s * T + t) * c->n_q_heads + h * G + g) * D;
               double a = 0;
-              for (uint32_t e = 0; e < D; e++) a += fabs((double)qr[e] * okv_ref_elem(slot, p->dtype, (uint64_t)e * 16 + j));
+              for (uint32_t e = 0; e < D; e++)
+                a += fabs((double)qr[e] * okv_ref_elem(slot, p->dtype, (uint64_t)e * 16 + j));
               a /= sqrt((double)D);
               amax = a > amax ? a : amax;
             }

@@ -9,10 +9,10 @@
 typedef struct okv_kcase_params_t {
   uint32_t n_seqs, n_kv_heads, group_size, head_dim, n_query_tokens, n_inflight;
   okv_dtype_t dtype;
-  uint32_t n_blocks;      /* working-set blocks per unit (unit 0 gets n_blocks, others vary when vary_blocks) */
-  bool vary_blocks;       /* units get 0..n_blocks blocks */
-  float key_scale;        /* keys ~ N(0, key_scale^2) */
-  bool partial_last;      /* last block of each unit partially filled */
+  uint32_t n_blocks; /* working-set blocks per unit (unit 0 gets n_blocks, others vary when vary_blocks) */
+  bool vary_blocks;  /* units get 0..n_blocks blocks */
+  float key_scale;   /* keys ~ N(0, key_scale^2) */
+  bool partial_last; /* last block of each unit partially filled */
 } okv_kcase_params_t;
 
 typedef struct okv_kcase_t {

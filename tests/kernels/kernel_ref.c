@@ -16,8 +16,8 @@ double okv_ref_elem(const void *p, okv_dtype_t dtype, uint64_t i) {
   }
 }
 
-void okv_ref_attention(const okv_attention_desc_t *d, const void *kv_pool, const float *q,
-                       const float *inflight_kv, double *out, double *mass, double *inflight_mass) {
+void okv_ref_attention(const okv_attention_desc_t *d, const void *kv_pool, const float *q, const float *inflight_kv,
+                       double *out, double *mass, double *inflight_mass) {
   const uint32_t S = d->n_seqs, H = d->n_kv_heads, G = d->group_size, D = d->head_dim, T = d->n_query_tokens;
   const uint32_t NQ = H * G, NI = d->n_inflight;
   const uint64_t bb = okv_block_bytes(d->kv_dtype, D);
@@ -40,7 +40,8 @@ void okv_ref_attention(const okv_attention_desc_t *d, const void *kv_pool, const
             const uint8_t *slot = pool + (size_t)d->ws_slots[w] * bb;
             for (uint32_t j = 0; j < d->ws_valid[w]; j++) {
               double a = 0;
-              for (uint32_t e = 0; e < D; e++) a += (double)qr[e] * okv_ref_elem(slot, d->kv_dtype, (uint64_t)e * 16 + j);
+              for (uint32_t e = 0; e < D; e++)
+                a += (double)qr[e] * okv_ref_elem(slot, d->kv_dtype, (uint64_t)e * 16 + j);
               logit[n++] = a * scale;
             }
           }

@@ -17,8 +17,8 @@ double okv_ref_elem(const void *p, okv_dtype_t dtype, uint64_t i);
  * block mass [ws_total][T] averaged over the G query heads. Rows that see no
  * key are zero. If inflight_mass != NULL it receives [n_seqs][T][n_q_heads]
  * the probability of the in-flight tokens of each row. */
-void okv_ref_attention(const okv_attention_desc_t *d, const void *kv_pool, const float *q,
-                       const float *inflight_kv, double *out, double *mass, double *inflight_mass);
+void okv_ref_attention(const okv_attention_desc_t *d, const void *kv_pool, const float *q, const float *inflight_kv,
+                       double *out, double *mass, double *inflight_mass);
 
 /* Summaries (min/max of the first valid keys) of one block into
  * out [2][head_dim]. */

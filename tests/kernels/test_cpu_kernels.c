@@ -55,9 +55,9 @@ static void test_conversions(void **state) {
   assert_int_equal(okv_f32_to_f16(1.0f), 0x3C00);
   assert_int_equal(okv_f32_to_f16(-2.0f), 0xC000);
   assert_int_equal(okv_f32_to_f16(65504.0f), 0x7BFF);
-  assert_int_equal(okv_f32_to_f16(65520.0f), 0x7C00); /* overflow to inf */
-  assert_int_equal(okv_f32_to_f16(0x1p-24f), 0x0001);  /* smallest subnormal */
-  assert_int_equal(okv_f32_to_f16(0x1p-25f), 0x0000);  /* tie to even (zero) */
+  assert_int_equal(okv_f32_to_f16(65520.0f), 0x7C00);   /* overflow to inf */
+  assert_int_equal(okv_f32_to_f16(0x1p-24f), 0x0001);   /* smallest subnormal */
+  assert_int_equal(okv_f32_to_f16(0x1p-25f), 0x0000);   /* tie to even (zero) */
   assert_int_equal(okv_f32_to_f16(0x1.8p-24f), 0x0002); /* tie to even (2) */
   assert_true(okv_f16_to_f32(0x0001) == 0x1p-24f);
   assert_true(okv_f16_to_f32(0x7C00) == INFINITY);
@@ -136,10 +136,17 @@ static void test_attention_shapes(void **state) {
       for (uint32_t T = 1; T <= 2; T++)
         for (int bi = 0; bi < 4; bi++) {
           if (blocks[bi] == 129 && (dims[di] != 64 || groups[gi] > 4)) continue; /* keep the suite fast */
-          okv_kcase_params_t p = {.n_seqs = 2, .n_kv_heads = 2, .group_size = groups[gi], .head_dim = dims[di],
-                                  .n_query_tokens = T, .n_inflight = (uint32_t)(seed % (T + 1)),
-                                  .dtype = (okv_dtype_t)(seed % 3), .n_blocks = blocks[bi], .vary_blocks = true,
-                                  .key_scale = 1.0f, .partial_last = true};
+          okv_kcase_params_t p = {.n_seqs = 2,
+                                  .n_kv_heads = 2,
+                                  .group_size = groups[gi],
+                                  .head_dim = dims[di],
+                                  .n_query_tokens = T,
+                                  .n_inflight = (uint32_t)(seed % (T + 1)),
+                                  .dtype = (okv_dtype_t)(seed % 3),
+                                  .n_blocks = blocks[bi],
+                                  .vary_blocks = true,
+                                  .key_scale = 1.0f,
+                                  .partial_last = true};
           check_case(&p, seed++, true);
         }
 }
@@ -147,22 +154,46 @@ static void test_attention_shapes(void **state) {
 /* Odd head_dim (vector tail), many rows per unit (G*T > 16: several passes). */
 static void test_attention_odd_shapes(void **state) {
   (void)state;
-  okv_kcase_params_t p = {.n_seqs = 1, .n_kv_heads = 3, .group_size = 5, .head_dim = 40, .n_query_tokens = 4,
-                          .n_inflight = 3, .dtype = OKV_DTYPE_F16, .n_blocks = 9, .vary_blocks = true,
-                          .key_scale = 1.0f, .partial_last = true};
+  okv_kcase_params_t p = {.n_seqs = 1,
+                          .n_kv_heads = 3,
+                          .group_size = 5,
+                          .head_dim = 40,
+                          .n_query_tokens = 4,
+                          .n_inflight = 3,
+                          .dtype = OKV_DTYPE_F16,
+                          .n_blocks = 9,
+                          .vary_blocks = true,
+                          .key_scale = 1.0f,
+                          .partial_last = true};
   check_case(&p, 77, true);
-  okv_kcase_params_t p2 = {.n_seqs = 1, .n_kv_heads = 1, .group_size = 3, .head_dim = 1, .n_query_tokens = 3,
-                           .n_inflight = 1, .dtype = OKV_DTYPE_F32, .n_blocks = 5, .vary_blocks = false,
-                           .key_scale = 1.0f, .partial_last = true};
+  okv_kcase_params_t p2 = {.n_seqs = 1,
+                           .n_kv_heads = 1,
+                           .group_size = 3,
+                           .head_dim = 1,
+                           .n_query_tokens = 3,
+                           .n_inflight = 1,
+                           .dtype = OKV_DTYPE_F32,
+                           .n_blocks = 5,
+                           .vary_blocks = false,
+                           .key_scale = 1.0f,
+                           .partial_last = true};
   check_case(&p2, 78, true);
 }
 
 /* One unit with a long working set: with 2 threads it is split and merged. */
 static void test_attention_split(void **state) {
   (void)state;
-  okv_kcase_params_t p = {.n_seqs = 1, .n_kv_heads = 1, .group_size = 4, .head_dim = 128, .n_query_tokens = 2,
-                          .n_inflight = 2, .dtype = OKV_DTYPE_BF16, .n_blocks = 200, .vary_blocks = false,
-                          .key_scale = 1.0f, .partial_last = true};
+  okv_kcase_params_t p = {.n_seqs = 1,
+                          .n_kv_heads = 1,
+                          .group_size = 4,
+                          .head_dim = 128,
+                          .n_query_tokens = 2,
+                          .n_inflight = 2,
+                          .dtype = OKV_DTYPE_BF16,
+                          .n_blocks = 200,
+                          .vary_blocks = false,
+                          .key_scale = 1.0f,
+                          .partial_last = true};
   check_case(&p, 99, true);
 }
 
@@ -170,9 +201,17 @@ static void test_attention_split(void **state) {
 static void test_attention_large_magnitude(void **state) {
   (void)state;
   for (int dt = 0; dt < 3; dt++) {
-    okv_kcase_params_t p = {.n_seqs = 1, .n_kv_heads = 2, .group_size = 4, .head_dim = 64, .n_query_tokens = 2,
-                            .n_inflight = 0, .dtype = (okv_dtype_t)dt, .n_blocks = 12, .vary_blocks = false,
-                            .key_scale = 1e3f, .partial_last = true};
+    okv_kcase_params_t p = {.n_seqs = 1,
+                            .n_kv_heads = 2,
+                            .group_size = 4,
+                            .head_dim = 64,
+                            .n_query_tokens = 2,
+                            .n_inflight = 0,
+                            .dtype = (okv_dtype_t)dt,
+                            .n_blocks = 12,
+                            .vary_blocks = false,
+                            .key_scale = 1e3f,
+                            .partial_last = true};
     check_case(&p, 500 + (uint64_t)dt, false);
   }
 }
@@ -183,9 +222,17 @@ static void test_attention_dtype_rounding(void **state) {
   (void)state;
   static const double tol[3] = {1e-5, 5e-4, 4e-3};
   for (int dt = 1; dt < 3; dt++) {
-    okv_kcase_params_t p = {.n_seqs = 1, .n_kv_heads = 2, .group_size = 4, .head_dim = 64, .n_query_tokens = 1,
-                            .n_inflight = 0, .dtype = OKV_DTYPE_F32, .n_blocks = 16, .vary_blocks = false,
-                            .key_scale = 1.0f, .partial_last = false};
+    okv_kcase_params_t p = {.n_seqs = 1,
+                            .n_kv_heads = 2,
+                            .group_size = 4,
+                            .head_dim = 64,
+                            .n_query_tokens = 1,
+                            .n_inflight = 0,
+                            .dtype = OKV_DTYPE_F32,
+                            .n_blocks = 16,
+                            .vary_blocks = false,
+                            .key_scale = 1.0f,
+                            .partial_last = false};
     okv_kcase_t exact, rounded;
     okv_kcase_build(&exact, &p, 4242);
     p.dtype = (okv_dtype_t)dt;
@@ -212,9 +259,17 @@ static void test_attention_dtype_rounding(void **state) {
 /* Block mass sums to 1 minus the in-flight mass for every (unit, t), averaged over G. */
 static void test_attention_mass_sum(void **state) {
   (void)state;
-  okv_kcase_params_t p = {.n_seqs = 2, .n_kv_heads = 2, .group_size = 4, .head_dim = 32, .n_query_tokens = 2,
-                          .n_inflight = 2, .dtype = OKV_DTYPE_F32, .n_blocks = 10, .vary_blocks = false,
-                          .key_scale = 1.0f, .partial_last = true};
+  okv_kcase_params_t p = {.n_seqs = 2,
+                          .n_kv_heads = 2,
+                          .group_size = 4,
+                          .head_dim = 32,
+                          .n_query_tokens = 2,
+                          .n_inflight = 2,
+                          .dtype = OKV_DTYPE_F32,
+                          .n_blocks = 10,
+                          .vary_blocks = false,
+                          .key_scale = 1.0f,
+                          .partial_last = true};
   okv_kcase_t c;
   okv_kcase_build(&c, &p, 31337);
   float *out = test_malloc(sizeof(float) * c.q_floats);
@@ -245,9 +300,17 @@ static void test_attention_mass_sum(void **state) {
  * in-flight tokens only: t=0 sees nothing when T=2, n_inflight=1. */
 static void test_attention_empty(void **state) {
   (void)state;
-  okv_kcase_params_t p = {.n_seqs = 1, .n_kv_heads = 2, .group_size = 2, .head_dim = 16, .n_query_tokens = 2,
-                          .n_inflight = 1, .dtype = OKV_DTYPE_F32, .n_blocks = 0, .vary_blocks = false,
-                          .key_scale = 1.0f, .partial_last = false};
+  okv_kcase_params_t p = {.n_seqs = 1,
+                          .n_kv_heads = 2,
+                          .group_size = 2,
+                          .head_dim = 16,
+                          .n_query_tokens = 2,
+                          .n_inflight = 1,
+                          .dtype = OKV_DTYPE_F32,
+                          .n_blocks = 0,
+                          .vary_blocks = false,
+                          .key_scale = 1.0f,
+                          .partial_last = false};
   okv_kcase_t c;
   okv_kcase_build(&c, &p, 5);
   float *out = test_malloc(sizeof(float) * c.q_floats);
@@ -276,16 +339,24 @@ static void test_attention_empty(void **state) {
 static void test_summaries(void **state) {
   (void)state;
   for (int dt = 0; dt < 3; dt++) {
-    okv_kcase_params_t p = {.n_seqs = 1, .n_kv_heads = 1, .group_size = 1, .head_dim = 24, .n_query_tokens = 1,
-                            .n_inflight = 0, .dtype = (okv_dtype_t)dt, .n_blocks = 70, .vary_blocks = false,
-                            .key_scale = 3.0f, .partial_last = true};
+    okv_kcase_params_t p = {.n_seqs = 1,
+                            .n_kv_heads = 1,
+                            .group_size = 1,
+                            .head_dim = 24,
+                            .n_query_tokens = 1,
+                            .n_inflight = 0,
+                            .dtype = (okv_dtype_t)dt,
+                            .n_blocks = 70,
+                            .vary_blocks = false,
+                            .key_scale = 3.0f,
+                            .partial_last = true};
     okv_kcase_t c;
     okv_kcase_build(&c, &p, 900 + (uint64_t)dt);
     const uint32_t n = c.ws_total, D = p.head_dim;
     uint64_t *bi = test_malloc(sizeof(uint64_t) * n), *si = test_malloc(sizeof(uint64_t) * n);
     for (uint32_t i = 0; i < n; i++) bi[i] = c.ws_slots[i], si[i] = n - 1 - i;
-    okv_summary_desc_t sd = {.head_dim = D, .kv_dtype = p.dtype, .n_blocks = n, .block_index = bi,
-                             .valid = c.ws_valid, .summary_index = si};
+    okv_summary_desc_t sd = {
+        .head_dim = D, .kv_dtype = p.dtype, .n_blocks = n, .block_index = bi, .valid = c.ws_valid, .summary_index = si};
     float *summ = test_malloc(sizeof(float) * 2 * D * n), *app = test_malloc(sizeof(float) * 2 * D * n);
     float *ref = test_malloc(sizeof(float) * 2 * D);
     okv_cpu_summarize_blocks(&sd, c.pool, summ, MAX_THREADS);
@@ -299,7 +370,8 @@ static void test_summaries(void **state) {
     float *key = test_malloc(sizeof(float) * D);
     for (uint32_t i = 0; i < n; i++)
       for (uint32_t j = 0; j < c.ws_valid[i]; j++) {
-        for (uint32_t e = 0; e < D; e++) key[e] = (float)okv_ref_elem(c.pool + bb * bi[i], p.dtype, (uint64_t)e * 16 + j);
+        for (uint32_t e = 0; e < D; e++)
+          key[e] = (float)okv_ref_elem(c.pool + bb * bi[i], p.dtype, (uint64_t)e * 16 + j);
         uint8_t first = j == 0;
         okv_cpu_summary_append(app, D, p.dtype, 1, &si[i], key, &first);
       }
@@ -329,9 +401,17 @@ static void test_scoring(void **state) {
   static const uint32_t dims[] = {8, 64, 128, 20};
   for (int di = 0; di < 4; di++) {
     const uint32_t S = 2, H = 2, G = (uint32_t)(1 + di), D = dims[di], T = 2, NQ = H * G, nb = 37;
-    okv_kcase_params_t p = {.n_seqs = 1, .n_kv_heads = 1, .group_size = 1, .head_dim = D, .n_query_tokens = 1,
-                            .n_inflight = 0, .dtype = OKV_DTYPE_BF16, .n_blocks = S * H * nb, .vary_blocks = false,
-                            .key_scale = 1.0f, .partial_last = false};
+    okv_kcase_params_t p = {.n_seqs = 1,
+                            .n_kv_heads = 1,
+                            .group_size = 1,
+                            .head_dim = D,
+                            .n_query_tokens = 1,
+                            .n_inflight = 0,
+                            .dtype = OKV_DTYPE_BF16,
+                            .n_blocks = S * H * nb,
+                            .vary_blocks = false,
+                            .key_scale = 1.0f,
+                            .partial_last = false};
     okv_kcase_t c;
     okv_kcase_build(&c, &p, 3000 + (uint64_t)di);
     for (uint32_t w = 0; w < c.ws_total; w++) c.ws_valid[w] = (uint8_t)(1 + okv_test_rng_below(&rng, 16));
@@ -344,13 +424,21 @@ static void test_scoring(void **state) {
     for (size_t i = 0; i < (size_t)S * T * NQ * D; i++) q[i] = okv_test_rng_normal(&rng);
     uint64_t sfirst[4], scfirst[4];
     uint32_t segn[4];
-    for (uint32_t u = 0; u < S * H; u++) sfirst[u] = (uint64_t)u * nb, scfirst[u] = 5 + (uint64_t)u * (nb + 3), segn[u] = nb - u;
+    for (uint32_t u = 0; u < S * H; u++)
+      sfirst[u] = (uint64_t)u * nb, scfirst[u] = 5 + (uint64_t)u * (nb + 3), segn[u] = nb - u;
     size_t n_scores = 5 + (size_t)S * H * (nb + 3);
     float *scores = test_malloc(sizeof(float) * n_scores);
     double *ref = test_malloc(sizeof(double) * n_scores);
     for (uint32_t tb = 0; tb < 2; tb++) {
-      okv_score_desc_t sd = {.n_seqs = S, .n_kv_heads = H, .group_size = G, .head_dim = D, .n_query_tokens = T,
-                             .t_begin = tb, .t_end = 2, .seg_summary_first = sfirst, .seg_n_blocks = segn,
+      okv_score_desc_t sd = {.n_seqs = S,
+                             .n_kv_heads = H,
+                             .group_size = G,
+                             .head_dim = D,
+                             .n_query_tokens = T,
+                             .t_begin = tb,
+                             .t_end = 2,
+                             .seg_summary_first = sfirst,
+                             .seg_n_blocks = segn,
                              .seg_score_first = scfirst};
       okv_ref_score(&sd, q, summ, ref);
       okv_cpu_isa_t top = okv_cpu_isa_detected();
@@ -428,8 +516,8 @@ static void test_topk(void **state) {
     const float sc[] = {1.0f, 3.0f, NAN, 3.0f, -INFINITY, 0.0f, -0.0f, 2.0f};
     uint64_t first = 0;
     uint32_t n = 8, eo[2] = {0, 1}, eb[1] = {7};
-    okv_topk_desc_t d = {.n_segments = 1, .k = 10, .seg_score_first = &first, .seg_n = &n, .excl_offsets = eo,
-                         .excl_blocks = eb};
+    okv_topk_desc_t d = {
+        .n_segments = 1, .k = 10, .seg_score_first = &first, .seg_n = &n, .excl_offsets = eo, .excl_blocks = eb};
     uint32_t out[10], cnt;
     okv_cpu_topk(&d, sc, out, &cnt, 1);
     const uint32_t expect[10] = {1, 3, 0, 5, 6, 2, 4, UINT32_MAX, UINT32_MAX, UINT32_MAX};
@@ -458,8 +546,12 @@ static void test_topk(void **state) {
   }
   static const uint32_t ks[] = {1, 7, 128, 512};
   for (int ki = 0; ki < 4; ki++) {
-    okv_topk_desc_t d = {.n_segments = n_seg, .k = ks[ki], .seg_score_first = first, .seg_n = segn,
-                         .excl_offsets = eo, .excl_blocks = eb};
+    okv_topk_desc_t d = {.n_segments = n_seg,
+                         .k = ks[ki],
+                         .seg_score_first = first,
+                         .seg_n = segn,
+                         .excl_offsets = eo,
+                         .excl_blocks = eb};
     check_topk(&d, sc);
     d.excl_offsets = NULL;
     check_topk(&d, sc);

@@ -270,7 +270,7 @@ void run_attention(const AttnCase &c, uint64_t seed) {
 
 void test_attention_f32_multi_chunk(void **state) {
   (void)state;
-  run_attention({2, 3, 3, 40, 2, 2, 0, 4, true}, 11);  /* 6 rows in 2 tiles, draft + real in flight */
+  run_attention({2, 3, 3, 40, 2, 2, 0, 4, true}, 11); /* 6 rows in 2 tiles, draft + real in flight */
 }
 void test_attention_bf16(void **state) {
   (void)state;
@@ -448,8 +448,8 @@ void test_scores(void **state) {
 
 /* ---- 5. Top-K ---- */
 
-void check_topk(const std::vector<std::vector<float>> &segs, const std::vector<std::vector<uint32_t>> &excl,
-                uint32_t k, bool with_excl) {
+void check_topk(const std::vector<std::vector<float>> &segs, const std::vector<std::vector<uint32_t>> &excl, uint32_t k,
+                bool with_excl) {
   const uint32_t U = (uint32_t)segs.size();
   std::vector<float> scores;
   std::vector<uint64_t> first(U);
@@ -494,8 +494,8 @@ void check_topk(const std::vector<std::vector<float>> &segs, const std::vector<s
     for (uint32_t i = 0; i < k; ++i) {
       const uint32_t want = i < cnt ? cand[i] : 0xffffffffu;
       if (out[(size_t)u * k + i] != want) {
-        fprintf(stderr, "topk seg %u (n=%u k=%u) rank %u: got %u want %u\n", u, seg_n[u], k, i,
-                out[(size_t)u * k + i], want);
+        fprintf(stderr, "topk seg %u (n=%u k=%u) rank %u: got %u want %u\n", u, seg_n[u], k, i, out[(size_t)u * k + i],
+                want);
         fail();
       }
     }
@@ -508,16 +508,20 @@ void test_topk(void **state) {
   std::vector<std::vector<float>> segs;
   std::vector<std::vector<uint32_t>> excl;
   /* up to the documented maximum n */
-  const std::vector<uint32_t> sizes = OKV_EMU_BIG((std::vector<uint32_t>{0, 1, 5, 37, 700, 1500, 65536}),
-                                                 (std::vector<uint32_t>{0, 1, 5, 37, 700}));
+  const std::vector<uint32_t> sizes =
+      OKV_EMU_BIG((std::vector<uint32_t>{0, 1, 5, 37, 700, 1500, 65536}), (std::vector<uint32_t>{0, 1, 5, 37, 700}));
   for (uint32_t n : sizes) {
     std::vector<float> s(n);
     for (uint32_t i = 0; i < n; ++i) {
       const uint32_t kind = r.below(20);
-      if (kind == 0) s[i] = std::numeric_limits<float>::quiet_NaN();
-      else if (kind == 1) s[i] = -INFINITY;
-      else if (kind == 2) s[i] = (r.below(2) ? -0.0f : 0.0f);
-      else s[i] = (float)(int)(r.below(40)) * 0.25f - 5.0f; /* many ties */
+      if (kind == 0)
+        s[i] = std::numeric_limits<float>::quiet_NaN();
+      else if (kind == 1)
+        s[i] = -INFINITY;
+      else if (kind == 2)
+        s[i] = (r.below(2) ? -0.0f : 0.0f);
+      else
+        s[i] = (float)(int)(r.below(40)) * 0.25f - 5.0f; /* many ties */
     }
     segs.push_back(s);
     std::vector<uint32_t> e;

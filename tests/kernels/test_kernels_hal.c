@@ -19,8 +19,8 @@ static const char *g_backend = "cpu";
 
 typedef struct fixture_t {
   okv_allocator_t alloc;
-  okv_hal_device_t *dev;   /* default threads */
-  okv_hal_device_t *dev1;  /* n_threads = 1 (CPU: checks that 1 and 2 threads agree) */
+  okv_hal_device_t *dev;  /* default threads */
+  okv_hal_device_t *dev1; /* n_threads = 1 (CPU: checks that 1 and 2 threads agree) */
   okv_hal_stream_t *stream;
   okv_hal_stream_t *stream1;
 } fixture_t;
@@ -138,7 +138,8 @@ static void attn_run(okv_hal_device_t *dev, okv_hal_stream_t *stream, const okv_
   OKV_ASSERT_OK(okv_hal_attention_async(stream, &d));
   OKV_ASSERT_OK(okv_hal_stream_synchronize(stream));
   OKV_ASSERT_OK(okv_hal_buffer_read(b.out, b.out_off, out, c->q_floats * 4));
-  if (c->ws_total) OKV_ASSERT_OK(okv_hal_buffer_read(b.mass, b.mass_off, mass, (uint64_t)c->ws_total * c->p.n_query_tokens * 4));
+  if (c->ws_total)
+    OKV_ASSERT_OK(okv_hal_buffer_read(b.mass, b.mass_off, mass, (uint64_t)c->ws_total * c->p.n_query_tokens * 4));
   attn_bufs_free(&b);
 }
 
@@ -186,10 +187,17 @@ static void test_attention(void **state) {
       for (int bi = 0; bi < 4; bi++) {
         uint32_t T = 1 + (uint32_t)((di + gi + bi) & 1);
         if (blocks[bi] == 129 && (gi & 1)) continue; /* keep the suite fast */
-        okv_kcase_params_t p = {.n_seqs = 2, .n_kv_heads = 2, .group_size = groups[gi], .head_dim = dims[di],
-                                .n_query_tokens = T, .n_inflight = (uint32_t)(seed % (T + 1)),
-                                .dtype = (okv_dtype_t)(seed % 3), .n_blocks = blocks[bi], .vary_blocks = true,
-                                .key_scale = 1.0f, .partial_last = true};
+        okv_kcase_params_t p = {.n_seqs = 2,
+                                .n_kv_heads = 2,
+                                .group_size = groups[gi],
+                                .head_dim = dims[di],
+                                .n_query_tokens = T,
+                                .n_inflight = (uint32_t)(seed % (T + 1)),
+                                .dtype = (okv_dtype_t)(seed % 3),
+                                .n_blocks = blocks[bi],
+                                .vary_blocks = true,
+                                .key_scale = 1.0f,
+                                .partial_last = true};
         check_attention_case(f, &p, seed++);
       }
 }
@@ -197,18 +205,34 @@ static void test_attention(void **state) {
 static void test_attention_dtypes_and_magnitude(void **state) {
   fixture_t *f = *state;
   for (int dt = 0; dt < 3; dt++) {
-    okv_kcase_params_t p = {.n_seqs = 1, .n_kv_heads = 4, .group_size = 4, .head_dim = 128, .n_query_tokens = 2,
-                            .n_inflight = 1, .dtype = (okv_dtype_t)dt, .n_blocks = 20, .vary_blocks = false,
-                            .key_scale = 1.0f, .partial_last = true};
+    okv_kcase_params_t p = {.n_seqs = 1,
+                            .n_kv_heads = 4,
+                            .group_size = 4,
+                            .head_dim = 128,
+                            .n_query_tokens = 2,
+                            .n_inflight = 1,
+                            .dtype = (okv_dtype_t)dt,
+                            .n_blocks = 20,
+                            .vary_blocks = false,
+                            .key_scale = 1.0f,
+                            .partial_last = true};
     check_attention_case(f, &p, 100 + (uint64_t)dt);
     p.key_scale = 1e3f;
     p.n_inflight = 0;
     check_attention_case(f, &p, 200 + (uint64_t)dt);
   }
   /* one unit, long working set: split across threads and merged */
-  okv_kcase_params_t p = {.n_seqs = 1, .n_kv_heads = 1, .group_size = 4, .head_dim = 128, .n_query_tokens = 2,
-                          .n_inflight = 2, .dtype = OKV_DTYPE_BF16, .n_blocks = 160, .vary_blocks = false,
-                          .key_scale = 1.0f, .partial_last = true};
+  okv_kcase_params_t p = {.n_seqs = 1,
+                          .n_kv_heads = 1,
+                          .group_size = 4,
+                          .head_dim = 128,
+                          .n_query_tokens = 2,
+                          .n_inflight = 2,
+                          .dtype = OKV_DTYPE_BF16,
+                          .n_blocks = 160,
+                          .vary_blocks = false,
+                          .key_scale = 1.0f,
+                          .partial_last = true};
   check_attention_case(f, &p, 300);
 }
 
@@ -217,9 +241,17 @@ static void test_attention_dtypes_and_magnitude(void **state) {
 static void test_summaries(void **state) {
   fixture_t *f = *state;
   for (int dt = 0; dt < 3; dt++) {
-    okv_kcase_params_t p = {.n_seqs = 1, .n_kv_heads = 1, .group_size = 1, .head_dim = 64, .n_query_tokens = 1,
-                            .n_inflight = 0, .dtype = (okv_dtype_t)dt, .n_blocks = 40, .vary_blocks = false,
-                            .key_scale = 2.0f, .partial_last = true};
+    okv_kcase_params_t p = {.n_seqs = 1,
+                            .n_kv_heads = 1,
+                            .group_size = 1,
+                            .head_dim = 64,
+                            .n_query_tokens = 1,
+                            .n_inflight = 0,
+                            .dtype = (okv_dtype_t)dt,
+                            .n_blocks = 40,
+                            .vary_blocks = false,
+                            .key_scale = 2.0f,
+                            .partial_last = true};
     okv_kcase_t c;
     okv_kcase_build(&c, &p, 600 + (uint64_t)dt);
     const uint32_t n = c.ws_total, D = p.head_dim;
@@ -229,8 +261,14 @@ static void test_summaries(void **state) {
     okv_hal_buffer_t *kv = buf_with(f->dev, OKV_TIER_HOST, c.pool, c.pool_bytes);
     okv_hal_buffer_t *summ = buf_with(f->dev, OKV_TIER_DEVICE, NULL, sb * n);
     okv_hal_buffer_t *app = buf_with(f->dev, OKV_TIER_DEVICE, NULL, sb * n);
-    okv_summary_desc_t sd = {.head_dim = D, .kv_dtype = p.dtype, .kv = kv, .summaries = summ, .n_blocks = n,
-                             .block_index = bi, .valid = c.ws_valid, .summary_index = si};
+    okv_summary_desc_t sd = {.head_dim = D,
+                             .kv_dtype = p.dtype,
+                             .kv = kv,
+                             .summaries = summ,
+                             .n_blocks = n,
+                             .block_index = bi,
+                             .valid = c.ws_valid,
+                             .summary_index = si};
     OKV_ASSERT_OK(okv_hal_summarize_blocks_async(f->stream, &sd));
     /* append-built: one token at a time, all blocks per call */
     float *keys = test_malloc(sizeof(float) * D * n);
@@ -240,7 +278,8 @@ static void test_summaries(void **state) {
       uint64_t *idx = test_malloc(8 * n);
       for (uint32_t i = 0; i < n; i++) {
         if (j >= c.ws_valid[i]) continue;
-        for (uint32_t e = 0; e < D; e++) keys[(size_t)m * D + e] = (float)okv_ref_elem(c.pool + bb * bi[i], p.dtype, (uint64_t)e * 16 + j);
+        for (uint32_t e = 0; e < D; e++)
+          keys[(size_t)m * D + e] = (float)okv_ref_elem(c.pool + bb * bi[i], p.dtype, (uint64_t)e * 16 + j);
         first[m] = j == 0;
         idx[m++] = si[i];
       }
@@ -295,9 +334,19 @@ static void test_score_topk(void **state) {
   okv_hal_buffer_t *bsumm = buf_with(f->dev, OKV_TIER_DEVICE, summ, sb * n_summ);
   okv_hal_buffer_t *bq = buf_with(f->dev, OKV_TIER_DEVICE, q, sizeof(float) * S * T * NQ * D);
   okv_hal_buffer_t *bsc = buf_with(f->dev, OKV_TIER_DEVICE, NULL, 4ull * n_summ);
-  okv_score_desc_t sd = {.n_seqs = S, .n_kv_heads = H, .group_size = G, .head_dim = D, .n_query_tokens = T,
-                         .t_begin = 1, .t_end = 2, .q = bq, .summaries = bsumm, .seg_summary_first = sfirst,
-                         .seg_n_blocks = segn, .scores = bsc, .seg_score_first = scfirst};
+  okv_score_desc_t sd = {.n_seqs = S,
+                         .n_kv_heads = H,
+                         .group_size = G,
+                         .head_dim = D,
+                         .n_query_tokens = T,
+                         .t_begin = 1,
+                         .t_end = 2,
+                         .q = bq,
+                         .summaries = bsumm,
+                         .seg_summary_first = sfirst,
+                         .seg_n_blocks = segn,
+                         .scores = bsc,
+                         .seg_score_first = scfirst};
   OKV_ASSERT_OK(okv_hal_score_blocks_async(f->stream, &sd));
   OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
   float *sc = test_malloc(4ull * n_summ);
@@ -314,9 +363,17 @@ static void test_score_topk(void **state) {
   uint32_t eo[5] = {0, 3, 3, 3, 5}, eb[5] = {0, 10, 299, 0, 256};
   okv_hal_buffer_t *bidx = buf_with(f->dev, OKV_TIER_DEVICE, NULL, 4ull * U * 128 + 12);
   okv_hal_buffer_t *bcnt = buf_with(f->dev, OKV_TIER_DEVICE, NULL, 4ull * U + 4);
-  okv_topk_desc_t td = {.n_segments = U, .k = 128, .scores = bsc, .seg_score_first = scfirst, .seg_n = segn,
-                        .excl_offsets = eo, .excl_blocks = eb, .out_indices = bidx, .out_offset = 12,
-                        .out_counts = bcnt, .counts_offset = 4};
+  okv_topk_desc_t td = {.n_segments = U,
+                        .k = 128,
+                        .scores = bsc,
+                        .seg_score_first = scfirst,
+                        .seg_n = segn,
+                        .excl_offsets = eo,
+                        .excl_blocks = eb,
+                        .out_indices = bidx,
+                        .out_offset = 12,
+                        .out_counts = bcnt,
+                        .counts_offset = 4};
   OKV_ASSERT_OK(okv_hal_topk_async(f->stream, &td));
   OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
   uint32_t *idx = test_malloc(4ull * U * 128), *ridx = test_malloc(4ull * U * 128), cnt[4], rcnt[4];
@@ -360,9 +417,17 @@ static void expect_invalid_attention(fixture_t *f, const okv_attention_desc_t *d
 
 static void test_invalid_attention(void **state) {
   fixture_t *f = *state;
-  okv_kcase_params_t p = {.n_seqs = 2, .n_kv_heads = 2, .group_size = 2, .head_dim = 16, .n_query_tokens = 2,
-                          .n_inflight = 1, .dtype = OKV_DTYPE_F32, .n_blocks = 3, .vary_blocks = false,
-                          .key_scale = 1.0f, .partial_last = true};
+  okv_kcase_params_t p = {.n_seqs = 2,
+                          .n_kv_heads = 2,
+                          .group_size = 2,
+                          .head_dim = 16,
+                          .n_query_tokens = 2,
+                          .n_inflight = 1,
+                          .dtype = OKV_DTYPE_F32,
+                          .n_blocks = 3,
+                          .vary_blocks = false,
+                          .key_scale = 1.0f,
+                          .partial_last = true};
   okv_kcase_t c;
   okv_kcase_build(&c, &p, 12);
   attn_bufs_t b;
@@ -376,10 +441,10 @@ static void test_invalid_attention(void **state) {
   okv_hal_device_t *dev2 = f->dev1;
   OKV_ASSERT_OK(okv_hal_buffer_alloc(dev2, OKV_TIER_DEVICE, okv_hal_buffer_size(b.q), &other));
 
-#define MUTATE(what, stmt) \
-  do {                     \
-    d = good;              \
-    stmt;                  \
+#define MUTATE(what, stmt)                                \
+  do {                                                    \
+    d = good;                                             \
+    stmt;                                                 \
     expect_invalid_attention(f, &d, b.out, b.mass, what); \
   } while (0)
   MUTATE("head_dim 0", d.head_dim = 0);
@@ -451,8 +516,15 @@ static void test_invalid_others(void **state) {
   /* summaries */
   uint64_t bi[2] = {0, 3}, si[2] = {1, 3};
   uint8_t valid[2] = {16, 5}, first[2] = {1, 1};
-  okv_summary_desc_t sg = {.head_dim = D, .kv_dtype = OKV_DTYPE_BF16, .kv = kv, .summaries = summ, .n_blocks = 2,
-                           .block_index = bi, .valid = valid, .summary_index = si}, sd;
+  okv_summary_desc_t sg = {.head_dim = D,
+                           .kv_dtype = OKV_DTYPE_BF16,
+                           .kv = kv,
+                           .summaries = summ,
+                           .n_blocks = 2,
+                           .block_index = bi,
+                           .valid = valid,
+                           .summary_index = si},
+                     sd;
   sd = sg, sd.head_dim = 300;
   OKV_ASSERT_CODE(okv_hal_summarize_blocks_async(f->stream, &sd), OKV_STATUS_INVALID_ARGUMENT);
   bi[1] = 4;
@@ -476,9 +548,20 @@ static void test_invalid_others(void **state) {
   /* scoring */
   uint64_t sfirst[2] = {0, 2}, scfirst[2] = {0, 4};
   uint32_t segn[2] = {2, 2};
-  okv_score_desc_t cg = {.n_seqs = 1, .n_kv_heads = 2, .group_size = 1, .head_dim = D, .n_query_tokens = 2,
-                         .t_begin = 0, .t_end = 2, .q = q, .summaries = summ, .seg_summary_first = sfirst,
-                         .seg_n_blocks = segn, .scores = sc, .seg_score_first = scfirst}, cd;
+  okv_score_desc_t cg = {.n_seqs = 1,
+                         .n_kv_heads = 2,
+                         .group_size = 1,
+                         .head_dim = D,
+                         .n_query_tokens = 2,
+                         .t_begin = 0,
+                         .t_end = 2,
+                         .q = q,
+                         .summaries = summ,
+                         .seg_summary_first = sfirst,
+                         .seg_n_blocks = segn,
+                         .scores = sc,
+                         .seg_score_first = scfirst},
+                   cd;
   cd = cg, cd.t_begin = 2;
   OKV_ASSERT_CODE(okv_hal_score_blocks_async(f->stream, &cd), OKV_STATUS_INVALID_ARGUMENT);
   cd = cg, cd.t_end = 3;
@@ -495,8 +578,15 @@ static void test_invalid_others(void **state) {
   /* top-K */
   uint32_t tn[2] = {4, 4}, eo[3] = {0, 1, 2}, eb[2] = {1, 3};
   uint64_t tfirst[2] = {0, 4};
-  okv_topk_desc_t tg = {.n_segments = 2, .k = 4, .scores = sc, .seg_score_first = tfirst, .seg_n = tn,
-                        .excl_offsets = eo, .excl_blocks = eb, .out_indices = idx}, td;
+  okv_topk_desc_t tg = {.n_segments = 2,
+                        .k = 4,
+                        .scores = sc,
+                        .seg_score_first = tfirst,
+                        .seg_n = tn,
+                        .excl_offsets = eo,
+                        .excl_blocks = eb,
+                        .out_indices = idx},
+                  td;
   td = tg, td.k = 0;
   OKV_ASSERT_CODE(okv_hal_topk_async(f->stream, &td), OKV_STATUS_INVALID_ARGUMENT);
   td = tg, td.k = 513;

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "tools/model/model.h"
+#include "model/model.h"
 
 static double now_s(void) {
   struct timespec ts;

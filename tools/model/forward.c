@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tools/model/model.h"
+#include "model/model.h"
 
 #define OKV_ENGINE_MAX_DRAFTS 3u
 

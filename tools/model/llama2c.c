@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "tools/model/model.h"
+#include "model/model.h"
 
 #ifndef OKV_SHARED_DIR
 #define OKV_SHARED_DIR "../shared"

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/model/model.h"
+#include "model/model.h"
 
 typedef struct sorted_entry_t {
   const char *str;
