@@ -1,6 +1,7 @@
 /* Helpers shared by the eval and generate commands (see cli_model.h). */
 #include "cli_model.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -28,7 +29,7 @@ int okv_cli_opt_value(int argc, char **argv, int *i, const char *name, const cha
 bool okv_cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *out) {
   char *end = NULL;
   errno = 0;
-  if (!s || !*s || *s == '-' || *s == '+') goto bad;
+  if (!s || !isdigit((unsigned char)*s)) goto bad; /* no sign, no leading blanks (strtoull would wrap " -1") */
   unsigned long long v = strtoull(s, &end, 10);
   if (errno || *end) goto bad;
   *out = v;
@@ -52,9 +53,10 @@ bool okv_cli_parse_u32(const char *cmd, const char *flag, const char *s, uint32_
 bool okv_cli_parse_double(const char *cmd, const char *flag, const char *s, double *out) {
   char *end = NULL;
   errno = 0;
-  double v = s && *s ? strtod(s, &end) : NAN;
+  bool blank = s && isspace((unsigned char)*s); /* strtod would skip leading blanks */
+  double v = s && *s && !blank ? strtod(s, &end) : NAN;
   int e = errno;
-  if (!s || !*s || *end) {
+  if (!s || !*s || blank || *end) {
     fprintf(stderr, "%s: %s: '%s' is not a number\n", cmd, flag, s ? s : "");
     return false;
   }

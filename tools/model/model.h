@@ -49,21 +49,20 @@ typedef enum okv_model_path_kind_e {
  * Writes a NUL-terminated path into out_path (capacity bytes).
  * Errors: NOT_FOUND (no candidate exists; the message lists what was tried),
  * INVALID_ARGUMENT (path longer than capacity). */
-okv_status_t okv_model_path_resolve(okv_model_path_kind_t kind, const char *flag, char *out_path,
-                                    size_t capacity);
+okv_status_t okv_model_path_resolve(okv_model_path_kind_t kind, const char *flag, char *out_path, size_t capacity);
 
 /* ---- Checkpoint ---- */
 
 typedef struct okv_model_config_t {
-  uint32_t dim;              /* model width */
-  uint32_t hidden_dim;       /* FFN width */
+  uint32_t dim;        /* model width */
+  uint32_t hidden_dim; /* FFN width */
   uint32_t n_layers;
   uint32_t n_q_heads;
-  uint32_t n_kv_heads;       /* divides n_q_heads */
+  uint32_t n_kv_heads; /* divides n_q_heads */
   uint32_t vocab_size;
-  uint32_t seq_len;          /* positions the RoPE tables cover */
-  uint32_t head_dim;         /* dim / n_q_heads, even, <= 256 */
-  bool shared_classifier;    /* classifier = token embedding (header vocab_size > 0) */
+  uint32_t seq_len;       /* positions the RoPE tables cover */
+  uint32_t head_dim;      /* dim / n_q_heads, even, <= 256 */
+  bool shared_classifier; /* classifier = token embedding (header vocab_size > 0) */
 } okv_model_config_t;
 
 /* Loaded weights, fp32, row-major ([out][in] for every matrix). Pointers point
@@ -97,6 +96,13 @@ typedef struct okv_model_t {
  * matching the header, stating both sizes; non-finite weights).
  * The caller frees *out_model with okv_model_free. */
 okv_status_t okv_model_load(const char *path, const okv_allocator_t *allocator, okv_model_t **out_model);
+/* The same from memory: `data` holds the whole file (`n_bytes`), `name`
+ * names it in messages (NULL: "<memory>"). The weights are copied, so data
+ * may be freed afterwards. Every size the header declares is checked against
+ * n_bytes (overflow-safe) before anything that large is allocated.
+ * Errors: INVALID_ARGUMENT (as okv_model_load), OUT_OF_MEMORY. */
+okv_status_t okv_model_load_memory(const void *data, size_t n_bytes, const char *name, const okv_allocator_t *allocator,
+                                   okv_model_t **out_model);
 /* NULL is accepted. */
 void okv_model_free(okv_model_t *model);
 
@@ -112,15 +118,22 @@ typedef struct okv_tokenizer_t okv_tokenizer_t;
  * NUL bytes in a token). */
 okv_status_t okv_tokenizer_load(const char *path, uint32_t vocab_size, const okv_allocator_t *allocator,
                                 okv_tokenizer_t **out_tokenizer);
+/* The same from memory: `data` holds the whole file (`n_bytes`, at most
+ * 64 MiB like a file), `name` names it in messages (NULL: "<memory>").
+ * Nothing of data is kept. Errors: INVALID_ARGUMENT (as okv_tokenizer_load),
+ * OUT_OF_MEMORY. */
+okv_status_t okv_tokenizer_load_memory(const void *data, size_t n_bytes, const char *name, uint32_t vocab_size,
+                                       const okv_allocator_t *allocator, okv_tokenizer_t **out_tokenizer);
 /* NULL is accepted. */
 void okv_tokenizer_free(okv_tokenizer_t *tokenizer);
 uint32_t okv_tokenizer_vocab_size(const okv_tokenizer_t *tokenizer);
 
 /* Encodes `n_bytes` of UTF-8 `text` the sentencepiece way of llama2.c:
  * optional BOS, a dummy-prefix space (for non-empty text), every code point
- * looked up as a token or else split into byte-fallback tokens (byte + 3),
- * then greedy merges of the adjacent pair whose merged string is a token with
- * the highest score (first such pair on ties) until none merges.
+ * looked up as a token or else split into byte-fallback tokens (byte + 3;
+ * UNK where the vocabulary is too small to have that id), then greedy merges
+ * of the adjacent pair whose merged string is a token with the highest score
+ * (first such pair on ties) until none merges; O(n log n) in the text length.
  * Writes up to `capacity` ids; *out_n_tokens gets the full count even when it
  * exceeds capacity (then OKV_OK is still returned and the caller may retry).
  * Errors: INVALID_ARGUMENT (text not valid UTF-8, naming the byte offset; a
@@ -134,8 +147,8 @@ okv_status_t okv_tokenizer_encode(const okv_tokenizer_t *tokenizer, const char *
  * NUL-terminated string, at most `capacity` bytes including the NUL) and the
  * byte count to *out_n_bytes (a byte token may be "\0": check the count).
  * Errors: INVALID_ARGUMENT (capacity too small). */
-okv_status_t okv_tokenizer_piece(const okv_tokenizer_t *tokenizer, uint32_t prev_token, uint32_t token,
-                                 char *out_piece, size_t capacity, size_t *out_n_bytes);
+okv_status_t okv_tokenizer_piece(const okv_tokenizer_t *tokenizer, uint32_t prev_token, uint32_t token, char *out_piece,
+                                 size_t capacity, size_t *out_n_bytes);
 
 /* ---- Engine: the forward pass over the runtime ---- */
 
@@ -147,8 +160,8 @@ typedef struct okv_engine_t okv_engine_t;
  * max_seqs: the largest batch a step takes; max_drafts: draft tokens per
  * sequence per step (0..3).
  * Errors: INVALID_ARGUMENT (shape mismatch naming the field), OUT_OF_MEMORY. */
-okv_status_t okv_engine_create(const okv_model_t *model, okv_runtime_t *runtime, uint32_t max_seqs,
-                               uint32_t max_drafts, const okv_allocator_t *allocator, okv_engine_t **out_engine);
+okv_status_t okv_engine_create(const okv_model_t *model, okv_runtime_t *runtime, uint32_t max_seqs, uint32_t max_drafts,
+                               const okv_allocator_t *allocator, okv_engine_t **out_engine);
 /* NULL is accepted. */
 void okv_engine_destroy(okv_engine_t *engine);
 
@@ -161,19 +174,20 @@ void okv_engine_destroy(okv_engine_t *engine);
  * Method: stacked real + look-ahead queries, arXiv 2608.08097 sec. 3.
  * Errors: INVALID_ARGUMENT (token id >= vocab, position >= seq_len, batch or
  * n_drafts over the engine's maxima, mode OASIS with n_drafts == 0), the
- * runtime's errors (a COPY_FAILED from a layer is returned after the step
- * finished; the logits are valid). */
-okv_status_t okv_engine_step(okv_engine_t *engine, uint32_t n_seqs, const uint32_t *seq_ids,
-                             const uint32_t *tokens, uint32_t n_drafts, const uint32_t *draft_tokens,
-                             float *out_logits, okv_step_stats_t *out_step_stats);
+ * runtime's errors (a layer that does not return OK ends the step there and
+ * its error is returned: the logits are not valid; layers before it keep the
+ * token, docs/api.md "Faults"). */
+okv_status_t okv_engine_step(okv_engine_t *engine, uint32_t n_seqs, const uint32_t *seq_ids, const uint32_t *tokens,
+                             uint32_t n_drafts, const uint32_t *draft_tokens, float *out_logits,
+                             okv_step_stats_t *out_step_stats);
 
 /* An uncommitted forward of tokens[i] (at each sequence's current length)
  * over what is resident now (okv_runtime_peek_layer, the token's own K/V as
  * the in-flight token); nothing is appended. Writes out_logits f32
  * [n_seqs][vocab]. Used by the self drafter.
  * Errors: as okv_engine_step. */
-okv_status_t okv_engine_peek(okv_engine_t *engine, uint32_t n_seqs, const uint32_t *seq_ids,
-                             const uint32_t *tokens, float *out_logits);
+okv_status_t okv_engine_peek(okv_engine_t *engine, uint32_t n_seqs, const uint32_t *seq_ids, const uint32_t *tokens,
+                             float *out_logits);
 
 /* ---- Drafters: the look-ahead token stacked behind the real one ---- */
 
@@ -209,15 +223,15 @@ typedef struct okv_eval_window_t {
 /* Dense logits kept to compare the other modes against. */
 typedef struct okv_eval_reference_t {
   uint32_t n_windows, vocab_size;
-  uint32_t *offsets;      /* [n_windows + 1] position offsets of each window's rows */
-  float *logits;          /* [offsets[n_windows]][vocab], as the dense run produced them */
+  uint32_t *offsets; /* [n_windows + 1] position offsets of each window's rows */
+  float *logits;     /* [offsets[n_windows]][vocab], as the dense run produced them */
   okv_allocator_t allocator;
 } okv_eval_reference_t;
 
 typedef struct okv_eval_config_t {
   okv_mode_t mode;
-  okv_drafter_t drafter;       /* used in OKV_MODE_OASIS only; NONE there is an error */
-  uint32_t budget_blocks;      /* K */
+  okv_drafter_t drafter;  /* used in OKV_MODE_OASIS only; NONE there is an error */
+  uint32_t budget_blocks; /* K */
   double fetch_ratio;
   /* Called after each step with (done, total) positions; may be NULL. */
   void (*progress)(void *user, uint64_t done, uint64_t total);
@@ -229,22 +243,22 @@ typedef struct okv_eval_result_t {
   okv_drafter_t drafter;
   uint32_t budget_blocks;
   double fetch_ratio;
-  uint64_t tokens_evaluated;   /* predicted positions over all windows */
-  double mean_nll;             /* nats per token */
-  double perplexity;           /* exp(mean_nll) */
-  double top1_agreement;       /* fraction of positions whose argmax equals dense's (NAN without reference) */
-  double kl_vs_dense;          /* mean KL(dense || mode) in nats (NAN without reference) */
-  double recall;               /* recall_hits / recall_total over all layers (NAN when not tracked) */
+  uint64_t tokens_evaluated; /* predicted positions over all windows */
+  double mean_nll;           /* nats per token */
+  double perplexity;         /* exp(mean_nll) */
+  double top1_agreement;     /* fraction of positions whose argmax equals dense's (NAN without reference) */
+  double kl_vs_dense;        /* mean KL(dense || mode) in nats (NAN without reference) */
+  double recall;             /* recall_hits / recall_total over all layers (NAN when not tracked) */
   uint32_t n_layers;
   double recall_per_layer[64]; /* first n_layers entries (min(n_layers, 64)) */
   uint64_t bytes_moved;        /* HOST->DEVICE bytes over the run */
   uint64_t blocks_moved;
   double blocks_moved_per_token;
-  uint64_t deferred_steps;     /* steps where the cap deferred at least one block (summed over layers) */
+  uint64_t deferred_steps; /* steps where the cap deferred at least one block (summed over layers) */
   uint64_t hits, misses;
   double stall_seconds;
   double elapsed_s;
-  double tokens_per_second;    /* tokens_evaluated / elapsed_s (drafter work included) */
+  double tokens_per_second; /* tokens_evaluated / elapsed_s (drafter work included) */
 } okv_eval_result_t;
 
 /* Runs `config` over the windows, batched (one runtime sequence per window),
@@ -253,9 +267,9 @@ typedef struct okv_eval_result_t {
  * NULL the top-1 agreement and KL are computed against it.
  * Errors: INVALID_ARGUMENT (config, windows), the runtime's and engine's. */
 okv_status_t okv_eval_run(const okv_model_t *model, okv_hal_device_t *device, const okv_eval_window_t *windows,
-                          uint32_t n_windows, const okv_eval_config_t *config,
-                          const okv_eval_reference_t *reference, const okv_allocator_t *allocator,
-                          okv_eval_reference_t *out_reference, okv_eval_result_t *out_result);
+                          uint32_t n_windows, const okv_eval_config_t *config, const okv_eval_reference_t *reference,
+                          const okv_allocator_t *allocator, okv_eval_reference_t *out_reference,
+                          okv_eval_result_t *out_result);
 void okv_eval_reference_free(okv_eval_reference_t *reference);
 
 #ifdef __cplusplus

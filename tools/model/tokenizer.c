@@ -69,79 +69,52 @@ static int32_t le32(const unsigned char *p) {
   return v;
 }
 
-okv_status_t okv_tokenizer_load(const char *path, uint32_t vocab_size, const okv_allocator_t *allocator,
-                                okv_tokenizer_t **out_tokenizer) {
-  if (!path || !out_tokenizer || vocab_size == 0)
-    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_tokenizer_load: NULL path/out_tokenizer or vocab_size 0");
-  *out_tokenizer = NULL;
+/* Largest tokenizer file accepted (tok32000.bin is 424 KiB). */
+#define OKV_TOKENIZER_MAX_BYTES ((size_t)64 << 20)
+
+/* Parses a whole tokenizer file held in data[0..size). */
+static okv_status_t parse_tokenizer(const char *name, const unsigned char *data, size_t size, uint32_t vocab_size,
+                                    const okv_allocator_t *allocator, okv_tokenizer_t **out_tokenizer) {
   okv_allocator_t alloc = allocator ? *allocator : okv_allocator_system();
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    int e = errno;
-    return okv_status_make(e == ENOENT ? OKV_STATUS_NOT_FOUND : OKV_STATUS_IO_ERROR, "tokenizer '%s': %s", path,
-                           strerror(e));
-  }
-  okv_status_t st = OKV_OK;
-  unsigned char *data = NULL;
-  okv_tokenizer_t *t = NULL;
-  long fsize = -1;
-  if (fseek(f, 0, SEEK_END) == 0) fsize = ftell(f);
-  if (fsize < 4 || fsize > (64L << 20) || fseek(f, 0, SEEK_SET) != 0) {
-    st = okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "tokenizer '%s': bad file size %ld bytes", path, fsize);
-    goto done;
-  }
-  data = okv_malloc(&alloc, (size_t)fsize);
-  if (!data) {
-    st = okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "tokenizer '%s': cannot allocate %ld bytes", path, fsize);
-    goto done;
-  }
-  if (fread(data, 1, (size_t)fsize, f) != (size_t)fsize) {
-    st = okv_status_make(OKV_STATUS_IO_ERROR, "tokenizer '%s': read failed", path);
-    goto done;
-  }
+  if (size < 4 || size > OKV_TOKENIZER_MAX_BYTES)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "tokenizer '%s': bad file size %zu bytes (expected 4 to %zu)",
+                           name, size, OKV_TOKENIZER_MAX_BYTES);
   int32_t max_len = le32(data);
-  if (max_len < 1 || max_len > 4096) {
-    st = okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "tokenizer '%s': max_token_length %d out of range [1, 4096]",
-                         path, max_len);
-    goto done;
-  }
-  /* First pass: validate and size. */
+  if (max_len < 1 || max_len > 4096)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "tokenizer '%s': max_token_length %d out of range [1, 4096]",
+                           name, max_len);
+  /* First pass: validate and size. Every record takes at least 9 bytes, so
+   * the arrays allocated below are bounded by the file size. */
   size_t off = 4, blob_bytes = 0;
   for (uint32_t i = 0; i < vocab_size; ++i) {
-    if (off + 8 > (size_t)fsize) {
-      st = okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
-                           "tokenizer '%s': ends after %u tokens but the model's vocab_size is %u", path, i, vocab_size);
-      goto done;
-    }
+    if (size - off < 8)
+      return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                             "tokenizer '%s': ends after %u tokens but the model's vocab_size is %u", name, i,
+                             vocab_size);
     int32_t n = le32(data + off + 4);
-    if (n < 1 || n > max_len) {
-      st = okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "tokenizer '%s': token %u has length %d (max_token_length %d)",
-                           path, i, n, max_len);
-      goto done;
-    }
-    if (off + 8 + (size_t)n > (size_t)fsize) {
-      st = okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
-                           "tokenizer '%s': ends inside token %u but the model's vocab_size is %u", path, i, vocab_size);
-      goto done;
-    }
-    if (memchr(data + off + 8, 0, (size_t)n)) {
-      st = okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "tokenizer '%s': token %u contains a NUL byte", path, i);
-      goto done;
-    }
+    if (n < 1 || n > max_len)
+      return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                             "tokenizer '%s': token %u has length %d (max_token_length %d)", name, i, n, max_len);
+    if ((size_t)n > size - off - 8)
+      return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                             "tokenizer '%s': ends inside token %u but the model's vocab_size is %u", name, i,
+                             vocab_size);
+    if (memchr(data + off + 8, 0, (size_t)n))
+      return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "tokenizer '%s': token %u contains a NUL byte", name, i);
+    float sc;
+    memcpy(&sc, data + off, 4);
+    if (!isfinite(sc))
+      return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "tokenizer '%s': token %u has a non-finite score", name, i);
     off += 8 + (size_t)n;
     blob_bytes += (size_t)n + 1;
   }
-  if (off != (size_t)fsize) {
-    st = okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
-                         "tokenizer '%s': %ld trailing bytes after %u tokens: it does not match the model's vocab_size %u",
-                         path, fsize - (long)off, vocab_size, vocab_size);
-    goto done;
-  }
-  t = okv_calloc(&alloc, 1, sizeof *t);
-  if (!t) {
-    st = okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "tokenizer '%s': out of memory", path);
-    goto done;
-  }
+  if (off != size)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                           "tokenizer '%s': %zu trailing bytes after %u tokens: it does not match the model's "
+                           "vocab_size %u",
+                           name, size - off, vocab_size, vocab_size);
+  okv_tokenizer_t *t = okv_calloc(&alloc, 1, sizeof *t);
+  if (!t) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "tokenizer '%s': out of memory", name);
   t->allocator = alloc;
   t->vocab_size = vocab_size;
   t->max_token_length = (uint32_t)max_len;
@@ -151,18 +124,14 @@ okv_status_t okv_tokenizer_load(const char *path, uint32_t vocab_size, const okv
   t->score = okv_calloc(&alloc, vocab_size, sizeof *t->score);
   t->sorted = okv_calloc(&alloc, vocab_size, sizeof *t->sorted);
   if (!t->blob || !t->str || !t->len || !t->score || !t->sorted) {
-    st = okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "tokenizer '%s': out of memory", path);
-    goto done;
+    okv_tokenizer_free(t);
+    return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "tokenizer '%s': out of memory", name);
   }
   off = 4;
   size_t boff = 0;
   for (uint32_t i = 0; i < vocab_size; ++i) {
     float sc;
     memcpy(&sc, data + off, 4);
-    if (!isfinite(sc)) {
-      st = okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "tokenizer '%s': token %u has a non-finite score", path, i);
-      goto done;
-    }
     uint32_t n = (uint32_t)le32(data + off + 4);
     memcpy(t->blob + boff, data + off + 8, n);
     t->blob[boff + n] = '\0';
@@ -174,15 +143,55 @@ okv_status_t okv_tokenizer_load(const char *path, uint32_t vocab_size, const okv
     off += 8 + n;
   }
   qsort(t->sorted, vocab_size, sizeof *t->sorted, entry_cmp);
+  *out_tokenizer = t;
+  return OKV_OK;
+}
+
+okv_status_t okv_tokenizer_load_memory(const void *data, size_t n_bytes, const char *name, uint32_t vocab_size,
+                                       const okv_allocator_t *allocator, okv_tokenizer_t **out_tokenizer) {
+  if (out_tokenizer) *out_tokenizer = NULL;
+  if ((!data && n_bytes) || !out_tokenizer || vocab_size == 0)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                           "okv_tokenizer_load_memory: NULL data/out_tokenizer or vocab_size 0");
+  return parse_tokenizer(name ? name : "<memory>", data, n_bytes, vocab_size, allocator, out_tokenizer);
+}
+
+okv_status_t okv_tokenizer_load(const char *path, uint32_t vocab_size, const okv_allocator_t *allocator,
+                                okv_tokenizer_t **out_tokenizer) {
+  if (out_tokenizer) *out_tokenizer = NULL;
+  if (!path || !out_tokenizer || vocab_size == 0)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_tokenizer_load: NULL path/out_tokenizer or vocab_size 0");
+  okv_allocator_t alloc = allocator ? *allocator : okv_allocator_system();
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    int e = errno;
+    return okv_status_make(e == ENOENT ? OKV_STATUS_NOT_FOUND : OKV_STATUS_IO_ERROR, "tokenizer '%s': %s", path,
+                           strerror(e));
+  }
+  okv_status_t st = OKV_OK;
+  unsigned char *data = NULL;
+  long fsize = -1;
+  if (fseek(f, 0, SEEK_END) == 0) fsize = ftell(f);
+  /* The size is checked before the buffer is allocated. */
+  if (fsize < 4 || (unsigned long)fsize > OKV_TOKENIZER_MAX_BYTES || fseek(f, 0, SEEK_SET) != 0) {
+    st = okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "tokenizer '%s': bad file size %ld bytes (expected 4 to %zu)",
+                         path, fsize, OKV_TOKENIZER_MAX_BYTES);
+    goto done;
+  }
+  data = okv_malloc(&alloc, (size_t)fsize);
+  if (!data) {
+    st = okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "tokenizer '%s': cannot allocate %ld bytes", path, fsize);
+    goto done;
+  }
+  if (fread(data, 1, (size_t)fsize, f) != (size_t)fsize) {
+    st = okv_status_make(OKV_STATUS_IO_ERROR, "tokenizer '%s': read failed", path);
+    goto done;
+  }
+  st = parse_tokenizer(path, data, (size_t)fsize, vocab_size, &alloc, out_tokenizer);
 done:
   fclose(f);
   if (data) okv_free(&alloc, data);
-  if (st) {
-    okv_tokenizer_free(t);
-    return st;
-  }
-  *out_tokenizer = t;
-  return OKV_OK;
+  return st;
 }
 
 /* Length of the UTF-8 sequence at s (n bytes available), or 0 if invalid. */
@@ -191,10 +200,17 @@ static size_t utf8_len(const unsigned char *s, size_t n) {
   size_t len;
   uint32_t cp;
   if (c < 0x80) return c ? 1 : 0;
-  if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
-  else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
-  else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
-  else return 0;
+  if ((c & 0xE0) == 0xC0) {
+    len = 2;
+    cp = c & 0x1F;
+  } else if ((c & 0xF0) == 0xE0) {
+    len = 3;
+    cp = c & 0x0F;
+  } else if ((c & 0xF8) == 0xF0) {
+    len = 4;
+    cp = c & 0x07;
+  } else
+    return 0;
   if (len > n) return 0;
   for (size_t i = 1; i < len; ++i) {
     if ((s[i] & 0xC0) != 0x80) return 0;
@@ -205,10 +221,114 @@ static size_t utf8_len(const unsigned char *s, size_t n) {
   return len;
 }
 
+/* The merge phase of encode in O(n log n): the tokens form a linked list
+ * (a merge keeps the left node and unlinks the right one, so list order is
+ * node-index order) and the nodes whose pair (node, next) merges into a token
+ * sit in an indexed binary heap ordered by that token's score, highest first,
+ * ties to the lower node index: exactly the pair the quadratic scan of
+ * llama2.c picks (the highest score, the first such pair on ties). After a
+ * merge only the pairs of the merged node and of its predecessor change. */
+#define OKV_NIL UINT32_MAX
+
+typedef struct merge_state_t {
+  const okv_tokenizer_t *t;
+  uint32_t *tok;  /* [nodes] token of each node */
+  uint32_t *prev; /* [nodes] linked list of the nodes still present */
+  uint32_t *next;
+  int32_t *pair_id;   /* [nodes] token (node, next) merges into, -1 if none */
+  float *pair_score;  /* [nodes] its score */
+  uint32_t *heap;     /* nodes with pair_id >= 0 */
+  uint32_t *heap_pos; /* [nodes] position in heap, OKV_NIL if absent */
+  uint32_t heap_n;
+  char *buf; /* 2 * max_token_length bytes */
+} merge_state_t;
+
+static bool merge_before(const merge_state_t *m, uint32_t a, uint32_t b) {
+  if (m->pair_score[a] != m->pair_score[b]) return m->pair_score[a] > m->pair_score[b];
+  return a < b;
+}
+
+static void heap_place(merge_state_t *m, uint32_t i, uint32_t node) {
+  m->heap[i] = node;
+  m->heap_pos[node] = i;
+}
+
+static void heap_sift_up(merge_state_t *m, uint32_t i) {
+  uint32_t node = m->heap[i];
+  while (i > 0) {
+    uint32_t parent = (i - 1) / 2;
+    if (!merge_before(m, node, m->heap[parent])) break;
+    heap_place(m, i, m->heap[parent]);
+    i = parent;
+  }
+  heap_place(m, i, node);
+}
+
+static void heap_sift_down(merge_state_t *m, uint32_t i) {
+  uint32_t node = m->heap[i];
+  for (;;) {
+    uint32_t c = 2 * i + 1;
+    if (c >= m->heap_n) break;
+    if (c + 1 < m->heap_n && merge_before(m, m->heap[c + 1], m->heap[c])) ++c;
+    if (!merge_before(m, m->heap[c], node)) break;
+    heap_place(m, i, m->heap[c]);
+    i = c;
+  }
+  heap_place(m, i, node);
+}
+
+static void heap_remove(merge_state_t *m, uint32_t node) {
+  uint32_t i = m->heap_pos[node];
+  if (i == OKV_NIL) return;
+  m->heap_pos[node] = OKV_NIL;
+  uint32_t last = m->heap[--m->heap_n];
+  if (i == m->heap_n) return;
+  heap_place(m, i, last);
+  heap_sift_up(m, i);
+  heap_sift_down(m, m->heap_pos[last]);
+}
+
+/* Recomputes the pair (node, next[node]) and its place in the heap. */
+static void merge_eval(merge_state_t *m, uint32_t node) {
+  const okv_tokenizer_t *t = m->t;
+  uint32_t r = m->next[node];
+  int64_t id = -1;
+  if (r != OKV_NIL) {
+    uint32_t la = t->len[m->tok[node]], lb = t->len[m->tok[r]];
+    if (la + lb <= t->max_token_length) {
+      memcpy(m->buf, t->str[m->tok[node]], la);
+      memcpy(m->buf + la, t->str[m->tok[r]], lb);
+      id = lookup(t, m->buf, la + lb);
+    }
+  }
+  m->pair_id[node] = (int32_t)id;
+  m->pair_score[node] = id >= 0 ? t->score[id] : 0.0f;
+  if (id < 0) {
+    heap_remove(m, node);
+  } else if (m->heap_pos[node] == OKV_NIL) {
+    uint32_t i = m->heap_n++;
+    heap_place(m, i, node);
+    heap_sift_up(m, i);
+  } else {
+    heap_sift_up(m, m->heap_pos[node]);
+    heap_sift_down(m, m->heap_pos[node]);
+  }
+}
+
+/* The byte-fallback token of byte b; UNK when the vocabulary is too small to
+ * have byte tokens (ids 3..258). */
+static uint32_t byte_token(const okv_tokenizer_t *t, unsigned char b) {
+  uint32_t id = (uint32_t)b + OKV_TOKEN_BYTE_BASE;
+  return id < t->vocab_size ? id : OKV_TOKEN_UNK;
+}
+
 okv_status_t okv_tokenizer_encode(const okv_tokenizer_t *t, const char *text, size_t n_bytes, bool bos,
                                   uint32_t *out_tokens, size_t capacity, size_t *out_n_tokens) {
   if (!t || (!text && n_bytes) || !out_n_tokens || (!out_tokens && capacity))
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_tokenizer_encode: NULL argument");
+  /* Node indices are 32-bit: one node per byte plus the dummy prefix. */
+  if (n_bytes >= OKV_NIL - 2)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_tokenizer_encode: text of %zu bytes is too long", n_bytes);
   const unsigned char *s = (const unsigned char *)text;
   for (size_t i = 0; i < n_bytes;) {
     size_t l = utf8_len(s + i, n_bytes - i);
@@ -216,72 +336,71 @@ okv_status_t okv_tokenizer_encode(const okv_tokenizer_t *t, const char *text, si
       return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "text is not valid UTF-8 (or has a NUL byte) at byte %zu", i);
     i += l;
   }
-  size_t max_tokens = n_bytes + 2;
+  size_t max_nodes = n_bytes + 1;
   const okv_allocator_t *a = &t->allocator;
-  uint32_t *tok = okv_malloc(a, max_tokens * sizeof *tok);
-  int64_t *pair_id = okv_malloc(a, max_tokens * sizeof *pair_id);
-  float *pair_score = okv_malloc(a, max_tokens * sizeof *pair_score);
-  char *buf = okv_malloc(a, 2 * (size_t)t->max_token_length + 8);
+  merge_state_t m = {0};
+  m.t = t;
+  m.tok = okv_malloc(a, max_nodes * sizeof *m.tok);
+  m.prev = okv_malloc(a, max_nodes * sizeof *m.prev);
+  m.next = okv_malloc(a, max_nodes * sizeof *m.next);
+  m.pair_id = okv_malloc(a, max_nodes * sizeof *m.pair_id);
+  m.pair_score = okv_malloc(a, max_nodes * sizeof *m.pair_score);
+  m.heap = okv_malloc(a, max_nodes * sizeof *m.heap);
+  m.heap_pos = okv_malloc(a, max_nodes * sizeof *m.heap_pos);
+  m.buf = okv_malloc(a, 2 * (size_t)t->max_token_length);
   okv_status_t st = OKV_OK;
-  if (!tok || !pair_id || !pair_score || !buf) {
-    st = okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_tokenizer_encode: out of memory for %zu bytes of text", n_bytes);
+  if (!m.tok || !m.prev || !m.next || !m.pair_id || !m.pair_score || !m.heap || !m.heap_pos || !m.buf) {
+    st =
+        okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_tokenizer_encode: out of memory for %zu bytes of text", n_bytes);
     goto done;
   }
-  size_t n = 0;
+  uint32_t n = 0;
   if (n_bytes > 0) {
     int64_t sp = lookup(t, " ", 1);
-    tok[n++] = sp >= 0 ? (uint32_t)sp : ' ' + OKV_TOKEN_BYTE_BASE;
+    m.tok[n++] = sp >= 0 ? (uint32_t)sp : byte_token(t, ' ');
   }
   for (size_t i = 0; i < n_bytes;) {
     size_t l = utf8_len(s + i, n_bytes - i);
     int64_t id = lookup(t, text + i, (uint32_t)l);
     if (id >= 0) {
-      tok[n++] = (uint32_t)id;
+      m.tok[n++] = (uint32_t)id;
     } else {
-      for (size_t j = 0; j < l; ++j) tok[n++] = (uint32_t)s[i + j] + OKV_TOKEN_BYTE_BASE;
+      for (size_t j = 0; j < l; ++j) m.tok[n++] = byte_token(t, s[i + j]);
     }
     i += l;
   }
-  /* Pair table: pair i = (tok[i], tok[i+1]). */
-#define OKV_PAIR_EVAL(i)                                                                    \
-  do {                                                                                      \
-    uint32_t la = t->len[tok[i]], lb = t->len[tok[(i) + 1]];                                \
-    memcpy(buf, t->str[tok[i]], la);                                                        \
-    memcpy(buf + la, t->str[tok[(i) + 1]], lb);                                             \
-    pair_id[i] = (la + lb <= t->max_token_length) ? lookup(t, buf, la + lb) : -1;           \
-    pair_score[i] = pair_id[i] >= 0 ? t->score[pair_id[i]] : 0.0f;                          \
-  } while (0)
-  for (size_t i = 0; i + 1 < n; ++i) OKV_PAIR_EVAL(i);
-  for (;;) {
-    int64_t best = -1;
-    float best_score = 0.0f;
-    for (size_t i = 0; i + 1 < n; ++i) {
-      if (pair_id[i] >= 0 && (best < 0 || pair_score[i] > best_score)) {
-        best = (int64_t)i;
-        best_score = pair_score[i];
-      }
-    }
-    if (best < 0) break;
-    size_t b = (size_t)best;
-    tok[b] = (uint32_t)pair_id[b];
-    memmove(tok + b + 1, tok + b + 2, (n - b - 2) * sizeof *tok);
-    memmove(pair_id + b + 1, pair_id + b + 2, (n - b - 2) * sizeof *pair_id);
-    memmove(pair_score + b + 1, pair_score + b + 2, (n - b - 2) * sizeof *pair_score);
-    --n;
-    if (b > 0) OKV_PAIR_EVAL(b - 1);
-    if (b + 1 < n) OKV_PAIR_EVAL(b);
+  for (uint32_t i = 0; i < n; ++i) {
+    m.prev[i] = i > 0 ? i - 1 : OKV_NIL;
+    m.next[i] = i + 1 < n ? i + 1 : OKV_NIL;
+    m.heap_pos[i] = OKV_NIL;
   }
-#undef OKV_PAIR_EVAL
-  size_t total = n + (bos ? 1 : 0);
+  for (uint32_t i = 0; i < n; ++i) merge_eval(&m, i);
+  size_t count = n;
+  while (m.heap_n > 0) {
+    uint32_t left = m.heap[0], right = m.next[left];
+    m.tok[left] = (uint32_t)m.pair_id[left];
+    heap_remove(&m, right);
+    m.next[left] = m.next[right];
+    if (m.next[right] != OKV_NIL) m.prev[m.next[right]] = left;
+    --count;
+    merge_eval(&m, left);
+    if (m.prev[left] != OKV_NIL) merge_eval(&m, m.prev[left]);
+  }
+  size_t total = count + (bos ? 1 : 0);
   *out_n_tokens = total;
   size_t w = 0;
   if (bos && w < capacity) out_tokens[w++] = OKV_TOKEN_BOS;
-  for (size_t i = 0; i < n && w < capacity; ++i) out_tokens[w++] = tok[i];
+  for (uint32_t node = n > 0 ? 0 : OKV_NIL; node != OKV_NIL && w < capacity; node = m.next[node])
+    out_tokens[w++] = m.tok[node];
 done:
-  if (tok) okv_free(a, tok);
-  if (pair_id) okv_free(a, pair_id);
-  if (pair_score) okv_free(a, pair_score);
-  if (buf) okv_free(a, buf);
+  okv_free(a, m.tok);
+  okv_free(a, m.prev);
+  okv_free(a, m.next);
+  okv_free(a, m.pair_id);
+  okv_free(a, m.pair_score);
+  okv_free(a, m.heap);
+  okv_free(a, m.heap_pos);
+  okv_free(a, m.buf);
   return st;
 }
 
@@ -302,7 +421,8 @@ okv_status_t okv_tokenizer_piece(const okv_tokenizer_t *t, uint32_t prev_token, 
   const char *p = t->str[token];
   size_t n = t->len[token];
   if (n == 6 && p[0] == '<' && p[1] == '0' && p[2] == 'x' && p[5] == '>' && hexval(p[3]) >= 0 && hexval(p[4]) >= 0) {
-    if (capacity < 2) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_tokenizer_piece: capacity %zu < 2", capacity);
+    if (capacity < 2)
+      return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_tokenizer_piece: capacity %zu < 2", capacity);
     out_piece[0] = (char)(hexval(p[3]) * 16 + hexval(p[4]));
     out_piece[1] = '\0';
     *out_n_bytes = 1;

@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the fuzz harnesses (tests/fuzz/corpus/<harness>/).
+
+Every seed is synthesized here (tiny checkpoints with made-up weights,
+tokenizers with a few pieces, texts, command lines): nothing is copied from
+the shared model files. Deterministic; rerun after changing it:
+
+    python3 tests/fuzz/make_seeds.py
+"""
+import math
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORPUS = os.path.join(HERE, "corpus")
+
+
+def write(harness, name, data):
+    d = os.path.join(CORPUS, harness)
+    os.makedirs(d, exist_ok=True)
+    assert len(data) < 8192, (harness, name, len(data))
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+# ---- llama2.c checkpoints ----
+
+def rng(seed):
+    x = seed
+    while True:
+        x ^= (x << 13) & 0xFFFFFFFF
+        x ^= x >> 17
+        x ^= (x << 5) & 0xFFFFFFFF
+        yield (x & 0xFFFF) / 65536.0 - 0.5
+
+
+def checkpoint(dim, hidden, layers, heads, kv_heads, vocab, seq_len, seed=1):
+    """A legacy checkpoint: header, weights in model.h order, RoPE tables."""
+    hd = dim // heads
+    kvd = kv_heads * hd
+    r = rng(seed)
+    V = abs(vocab)
+
+    def floats(n, scale=0.1):
+        return [next(r) * scale for _ in range(n)]
+
+    w = []
+    w += floats(V * dim)                 # token embedding
+    w += [1.0] * (layers * dim)          # rms_att
+    w += floats(layers * dim * dim)      # wq
+    w += floats(layers * kvd * dim)      # wk
+    w += floats(layers * kvd * dim)      # wv
+    w += floats(layers * dim * dim)      # wo
+    w += [1.0] * (layers * dim)          # rms_ffn
+    w += floats(layers * hidden * dim)   # w1
+    w += floats(layers * dim * hidden)   # w2
+    w += floats(layers * hidden * dim)   # w3
+    w += [1.0] * dim                     # rms_final
+    cos, sin = [], []
+    for p in range(seq_len):
+        for j in range(hd // 2):
+            a = p * 10000.0 ** (-2.0 * j / hd)
+            cos.append(math.cos(a))
+            sin.append(math.sin(a))
+    w += cos + sin
+    if vocab < 0:
+        w += floats(V * dim)             # classifier
+    hdr = struct.pack("<7i", dim, hidden, layers, heads, kv_heads, vocab, seq_len)
+    return hdr + struct.pack("<%df" % len(w), *w)
+
+
+def checkpoints():
+    h = "checkpoint"
+    tiny = checkpoint(8, 12, 1, 2, 1, 16, 4)
+    write(h, "tiny_shared.bin", tiny)
+    write(h, "tiny_unshared.bin", checkpoint(8, 12, 1, 2, 1, -16, 4, seed=2))
+    write(h, "tiny_mha_2layers.bin", checkpoint(8, 4, 2, 4, 4, 8, 2, seed=3))
+    write(h, "tiny_gqa.bin", checkpoint(16, 4, 1, 4, 2, 4, 3, seed=4))
+    write(h, "head_dim_2.bin", checkpoint(4, 2, 1, 2, 2, 4, 1, seed=5))
+    # Headers that declare far more than the file holds (refused before allocating).
+    write(h, "huge_dims.bin", struct.pack("<7i", 65536, 262144, 1024, 1024, 1024, 1 << 20, 1 << 20) + tiny[28:256])
+    write(h, "huge_vocab_unshared.bin", struct.pack("<7i", 256, 256, 4, 2, 1, -(1 << 20), 4096) + tiny[28:64])
+    write(h, "negative_fields.bin", struct.pack("<7i", -8, -12, -1, -2, -1, -16, -4) + tiny[28:])
+    write(h, "zero_fields.bin", struct.pack("<7i", 0, 0, 0, 0, 0, 0, 0) + tiny[28:])
+    write(h, "odd_head_dim.bin", struct.pack("<7i", 6, 12, 1, 2, 1, 16, 4) + tiny[28:])
+    write(h, "header_only.bin", tiny[:28])
+    write(h, "short_header.bin", tiny[:10])
+    write(h, "truncated.bin", tiny[:-100])
+    write(h, "trailing.bin", tiny + b"\0\0\0\0")
+    nan = bytearray(tiny)
+    nan[28 + 4 * 40:28 + 4 * 41] = struct.pack("<f", float("nan"))
+    write(h, "nan_weight.bin", bytes(nan))
+    inf = bytearray(tiny)
+    inf[-4:] = struct.pack("<f", float("inf"))
+    write(h, "inf_rope.bin", bytes(inf))
+
+
+# ---- tokenizers ----
+
+def tokenizer_file(pieces, max_len=None):
+    """pieces: list of (bytes, score)."""
+    ml = max_len if max_len is not None else max(len(p) for p, _ in pieces)
+    out = struct.pack("<i", ml)
+    for p, s in pieces:
+        out += struct.pack("<fi", s, len(p)) + p
+    return out
+
+
+def specials():
+    return [(b"<unk>", 0.0), (b"\n<s>\n", 0.0), (b"\n</s>\n", 0.0)]
+
+
+def byte_tokens():
+    return [(b"<0x%02X>" % b, 0.0) for b in range(256)]
+
+
+MERGES = [b" t", b"he", b" a", b"in", b"th", b"er", b" the", b"an", b"nd", b" s", b"ou", b"re", b" w",
+          b"on", b" and", b"ed", b"it", b"is", b" Once", b"Once", b" upon", b" time", b"\xc3\xa9", b"  "]
+
+
+def small_vocab():
+    pieces = specials() + byte_tokens()
+    pieces += [(bytes([c]), -1.0 - c / 1000.0) for c in range(0x20, 0x7F) if c != ord("<")]
+    pieces += [(m, -0.25 * i) for i, m in enumerate(MERGES)]
+    return pieces
+
+
+def tokenizers():
+    h = "tokenizer_load"
+    sel = b"\x80"  # vocab_size = the records in the file
+    tiny = [(b"<unk>", 0.0), (b"<s>", 0.0), (b"</s>", 0.0), (b" ", -1.0), (b"a", -2.0), (b" a", -0.5)]
+    write(h, "tiny.bin", sel + tokenizer_file(tiny))
+    write(h, "bytes_only.bin", sel + tokenizer_file(specials() + byte_tokens()))
+    write(h, "small_vocab.bin", sel + tokenizer_file(small_vocab()))
+    write(h, "vocab_minus_one.bin", b"\x7f" + tokenizer_file(tiny))
+    write(h, "vocab_plus_one.bin", b"\x81" + tokenizer_file(tiny))
+    write(h, "vocab_zero.bin", b"\x00" + tokenizer_file(tiny))
+    f = tokenizer_file(tiny)
+    write(h, "truncated.bin", sel + f[:-2])
+    write(h, "header_only.bin", sel + f[:4])
+    write(h, "short.bin", sel + f[:2])
+    write(h, "max_len_zero.bin", sel + struct.pack("<i", 0) + f[4:])
+    write(h, "max_len_huge.bin", sel + struct.pack("<i", 1 << 30) + f[4:])
+    write(h, "too_long_token.bin", sel + tokenizer_file(tiny, max_len=1))
+    write(h, "nul_in_token.bin", sel + tokenizer_file(tiny[:3] + [(b"a\0b", 0.0)]))
+    write(h, "inf_score.bin", sel + tokenizer_file(tiny[:3] + [(b"x", float("inf"))]))
+    write(h, "negative_length.bin", sel + f[:4] + struct.pack("<fi", 0.0, -5) + b"abcdef")
+    write(h, "byte_pieces.bin", sel + tokenizer_file(tiny + [(b"<0x41>", 0.0), (b"<0xZZ>", 0.0), (b"<0x0a>", 0.0)]))
+    write(h, "duplicates.bin", sel + tokenizer_file(tiny + [(b"a", 3.0), (b" a", 9.0)]))
+
+
+# ---- tokenizer codec ----
+
+def codec_input(flags, text, ids=(), pieces=None):
+    out = bytes([flags])
+    if pieces is not None:
+        out += bytes([len(pieces)])
+        for p, s in pieces:
+            assert 1 <= len(p) <= 12
+            out += bytes([len(p) - 1]) + p + struct.pack("<b", s)
+    out += struct.pack("<H", len(text)) + text
+    for i in ids:
+        out += struct.pack("<H", i)
+    return out
+
+
+def codecs():
+    h = "tokenizer_codec"
+    write(h, "builtin_once.bin", codec_input(2, b"Once upon a time", [1, 403, 300, 261, 0, 2, 3, 65535]))
+    write(h, "builtin_nobos.bin", codec_input(0, b"the cat and the dog", [100, 200, 290, 0x8000 | 12345]))
+    write(h, "builtin_utf8.bin", codec_input(2, "caf\u00e9 \u2713 \u20ac \U0001F642 \u00e9t\u00e9 \u00e9\u00e9".encode()))
+    write(h, "builtin_spaces.bin", codec_input(2, b"  leading    spaces and trailing  ", [35, 36]))
+    write(h, "builtin_ties.bin", codec_input(2, b"abcabc abc bcab aaaaaaaa eeeee ...!!", []))
+    write(h, "builtin_controls.bin", codec_input(2, b"tab\there\nnew line\r\x01\x7f", []))
+    write(h, "invalid_utf8.bin", codec_input(2, b"ok \xff bad", [5]))
+    write(h, "truncated_utf8.bin", codec_input(2, b"end \xe2\x9c", []))
+    write(h, "overlong.bin", codec_input(2, b"\xc0\xaf \xe0\x80\xaf", []))
+    write(h, "surrogate.bin", codec_input(2, b"\xed\xa0\x80", []))
+    write(h, "nul.bin", codec_input(2, b"a\0b", []))
+    write(h, "empty_bos.bin", codec_input(2, b"", [1, 2, 3]))
+    write(h, "empty_nobos.bin", codec_input(0, b"", []))
+    write(h, "shared_tok512.bin", codec_input(10, b"Once upon a time, there was a little girl named Lily.",
+                                              [1, 403, 407, 261, 378, 258, 3, 511, 512]))
+    write(h, "shared_tok512_utf8.bin", codec_input(10, "Caf\u00e9 \u2713 <0x41> \u00e9".encode(), [229, 159, 150]))
+    pieces = [(b" ", 0), (b"a", -4), (b"b", -4), (b" a", 8), (b"ab", 12), (b"ba", 12), (b"abab", 20)]
+    write(h, "own_with_bytes.bin", codec_input(1 | 2 | 4, b"abab baba ab x\xc3\xa9", [3, 258, 259, 270], pieces))
+    write(h, "own_no_bytes.bin", codec_input(1 | 2, b"ab", [3, 5, 9], [(b"a", 1), (b"b", 1), (b"ab", 4)]))
+    write(h, "own_empty.bin", codec_input(1 | 2, b"", [0, 1, 2], []))
+
+
+# ---- CLI options ----
+
+def cli():
+    h = "cli_options"
+
+    def args(target, *a):
+        return bytes([target]) + b"\0".join(x.encode() for x in a)
+
+    write(h, "numbers.bin", args(0, "123", "0", "4294967295", "4294967296", "18446744073709551615",
+                                 "18446744073709551616", "-1", "+1", "1e3", "0.5", "1", "0", "nan", "inf", "1e-400"))
+    write(h, "names.bin", args(0, "dense", "oasis", "proxy", "ondemand", "all", "cpu", "cuda", "hip", "self",
+                               "ngram", "oracle", "none", ""))
+    write(h, "generate_ok.bin", args(1, "--steps", "10", "--mode=oasis", "--drafter", "ngram", "--budget", "4",
+                                     "--fetch-ratio=0.25", "--seed", "7", "--temperature", "0.8", "--prompt",
+                                     "Once upon a time", "--device", "cpu"))
+    write(h, "generate_bad.bin", args(1, "--steps", "0"))
+    write(h, "generate_missing.bin", args(1, "--mode"))
+    write(h, "generate_oracle.bin", args(1, "--drafter", "oracle"))
+    write(h, "eval_ok.bin", args(2, "--bytes=100", "--windows", "2", "--mode", "all", "--offset", "5",
+                                 "--budget=16", "--fetch-ratio", "1", "--json", "-", "--csv", "-"))
+    write(h, "eval_bad.bin", args(2, "--windows", "1025", "--mode", "bogus"))
+    write(h, "eval_plot_stdout.bin", args(2, "--plot", "-"))
+    write(h, "opt_value.bin", args(3, "--steps", "5", "--steps=6", "--stepsx", "--model", "--fetch-ratio"))
+
+
+def main():
+    checkpoints()
+    tokenizers()
+    codecs()
+    cli()
+    total = 0
+    for root, _, files in os.walk(CORPUS):
+        for f in files:
+            total += os.path.getsize(os.path.join(root, f))
+    print("seeds: %d bytes in %s" % (total, CORPUS))
+
+
+if __name__ == "__main__":
+    main()
