@@ -3,7 +3,8 @@
 # Idempotent: packages already present are left as they are.
 set -euo pipefail
 
-pkgs=(meson ninja-build pkg-config gcc libc6-dev libcmocka-dev libjson-c-dev gnuplot-nox)
+pkgs=(meson ninja-build pkg-config gcc libc6-dev libcmocka-dev libjson-c-dev gnuplot-nox
+      clang-format clang libclang-rt-14-dev binutils)  # style check, libFuzzer harnesses, nm
 # HIP toolchain for compiling the HIP backend (no AMD GPU is needed to compile).
 if [ "${OKV_WITH_HIP:-1}" = "1" ]; then
   pkgs+=(hipcc libamdhip64-dev)

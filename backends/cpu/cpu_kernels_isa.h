@@ -199,7 +199,9 @@ OKV_AI void OKV_ISA(block_step)(const int dt, const int CR, const uint8_t *slot,
     A##r *= alpha[r];                  \
   }
     OKV_ALOAD(0)
+    // clang-format off
     OKV_ALOAD(1) OKV_ALOAD(2) OKV_ALOAD(3) OKV_ALOAD(4) OKV_ALOAD(5) OKV_ALOAD(6) OKV_ALOAD(7)
+    // clang-format on
 #undef OKV_ALOAD
 #define OKV_AFMA(r) \
   if (CR > r) A##r += pr[r][j] * v;
@@ -297,7 +299,9 @@ OKV_AI void OKV_ISA(block_step2)(const int dt, const int CR, const uint8_t *sa, 
     C##r *= alpha[r];                                             \
   }
     OKV_LD2(0)
+    // clang-format off
     OKV_LD2(1) OKV_LD2(2) OKV_LD2(3) OKV_LD2(4) OKV_LD2(5) OKV_LD2(6) OKV_LD2(7)
+    // clang-format on
 #undef OKV_LD2
 #define OKV_V2(r, P)                   \
   if (CR > r) {                        \
@@ -460,7 +464,9 @@ OKV_AI void OKV_ISA(block_step4)(const int dt, const int CR, const uint8_t *cons
     C##r *= alpha[r];                                             \
   }
     OKV_LD4(0)
+    // clang-format off
     OKV_LD4(1) OKV_LD4(2) OKV_LD4(3) OKV_LD4(4) OKV_LD4(5) OKV_LD4(6) OKV_LD4(7)
+    // clang-format on
 #undef OKV_LD4
 #define OKV_V4(r)                          \
   if (CR > r) {                            \
@@ -615,13 +621,14 @@ OKV_AI void OKV_ISA(mass_blocks_dt)(const int dt, const okv_cpu_attn_ctx_t *cx, 
     for (uint32_t s = 0; s < nr; s += 8) {
       uint32_t cr = nr - s < 8 ? nr - s : 8;
       v16f L[8];
-      if (cr > 4)
-        OKV_ISA(block_logits)
-        (dt, 8, slot, valid, hd, qs + (size_t)s * hd, L, s == 0 ? next : NULL); /* rows >= nr: padding */
+      // clang-format off
+      if (cr > 4) /* rows >= nr: padding */
+        OKV_ISA(block_logits)(dt, 8, slot, valid, hd, qs + (size_t)s * hd, L, s == 0 ? next : NULL);
       else if (cr > 2)
         OKV_ISA(block_logits)(dt, 4, slot, valid, hd, qs + (size_t)s * hd, L, s == 0 ? next : NULL);
       else
         OKV_ISA(block_logits)(dt, 2, slot, valid, hd, qs + (size_t)s * hd, L, s == 0 ? next : NULL);
+      // clang-format on
       for (uint32_t i = 0; i < cr; i++) {
         uint32_t r = s + i;
         if (!(l[r] > 0.0f)) continue;
@@ -681,7 +688,9 @@ OKV_AI void OKV_ISA(score_rows)(const int CR, const float *summ, uint32_t hd, ui
     best = v_ > best ? v_ : best;    \
   }
     OKV_SB(1)
+    // clang-format off
     OKV_SB(2) OKV_SB(3) OKV_SB(4) OKV_SB(5) OKV_SB(6) OKV_SB(7)
+    // clang-format on
 #undef OKV_SB
         scores[b] = (first || best > scores[b]) ? best : scores[b];
   }

@@ -95,7 +95,14 @@ void okv_ref_forward(okv_ref_state_t *s, uint32_t token, uint32_t pos, double *l
   }
   ref_rmsnorm(xb, x, m->rms_final, D);
   ref_matvec(logits, xb, m->classifier, D, c->vocab_size);
-  free(x); free(xb); free(q); free(att); free(tmp); free(h1); free(h3); free(sc);
+  free(x);
+  free(xb);
+  free(q);
+  free(att);
+  free(tmp);
+  free(h1);
+  free(h3);
+  free(sc);
 }
 
 const char *okv_ref_shared_path(const char *shared_dir, const char *rel, char *buf, size_t cap) {

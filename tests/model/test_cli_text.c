@@ -59,20 +59,23 @@ static void test_ascii(void **state) {
   check1("\n", 1, "\n");
   check1("\t", 1, "\t");
   check1("\r", 1, "\r");
-  check1("a\x07" "b", 3, "ab");
+  check1(
+      "a\x07"
+      "b",
+      3, "ab");
   check1("\x1b[31mred", 8, "[31mred");
   check1("", 0, "");
 }
 
 static void test_utf8_in_one_piece(void **state) {
   (void)state;
-  check1("\xc3\xa9", 2, "\xc3\xa9");                   /* é */
+  check1("\xc3\xa9", 2, "\xc3\xa9"); /* é */
   check1("caf\xc3\xa9", 5, "caf\xc3\xa9");
-  check1("\xe2\x9c\x93", 3, "\xe2\x9c\x93");           /* ✓ */
-  check1("\xf0\x9f\x98\x80", 4, "\xf0\x9f\x98\x80");   /* U+1F600 */
-  check1("\xf4\x8f\xbf\xbf", 4, "\xf4\x8f\xbf\xbf");   /* U+10FFFF */
-  check1("\xc2\xa0", 2, "\xc2\xa0");                   /* no-break space */
-  check1("\xed\x9f\xbf", 3, "\xed\x9f\xbf");           /* U+D7FF, just below the surrogates */
+  check1("\xe2\x9c\x93", 3, "\xe2\x9c\x93");         /* ✓ */
+  check1("\xf0\x9f\x98\x80", 4, "\xf0\x9f\x98\x80"); /* U+1F600 */
+  check1("\xf4\x8f\xbf\xbf", 4, "\xf4\x8f\xbf\xbf"); /* U+10FFFF */
+  check1("\xc2\xa0", 2, "\xc2\xa0");                 /* no-break space */
+  check1("\xed\x9f\xbf", 3, "\xed\x9f\xbf");         /* U+D7FF, just below the surrogates */
 }
 
 static void test_invalid_utf8(void **state) {
@@ -80,21 +83,33 @@ static void test_invalid_utf8(void **state) {
   check1("\x80", 1, ""); /* lone continuation bytes */
   check1("\xa9", 1, "");
   check1("\xbf", 1, "");
-  check1("a\x80" "b", 3, "ab");
-  check1("\xc3", 1, "");              /* truncated at the end */
-  check1("\xc3" "a", 2, "a");         /* truncated by ASCII */
-  check1("\xe2\x9c" "x", 3, "x");
+  check1(
+      "a\x80"
+      "b",
+      3, "ab");
+  check1("\xc3", 1, ""); /* truncated at the end */
+  check1(
+      "\xc3"
+      "a",
+      2, "a"); /* truncated by ASCII */
+  check1(
+      "\xe2\x9c"
+      "x",
+      3, "x");
   check1("\xc3\xc3\xa9", 3, "\xc3\xa9"); /* a lead byte ends the previous character */
-  check1("\xc0\xaf", 2, "");          /* overlong '/' */
-  check1("\xe0\x80\xaf", 3, "");      /* overlong */
-  check1("\xf0\x80\x80\xaf", 4, "");  /* overlong */
-  check1("\xed\xa0\x80", 3, "");      /* surrogate U+D800 */
-  check1("\xf4\x90\x80\x80", 4, "");  /* above U+10FFFF */
+  check1("\xc0\xaf", 2, "");             /* overlong '/' */
+  check1("\xe0\x80\xaf", 3, "");         /* overlong */
+  check1("\xf0\x80\x80\xaf", 4, "");     /* overlong */
+  check1("\xed\xa0\x80", 3, "");         /* surrogate U+D800 */
+  check1("\xf4\x90\x80\x80", 4, "");     /* above U+10FFFF */
   check1("\xf5\x80\x80\x80", 4, "");
   check1("\xff", 1, "");
   check1("\xfe", 1, "");
-  check1("\xc2\x85", 2, "");          /* C1 control U+0085 */
-  check1("\xc2\x9b" "1m", 4, "1m");   /* C1 CSI */
+  check1("\xc2\x85", 2, ""); /* C1 control U+0085 */
+  check1(
+      "\xc2\x9b"
+      "1m",
+      4, "1m"); /* C1 CSI */
 }
 
 static void test_utf8_across_pieces(void **state) {
@@ -118,7 +133,11 @@ static void test_utf8_across_pieces(void **state) {
   char out[16];
   assert_int_equal(okv_cli_text_filter(&f, "\xe2\x9c", 2, out), 0);
   okv_cli_text_filter_finish(&f);
-  assert_int_equal(okv_cli_text_filter(&f, "\x93" "a", 2, out), 1);
+  assert_int_equal(okv_cli_text_filter(&f,
+                                       "\x93"
+                                       "a",
+                                       2, out),
+                   1);
   assert_int_equal(out[0], 'a');
 }
 
@@ -148,7 +167,10 @@ static void test_tokenizer_pieces(void **state) {
   assert_int_equal(okv_cli_text_filter(&f, piece, nb, out), 0);
   /* "a<0x07>b" and "café ✓" (whose ✓ is three byte tokens) decode to the text
    * without the BEL, every UTF-8 byte kept. */
-  const char *texts[] = {"a\x07" "b", "caf\xc3\xa9 \xe2\x9c\x93"};
+  const char *texts[] = {
+      "a\x07"
+      "b",
+      "caf\xc3\xa9 \xe2\x9c\x93"};
   const char *want[] = {"ab", "caf\xc3\xa9 \xe2\x9c\x93"};
   for (int x = 0; x < 2; ++x) {
     uint32_t ids[64];

@@ -245,8 +245,11 @@ static void test_large_budget_equals_dense(void **state) {
   static const struct {
     okv_mode_t mode;
     okv_drafter_t drafter;
-  } runs[] = {{OKV_MODE_OASIS, OKV_DRAFTER_ORACLE}, {OKV_MODE_OASIS, OKV_DRAFTER_SELF}, {OKV_MODE_OASIS, OKV_DRAFTER_NGRAM},
-              {OKV_MODE_PROXY, OKV_DRAFTER_NONE},   {OKV_MODE_ONDEMAND, OKV_DRAFTER_NONE}};
+  } runs[] = {{OKV_MODE_OASIS, OKV_DRAFTER_ORACLE},
+              {OKV_MODE_OASIS, OKV_DRAFTER_SELF},
+              {OKV_MODE_OASIS, OKV_DRAFTER_NGRAM},
+              {OKV_MODE_PROXY, OKV_DRAFTER_NONE},
+              {OKV_MODE_ONDEMAND, OKV_DRAFTER_NONE}};
   for (size_t i = 0; i < sizeof runs / sizeof runs[0]; ++i) {
     ec.mode = runs[i].mode;
     ec.drafter = runs[i].drafter;
@@ -332,10 +335,12 @@ static void test_bad_inputs(void **state) {
   okv_eval_window_t w = {f->text_tokens, 1};
   okv_eval_config_t ec = {OKV_MODE_DENSE, OKV_DRAFTER_NONE, 8, 0.05, NULL, NULL};
   okv_eval_result_t r;
-  OKV_ASSERT_CODE(okv_eval_run(f->model, f->device, &w, 1, &ec, NULL, &f->alloc, NULL, &r), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_eval_run(f->model, f->device, &w, 1, &ec, NULL, &f->alloc, NULL, &r),
+                  OKV_STATUS_INVALID_ARGUMENT);
   w.n_tokens = 10;
   ec.mode = OKV_MODE_OASIS;
-  OKV_ASSERT_CODE(okv_eval_run(f->model, f->device, &w, 1, &ec, NULL, &f->alloc, NULL, &r), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_eval_run(f->model, f->device, &w, 1, &ec, NULL, &f->alloc, NULL, &r),
+                  OKV_STATUS_INVALID_ARGUMENT);
   free(lg);
 }
 

@@ -219,12 +219,9 @@ int main(int argc, char **argv) {
   char path[4096];
   okv_ref_shared_path(g_shared, "models/stories260K.bin", path, sizeof path);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_load_stories),
-      cmocka_unit_test(test_load_aidreams),
-      cmocka_unit_test(test_bad_checkpoints),
-      cmocka_unit_test(test_reference_known_answers),
-      cmocka_unit_test(test_ngram_drafter),
-      cmocka_unit_test(test_names_and_argmax),
+      cmocka_unit_test(test_load_stories),    cmocka_unit_test(test_load_aidreams),
+      cmocka_unit_test(test_bad_checkpoints), cmocka_unit_test(test_reference_known_answers),
+      cmocka_unit_test(test_ngram_drafter),   cmocka_unit_test(test_names_and_argmax),
       cmocka_unit_test(test_path_resolve),
   };
   return cmocka_run_group_tests_name("model_loader", tests, NULL, NULL);

@@ -66,7 +66,8 @@ static void test_known_encodings(void **state) {
     if (n != k_known[k].n) print_error("'%s': %zu tokens, expected %zu\n", k_known[k].text, n, k_known[k].n);
     assert_int_equal(n, k_known[k].n);
     for (size_t i = 0; i < n; ++i) {
-      if (ids[i] != k_known[k].ids[i]) print_error("'%s': token %zu = %u, expected %u\n", k_known[k].text, i, ids[i], k_known[k].ids[i]);
+      if (ids[i] != k_known[k].ids[i])
+        print_error("'%s': token %zu = %u, expected %u\n", k_known[k].text, i, ids[i], k_known[k].ids[i]);
       assert_int_equal(ids[i], k_known[k].ids[i]);
     }
   }

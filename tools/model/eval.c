@@ -31,9 +31,9 @@ static double logsumexp(const float *x, uint32_t n) {
 }
 
 okv_status_t okv_eval_run(const okv_model_t *model, okv_hal_device_t *device, const okv_eval_window_t *windows,
-                          uint32_t n_windows, const okv_eval_config_t *config,
-                          const okv_eval_reference_t *reference, const okv_allocator_t *allocator,
-                          okv_eval_reference_t *out_reference, okv_eval_result_t *out_result) {
+                          uint32_t n_windows, const okv_eval_config_t *config, const okv_eval_reference_t *reference,
+                          const okv_allocator_t *allocator, okv_eval_reference_t *out_reference,
+                          okv_eval_result_t *out_result) {
   if (!model || !device || !windows || n_windows == 0 || !config || !out_result)
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_eval_run: NULL argument or no windows");
   const okv_model_config_t *mc = &model->config;
@@ -42,8 +42,8 @@ okv_status_t okv_eval_run(const okv_model_t *model, okv_hal_device_t *device, co
   uint64_t total_positions = 0;
   for (uint32_t w = 0; w < n_windows; ++w) {
     if (!windows[w].tokens || windows[w].n_tokens < 2 || windows[w].n_tokens > mc->seq_len)
-      return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_eval_run: window %u has %u tokens (needs 2..seq_len %u)", w,
-                             windows[w].n_tokens, mc->seq_len);
+      return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_eval_run: window %u has %u tokens (needs 2..seq_len %u)",
+                             w, windows[w].n_tokens, mc->seq_len);
     for (uint32_t p = 0; p < windows[w].n_tokens; ++p)
       if (windows[w].tokens[p] >= mc->vocab_size)
         return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_eval_run: window %u token %u out of vocabulary", w, p);
@@ -54,7 +54,8 @@ okv_status_t okv_eval_run(const okv_model_t *model, okv_hal_device_t *device, co
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_eval_run: unknown mode %d", (int)config->mode);
   okv_drafter_t drafter = config->mode == OKV_MODE_OASIS ? config->drafter : OKV_DRAFTER_NONE;
   if (config->mode == OKV_MODE_OASIS && (drafter == OKV_DRAFTER_NONE || (unsigned)drafter >= OKV_DRAFTER_COUNT))
-    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_eval_run: mode oasis needs a drafter (oracle, self, ngram)");
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                           "okv_eval_run: mode oasis needs a drafter (oracle, self, ngram)");
   if (reference && (reference->n_windows != n_windows || reference->vocab_size != mc->vocab_size ||
                     reference->offsets[n_windows] != total_positions))
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_eval_run: the dense reference was made on other windows");
@@ -124,8 +125,10 @@ okv_status_t okv_eval_run(const okv_model_t *model, okv_hal_device_t *device, co
       act_ids[n_act] = seq_ids[w];
       act_win[n_act] = w;
       act_tok[n_act] = windows[w].tokens[p];
-      if (drafter == OKV_DRAFTER_ORACLE) act_draft[n_act] = windows[w].tokens[p + 1];
-      else if (drafter == OKV_DRAFTER_NGRAM) act_draft[n_act] = okv_drafter_ngram_next(windows[w].tokens, p + 1);
+      if (drafter == OKV_DRAFTER_ORACLE)
+        act_draft[n_act] = windows[w].tokens[p + 1];
+      else if (drafter == OKV_DRAFTER_NGRAM)
+        act_draft[n_act] = okv_drafter_ngram_next(windows[w].tokens, p + 1);
       ++n_act;
     }
     if (drafter == OKV_DRAFTER_SELF) {

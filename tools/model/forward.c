@@ -15,9 +15,9 @@ struct okv_engine_t {
   okv_runtime_t *runtime;
   uint32_t max_seqs, max_drafts;
   float *x, *xb, *xb2, *q, *k, *v, *att, *hb, *hb2; /* [rows][...] */
-  float *k_new, *v_new;                              /* [max_seqs][kv_dim] */
-  float *draft_kv;                                   /* [max_seqs][max_drafts or 1][2][kv_dim] */
-  uint32_t *positions;                               /* [max_seqs] */
+  float *k_new, *v_new;                             /* [max_seqs][kv_dim] */
+  float *draft_kv;                                  /* [max_seqs][max_drafts or 1][2][kv_dim] */
+  uint32_t *positions;                              /* [max_seqs] */
 };
 
 /* out[r][o] = sum_i w[o][i] * in[r][i]; rows r < n_rows. */
@@ -79,14 +79,15 @@ void okv_engine_destroy(okv_engine_t *e) {
   okv_free(&a, e);
 }
 
-okv_status_t okv_engine_create(const okv_model_t *model, okv_runtime_t *runtime, uint32_t max_seqs,
-                               uint32_t max_drafts, const okv_allocator_t *allocator, okv_engine_t **out_engine) {
+okv_status_t okv_engine_create(const okv_model_t *model, okv_runtime_t *runtime, uint32_t max_seqs, uint32_t max_drafts,
+                               const okv_allocator_t *allocator, okv_engine_t **out_engine) {
   if (!model || !runtime || !out_engine)
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_engine_create: NULL model, runtime or out_engine");
   *out_engine = NULL;
   if (max_seqs == 0 || max_drafts > OKV_ENGINE_MAX_DRAFTS)
-    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_engine_create: max_seqs %u must be > 0, max_drafts %u <= %u",
-                           max_seqs, max_drafts, OKV_ENGINE_MAX_DRAFTS);
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                           "okv_engine_create: max_seqs %u must be > 0, max_drafts %u <= %u", max_seqs, max_drafts,
+                           OKV_ENGINE_MAX_DRAFTS);
   const okv_model_config_t *c = &model->config;
   const okv_runtime_config_t *rc = okv_runtime_config(runtime);
   if (!rc) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_engine_create: runtime has no config");
@@ -121,8 +122,8 @@ okv_status_t okv_engine_create(const okv_model_t *model, okv_runtime_t *runtime,
   e->v_new = okv_calloc(&a, (size_t)max_seqs * kvd, sizeof(float));
   e->draft_kv = okv_calloc(&a, (size_t)max_seqs * (max_drafts ? max_drafts : 1) * 2 * kvd, sizeof(float));
   e->positions = okv_calloc(&a, max_seqs, sizeof(uint32_t));
-  if (!e->x || !e->xb || !e->xb2 || !e->q || !e->k || !e->v || !e->att || !e->hb || !e->hb2 || !e->k_new ||
-      !e->v_new || !e->draft_kv || !e->positions) {
+  if (!e->x || !e->xb || !e->xb2 || !e->q || !e->k || !e->v || !e->att || !e->hb || !e->hb2 || !e->k_new || !e->v_new ||
+      !e->draft_kv || !e->positions) {
     okv_engine_destroy(e);
     return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_engine_create: out of memory for %zu rows", rows);
   }
@@ -134,14 +135,15 @@ static okv_status_t check_batch(okv_engine_t *e, uint32_t n_seqs, const uint32_t
                                 uint32_t n_drafts, const uint32_t *draft_tokens) {
   const okv_model_config_t *c = &e->model->config;
   if (!seq_ids || !tokens || n_seqs == 0 || n_seqs > e->max_seqs)
-    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "engine step: n_seqs %u must be in 1..%u (seq_ids, tokens non-NULL)",
-                           n_seqs, e->max_seqs);
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                           "engine step: n_seqs %u must be in 1..%u (seq_ids, tokens non-NULL)", n_seqs, e->max_seqs);
   if (n_drafts > e->max_drafts || (n_drafts && !draft_tokens))
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "engine step: n_drafts %u exceeds the engine's max_drafts %u",
                            n_drafts, e->max_drafts);
   for (uint32_t i = 0; i < n_seqs; ++i) {
     if (tokens[i] >= c->vocab_size)
-      return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "engine step: token %u >= vocab_size %u", tokens[i], c->vocab_size);
+      return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "engine step: token %u >= vocab_size %u", tokens[i],
+                             c->vocab_size);
     for (uint32_t j = 0; j < n_drafts; ++j)
       if (draft_tokens[(size_t)i * n_drafts + j] >= c->vocab_size)
         return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "engine step: draft token %u >= vocab_size %u",
@@ -149,8 +151,9 @@ static okv_status_t check_batch(okv_engine_t *e, uint32_t n_seqs, const uint32_t
     uint32_t len = 0;
     OKV_RETURN_IF_ERROR(okv_runtime_seq_length(e->runtime, seq_ids[i], &len));
     if (len >= c->seq_len)
-      return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "engine step: sequence %u is at position %u, the model's seq_len is %u",
-                             seq_ids[i], len, c->seq_len);
+      return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                             "engine step: sequence %u is at position %u, the model's seq_len is %u", seq_ids[i], len,
+                             c->seq_len);
     e->positions[i] = len;
   }
   return OKV_OK;
@@ -171,7 +174,8 @@ static void layer_qkv(okv_engine_t *e, uint32_t l, uint32_t n_seqs, uint32_t T) 
   const okv_model_t *m = e->model;
   const okv_model_config_t *c = &m->config;
   uint32_t D = c->dim, kvd = c->n_kv_heads * c->head_dim, rows = n_seqs * T;
-  for (uint32_t r = 0; r < rows; ++r) rmsnorm(e->xb + (size_t)r * D, e->x + (size_t)r * D, m->rms_att + (size_t)l * D, D);
+  for (uint32_t r = 0; r < rows; ++r)
+    rmsnorm(e->xb + (size_t)r * D, e->x + (size_t)r * D, m->rms_att + (size_t)l * D, D);
   matmul(e->q, e->xb, m->wq + (size_t)l * D * D, rows, D, D);
   matmul(e->k, e->xb, m->wk + (size_t)l * kvd * D, rows, D, kvd);
   matmul(e->v, e->xb, m->wv + (size_t)l * kvd * D, rows, D, kvd);
@@ -190,7 +194,8 @@ static void layer_out(okv_engine_t *e, uint32_t l, uint32_t rows) {
   uint32_t D = c->dim, H = c->hidden_dim;
   matmul(e->xb2, e->att, m->wo + (size_t)l * D * D, rows, D, D);
   for (size_t i = 0; i < (size_t)rows * D; ++i) e->x[i] += e->xb2[i];
-  for (uint32_t r = 0; r < rows; ++r) rmsnorm(e->xb + (size_t)r * D, e->x + (size_t)r * D, m->rms_ffn + (size_t)l * D, D);
+  for (uint32_t r = 0; r < rows; ++r)
+    rmsnorm(e->xb + (size_t)r * D, e->x + (size_t)r * D, m->rms_ffn + (size_t)l * D, D);
   matmul(e->hb, e->xb, m->w1 + (size_t)l * H * D, rows, D, H);
   matmul(e->hb2, e->xb, m->w3 + (size_t)l * H * D, rows, D, H);
   for (size_t i = 0; i < (size_t)rows * H; ++i) {
@@ -212,11 +217,13 @@ static void classify(okv_engine_t *e, uint32_t n_seqs, uint32_t T, float *out_lo
 okv_status_t okv_engine_step(okv_engine_t *e, uint32_t n_seqs, const uint32_t *seq_ids, const uint32_t *tokens,
                              uint32_t n_drafts, const uint32_t *draft_tokens, float *out_logits,
                              okv_step_stats_t *out_step_stats) {
-  if (!e || !out_logits) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_engine_step: NULL engine or out_logits");
+  if (!e || !out_logits)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_engine_step: NULL engine or out_logits");
   OKV_RETURN_IF_ERROR(check_batch(e, n_seqs, seq_ids, tokens, n_drafts, draft_tokens));
   const okv_model_config_t *c = &e->model->config;
   if (okv_runtime_config(e->runtime)->mode == OKV_MODE_OASIS && n_drafts == 0)
-    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_engine_step: mode oasis needs a draft token (n_drafts >= 1)");
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                           "okv_engine_step: mode oasis needs a draft token (n_drafts >= 1)");
   uint32_t T = 1 + n_drafts, rows = n_seqs * T, kvd = c->n_kv_heads * c->head_dim;
   embed(e, n_seqs, T, tokens, draft_tokens);
   OKV_RETURN_IF_ERROR(okv_runtime_step_begin(e->runtime, n_seqs, seq_ids, T));
@@ -232,8 +239,8 @@ okv_status_t okv_engine_step(okv_engine_t *e, uint32_t n_seqs, const uint32_t *s
         memcpy(d + kvd, e->v + (r0 + t) * kvd, kvd * sizeof(float));
       }
     }
-    okv_status_t s = okv_runtime_step_layer(e->runtime, l, e->k_new, e->v_new, e->q, n_drafts ? e->draft_kv : NULL,
-                                            e->att);
+    okv_status_t s =
+        okv_runtime_step_layer(e->runtime, l, e->k_new, e->v_new, e->q, n_drafts ? e->draft_kv : NULL, e->att);
     if (s) {
       /* Not OK means the layer's attention output is not valid (docs/api.md "Faults"): later
        * layers would compute, and commit, K/V from it. Stop the step here. */
@@ -249,7 +256,8 @@ okv_status_t okv_engine_step(okv_engine_t *e, uint32_t n_seqs, const uint32_t *s
 
 okv_status_t okv_engine_peek(okv_engine_t *e, uint32_t n_seqs, const uint32_t *seq_ids, const uint32_t *tokens,
                              float *out_logits) {
-  if (!e || !out_logits) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_engine_peek: NULL engine or out_logits");
+  if (!e || !out_logits)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_engine_peek: NULL engine or out_logits");
   OKV_RETURN_IF_ERROR(check_batch(e, n_seqs, seq_ids, tokens, 0, NULL));
   const okv_model_config_t *c = &e->model->config;
   uint32_t kvd = c->n_kv_heads * c->head_dim;
