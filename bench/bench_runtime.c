@@ -155,6 +155,19 @@ int okv_cli_bench_runtime(int argc, char **argv) {
   const uint32_t H = 8, nq = 32, hd = 128, T = 2;
   const okv_dtype_t dt = OKV_DTYPE_BF16;
   uint64_t block_bytes = okv_block_bytes(dt, hd);
+  /* The runtime holds at most 1,048,576 tokens per sequence and the steps append to the context. */
+  const uint32_t ctx_limit = 16u * 65536u - 16u;
+  if ((uint64_t)o.steps + o.warmup >= ctx_limit / 2) {
+    fprintf(stderr, "oasiskv bench runtime: --steps + --warmup = %llu is too many (at most %u)\n",
+            (unsigned long long)o.steps + o.warmup, ctx_limit / 2 - 1);
+    return 2;
+  }
+  if ((uint64_t)o.context_tokens + o.steps + o.warmup > ctx_limit) {
+    uint32_t clamped = ctx_limit - o.steps - o.warmup;
+    fprintf(stderr, "oasiskv bench runtime: --context %u + %u steps exceeds the runtime's 1,048,576 tokens; using %u\n",
+            o.context_tokens, o.steps + o.warmup, clamped);
+    o.context_tokens = clamped;
+  }
   uint32_t max_ctx = o.context_tokens + (o.steps + o.warmup) + 16u;
   uint32_t max_blocks = (max_ctx + 15u) / 16u;
   uint32_t ext = max_blocks < 64u ? max_blocks : 64u;
@@ -302,6 +315,9 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     json_object_object_add(jout, "attention_seconds_per_step", json_object_new_double(cum.attention_seconds / n_steps));
     json_object_object_add(jout, "stall_seconds_per_step", json_object_new_double(cum.stall_seconds / n_steps));
     json_object_object_add(jout, "overhead_fraction", json_object_new_double(overhead));
+    json_object_object_add(
+        jout, "bookkeeping_ns_per_head",
+        json_object_new_double(cum.bookkeeping_seconds / n_steps * 1e9 / ((double)o.n_seqs * L * H)));
     json_object_object_add(jout, "bytes_per_step", json_object_new_double(bytes_per_step));
     json_object_object_add(jout, "cap_bytes_per_step", json_object_new_double(cap_bytes));
     json_object_object_add(jout, "append_bytes_per_step", json_object_new_double((double)cum.append_bytes / n_steps));

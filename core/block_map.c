@@ -9,8 +9,8 @@ okv_status_t okv_block_map_init(okv_block_map_t *map, const okv_allocator_t *a, 
 }
 
 void okv_block_map_free(okv_block_map_t *map, const okv_allocator_t *a) {
-  void *arrs[] = {map->slot_of,  map->last_selected, map->res_pos,     map->mark,
-                  map->resident, map->free_slots,    map->slot_tokens, map->summary_stale};
+  void *arrs[] = {map->slot_of,  map->res_last,   map->res_pos,     map->res_bits,     map->pred_bits,
+                  map->resident, map->free_slots, map->slot_tokens, map->summary_stale};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++)
     if (arrs[i] != NULL) okv_free(a, arrs[i]);
   memset(map, 0, sizeof *map);
@@ -21,6 +21,16 @@ static okv_status_t grow_u32(const okv_allocator_t *a, uint32_t **arr, uint32_t 
   if (p == NULL)
     return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "block map: host allocator failed for %u entries", new_n);
   for (uint32_t i = old_n; i < new_n; i++) p[i] = fill;
+  *arr = p;
+  return OKV_OK;
+}
+
+static okv_status_t grow_u64(const okv_allocator_t *a, uint64_t **arr, uint32_t old_n, uint32_t new_n) {
+  if (*arr == NULL) old_n = 0;
+  uint64_t *p = okv_realloc(a, *arr, (size_t)new_n * sizeof(uint64_t));
+  if (p == NULL)
+    return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "block map: host allocator failed for %u words", new_n);
+  for (uint32_t i = old_n; i < new_n; i++) p[i] = 0;
   *arr = p;
   return OKV_OK;
 }
@@ -41,9 +51,10 @@ okv_status_t okv_block_map_reserve(okv_block_map_t *map, const okv_allocator_t *
   /* Each array is grown separately; a failure leaves the larger arrays in
    * place with cap_blocks unchanged, which is still consistent. */
   OKV_RETURN_IF_ERROR(grow_u32(a, &map->slot_of, map->cap_blocks, cap, OKV_NO_SLOT));
-  OKV_RETURN_IF_ERROR(grow_u32(a, &map->last_selected, map->cap_blocks, cap, 0));
+  OKV_RETURN_IF_ERROR(grow_u32(a, &map->res_last, map->cap_blocks, cap, 0));
+  OKV_RETURN_IF_ERROR(grow_u64(a, &map->res_bits, map->cap_blocks / 64u + 1u, cap / 64u + 1u));
+  OKV_RETURN_IF_ERROR(grow_u64(a, &map->pred_bits, map->cap_blocks / 64u + 1u, cap / 64u + 1u));
   OKV_RETURN_IF_ERROR(grow_u32(a, &map->res_pos, map->cap_blocks, cap, 0));
-  OKV_RETURN_IF_ERROR(grow_u32(a, &map->mark, map->cap_blocks, cap, 0));
   OKV_RETURN_IF_ERROR(grow_u32(a, &map->resident, map->cap_blocks, cap, 0));
   OKV_RETURN_IF_ERROR(grow_u8(a, &map->slot_tokens, map->cap_blocks, cap));
   OKV_RETURN_IF_ERROR(grow_u8(a, &map->summary_stale, map->cap_blocks, cap));
@@ -61,18 +72,22 @@ okv_status_t okv_block_map_reserve_free(okv_block_map_t *map, const okv_allocato
 void okv_block_map_map(okv_block_map_t *map, uint32_t block, uint32_t slot, uint32_t step) {
   map->slot_of[block] = slot;
   map->slot_tokens[block] = 0;
-  map->last_selected[block] = step;
   map->res_pos[block] = map->n_resident;
+  map->res_last[map->n_resident] = step;
   map->resident[map->n_resident++] = block;
+  map->res_bits[block >> 6] |= 1ull << (block & 63u);
 }
 
 uint32_t okv_block_map_unmap(okv_block_map_t *map, uint32_t block) {
   uint32_t slot = map->slot_of[block];
   uint32_t pos = map->res_pos[block];
-  uint32_t last = map->resident[--map->n_resident];
+  uint32_t n = --map->n_resident;
+  uint32_t last = map->resident[n];
   map->resident[pos] = last;
+  map->res_last[pos] = map->res_last[n];
   map->res_pos[last] = pos;
   map->slot_of[block] = OKV_NO_SLOT;
+  map->res_bits[block >> 6] &= ~(1ull << (block & 63u));
   return slot;
 }
 
@@ -85,13 +100,14 @@ bool okv_block_map_pop_free(okv_block_map_t *map, uint32_t *out_slot) {
 }
 
 uint32_t okv_block_map_lru(const okv_block_map_t *map, uint32_t except) {
-  uint32_t best = OKV_NO_BLOCK;
+  uint32_t best = OKV_NO_BLOCK, best_last = 0;
   for (uint32_t i = 0; i < map->n_resident; i++) {
-    uint32_t b = map->resident[i];
+    uint32_t b = map->resident[i], t = map->res_last[i];
     if (b == except) continue;
-    if (best == OKV_NO_BLOCK || map->last_selected[b] < map->last_selected[best] ||
-        (map->last_selected[b] == map->last_selected[best] && b < best))
+    if (best == OKV_NO_BLOCK || t < best_last || (t == best_last && b < best)) {
       best = b;
+      best_last = t;
+    }
   }
   return best;
 }
@@ -108,6 +124,9 @@ okv_status_t okv_block_map_check(const okv_block_map_t *map) {
     if (map->slot_of[b] != OKV_NO_SLOT)
       return okv_status_make(OKV_STATUS_INTERNAL, "block map: block %u beyond n_blocks = %u is mapped", b,
                              map->n_blocks);
+  for (uint32_t b = 0; b < map->n_blocks; b++)
+    if (okv_block_map_bit(map->res_bits, b) != (map->slot_of[b] != OKV_NO_SLOT))
+      return okv_status_make(OKV_STATUS_INTERNAL, "block map: residency bit of block %u disagrees with its slot", b);
   if (n_mapped != map->n_resident)
     return okv_status_make(OKV_STATUS_INTERNAL, "block map: %u blocks mapped but %u listed resident", n_mapped,
                            map->n_resident);

@@ -20,15 +20,18 @@
 #define OKV_NO_BLOCK UINT32_MAX
 
 typedef struct okv_block_map_t {
-  uint32_t n_blocks;       /* logical blocks of the head's context */
-  uint32_t cap_blocks;     /* capacity of the per-block arrays */
-  uint32_t *slot_of;       /* [cap] slot of a resident block, OKV_NO_SLOT otherwise */
-  uint32_t *last_selected; /* [cap] step the block was last selected (valid while resident) */
-  uint32_t *res_pos;       /* [cap] index of the block in resident[] (valid while resident) */
-  uint32_t *mark;          /* [cap] scratch stamp used by selection */
-  uint32_t mark_stamp;
-  uint32_t *resident; /* [cap] resident logical blocks, unordered */
+  uint32_t n_blocks;   /* logical blocks of the head's context */
+  uint32_t cap_blocks; /* capacity of the per-block arrays */
+  uint32_t *slot_of;   /* [cap] slot of a resident block, OKV_NO_SLOT otherwise */
+  uint32_t *res_pos;   /* [cap] index of the block in resident[] (valid while resident) */
+  /* Resident blocks, unordered, with their last-selected step (the LRU key of
+   * capped eviction) side by side: selection scans these two short arrays
+   * (K + 1 entries) instead of per-block arrays as long as the context. */
+  uint32_t *resident; /* [cap] resident logical blocks */
+  uint32_t *res_last; /* [cap] res_last[i]: step resident[i] was last selected */
   uint32_t n_resident;
+  uint64_t *res_bits;   /* [cap / 64] residency bitmap */
+  uint64_t *pred_bits;  /* [cap / 64] scratch of selection (all zero between calls) */
   uint32_t *free_slots; /* stack of the head's free slots */
   uint32_t n_free, cap_free;
   /* Slot currency (the COPY_FAILED contract, docs/api.md "Faults"): a slot is
@@ -51,6 +54,19 @@ okv_status_t okv_block_map_reserve_free(okv_block_map_t *map, const okv_allocato
 
 static inline bool okv_block_map_is_resident(const okv_block_map_t *map, uint32_t block) {
   return block < map->n_blocks && map->slot_of[block] != OKV_NO_SLOT;
+}
+
+static inline bool okv_block_map_bit(const uint64_t *bits, uint32_t block) {
+  return (bits[block >> 6] >> (block & 63u)) & 1u;
+}
+
+/* Step resident `block` was last selected. */
+static inline uint32_t okv_block_map_last(const okv_block_map_t *map, uint32_t block) {
+  return map->res_last[map->res_pos[block]];
+}
+/* Marks resident `block` as selected at `step`. */
+static inline void okv_block_map_touch(okv_block_map_t *map, uint32_t block, uint32_t step) {
+  map->res_last[map->res_pos[block]] = step;
 }
 
 /* Maps non-resident `block` (< n_blocks) to `slot`, last selected at `step`.

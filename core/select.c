@@ -4,15 +4,14 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-/* Moves the `want` least recently selected candidates (by (last_selected,
- * block)) to the front of v, in order: partial selection, O(want * n); only
- * as many victims as admissions (<= C) are ever needed. */
-static inline bool lru_before(const okv_block_map_t *map, uint32_t a, uint32_t b) {
-  uint32_t ka = map->last_selected[a], kb = map->last_selected[b];
-  return ka < kb || (ka == kb && a < b);
+/* Victim candidates are positions i into map->resident[] / map->res_last[]
+ * (both contiguous, K + 1 long), so ranking them reads no per-block array. */
+static inline bool lru_before(const okv_block_map_t *map, uint32_t i, uint32_t j) {
+  uint32_t ti = map->res_last[i], tj = map->res_last[j];
+  return ti < tj || (ti == tj && map->resident[i] < map->resident[j]);
 }
 
-/* Moves the `want` least recently selected blocks of v[0..n) (ties: lower
+/* Moves the `want` least recently selected candidates of v[0..n) (ties: lower
  * block first) to v[0..want), in that order. One pass keeping a sorted
  * prefix: a candidate that is not older than the newest kept one costs one
  * comparison, so this is O(n) for the small caps C the method uses. */
@@ -24,7 +23,7 @@ static void select_lru(const okv_block_map_t *map, uint32_t *v, uint32_t n, uint
     uint32_t x = v[j];
     if (m == want) {
       if (!lru_before(map, x, v[m - 1])) continue;
-      v[j] = v[--m]; /* the newest kept block is rejected in x's place */
+      v[j] = v[--m]; /* the newest kept candidate is rejected in x's place */
     }
     uint32_t i = m; /* while m < want, j == m: nothing is rejected yet */
     while (i > 0 && lru_before(map, x, v[i - 1])) {
@@ -36,24 +35,28 @@ static void select_lru(const okv_block_map_t *map, uint32_t *v, uint32_t n, uint
   }
 }
 
+static inline void clear_pred(okv_block_map_t *map, const uint32_t *predicted, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) map->pred_bits[predicted[i] >> 6] = 0;
+}
+
 okv_status_t okv_select_head(okv_block_map_t *map, const okv_select_params_t *params, const uint32_t *predicted,
                              uint32_t n_predicted, uint32_t *scratch, uint32_t *out_admitted, uint32_t *out_victims,
                              okv_select_result_t *out_result) {
   okv_select_result_t r = {0, 0, 0, 0, 0};
-  if (++map->mark_stamp == 0) { /* wrapped: clear the marks once */
-    for (uint32_t b = 0; b < map->cap_blocks; b++) map->mark[b] = 0;
-    map->mark_stamp = 1;
-  }
-  uint32_t stamp = map->mark_stamp;
+  /* 1. Predicted set as a bitmap; hits stamped, misses counted (residency from the bitmap). */
+  uint32_t n_miss_total = 0;
   for (uint32_t i = 0; i < n_predicted; i++) {
     uint32_t b = predicted[i];
-    if (b >= map->n_blocks || b == params->active_block)
+    if (b >= map->n_blocks || b == params->active_block) {
+      clear_pred(map, predicted, i);
       return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
                              "select: predicted[%u] = %u is out of range (n_blocks %u) or the active block", i, b,
                              map->n_blocks);
-    map->mark[b] = stamp;
+    }
+    map->pred_bits[b >> 6] |= 1ull << (b & 63u);
+    n_miss_total += !okv_block_map_bit(map->res_bits, b);
   }
-  /* Victim candidates: resident, not predicted, not active; LRU order. */
+  /* 2. Victim candidates: resident, not predicted, not active (positions, LRU order). */
   uint32_t n_cand = 0;
   bool active_resident = false;
   for (uint32_t i = 0; i < map->n_resident; i++) {
@@ -62,21 +65,21 @@ okv_status_t okv_select_head(okv_block_map_t *map, const okv_select_params_t *pa
       active_resident = true;
       continue;
     }
-    if (map->mark[b] != stamp) scratch[n_cand++] = b;
+    if (!okv_block_map_bit(map->pred_bits, b)) scratch[n_cand++] = i;
   }
+  clear_pred(map, predicted, n_predicted);
   uint32_t held = map->n_resident - (active_resident ? 1u : 0u);
   uint32_t room = held < params->budget_blocks ? params->budget_blocks - held : 0;
   /* Victims needed: admissions beyond the free room, at most the cap. */
-  uint32_t n_miss_total = 0;
-  for (uint32_t i = 0; i < n_predicted; i++) n_miss_total += map->slot_of[predicted[i]] == OKV_NO_SLOT;
   uint32_t n_admit_max = n_miss_total < params->cap_blocks ? n_miss_total : params->cap_blocks;
   select_lru(map, scratch, n_cand, n_admit_max > room ? n_admit_max - room : 0);
+  /* 3. In predicted (score) order: hits refreshed, the first misses admitted. */
   uint32_t next_victim = 0;
   for (uint32_t i = 0; i < n_predicted; i++) {
     uint32_t b = predicted[i];
-    if (map->slot_of[b] != OKV_NO_SLOT) {
+    if (okv_block_map_bit(map->res_bits, b)) {
       r.n_hits++;
-      map->last_selected[b] = params->step;
+      okv_block_map_touch(map, b, params->step);
       continue;
     }
     r.n_misses++;
@@ -86,7 +89,7 @@ okv_status_t okv_select_head(okv_block_map_t *map, const okv_select_params_t *pa
       room--;
       victim = OKV_NO_BLOCK;
     } else if (next_victim < n_cand) {
-      victim = scratch[next_victim++];
+      victim = map->resident[scratch[next_victim++]];
       r.n_victims++;
     } else {
       continue; /* no place: cannot happen with n_predicted <= budget_blocks */

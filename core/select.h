@@ -7,7 +7,7 @@
  * or with no victim (OKV_NO_BLOCK) while the head holds fewer than
  * `budget_blocks` blocks besides the active block; the rest are deferred.
  *
- * Pure: reads and updates only the map's last-selected steps and scratch marks
+ * Pure: reads and updates only the map's last-selected steps and its scratch bitmap
  * (it maps/unmaps nothing: the caller commits the plan). Not thread-safe per map. */
 #ifndef OASISKV_CORE_SELECT_H
 #define OASISKV_CORE_SELECT_H

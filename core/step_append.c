@@ -80,7 +80,7 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
         if (!is_sparse_mode(rt)) {
           slot = rt->free_slots[--rt->n_free_slots];
         } else {
-          if (b > 0 && okv_block_map_is_resident(m, b - 1u)) m->last_selected[b - 1u] = rt->step;
+          if (b > 0 && okv_block_map_is_resident(m, b - 1u)) okv_block_map_touch(m, b - 1u, rt->step);
           if (sparse_after) {
             /* The previous active block became a normal block: keep at most K of those. */
             uint32_t held = m->n_resident;

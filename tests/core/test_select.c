@@ -100,8 +100,8 @@ static void test_select_hand_case(void **state) {
   assert_int_equal(vic[0], 1);
   assert_int_equal(adm[1], 0);
   assert_int_equal(vic[1], 5);
-  assert_int_equal(f->map.last_selected[2], 5); /* hit refreshed */
-  assert_int_equal(f->map.last_selected[6], 2); /* not predicted: unchanged */
+  assert_int_equal(okv_block_map_last(&f->map, 2), 5); /* hit refreshed */
+  assert_int_equal(okv_block_map_last(&f->map, 6), 2); /* not predicted: unchanged */
   /* Selection maps nothing. */
   assert_int_equal(f->map.n_resident, 5);
   assert_false(okv_block_map_is_resident(&f->map, 8));
@@ -140,7 +140,7 @@ static void test_select_room_then_victims(void **state) {
 static const okv_block_map_t *g_cmp_map;
 static int cmp_lru(const void *a, const void *b) {
   uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-  uint32_t lx = g_cmp_map->last_selected[x], ly = g_cmp_map->last_selected[y];
+  uint32_t lx = okv_block_map_last(g_cmp_map, x), ly = okv_block_map_last(g_cmp_map, y);
   if (lx != ly) return lx < ly ? -1 : 1;
   return x < y ? -1 : x > y;
 }
@@ -169,7 +169,7 @@ static uint64_t run_random_workload(fixture_t *f, uint64_t seed, uint32_t K, uin
     if (step % 4 == 0 && n_blocks < max_blocks) {
       OKV_ASSERT_OK(okv_block_map_reserve(&f->map, &f->alloc, n_blocks + 1));
       f->map.n_blocks = ++n_blocks;
-      f->map.last_selected[n_blocks - 2] = step;
+      okv_block_map_touch(&f->map, n_blocks - 2, step);
       while (f->map.n_resident > K) {
         uint32_t v = okv_block_map_lru(&f->map, n_blocks - 1);
         okv_block_map_push_free(&f->map, okv_block_map_unmap(&f->map, v));
