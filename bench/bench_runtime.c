@@ -28,6 +28,7 @@ typedef struct bench_opts_t {
   uint32_t n_seqs, context_tokens, n_layers, budget_blocks, steps, warmup;
   double host_gib, fetch_ratio, noise;
   bool json, recall;
+  const char *project; /* --project SHAPE: project the measured cost onto a model's shape */
 } bench_opts_t;
 
 static double bench_now(void) {
@@ -46,7 +47,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: oasiskv bench runtime [--backend NAME] [--seqs N] [--context TOKENS] [--layers N]\n"
           "                             [--host-gib G] [--budget K] [--fetch-ratio R] [--steps N]\n"
-          "                             [--warmup N] [--noise X] [--recall] [--json]\n"
+          "                             [--warmup N] [--noise X] [--recall] [--project SHAPE] [--json]\n"
           "  Defaults: cpu, 8 sequences x 16384 tokens, layers that fit in 4 GiB of host tier,\n"
           "  K = 128, fetch ratio 0.05, 4 measured steps after 2 warm-up steps.\n");
 }
@@ -54,7 +55,7 @@ static void usage(void) {
 static bool parse_u32(const char *s, uint32_t *out) {
   char *end;
   unsigned long v = strtoul(s, &end, 10);
-  if (*s == '\0' || *end != '\0' || v > UINT32_MAX) return false;
+  if (*s < '0' || *s > '9' || *end != '\0' || v > UINT32_MAX) return false; /* digits only: no sign, no blanks */
   *out = (uint32_t)v;
   return true;
 }
@@ -62,7 +63,7 @@ static bool parse_u32(const char *s, uint32_t *out) {
 static bool parse_f64(const char *s, double *out) {
   char *end;
   double v = strtod(s, &end);
-  if (*s == '\0' || *end != '\0' || !isfinite(v)) return false;
+  if (*s == '\0' || *s == ' ' || *s == '\t' || *end != '\0' || !isfinite(v)) return false;
   *out = v;
   return true;
 }
@@ -80,6 +81,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
   o->noise = 0.5;
   o->json = false;
   o->recall = false;
+  o->project = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -94,8 +96,8 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
       usage();
       return 1;
     }
-    static const char *const valued[] = {"--backend", "--seqs",   "--context",  "--layers",      "--budget",
-                                         "--steps",   "--warmup", "--host-gib", "--fetch-ratio", "--noise"};
+    static const char *const valued[] = {"--backend", "--seqs",     "--context",     "--layers", "--budget", "--steps",
+                                         "--warmup",  "--host-gib", "--fetch-ratio", "--noise",  "--project"};
     bool known = false;
     for (size_t j = 0; j < sizeof valued / sizeof valued[0]; j++) known |= strcmp(a, valued[j]) == 0;
     if (!known) {
@@ -125,6 +127,8 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
       ok = parse_f64(v, &o->host_gib) && o->host_gib > 0;
     else if (strcmp(a, "--fetch-ratio") == 0)
       ok = parse_f64(v, &o->fetch_ratio);
+    else if (strcmp(a, "--project") == 0)
+      o->project = v;
     else if (strcmp(a, "--noise") == 0)
       ok = parse_f64(v, &o->noise) && o->noise >= 0;
     else {
@@ -148,10 +152,81 @@ static int fail_status(const char *what, okv_status_t st) {
   return 1;
 }
 
+/* ---- --project: the measured host cost at a real model's shape (a projection) ---- */
+
+typedef struct proj_shape_t {
+  const char *name;
+  uint32_t n_layers, n_kv_heads, head_dim;
+  double params; /* weights, read once per decode step (bf16) */
+} proj_shape_t;
+
+static const proj_shape_t k_proj_shapes[] = {
+    {"llama3-8b", 32, 8, 128, 8.03e9}, /* Llama-3.1-8B */
+    {"qwen3-8b", 36, 8, 128, 8.19e9},  /* Qwen3-8B */
+};
+
+/* H100 SXM HBM3 bandwidth, bytes per second: the GPU step estimate is
+ * (weights + batch x working set) / this, i.e. a memory-bound decode step. */
+#define PROJ_HBM_BYTES_PER_S 3.35e12
+
+static const proj_shape_t *proj_find(const char *name) {
+  for (size_t i = 0; i < sizeof k_proj_shapes / sizeof k_proj_shapes[0]; i++)
+    if (strcmp(name, k_proj_shapes[i].name) == 0) return &k_proj_shapes[i];
+  return NULL;
+}
+
+/* Prints (or adds to `jout`) host bookkeeping per step = ns_per_head x layers x
+ * KV heads x batch, beside the GPU step estimate
+ * (2 x params + batch x (K + 1) x block_bytes(bf16) x layers x KV heads) / HBM bandwidth. */
+static void proj_report(const proj_shape_t *sh, double ns_per_head, uint32_t K, json_object *jout) {
+  uint64_t block_bytes = okv_block_bytes(OKV_DTYPE_BF16, sh->head_dim);
+  json_object *rows = jout ? json_object_new_array() : NULL;
+  if (!jout) {
+    printf(
+        "\nPROJECTION (not a measurement) at %s: %u layers x %u KV heads, measured %.0f ns per KV head per step;\n"
+        "GPU step = (2 x %.2fe9 weight bytes + batch x (K+1) x %llu B x layers x KV heads) / %.2f TB/s HBM\n",
+        sh->name, sh->n_layers, sh->n_kv_heads, ns_per_head, sh->params / 1e9, (unsigned long long)block_bytes,
+        PROJ_HBM_BYTES_PER_S / 1e12);
+    printf("%6s %16s %16s %10s\n", "batch", "host_ms/step", "gpu_ms/step", "host/gpu");
+  }
+  for (uint32_t b = 1; b <= 256; b *= 2) {
+    double host_ms = ns_per_head * sh->n_layers * sh->n_kv_heads * b / 1e6;
+    double bytes = 2.0 * sh->params + (double)b * (K + 1) * (double)block_bytes * sh->n_layers * sh->n_kv_heads;
+    double gpu_ms = bytes / PROJ_HBM_BYTES_PER_S * 1e3;
+    if (jout) {
+      json_object *r = json_object_new_object();
+      json_object_object_add(r, "batch", json_object_new_int64(b));
+      json_object_object_add(r, "host_bookkeeping_ms", json_object_new_double(host_ms));
+      json_object_object_add(r, "gpu_step_ms_estimate", json_object_new_double(gpu_ms));
+      json_object_array_add(rows, r);
+    } else {
+      printf("%6u %16.2f %16.2f %10.2f\n", b, host_ms, gpu_ms, host_ms / gpu_ms);
+    }
+  }
+  if (jout) {
+    json_object *p = json_object_new_object();
+    json_object_object_add(p, "kind", json_object_new_string("projection, not a measurement"));
+    json_object_object_add(p, "shape", json_object_new_string(sh->name));
+    json_object_object_add(p, "n_layers", json_object_new_int64(sh->n_layers));
+    json_object_object_add(p, "n_kv_heads", json_object_new_int64(sh->n_kv_heads));
+    json_object_object_add(p, "hbm_bytes_per_second", json_object_new_double(PROJ_HBM_BYTES_PER_S));
+    json_object_object_add(p, "formula",
+                           json_object_new_string("host = ns_per_head * layers * kv_heads * batch; gpu = (2 * params + "
+                                                  "batch * (K+1) * block_bytes * layers * kv_heads) / hbm"));
+    json_object_object_add(p, "rows", rows);
+    json_object_object_add(jout, "projection", p);
+  }
+}
+
 int okv_cli_bench_runtime(int argc, char **argv) {
   bench_opts_t o;
   int rc = parse_args(argc, argv, &o);
   if (rc != 0) return rc == 1 ? 0 : rc;
+  const proj_shape_t *proj = NULL;
+  if (o.project != NULL && (proj = proj_find(o.project)) == NULL) {
+    fprintf(stderr, "oasiskv bench runtime: --project: unknown shape '%s' (llama3-8b, qwen3-8b)\n", o.project);
+    return 2;
+  }
   const uint32_t H = 8, nq = 32, hd = 128, T = 2;
   const okv_dtype_t dt = OKV_DTYPE_BF16;
   uint64_t block_bytes = okv_block_bytes(dt, hd);
@@ -289,6 +364,7 @@ int okv_cli_bench_runtime(int argc, char **argv) {
   }
   double n_steps = (double)o.steps;
   double overhead = cum.attention_seconds > 0 ? cum.bookkeeping_seconds / cum.attention_seconds : 0.0;
+  double ns_per_head = cum.bookkeeping_seconds / n_steps * 1e9 / ((double)o.n_seqs * L * H);
   double bytes_per_step = (double)cum.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE] / n_steps;
   double cap_bytes = (double)C * H * L * (double)block_bytes * o.n_seqs;
   okv_hal_device_info_t info;
@@ -342,6 +418,7 @@ int okv_cli_bench_runtime(int argc, char **argv) {
       json_object_array_add(layers, jl);
     }
     json_object_object_add(jout, "layers", layers);
+    if (proj) proj_report(proj, ns_per_head, o.budget_blocks, jout);
     printf("%s\n", json_object_to_json_string_ext(jout, JSON_C_TO_STRING_PRETTY));
   } else {
     printf(
@@ -368,6 +445,8 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     if (o.recall) printf(", recall %.4f", cum.recall_total ? (double)cum.recall_hits / cum.recall_total : 0.0);
     printf("\noverhead_fraction %.4f (target <= 0.05); bytes/step %.0f <= cap %.0f: %s\n", overhead, bytes_per_step,
            cap_bytes, bytes_per_step <= cap_bytes ? "yes" : "NO");
+    printf("bookkeeping %.0f ns per KV head per step (target <= 500)\n", ns_per_head);
+    if (proj) proj_report(proj, ns_per_head, o.budget_blocks, NULL);
   }
 done:
   if (jout) json_object_put(jout);
