@@ -44,8 +44,10 @@ okv_status_t okv_runtime_step_begin(okv_runtime_t *rt, uint32_t n_seqs, const ui
 }
 
 /* Builds the attention working sets (CSR over (seq, KV head)) of layer `layer`. */
-static void build_ws(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t *const *seqs, uint32_t layer) {
-  uint32_t H = rt->cfg.n_kv_heads, k = 0;
+/* Returns the first sequence (index) whose active block is not fully readable
+ * (its last write failed and no append repaired it yet), or UINT32_MAX. */
+static uint32_t build_ws(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t *const *seqs, uint32_t layer) {
+  uint32_t H = rt->cfg.n_kv_heads, k = 0, stale = UINT32_MAX;
   for (uint32_t s = 0; s < n_seqs; s++) {
     const okv_seq_t *seq = seqs[s];
     uint32_t n_tok = seq ? seq->n_tokens[layer] : 0;
@@ -57,7 +59,10 @@ static void build_ws(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t *const *seqs,
       for (uint32_t i = 0; i < m->n_resident; i++) {
         uint32_t b = m->resident[i];
         uint32_t valid = b + 1u < nb ? OKV_BLOCK_TOKENS : n_tok - b * OKV_BLOCK_TOKENS;
-        if (m->slot_tokens[b] < valid) valid = m->slot_tokens[b]; /* only what a completed write put there */
+        if (m->slot_tokens[b] < valid) { /* only what a completed write put there */
+          if (b + 1u == nb && stale == UINT32_MAX) stale = s;
+          valid = m->slot_tokens[b];
+        }
         if (valid == 0) continue;
         rt->ws_slots[k] = m->slot_of[b];
         rt->ws_valid[k] = (uint8_t)valid;
@@ -66,6 +71,7 @@ static void build_ws(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t *const *seqs,
     }
   }
   rt->ws_offsets[n_seqs * H] = k;
+  return stale;
 }
 
 static okv_status_t run_attention(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t *const *seqs, uint32_t layer,
@@ -73,8 +79,13 @@ static okv_status_t run_attention(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t 
                                   double *bk_s, double *att_s) {
   const okv_runtime_config_t *c = &rt->cfg;
   double t0 = okv_rt_cpu_s();
-  build_ws(rt, n_seqs, seqs, layer);
+  uint32_t stale = build_ws(rt, n_seqs, seqs, layer);
   *bk_s += okv_rt_cpu_s() - t0;
+  if (stale != UINT32_MAX) /* peek after a failed refresh: the committed tokens of the active block are not readable */
+    return okv_status_make(OKV_STATUS_COPY_FAILED,
+                           "runtime: layer %u: the active block of sequence %u is not readable after a failed write "
+                           "(the next okv_runtime_step_layer repairs it); attention did not run, out is not valid",
+                           layer, seqs[stale]->id);
   uint64_t q_bytes = (uint64_t)n_seqs * T * c->n_q_heads * c->head_dim * sizeof(float);
   OKV_RETURN_IF_ERROR(okv_hal_buffer_write(rt->fg.q, 0, q, q_bytes));
   if (n_inflight > 0)

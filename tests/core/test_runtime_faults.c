@@ -45,11 +45,7 @@ static bool fail_alloc(void *user, okv_tier_t tier, uint64_t bytes) {
 static okv_hal_fault_hooks_t g_hooks = {&g_faults, fail_alloc, fail_copy, NULL};
 
 static void base_config(okv_runtime_config_t *c) {
-  okv_runtime_config_init(c);
-  c->n_layers = 3;
-  c->n_q_heads = 4;
-  c->n_kv_heads = 2;
-  c->head_dim = 16;
+  rt_config(c, 3, 4, 2, 16);
   c->max_seqs = 4;
   c->max_context_tokens = 1024;
   c->budget_blocks = 4;
@@ -228,11 +224,7 @@ static bool fail_h2d_op(void *user, okv_hal_op_t op, okv_tier_t src, okv_tier_t 
 static okv_hal_fault_hooks_t g_h2d_hooks = {NULL, NULL, NULL, fail_h2d_op};
 
 static void one_head_config(okv_runtime_config_t *c, okv_mode_t mode) {
-  okv_runtime_config_init(c);
-  c->n_layers = 1;
-  c->n_q_heads = 1;
-  c->n_kv_heads = 1;
-  c->head_dim = 4;
+  rt_config(c, 1, 1, 1, 4);
   c->budget_blocks = 4;
   c->mode = mode;
   c->max_seqs = 2;
@@ -339,12 +331,50 @@ static void test_released_slot_not_reused_unwritten(void **state) {
   }
 }
 
+/* A peek right after a failed refresh must not pass off attention without the
+ * active block's committed tokens as valid: it fails (NaN) until an append
+ * repairs the slot. */
+static void test_peek_after_failed_refresh(void **state) {
+  (void)state;
+  for (int mode = 0; mode < OKV_MODE_COUNT; mode++) {
+    okv_runtime_config_t c;
+    one_head_config(&c, (okv_mode_t)mode);
+    okv_allocator_t a = okv_test_allocator();
+    okv_hal_device_t *dev;
+    okv_runtime_t *rt;
+    OKV_ASSERT_OK(okv_hal_device_create(g_backend, NULL, &a, &dev));
+    OKV_ASSERT_OK(okv_runtime_create(dev, &c, &a, &rt));
+    OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(dev, &g_h2d_hooks));
+    uint32_t T = mode_T((okv_mode_t)mode), id;
+    float k[4] = {1, 0, 0, 0}, v[4] = {3, 3, 3, 3}, q[8] = {1, 0, 0, 0, 1, 0, 0, 0}, draft[8] = {0}, out[8];
+    float infl[8] = {1, 0, 0, 0, 3, 3, 3, 3};
+    OKV_ASSERT_OK(okv_runtime_seq_add(rt, NULL, &id));
+    for (int t = 0; t < 5; t++) assert_int_equal(one_step(rt, id, T, k, v, q, draft, out), OKV_STATUS_OK);
+    __atomic_store_n(&g_fail_h2d, 1, __ATOMIC_RELEASE);
+    assert_int_equal(one_step(rt, id, T, k, v, q, draft, out), OKV_STATUS_COPY_FAILED);
+    __atomic_store_n(&g_fail_h2d, 0, __ATOMIC_RELEASE);
+    okv_status_t st = okv_runtime_peek_layer(rt, 1, &id, 0, 1, q, infl, out);
+    assert_int_equal(okv_status_code(st), OKV_STATUS_COPY_FAILED);
+    assert_non_null(strstr(okv_status_message(st), "not readable"));
+    okv_status_free(st);
+    for (int i = 0; i < 4; i++) assert_true(isnan(out[i]));
+    /* The next step repairs the slot: every V is 3, so is the output. */
+    assert_int_equal(one_step(rt, id, T, k, v, q, draft, out), OKV_STATUS_OK);
+    for (int i = 0; i < 4; i++) assert_true(fabsf(out[i] - 3.0f) < 1e-5f);
+    OKV_ASSERT_OK(okv_runtime_peek_layer(rt, 1, &id, 0, 1, q, infl, out));
+    for (int i = 0; i < 4; i++) assert_true(fabsf(out[i] - 3.0f) < 1e-5f);
+    OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(dev, NULL));
+    okv_runtime_destroy(rt);
+    OKV_ASSERT_OK(okv_hal_device_release(dev));
+  }
+}
+
 int main(int argc, char **argv) {
   g_backend = okv_test_backend_or_skip(argc, argv);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(test_failed_transfers, setup),      cmocka_unit_test_setup(test_alloc_failures, setup),
       cmocka_unit_test_setup(test_small_device_tier, setup),     cmocka_unit_test(test_refresh_failure_no_phantom),
-      cmocka_unit_test(test_released_slot_not_reused_unwritten),
+      cmocka_unit_test(test_released_slot_not_reused_unwritten), cmocka_unit_test(test_peek_after_failed_refresh),
   };
   return cmocka_run_group_tests_name("core_runtime_faults", tests, NULL, NULL);
 }
