@@ -25,16 +25,10 @@
 #include <string.h>
 #include <time.h>
 
+/* OpenMP where the build has it (the two parallel regions below are guarded
+ * by _OPENMP: no -Wunknown-pragmas noise without it). */
 #ifdef _OPENMP
 #include <omp.h>
-#endif
-
-/* OpenMP pragmas that vanish (without -Wunknown-pragmas noise) when the build
- * has no OpenMP. */
-#ifdef _OPENMP
-#define OKV_OMP(x) _Pragma(#x)
-#else
-#define OKV_OMP(x)
 #endif
 
 #include "oasiskv/oasiskv.h"
@@ -105,12 +99,6 @@ static okv_bench_simd_t okv_bench_simd(const char *name) {
   return OKV_BENCH_SIMD_BASE;
 }
 
-static double okv_bench_now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static volatile float okv_bench_sink;
 
 /* Best-of-reps read bandwidth (GB/s) of p[0..bytes) with nt threads. */
@@ -119,9 +107,12 @@ static double okv_bench_cpu_read_gbps(okv_bench_simd_t simd, const void *p, size
   const size_t n_floats = bytes / 4u;
   (void)nt; /* unused without OpenMP */
   for (int r = 0; r < reps + 1; r++) {
-    double t0 = okv_bench_now_s();
+    double t0 = okv_cli_now_s();
     float total = 0;
-    OKV_OMP(omp parallel num_threads(nt) reduction(+ : total)) {
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) reduction(+ : total)
+#endif
+    {
       int tid = 0, n = 1;
 #ifdef _OPENMP
       tid = omp_get_thread_num();
@@ -135,7 +126,7 @@ static double okv_bench_cpu_read_gbps(okv_bench_simd_t simd, const void *p, size
         default: total += okv_bench_read_base(base, chunk); break;
       }
     }
-    double t = okv_bench_now_s() - t0;
+    double t = okv_cli_now_s() - t0;
     okv_bench_sink = total;
     if (r > 0 && t < best) best = t; /* first pass warms up */
   }
@@ -147,16 +138,19 @@ static double okv_bench_cpu_fma_gflops(okv_bench_simd_t simd, int nt) {
   const long iters = 100000; /* ~0.3 ms per run at full speed: best of 30 */
   double best = 1e30;
   for (int r = 0; r < 30; r++) {
-    double t0 = okv_bench_now_s();
+    double t0 = okv_cli_now_s();
     float total = 0;
-    OKV_OMP(omp parallel num_threads(nt) reduction(+ : total)) {
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) reduction(+ : total)
+#endif
+    {
       switch (simd) {
         case OKV_BENCH_SIMD_AVX512: total += okv_bench_fma_avx512(iters, 1.0f); break;
         case OKV_BENCH_SIMD_AVX2: total += okv_bench_fma_avx2(iters, 1.0f); break;
         default: total += okv_bench_fma_base(iters, 1.0f); break;
       }
     }
-    double t = okv_bench_now_s() - t0;
+    double t = okv_cli_now_s() - t0;
     okv_bench_sink = total;
     if (t < best) best = t;
   }
@@ -194,10 +188,10 @@ typedef struct okv_bench_t {
 typedef okv_status_t (*okv_bench_launch_fn)(okv_bench_t *b, void *arg);
 
 static okv_status_t okv_bench_time(okv_bench_t *b, okv_bench_launch_fn fn, void *arg, double target_s, double *out_s) {
-  double t0 = okv_bench_now_s();
+  double t0 = okv_cli_now_s();
   OKV_RETURN_IF_ERROR(fn(b, arg));
   OKV_RETURN_IF_ERROR(okv_hal_stream_synchronize(b->stream));
-  double est = okv_bench_now_s() - t0;
+  double est = okv_cli_now_s() - t0;
   int reps = est > 0 ? (int)(target_s / est) : 100;
   if (reps < 3) reps = 3;
   if (reps > 200) reps = 200;
@@ -250,20 +244,11 @@ static okv_status_t okv_bench_launch_attention(okv_bench_t *b, void *arg) {
   return okv_hal_attention_async(b->stream, &a->desc);
 }
 
-static uint64_t okv_bench_rng(uint64_t *s) {
-  uint64_t x = *s;
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  *s = x;
-  return x * 0x2545F4914F6CDD1Dull;
-}
-
 static okv_status_t okv_bench_fill_f32(okv_hal_buffer_t *buf, size_t n, uint64_t seed) {
   float *tmp = malloc(n * sizeof(float));
   if (!tmp) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: bench staging");
   uint64_t s = seed | 1u;
-  for (size_t i = 0; i < n; i++) tmp[i] = (float)((double)(okv_bench_rng(&s) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+  for (size_t i = 0; i < n; i++) tmp[i] = (float)((double)(okv_cli_rng_next(&s) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
   okv_status_t st = okv_hal_buffer_write(buf, 0, tmp, n * sizeof(float));
   free(tmp);
   return st;
@@ -293,7 +278,7 @@ static okv_status_t okv_bench_attn_make(okv_bench_t *b, uint32_t batch, uint32_t
   uint64_t s = 0x12345u + total;
   for (uint64_t i = 0; i < total; i++) a->ws_slots[i] = (uint32_t)i;
   for (uint64_t i = total; i > 1; i--) {
-    uint64_t j = okv_bench_rng(&s) % i;
+    uint64_t j = okv_cli_rng_next(&s) % i;
     uint32_t t = a->ws_slots[i - 1];
     a->ws_slots[i - 1] = a->ws_slots[j];
     a->ws_slots[j] = t;
@@ -403,6 +388,16 @@ static okv_status_t okv_bench_score_make(okv_bench_t *b, uint32_t batch, uint32_
 
 /* ---- driver ---- */
 
+/* A measured figure of the JSON report. */
+typedef struct okv_bench_figure_t {
+  const char *key;
+  double value;
+} okv_bench_figure_t;
+
+static void okv_bench_json_figures(json_object *obj, const okv_bench_figure_t *figures, size_t n) {
+  for (size_t i = 0; i < n; i++) json_object_object_add(obj, figures[i].key, json_object_new_double(figures[i].value));
+}
+
 static void okv_bench_usage(void) {
   fprintf(stderr,
           "usage: oasiskv bench kernels [--threads N] [--quick] [--device cpu|cuda|hip] [--json]\n"
@@ -480,7 +475,7 @@ int okv_cli_bench_kernels(int argc, char **argv) {
     for (uint64_t off = 0; off < max_slots * slot_bytes; off += chunk) {
       uint64_t n = max_slots * slot_bytes - off < chunk ? max_slots * slot_bytes - off : chunk;
       for (size_t i = 0; i < n / 2; i++) {
-        uint64_t r = okv_bench_rng(&s);
+        uint64_t r = okv_cli_rng_next(&s);
         tmp[i] = okv_f32_to_bf16((float)((double)(r >> 11) * 0x1.0p-53 * 2.0 - 1.0));
       }
       okv_status_t st = okv_hal_buffer_write(b.pool, off, tmp, n);
@@ -529,11 +524,14 @@ int okv_cli_bench_kernels(int argc, char **argv) {
       json_object_object_add(c, "seq_len", json_object_new_int((int)seq_lens[si]));
       json_object_object_add(c, "batch", json_object_new_int((int)batch));
       json_object_object_add(c, "kv_bytes", json_object_new_int64((int64_t)(slots * slot_bytes)));
-      json_object_object_add(c, "time_s", json_object_new_double(t));
-      json_object_object_add(c, "gbps", json_object_new_double(bytes / t / 1e9));
-      json_object_object_add(c, "gflops", json_object_new_double(flops / t / 1e9));
-      json_object_object_add(c, "stream_gbps", json_object_new_double(stream));
-      json_object_object_add(c, "attention_roofline_fraction", json_object_new_double(roof));
+      const okv_bench_figure_t figures[] = {
+          {"time_s", t},
+          {"gbps", bytes / t / 1e9},
+          {"gflops", flops / t / 1e9},
+          {"stream_gbps", stream},
+          {"attention_roofline_fraction", roof},
+      };
+      okv_bench_json_figures(c, figures, sizeof figures / sizeof figures[0]);
       json_object_array_add(configs, c);
       okv_bench_attn_free(&a);
     }
@@ -575,14 +573,17 @@ int okv_cli_bench_kernels(int argc, char **argv) {
   json_object_object_add(root, "threads", json_object_new_int(b.threads));
   json_object_object_add(root, "simd", json_object_new_string(isa));
   json_object_object_add(root, "quick", json_object_new_boolean(quick));
-  json_object_object_add(root, "stream_gbps", json_object_new_double(stream_all));
-  json_object_object_add(root, "fma_gflops", json_object_new_double(fma_gflops));
-  json_object_object_add(root, "attention_roofline_fraction", json_object_new_double(min_roof));
-  json_object_object_add(root, "scoring_roofline_fraction", json_object_new_double(score_roof));
-  json_object_object_add(root, "scoring_fraction", json_object_new_double(score_frac));
-  json_object_object_add(root, "scoring_time_s", json_object_new_double(t_score));
-  json_object_object_add(root, "topk_time_s", json_object_new_double(t_topk));
-  json_object_object_add(root, "attention_k128_time_s", json_object_new_double(attn_k128_s));
+  const okv_bench_figure_t figures[] = {
+      {"stream_gbps", stream_all},
+      {"fma_gflops", fma_gflops},
+      {"attention_roofline_fraction", min_roof},
+      {"scoring_roofline_fraction", score_roof},
+      {"scoring_fraction", score_frac},
+      {"scoring_time_s", t_score},
+      {"topk_time_s", t_topk},
+      {"attention_k128_time_s", attn_k128_s},
+  };
+  okv_bench_json_figures(root, figures, sizeof figures / sizeof figures[0]);
   json_object_object_add(root, "configs", configs);
   configs = NULL;
   if (as_json) printf("%s\n", json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY));

@@ -68,14 +68,11 @@ okv_status_t okv_hal_buffer_alloc(okv_hal_device_t *device, okv_tier_t tier, uin
   }
   okv_hal_buffer_t *buf = NULL;
   s = device->vtable->buffer_alloc(device, tier, bytes, &buf);
-  if (s == OKV_OK && !buf) s = okv_status_make(OKV_STATUS_INTERNAL, "backend returned no buffer");
-  if (s == OKV_OK) {
-    buf->device = device;
+  if (s == OKV_OK && buf) {
     buf->tier = tier;
     buf->size = bytes;
-    s = okv_hal_resource_register(&buf->base, OKV_HAL_KIND_BUFFER);
-    if (s != OKV_OK) device->vtable->buffer_destroy(buf);
   }
+  OKV_HAL_ADOPT(s, buf, device, OKV_HAL_KIND_BUFFER, buffer);
   if (s != OKV_OK) {
     okv_tier_unreserve(device, tier, bytes);
     okv_status_free(okv_hal_device_release(device));
@@ -85,23 +82,19 @@ okv_status_t okv_hal_buffer_alloc(okv_hal_device_t *device, okv_tier_t tier, uin
   return OKV_OK;
 }
 
-okv_status_t okv_hal_buffer_retain(okv_hal_buffer_t *buffer) {
-  return okv_hal_live_retain(buffer, OKV_HAL_KIND_BUFFER, "buffer");
+/* Frees a buffer whose last reference went: the backend's part, its tier
+ * capacity, its device reference. */
+static void okv_hal_buffer_destroy(okv_hal_buffer_t *buffer) {
+  okv_hal_device_t *dev = buffer->device;
+  okv_tier_t tier = buffer->tier;
+  uint64_t size = buffer->size;
+  dev->vtable->buffer_destroy(buffer);
+  okv_tier_unreserve(dev, tier, size);
+  okv_status_free(okv_hal_device_release(dev));
 }
 
-okv_status_t okv_hal_buffer_release(okv_hal_buffer_t *buffer) {
-  bool last = false;
-  OKV_RETURN_IF_ERROR(okv_hal_live_release(buffer, OKV_HAL_KIND_BUFFER, "buffer", &last));
-  if (last) {
-    okv_hal_device_t *dev = buffer->device;
-    okv_tier_t tier = buffer->tier;
-    uint64_t size = buffer->size;
-    dev->vtable->buffer_destroy(buffer);
-    okv_tier_unreserve(dev, tier, size);
-    okv_status_free(okv_hal_device_release(dev));
-  }
-  return OKV_OK;
-}
+/* okv_hal_buffer_retain, okv_hal_buffer_release. */
+OKV_HAL_DEFINE_REFCOUNT(buffer, okv_hal_buffer_t, OKV_HAL_KIND_BUFFER, okv_hal_buffer_destroy)
 
 uint64_t okv_hal_buffer_size(const okv_hal_buffer_t *buffer) {
   if (okv_status_consume(okv_hal_check_live(buffer, OKV_HAL_KIND_BUFFER, "buffer")) != OKV_STATUS_OK) return 0;
@@ -119,26 +112,29 @@ void *okv_hal_buffer_host_ptr(const okv_hal_buffer_t *buffer) {
   return buffer->host_ptr;
 }
 
-okv_status_t okv_hal_buffer_write(okv_hal_buffer_t *buffer, uint64_t offset, const void *src, uint64_t bytes) {
+/* The blocking host transfers: `src` into the buffer when writing, the
+ * buffer into `dst` when reading. */
+static okv_status_t okv_hal_buffer_io(okv_hal_buffer_t *buffer, uint64_t offset, uint64_t bytes, bool write,
+                                      const void *src, void *dst) {
   OKV_HAL_CHECK(buffer, OKV_HAL_KIND_BUFFER, "buffer");
   if (!okv_hal_range_ok(buffer->size, offset, bytes))
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
                            "offset/bytes: [%" PRIu64 ", +%" PRIu64 ") outside the %s buffer of %" PRIu64 " bytes",
                            offset, bytes, okv_tier_name(buffer->tier), buffer->size);
   if (bytes == 0) return OKV_OK;
-  if (!src) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "src: NULL");
-  OKV_HAL_FAULT_SYNC(buffer->device, OKV_HAL_OP_BUFFER_WRITE, OKV_TIER_HOST, buffer->tier);
-  return buffer->device->vtable->buffer_write(buffer, offset, src, bytes);
+  if (write ? !src : !dst) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "%s: NULL", write ? "src" : "dst");
+  if (write) {
+    OKV_HAL_FAULT_SYNC(buffer->device, OKV_HAL_OP_BUFFER_WRITE, OKV_TIER_HOST, buffer->tier);
+    return buffer->device->vtable->buffer_write(buffer, offset, src, bytes);
+  }
+  OKV_HAL_FAULT_SYNC(buffer->device, OKV_HAL_OP_BUFFER_READ, buffer->tier, OKV_TIER_HOST);
+  return buffer->device->vtable->buffer_read(buffer, offset, dst, bytes);
+}
+
+okv_status_t okv_hal_buffer_write(okv_hal_buffer_t *buffer, uint64_t offset, const void *src, uint64_t bytes) {
+  return okv_hal_buffer_io(buffer, offset, bytes, true, src, NULL);
 }
 
 okv_status_t okv_hal_buffer_read(okv_hal_buffer_t *buffer, uint64_t offset, void *dst, uint64_t bytes) {
-  OKV_HAL_CHECK(buffer, OKV_HAL_KIND_BUFFER, "buffer");
-  if (!okv_hal_range_ok(buffer->size, offset, bytes))
-    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
-                           "offset/bytes: [%" PRIu64 ", +%" PRIu64 ") outside the %s buffer of %" PRIu64 " bytes",
-                           offset, bytes, okv_tier_name(buffer->tier), buffer->size);
-  if (bytes == 0) return OKV_OK;
-  if (!dst) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "dst: NULL");
-  OKV_HAL_FAULT_SYNC(buffer->device, OKV_HAL_OP_BUFFER_READ, buffer->tier, OKV_TIER_HOST);
-  return buffer->device->vtable->buffer_read(buffer, offset, dst, bytes);
+  return okv_hal_buffer_io(buffer, offset, bytes, false, NULL, dst);
 }

@@ -70,21 +70,13 @@ okv_status_t okv_hal_device_create(const char *backend_name, const okv_hal_devic
   return OKV_OK;
 }
 
-okv_status_t okv_hal_device_retain(okv_hal_device_t *device) {
-  return okv_hal_live_retain(device, OKV_HAL_KIND_DEVICE, "device");
-}
-
-okv_status_t okv_hal_device_release(okv_hal_device_t *device) {
-  bool last = false;
-  OKV_RETURN_IF_ERROR(okv_hal_live_release(device, OKV_HAL_KIND_DEVICE, "device", &last));
-  if (last) okv_hal_device_destroy(device);
-  return OKV_OK;
-}
-
 void okv_hal_device_destroy(okv_hal_device_t *device) {
   pthread_mutex_destroy(&device->usage_mutex);
   device->vtable->device_destroy(device);
 }
+
+/* okv_hal_device_retain, okv_hal_device_release. */
+OKV_HAL_DEFINE_REFCOUNT(device, okv_hal_device_t, OKV_HAL_KIND_DEVICE, okv_hal_device_destroy)
 
 okv_status_t okv_hal_device_info(const okv_hal_device_t *device, okv_hal_device_info_t *out_info) {
   OKV_HAL_CHECK(device, OKV_HAL_KIND_DEVICE, "device");

@@ -7,42 +7,8 @@
 #include "hal_fault.h"
 #include "hal_internal.h"
 
-okv_status_t okv_hal_event_create(okv_hal_device_t *device, okv_hal_event_t **out_event) {
-  if (!out_event) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "out_event: NULL");
-  *out_event = NULL;
-  OKV_HAL_CHECK(device, OKV_HAL_KIND_DEVICE, "device");
-  OKV_HAL_FAULT_SYNC(device, OKV_HAL_OP_EVENT_CREATE, OKV_TIER_COUNT, OKV_TIER_COUNT);
-  OKV_RETURN_IF_ERROR(okv_hal_device_retain(device));
-  okv_hal_event_t *event = NULL;
-  okv_status_t s = device->vtable->event_create(device, &event);
-  if (s == OKV_OK && !event) s = okv_status_make(OKV_STATUS_INTERNAL, "backend returned no event");
-  if (s == OKV_OK) {
-    event->device = device;
-    s = okv_hal_resource_register(&event->base, OKV_HAL_KIND_EVENT);
-    if (s != OKV_OK) device->vtable->event_destroy(event);
-  }
-  if (s != OKV_OK) {
-    okv_status_free(okv_hal_device_release(device));
-    return s;
-  }
-  *out_event = event;
-  return OKV_OK;
-}
-
-okv_status_t okv_hal_event_retain(okv_hal_event_t *event) {
-  return okv_hal_live_retain(event, OKV_HAL_KIND_EVENT, "event");
-}
-
-okv_status_t okv_hal_event_release(okv_hal_event_t *event) {
-  bool last = false;
-  OKV_RETURN_IF_ERROR(okv_hal_live_release(event, OKV_HAL_KIND_EVENT, "event", &last));
-  if (last) {
-    okv_hal_device_t *dev = event->device;
-    dev->vtable->event_destroy(event);
-    okv_status_free(okv_hal_device_release(dev));
-  }
-  return OKV_OK;
-}
+/* okv_hal_event_create, okv_hal_event_retain, okv_hal_event_release. */
+OKV_HAL_DEFINE_DEVICE_CHILD(event, OKV_HAL_KIND_EVENT, OKV_HAL_OP_EVENT_CREATE)
 
 okv_status_t okv_hal_event_record(okv_hal_event_t *event, okv_hal_stream_t *stream) {
   OKV_HAL_CHECK(event, OKV_HAL_KIND_EVENT, "event");
@@ -61,12 +27,9 @@ okv_status_t okv_hal_event_query(okv_hal_event_t *event, bool *out_done) {
 
 okv_status_t okv_hal_event_wait(okv_hal_event_t *event) {
   OKV_HAL_CHECK(event, OKV_HAL_KIND_EVENT, "event");
-  if (okv_hal_fault_op(event->device, OKV_HAL_OP_EVENT_WAIT, OKV_TIER_COUNT, OKV_TIER_COUNT)) {
-    /* The wait itself completes (the event's error, if any, is consumed) but the call fails. */
-    okv_status_free(event->device->vtable->event_wait(event));
-    return okv_hal_fault_status(OKV_HAL_OP_EVENT_WAIT, OKV_TIER_COUNT, OKV_TIER_COUNT);
-  }
-  return event->device->vtable->event_wait(event);
+  /* Under an injected fault the wait itself completes (the event's error, if
+   * any, is consumed) but the call fails. */
+  OKV_HAL_FAULT_AFTER(event->device, OKV_HAL_OP_EVENT_WAIT, event->device->vtable->event_wait(event));
 }
 
 okv_status_t okv_hal_stream_wait_event(okv_hal_stream_t *stream, okv_hal_event_t *event) {

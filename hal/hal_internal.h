@@ -57,6 +57,65 @@ const char *okv_hal_kind_name(okv_hal_kind_t kind);
  * unless `obj` is a live object of `kind`. */
 #define OKV_HAL_CHECK(obj, kind, name) OKV_RETURN_IF_ERROR(okv_hal_check_live((obj), (kind), (name)))
 
+/* ---- Lifetime of HAL objects ---- */
+
+/* Defines okv_hal_<name>_retain and okv_hal_<name>_release for objects of
+ * `type` registered as `kind` (errors name the argument #name): references
+ * counted by the live-handle registry; the release that drops the last one
+ * calls destroy(obj), which frees the object and drops what it holds. */
+#define OKV_HAL_DEFINE_REFCOUNT(name, type, kind, destroy)                                          \
+  okv_status_t okv_hal_##name##_retain(type *obj) { return okv_hal_live_retain(obj, kind, #name); } \
+  okv_status_t okv_hal_##name##_release(type *obj) {                                                \
+    bool last = false;                                                                              \
+    OKV_RETURN_IF_ERROR(okv_hal_live_release(obj, kind, #name, &last));                             \
+    if (last) destroy(obj);                                                                         \
+    return OKV_OK;                                                                                  \
+  }
+
+/* After a backend create hook of `device` returned `s` and `obj` (a buffer,
+ * stream or event, #name): INTERNAL when it returned no object, else the
+ * object gets its device and is registered as `kind`; when that fails the
+ * backend's <name>_destroy hook frees it. `s` is updated. */
+#define OKV_HAL_ADOPT(s, obj, device, kind, name)                                                          \
+  do {                                                                                                     \
+    if ((s) == OKV_OK && !(obj)) (s) = okv_status_make(OKV_STATUS_INTERNAL, "backend returned no " #name); \
+    if ((s) == OKV_OK) {                                                                                   \
+      (obj)->device = (device);                                                                            \
+      (s) = okv_hal_resource_register(&(obj)->base, (kind));                                               \
+      if ((s) != OKV_OK) (device)->vtable->name##_destroy(obj);                                            \
+    }                                                                                                      \
+  } while (0)
+
+/* Defines the lifetime of a device's streams or events (name: stream or
+ * event, okv_hal_<name>_t): okv_hal_<name>_create (argument checks, the fault
+ * point `op`, the backend's <name>_create hook; the object holds a device
+ * reference) and okv_hal_<name>_retain / _release (the last release runs the
+ * backend's <name>_destroy hook, then drops the device reference). Needs
+ * hal_fault.h. */
+#define OKV_HAL_DEFINE_DEVICE_CHILD(name, kind, op)                                          \
+  static void okv_hal_##name##_destroy(okv_hal_##name##_t *obj) {                            \
+    okv_hal_device_t *dev = obj->device;                                                     \
+    dev->vtable->name##_destroy(obj);                                                        \
+    okv_status_free(okv_hal_device_release(dev));                                            \
+  }                                                                                          \
+  okv_status_t okv_hal_##name##_create(okv_hal_device_t *device, okv_hal_##name##_t **out) { \
+    if (!out) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "out_" #name ": NULL");    \
+    *out = NULL;                                                                             \
+    OKV_HAL_CHECK(device, OKV_HAL_KIND_DEVICE, "device");                                    \
+    OKV_HAL_FAULT_SYNC(device, (op), OKV_TIER_COUNT, OKV_TIER_COUNT);                        \
+    OKV_RETURN_IF_ERROR(okv_hal_device_retain(device));                                      \
+    okv_hal_##name##_t *obj = NULL;                                                          \
+    okv_status_t s = device->vtable->name##_create(device, &obj);                            \
+    OKV_HAL_ADOPT(s, obj, device, (kind), name);                                             \
+    if (s != OKV_OK) {                                                                       \
+      okv_status_free(okv_hal_device_release(device));                                       \
+      return s;                                                                              \
+    }                                                                                        \
+    *out = obj;                                                                              \
+    return OKV_OK;                                                                           \
+  }                                                                                          \
+  OKV_HAL_DEFINE_REFCOUNT(name, okv_hal_##name##_t, (kind), okv_hal_##name##_destroy)
+
 /* ---- Backends and devices (hal_backend_registry.c, hal_device.c) ---- */
 
 /* The backend named `name`: OKV_OK and *out_backend, or NOT_FOUND listing the

@@ -29,24 +29,34 @@ static void *arena_copy(clone_arena_t *ar, const void *src, size_t bytes) {
   return dst;
 }
 
-static okv_status_t arena_alloc(const okv_allocator_t *a, size_t bytes, const char *what, clone_arena_t *out) {
-  out->base = okv_malloc(a, bytes);
-  out->used = 0;
-  if (out->base == NULL)
-    return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host allocator: %zu bytes for a %s descriptor clone", bytes,
-                           what);
-  return OKV_OK;
+/* Starts the clone of descriptor `d` (desc_bytes) for `out`, `what` naming
+ * it: checks both, allocates the descriptor and array_bytes of host arrays
+ * after it, copies *d first. Returns the copy, or NULL with *st set. */
+static void *clone_start(const okv_allocator_t *a, const void *d, const void *out, size_t desc_bytes,
+                         size_t array_bytes, const char *what, clone_arena_t *ar, okv_status_t *st) {
+  if (d == NULL || out == NULL) {
+    *st = INVALID("okv_%s_desc_clone: desc or out is NULL", what);
+    return NULL;
+  }
+  const size_t bytes = round8(desc_bytes) + array_bytes;
+  ar->base = okv_malloc(a, bytes);
+  ar->used = 0;
+  if (ar->base == NULL) {
+    *st = okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host allocator: %zu bytes for a %s descriptor clone", bytes, what);
+    return NULL;
+  }
+  return arena_copy(ar, d, desc_bytes);
 }
 
 okv_status_t okv_attention_desc_clone(const okv_allocator_t *a, const okv_attention_desc_t *d,
                                       okv_attention_desc_t **out) {
-  if (d == NULL || out == NULL) return INVALID("okv_attention_desc_clone: desc or out is NULL");
-  size_t n_units = (size_t)d->n_seqs * d->n_kv_heads;
-  size_t n_ws = d->ws_offsets ? d->ws_offsets[n_units] : 0;
-  size_t bytes = round8(sizeof *d) + round8((n_units + 1) * 4u) + round8(n_ws * 4u) + round8(n_ws);
+  size_t n_units = d ? (size_t)d->n_seqs * d->n_kv_heads : 0;
+  size_t n_ws = d && d->ws_offsets ? d->ws_offsets[n_units] : 0;
   clone_arena_t ar;
-  OKV_RETURN_IF_ERROR(arena_alloc(a, bytes, "attention", &ar));
-  okv_attention_desc_t *c = arena_copy(&ar, d, sizeof *d);
+  okv_status_t st = OKV_OK;
+  okv_attention_desc_t *c = clone_start(
+      a, d, out, sizeof *d, round8((n_units + 1) * 4u) + round8(n_ws * 4u) + round8(n_ws), "attention", &ar, &st);
+  if (c == NULL) return st;
   c->ws_offsets = arena_copy(&ar, d->ws_offsets, (n_units + 1) * 4u);
   c->ws_slots = arena_copy(&ar, n_ws ? d->ws_slots : NULL, n_ws * 4u);
   c->ws_valid = arena_copy(&ar, n_ws ? d->ws_valid : NULL, n_ws);
@@ -57,12 +67,11 @@ okv_status_t okv_attention_desc_clone(const okv_allocator_t *a, const okv_attent
 void okv_attention_desc_free(const okv_allocator_t *a, okv_attention_desc_t *d) { okv_free(a, d); }
 
 okv_status_t okv_summary_desc_clone(const okv_allocator_t *a, const okv_summary_desc_t *d, okv_summary_desc_t **out) {
-  if (d == NULL || out == NULL) return INVALID("okv_summary_desc_clone: desc or out is NULL");
-  size_t n = d->n_blocks;
-  size_t bytes = round8(sizeof *d) + 2u * round8(n * 8u) + round8(n);
+  size_t n = d ? d->n_blocks : 0;
   clone_arena_t ar;
-  OKV_RETURN_IF_ERROR(arena_alloc(a, bytes, "summary", &ar));
-  okv_summary_desc_t *c = arena_copy(&ar, d, sizeof *d);
+  okv_status_t st = OKV_OK;
+  okv_summary_desc_t *c = clone_start(a, d, out, sizeof *d, 2u * round8(n * 8u) + round8(n), "summary", &ar, &st);
+  if (c == NULL) return st;
   c->block_index = arena_copy(&ar, n ? d->block_index : NULL, n * 8u);
   c->summary_index = arena_copy(&ar, n ? d->summary_index : NULL, n * 8u);
   c->valid = arena_copy(&ar, n ? d->valid : NULL, n);
@@ -73,12 +82,11 @@ okv_status_t okv_summary_desc_clone(const okv_allocator_t *a, const okv_summary_
 void okv_summary_desc_free(const okv_allocator_t *a, okv_summary_desc_t *d) { okv_free(a, d); }
 
 okv_status_t okv_score_desc_clone(const okv_allocator_t *a, const okv_score_desc_t *d, okv_score_desc_t **out) {
-  if (d == NULL || out == NULL) return INVALID("okv_score_desc_clone: desc or out is NULL");
-  size_t n = (size_t)d->n_seqs * d->n_kv_heads;
-  size_t bytes = round8(sizeof *d) + 2u * round8(n * 8u) + round8(n * 4u);
+  size_t n = d ? (size_t)d->n_seqs * d->n_kv_heads : 0;
   clone_arena_t ar;
-  OKV_RETURN_IF_ERROR(arena_alloc(a, bytes, "score", &ar));
-  okv_score_desc_t *c = arena_copy(&ar, d, sizeof *d);
+  okv_status_t st = OKV_OK;
+  okv_score_desc_t *c = clone_start(a, d, out, sizeof *d, 2u * round8(n * 8u) + round8(n * 4u), "score", &ar, &st);
+  if (c == NULL) return st;
   c->seg_summary_first = arena_copy(&ar, d->seg_summary_first, n * 8u);
   c->seg_score_first = arena_copy(&ar, d->seg_score_first, n * 8u);
   c->seg_n_blocks = arena_copy(&ar, d->seg_n_blocks, n * 4u);
@@ -89,13 +97,14 @@ okv_status_t okv_score_desc_clone(const okv_allocator_t *a, const okv_score_desc
 void okv_score_desc_free(const okv_allocator_t *a, okv_score_desc_t *d) { okv_free(a, d); }
 
 okv_status_t okv_topk_desc_clone(const okv_allocator_t *a, const okv_topk_desc_t *d, okv_topk_desc_t **out) {
-  if (d == NULL || out == NULL) return INVALID("okv_topk_desc_clone: desc or out is NULL");
-  size_t n = d->n_segments;
-  size_t n_excl = d->excl_offsets ? d->excl_offsets[n] : 0;
-  size_t bytes = round8(sizeof *d) + round8(n * 8u) + round8(n * 4u) + round8((n + 1) * 4u) + round8(n_excl * 4u);
+  size_t n = d ? d->n_segments : 0;
+  size_t n_excl = d && d->excl_offsets ? d->excl_offsets[n] : 0;
   clone_arena_t ar;
-  OKV_RETURN_IF_ERROR(arena_alloc(a, bytes, "topk", &ar));
-  okv_topk_desc_t *c = arena_copy(&ar, d, sizeof *d);
+  okv_status_t st = OKV_OK;
+  okv_topk_desc_t *c =
+      clone_start(a, d, out, sizeof *d, round8(n * 8u) + round8(n * 4u) + round8((n + 1) * 4u) + round8(n_excl * 4u),
+                  "topk", &ar, &st);
+  if (c == NULL) return st;
   c->seg_score_first = arena_copy(&ar, d->seg_score_first, n * 8u);
   c->seg_n = arena_copy(&ar, d->seg_n, n * 4u);
   c->excl_offsets = arena_copy(&ar, d->excl_offsets, (n + 1) * 4u);

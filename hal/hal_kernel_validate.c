@@ -12,6 +12,13 @@
 
 #define INVALID(...) okv_status_make(OKV_STATUS_INVALID_ARGUMENT, __VA_ARGS__)
 
+/* Returns INVALID_ARGUMENT "<fn>: <name> is NULL" from the calling validator
+ * (which names its entry point `fn`) when `ptr` is NULL. */
+#define REQUIRE_NONNULL(ptr, name)                                   \
+  do {                                                               \
+    if ((ptr) == NULL) return INVALID("%s: %s is NULL", fn, (name)); \
+  } while (0)
+
 /* a * b with overflow detection. */
 static bool mul_u64(uint64_t a, uint64_t b, uint64_t *out) { return !__builtin_mul_overflow(a, b, out); }
 
@@ -19,6 +26,13 @@ static okv_status_t check_stream(const okv_hal_stream_t *stream, const char *fn)
   okv_status_t s = okv_hal_check_live(stream, OKV_HAL_KIND_STREAM, "stream");
   if (s != OKV_OK) return okv_status_annotate(s, "%s", fn);
   if (stream->device == NULL || stream->device->vtable == NULL) return INVALID("%s: stream has no device", fn);
+  return OKV_OK;
+}
+
+/* The stream of entry point `fn` and its descriptor (not NULL). */
+static okv_status_t check_call(const okv_hal_stream_t *stream, const void *desc, const char *fn) {
+  OKV_RETURN_IF_ERROR(check_stream(stream, fn));
+  REQUIRE_NONNULL(desc, "desc");
   return OKV_OK;
 }
 
@@ -53,6 +67,17 @@ static okv_status_t check_dtype(okv_dtype_t dtype, const char *fn) {
   return OKV_OK;
 }
 
+/* The shape fields attention and scoring share. */
+static okv_status_t check_shape(uint32_t n_seqs, uint32_t n_kv_heads, uint32_t group_size, uint32_t head_dim,
+                                uint32_t n_query_tokens, const char *fn) {
+  if (n_seqs < 1) return INVALID("%s: n_seqs is 0", fn);
+  if (n_kv_heads < 1) return INVALID("%s: n_kv_heads is 0", fn);
+  if (group_size < 1) return INVALID("%s: group_size is 0", fn);
+  OKV_RETURN_IF_ERROR(check_head_dim(head_dim, fn));
+  if (n_query_tokens < 1 || n_query_tokens > 4) return INVALID("%s: n_query_tokens %u not in 1..4", fn, n_query_tokens);
+  return OKV_OK;
+}
+
 /* Checks a CSR offsets array of n + 1 entries: [0] == 0, monotone. */
 static okv_status_t check_csr(const uint32_t *offsets, uint64_t n, const char *fn, const char *name) {
   if (offsets == NULL) return INVALID("%s: %s is NULL", fn, name);
@@ -68,14 +93,8 @@ static okv_status_t check_csr(const uint32_t *offsets, uint64_t n, const char *f
 
 okv_status_t okv_hal_validate_attention(const okv_hal_stream_t *stream, const okv_attention_desc_t *d) {
   static const char fn[] = "okv_hal_attention_async";
-  OKV_RETURN_IF_ERROR(check_stream(stream, fn));
-  if (d == NULL) return INVALID("%s: desc is NULL", fn);
-  if (d->n_seqs < 1) return INVALID("%s: n_seqs is 0", fn);
-  if (d->n_kv_heads < 1) return INVALID("%s: n_kv_heads is 0", fn);
-  if (d->group_size < 1) return INVALID("%s: group_size is 0", fn);
-  OKV_RETURN_IF_ERROR(check_head_dim(d->head_dim, fn));
-  if (d->n_query_tokens < 1 || d->n_query_tokens > 4)
-    return INVALID("%s: n_query_tokens %u not in 1..4", fn, d->n_query_tokens);
+  OKV_RETURN_IF_ERROR(check_call(stream, d, fn));
+  OKV_RETURN_IF_ERROR(check_shape(d->n_seqs, d->n_kv_heads, d->group_size, d->head_dim, d->n_query_tokens, fn));
   OKV_RETURN_IF_ERROR(check_dtype(d->kv_dtype, fn));
   if (d->n_inflight > d->n_query_tokens)
     return INVALID("%s: n_inflight %u exceeds n_query_tokens %u", fn, d->n_inflight, d->n_query_tokens);
@@ -91,7 +110,7 @@ okv_status_t okv_hal_validate_attention(const okv_hal_stream_t *stream, const ok
 
   /* Slot pool. */
   uint64_t slot_bytes = okv_block_bytes(d->kv_dtype, d->head_dim), pool_bytes;
-  if (d->kv_pool == NULL) return INVALID("%s: kv_pool is NULL", fn);
+  REQUIRE_NONNULL(d->kv_pool, "kv_pool");
   if (!mul_u64(d->n_slots, slot_bytes, &pool_bytes))
     return INVALID("%s: n_slots %llu * slot bytes overflows", fn, (unsigned long long)d->n_slots);
   OKV_RETURN_IF_ERROR(check_range(stream, d->kv_pool, 0, pool_bytes, false, fn, "kv_pool (n_slots slots)"));
@@ -100,8 +119,8 @@ okv_status_t okv_hal_validate_attention(const okv_hal_stream_t *stream, const ok
   OKV_RETURN_IF_ERROR(check_csr(d->ws_offsets, n_units, fn, "ws_offsets"));
   uint64_t n_ws = d->ws_offsets[n_units];
   if (n_ws > 0) {
-    if (d->ws_slots == NULL) return INVALID("%s: ws_slots is NULL", fn);
-    if (d->ws_valid == NULL) return INVALID("%s: ws_valid is NULL", fn);
+    REQUIRE_NONNULL(d->ws_slots, "ws_slots");
+    REQUIRE_NONNULL(d->ws_valid, "ws_valid");
     for (uint64_t i = 0; i < n_ws; i++) {
       if (d->ws_slots[i] >= d->n_slots)
         return INVALID("%s: ws_slots[%llu] = %u is not < n_slots %llu", fn, (unsigned long long)i, d->ws_slots[i],
@@ -133,16 +152,15 @@ okv_status_t okv_hal_validate_attention(const okv_hal_stream_t *stream, const ok
 
 okv_status_t okv_hal_validate_summary(const okv_hal_stream_t *stream, const okv_summary_desc_t *d) {
   static const char fn[] = "okv_hal_summarize_blocks_async";
-  OKV_RETURN_IF_ERROR(check_stream(stream, fn));
-  if (d == NULL) return INVALID("%s: desc is NULL", fn);
+  OKV_RETURN_IF_ERROR(check_call(stream, d, fn));
   OKV_RETURN_IF_ERROR(check_head_dim(d->head_dim, fn));
   OKV_RETURN_IF_ERROR(check_dtype(d->kv_dtype, fn));
   OKV_RETURN_IF_ERROR(check_range(stream, d->kv, 0, 0, false, fn, "kv"));
   OKV_RETURN_IF_ERROR(check_range(stream, d->summaries, 0, 0, false, fn, "summaries"));
   if (d->n_blocks == 0) return OKV_OK;
-  if (d->block_index == NULL) return INVALID("%s: block_index is NULL", fn);
-  if (d->valid == NULL) return INVALID("%s: valid is NULL", fn);
-  if (d->summary_index == NULL) return INVALID("%s: summary_index is NULL", fn);
+  REQUIRE_NONNULL(d->block_index, "block_index");
+  REQUIRE_NONNULL(d->valid, "valid");
+  REQUIRE_NONNULL(d->summary_index, "summary_index");
   uint64_t n_kv_blocks = items_in(d->kv, okv_block_bytes(d->kv_dtype, d->head_dim));
   uint64_t n_summaries = items_in(d->summaries, okv_summary_bytes(d->head_dim));
   for (uint32_t i = 0; i < d->n_blocks; i++) {
@@ -167,9 +185,9 @@ okv_status_t okv_hal_validate_summary_append(const okv_hal_stream_t *stream, con
   OKV_RETURN_IF_ERROR(check_dtype(kv_dtype, fn));
   OKV_RETURN_IF_ERROR(check_range(stream, summaries, 0, 0, false, fn, "summaries"));
   if (n == 0) return OKV_OK;
-  if (summary_index == NULL) return INVALID("%s: summary_index is NULL", fn);
-  if (keys == NULL) return INVALID("%s: keys is NULL", fn);
-  if (first == NULL) return INVALID("%s: first is NULL", fn);
+  REQUIRE_NONNULL(summary_index, "summary_index");
+  REQUIRE_NONNULL(keys, "keys");
+  REQUIRE_NONNULL(first, "first");
   uint64_t n_summaries = items_in(summaries, okv_summary_bytes(head_dim));
   for (uint32_t i = 0; i < n; i++)
     if (summary_index[i] >= n_summaries)
@@ -182,14 +200,8 @@ okv_status_t okv_hal_validate_summary_append(const okv_hal_stream_t *stream, con
 
 okv_status_t okv_hal_validate_score(const okv_hal_stream_t *stream, const okv_score_desc_t *d) {
   static const char fn[] = "okv_hal_score_blocks_async";
-  OKV_RETURN_IF_ERROR(check_stream(stream, fn));
-  if (d == NULL) return INVALID("%s: desc is NULL", fn);
-  if (d->n_seqs < 1) return INVALID("%s: n_seqs is 0", fn);
-  if (d->n_kv_heads < 1) return INVALID("%s: n_kv_heads is 0", fn);
-  if (d->group_size < 1) return INVALID("%s: group_size is 0", fn);
-  OKV_RETURN_IF_ERROR(check_head_dim(d->head_dim, fn));
-  if (d->n_query_tokens < 1 || d->n_query_tokens > 4)
-    return INVALID("%s: n_query_tokens %u not in 1..4", fn, d->n_query_tokens);
+  OKV_RETURN_IF_ERROR(check_call(stream, d, fn));
+  OKV_RETURN_IF_ERROR(check_shape(d->n_seqs, d->n_kv_heads, d->group_size, d->head_dim, d->n_query_tokens, fn));
   if (!(d->t_begin < d->t_end && d->t_end <= d->n_query_tokens))
     return INVALID("%s: [t_begin %u, t_end %u) is not a non-empty range within n_query_tokens %u", fn, d->t_begin,
                    d->t_end, d->n_query_tokens);
@@ -203,9 +215,9 @@ okv_status_t okv_hal_validate_score(const okv_hal_stream_t *stream, const okv_sc
   OKV_RETURN_IF_ERROR(check_range(stream, d->q, d->q_offset, q_bytes, true, fn, "q"));
   OKV_RETURN_IF_ERROR(check_range(stream, d->summaries, 0, 0, false, fn, "summaries"));
   OKV_RETURN_IF_ERROR(check_range(stream, d->scores, 0, 0, false, fn, "scores"));
-  if (d->seg_summary_first == NULL) return INVALID("%s: seg_summary_first is NULL", fn);
-  if (d->seg_n_blocks == NULL) return INVALID("%s: seg_n_blocks is NULL", fn);
-  if (d->seg_score_first == NULL) return INVALID("%s: seg_score_first is NULL", fn);
+  REQUIRE_NONNULL(d->seg_summary_first, "seg_summary_first");
+  REQUIRE_NONNULL(d->seg_n_blocks, "seg_n_blocks");
+  REQUIRE_NONNULL(d->seg_score_first, "seg_score_first");
   uint64_t n_summaries = items_in(d->summaries, okv_summary_bytes(d->head_dim));
   uint64_t n_scores = items_in(d->scores, 4u);
   for (uint64_t u = 0; u < n_units; u++) {
@@ -226,13 +238,12 @@ okv_status_t okv_hal_validate_score(const okv_hal_stream_t *stream, const okv_sc
 
 okv_status_t okv_hal_validate_topk(const okv_hal_stream_t *stream, const okv_topk_desc_t *d) {
   static const char fn[] = "okv_hal_topk_async";
-  OKV_RETURN_IF_ERROR(check_stream(stream, fn));
-  if (d == NULL) return INVALID("%s: desc is NULL", fn);
+  OKV_RETURN_IF_ERROR(check_call(stream, d, fn));
   if (d->n_segments < 1) return INVALID("%s: n_segments is 0", fn);
   if (d->k < 1 || d->k > OKV_TOPK_MAX) return INVALID("%s: k %u not in 1..%u", fn, d->k, OKV_TOPK_MAX);
   OKV_RETURN_IF_ERROR(check_range(stream, d->scores, 0, 0, false, fn, "scores"));
-  if (d->seg_score_first == NULL) return INVALID("%s: seg_score_first is NULL", fn);
-  if (d->seg_n == NULL) return INVALID("%s: seg_n is NULL", fn);
+  REQUIRE_NONNULL(d->seg_score_first, "seg_score_first");
+  REQUIRE_NONNULL(d->seg_n, "seg_n");
   uint64_t n_scores = items_in(d->scores, 4u);
   for (uint32_t u = 0; u < d->n_segments; u++) {
     uint64_t n = d->seg_n[u];

@@ -23,21 +23,26 @@ static okv_status_t unimplemented(const okv_hal_stream_t *stream, const char *wh
                          what);
 }
 
+/* Returns from the calling entry point (validation passed): UNAVAILABLE when
+ * the backend lacks kernel `hook`; an injected kernel fault enqueued instead
+ * of the kernel; else the backend's hook(stream, ...). */
+#define DISPATCH_KERNEL(stream, hook, ...)                                                     \
+  do {                                                                                         \
+    if ((stream)->device->vtable->hook == NULL) return unimplemented((stream), #hook);         \
+    if (okv_hal_fault_op((stream)->device, OKV_HAL_OP_KERNEL, OKV_TIER_COUNT, OKV_TIER_COUNT)) \
+      return kernel_fault((stream), #hook);                                                    \
+    return (stream)->device->vtable->hook((stream), __VA_ARGS__);                              \
+  } while (0)
+
 okv_status_t okv_hal_attention_async(okv_hal_stream_t *stream, const okv_attention_desc_t *desc) {
   OKV_RETURN_IF_ERROR(okv_hal_validate_attention(stream, desc));
-  if (stream->device->vtable->attention == NULL) return unimplemented(stream, "attention");
-  if (okv_hal_fault_op(stream->device, OKV_HAL_OP_KERNEL, OKV_TIER_COUNT, OKV_TIER_COUNT))
-    return kernel_fault(stream, "attention");
-  return stream->device->vtable->attention(stream, desc);
+  DISPATCH_KERNEL(stream, attention, desc);
 }
 
 okv_status_t okv_hal_summarize_blocks_async(okv_hal_stream_t *stream, const okv_summary_desc_t *desc) {
   OKV_RETURN_IF_ERROR(okv_hal_validate_summary(stream, desc));
   if (desc->n_blocks == 0) return OKV_OK;
-  if (stream->device->vtable->summarize_blocks == NULL) return unimplemented(stream, "summarize_blocks");
-  if (okv_hal_fault_op(stream->device, OKV_HAL_OP_KERNEL, OKV_TIER_COUNT, OKV_TIER_COUNT))
-    return kernel_fault(stream, "summarize_blocks");
-  return stream->device->vtable->summarize_blocks(stream, desc);
+  DISPATCH_KERNEL(stream, summarize_blocks, desc);
 }
 
 okv_status_t okv_hal_summary_append_async(okv_hal_stream_t *stream, okv_hal_buffer_t *summaries, uint32_t head_dim,
@@ -46,24 +51,15 @@ okv_status_t okv_hal_summary_append_async(okv_hal_stream_t *stream, okv_hal_buff
   OKV_RETURN_IF_ERROR(
       okv_hal_validate_summary_append(stream, summaries, head_dim, kv_dtype, n, summary_index, keys, first));
   if (n == 0) return OKV_OK;
-  if (stream->device->vtable->summary_append == NULL) return unimplemented(stream, "summary_append");
-  if (okv_hal_fault_op(stream->device, OKV_HAL_OP_KERNEL, OKV_TIER_COUNT, OKV_TIER_COUNT))
-    return kernel_fault(stream, "summary_append");
-  return stream->device->vtable->summary_append(stream, summaries, head_dim, kv_dtype, n, summary_index, keys, first);
+  DISPATCH_KERNEL(stream, summary_append, summaries, head_dim, kv_dtype, n, summary_index, keys, first);
 }
 
 okv_status_t okv_hal_score_blocks_async(okv_hal_stream_t *stream, const okv_score_desc_t *desc) {
   OKV_RETURN_IF_ERROR(okv_hal_validate_score(stream, desc));
-  if (stream->device->vtable->score_blocks == NULL) return unimplemented(stream, "score_blocks");
-  if (okv_hal_fault_op(stream->device, OKV_HAL_OP_KERNEL, OKV_TIER_COUNT, OKV_TIER_COUNT))
-    return kernel_fault(stream, "score_blocks");
-  return stream->device->vtable->score_blocks(stream, desc);
+  DISPATCH_KERNEL(stream, score_blocks, desc);
 }
 
 okv_status_t okv_hal_topk_async(okv_hal_stream_t *stream, const okv_topk_desc_t *desc) {
   OKV_RETURN_IF_ERROR(okv_hal_validate_topk(stream, desc));
-  if (stream->device->vtable->topk == NULL) return unimplemented(stream, "topk");
-  if (okv_hal_fault_op(stream->device, OKV_HAL_OP_KERNEL, OKV_TIER_COUNT, OKV_TIER_COUNT))
-    return kernel_fault(stream, "topk");
-  return stream->device->vtable->topk(stream, desc);
+  DISPATCH_KERNEL(stream, topk, desc);
 }

@@ -121,10 +121,11 @@ typedef struct okv_gpu_topk_args_t {
 /* ---- Layout pins ----
  * Host (C11) and kernels (CUDA / HIP C++, and the CPU emulator) compile these
  * structs separately and must agree byte for byte. The expected size and
- * field offsets are written once, here; backends/gpu/gpu_launch.c expands the
- * table with _Static_assert and kernels/okv_kernels.cu with static_assert, so
- * a field added, moved or retyped on one side, or a compiler laying a struct
- * out differently, fails the build instead of corrupting a launch.
+ * field offsets are written once, here; backends/gpu/gpu_launch.c and
+ * kernels/okv_kernels.cu both expand the table as static assertions
+ * (OKV_GPU_ARGS_PIN_LAYOUT below), so a field added, moved or retyped on one
+ * side, or a compiler laying a struct out differently, fails the build
+ * instead of corrupting a launch.
  * OKV_GPU_ARGS_LAYOUT(SIZE, FIELD): SIZE(type, bytes), FIELD(type, field, offset). */
 #define OKV_GPU_ARGS_LAYOUT(SIZE, FIELD)              \
   SIZE(okv_block_copy_t, 16)                          \
@@ -199,5 +200,19 @@ typedef struct okv_gpu_topk_args_t {
   FIELD(okv_gpu_topk_args_t, out_counts, 48)          \
   FIELD(okv_gpu_topk_args_t, n_segments, 56)          \
   FIELD(okv_gpu_topk_args_t, k, 60)
+
+/* The table as static assertions (C11 _Static_assert on the host, C++
+ * static_assert in the kernels and the emulator); expanded once per side. */
+#ifdef __cplusplus
+#define OKV_GPU_STATIC_ASSERT static_assert
+#else
+#define OKV_GPU_STATIC_ASSERT _Static_assert
+#endif
+#define OKV_GPU_PIN_SIZE(type, bytes) \
+  OKV_GPU_STATIC_ASSERT(sizeof(type) == (bytes), "size of " #type " differs from kernels/okv_gpu_args.h");
+#define OKV_GPU_PIN_FIELD(type, field, offset)             \
+  OKV_GPU_STATIC_ASSERT(offsetof(type, field) == (offset), \
+                        "offset of " #type "." #field " differs from kernels/okv_gpu_args.h");
+#define OKV_GPU_ARGS_PIN_LAYOUT() OKV_GPU_ARGS_LAYOUT(OKV_GPU_PIN_SIZE, OKV_GPU_PIN_FIELD)
 
 #endif /* OASISKV_GPU_ARGS_H */

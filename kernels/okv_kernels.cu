@@ -10,15 +10,8 @@
 #include "okv_gpu_args.h"
 
 // The device side of the layout pins of okv_gpu_args.h (the host checks the
-// same table with _Static_assert in backends/gpu/gpu_launch.c).
-#define OKV_GPU_PIN_SIZE(type, bytes) \
-  static_assert(sizeof(type) == (bytes), "device size of " #type " differs from kernels/okv_gpu_args.h");
-#define OKV_GPU_PIN_FIELD(type, field, offset)     \
-  static_assert(offsetof(type, field) == (offset), \
-                "device offset of " #type "." #field " differs from kernels/okv_gpu_args.h");
-OKV_GPU_ARGS_LAYOUT(OKV_GPU_PIN_SIZE, OKV_GPU_PIN_FIELD)
-#undef OKV_GPU_PIN_SIZE
-#undef OKV_GPU_PIN_FIELD
+// same table in backends/gpu/gpu_launch.c).
+OKV_GPU_ARGS_PIN_LAYOUT()
 
 #define OKV_NEG_INF (-__int_as_float(0x7f800000))
 #define OKV_POS_INF (__int_as_float(0x7f800000))

@@ -2,10 +2,32 @@
 #ifndef OASISKV_TOOLS_CLI_H
 #define OASISKV_TOOLS_CLI_H
 
+#include <stdint.h>
+#include <time.h>
+
 int okv_cli_info(int argc, char **argv);          /* tools/cli_info.c */
 int okv_cli_bench_kernels(int argc, char **argv); /* bench/bench_kernels.c */
 int okv_cli_bench_runtime(int argc, char **argv); /* bench/bench_runtime.c */
 int okv_cli_eval(int argc, char **argv);          /* tools/cli_eval.c */
 int okv_cli_generate(int argc, char **argv);      /* tools/cli_generate.c */
+
+/* Helpers the subcommands share. */
+
+/* Seconds on the monotonic clock. */
+static inline double okv_cli_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* xorshift64* step of the state *s (which must not be 0). */
+static inline uint64_t okv_cli_rng_next(uint64_t *s) {
+  uint64_t x = *s;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  *s = x;
+  return x * 0x2545F4914F6CDD1Dull;
+}
 
 #endif

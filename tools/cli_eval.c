@@ -265,50 +265,25 @@ int okv_cli_eval(int argc, char **argv) {
   for (int i = 1; i < argc; ++i) {
     const char *v = NULL;
     int r;
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
-      return 0;
-    }
+    OKV_CLI_OPT_HELP(usage(stdout))
     if (!strcmp(argv[i], "--sweep")) {
       sweep = true;
       continue;
     }
-#define OPT(name, var)                                          \
-  if ((r = okv_cli_opt_value(argc, argv, &i, name, &v)) != 0) { \
-    if (r < 0) return 2;                                        \
-    var = v;                                                    \
-    continue;                                                   \
-  }
-    OPT("--model", model_flag)
-    OPT("--tokenizer", tok_flag)
-    OPT("--text", text_flag)
-    OPT("--json", json_path)
-    OPT("--csv", csv_path)
-    OPT("--plot", plot_path)
-    OPT("--device", device)
-    OPT("--mode", mode_s)
-    OPT("--drafter", drafter_s)
-#undef OPT
-    if ((r = okv_cli_opt_value(argc, argv, &i, "--offset", &v)) != 0) {
-      if (r < 0 || !okv_cli_parse_u64(CMD, "--offset", v, &offset)) return 2;
-      continue;
-    }
-    if ((r = okv_cli_opt_value(argc, argv, &i, "--bytes", &v)) != 0) {
-      if (r < 0 || !okv_cli_parse_u32(CMD, "--bytes", v, 1, 1u << 24, &bytes)) return 2;
-      continue;
-    }
-    if ((r = okv_cli_opt_value(argc, argv, &i, "--windows", &v)) != 0) {
-      if (r < 0 || !okv_cli_parse_u32(CMD, "--windows", v, 1, 1024, &n_windows)) return 2;
-      continue;
-    }
-    if ((r = okv_cli_opt_value(argc, argv, &i, "--budget", &v)) != 0) {
-      if (r < 0 || !okv_cli_parse_u32(CMD, "--budget", v, 1, OKV_TOPK_MAX, &budget)) return 2;
-      continue;
-    }
-    if ((r = okv_cli_opt_value(argc, argv, &i, "--fetch-ratio", &v)) != 0) {
-      if (r < 0 || !okv_cli_parse_fetch_ratio(CMD, v, &fetch_ratio)) return 2;
-      continue;
-    }
+    OKV_CLI_OPT_STRING("--model", model_flag)
+    OKV_CLI_OPT_STRING("--tokenizer", tok_flag)
+    OKV_CLI_OPT_STRING("--text", text_flag)
+    OKV_CLI_OPT_STRING("--json", json_path)
+    OKV_CLI_OPT_STRING("--csv", csv_path)
+    OKV_CLI_OPT_STRING("--plot", plot_path)
+    OKV_CLI_OPT_STRING("--device", device)
+    OKV_CLI_OPT_STRING("--mode", mode_s)
+    OKV_CLI_OPT_STRING("--drafter", drafter_s)
+    OKV_CLI_OPT_PARSED("--offset", okv_cli_parse_u64(CMD, "--offset", v, &offset))
+    OKV_CLI_OPT_PARSED("--bytes", okv_cli_parse_u32(CMD, "--bytes", v, 1, 1u << 24, &bytes))
+    OKV_CLI_OPT_PARSED("--windows", okv_cli_parse_u32(CMD, "--windows", v, 1, 1024, &n_windows))
+    OKV_CLI_OPT_PARSED("--budget", okv_cli_parse_u32(CMD, "--budget", v, 1, OKV_TOPK_MAX, &budget))
+    OKV_CLI_OPT_PARSED("--fetch-ratio", okv_cli_parse_fetch_ratio(CMD, v, &fetch_ratio))
     fprintf(stderr, CMD ": unknown option '%s' (see --help)\n", argv[i]);
     return 2;
   }

@@ -32,22 +32,13 @@ static void usage(FILE *f) {
           "are not printed), one stats line to stderr.\n");
 }
 
-static uint64_t rng_next(uint64_t *s) {
-  uint64_t x = *s;
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  *s = x;
-  return x * 0x2545F4914F6CDD1Dull;
-}
-
 static uint32_t sample(const float *logits, uint32_t n, double temperature, uint64_t *rng, double *probs) {
   if (temperature <= 0.0) return okv_logits_argmax(logits, n);
   double mx = logits[0];
   for (uint32_t i = 1; i < n; ++i) mx = logits[i] > mx ? logits[i] : mx;
   double z = 0.0;
   for (uint32_t i = 0; i < n; ++i) z += (probs[i] = exp(((double)logits[i] - mx) / temperature));
-  double u = (double)(rng_next(rng) >> 11) * 0x1.0p-53 * z, c = 0.0;
+  double u = (double)(okv_cli_rng_next(rng) >> 11) * 0x1.0p-53 * z, c = 0.0;
   for (uint32_t i = 0; i < n; ++i) {
     c += probs[i];
     if (u < c) return i;
@@ -55,10 +46,14 @@ static uint32_t sample(const float *logits, uint32_t n, double temperature, uint
   return n - 1;
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+/* --temperature: a number >= 0. */
+static bool parse_temperature(const char *v, double *out) {
+  if (!okv_cli_parse_double(CMD, "--temperature", v, out)) return false;
+  if (*out < 0.0) {
+    fprintf(stderr, CMD ": --temperature must be >= 0, got %s\n", v);
+    return false;
+  }
+  return true;
 }
 
 int okv_cli_generate(int argc, char **argv) {
@@ -70,47 +65,18 @@ int okv_cli_generate(int argc, char **argv) {
   for (int i = 1; i < argc; ++i) {
     const char *v = NULL;
     int r;
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
-      return 0;
-    }
-#define OPT(name, var)                                          \
-  if ((r = okv_cli_opt_value(argc, argv, &i, name, &v)) != 0) { \
-    if (r < 0) return 2;                                        \
-    var = v;                                                    \
-    continue;                                                   \
-  }
-    OPT("--model", model_flag)
-    OPT("--tokenizer", tok_flag)
-    OPT("--prompt", prompt)
-    OPT("--device", device)
-    OPT("--mode", mode_s)
-    OPT("--drafter", drafter_s)
-#undef OPT
-    if ((r = okv_cli_opt_value(argc, argv, &i, "--steps", &v)) != 0) {
-      if (r < 0 || !okv_cli_parse_u32(CMD, "--steps", v, 1, 1u << 24, &steps)) return 2;
-      continue;
-    }
-    if ((r = okv_cli_opt_value(argc, argv, &i, "--budget", &v)) != 0) {
-      if (r < 0 || !okv_cli_parse_u32(CMD, "--budget", v, 1, OKV_TOPK_MAX, &budget)) return 2;
-      continue;
-    }
-    if ((r = okv_cli_opt_value(argc, argv, &i, "--seed", &v)) != 0) {
-      if (r < 0 || !okv_cli_parse_u64(CMD, "--seed", v, &seed)) return 2;
-      continue;
-    }
-    if ((r = okv_cli_opt_value(argc, argv, &i, "--temperature", &v)) != 0) {
-      if (r < 0 || !okv_cli_parse_double(CMD, "--temperature", v, &temperature)) return 2;
-      if (temperature < 0.0) {
-        fprintf(stderr, CMD ": --temperature must be >= 0, got %s\n", v);
-        return 2;
-      }
-      continue;
-    }
-    if ((r = okv_cli_opt_value(argc, argv, &i, "--fetch-ratio", &v)) != 0) {
-      if (r < 0 || !okv_cli_parse_fetch_ratio(CMD, v, &fetch_ratio)) return 2;
-      continue;
-    }
+    OKV_CLI_OPT_HELP(usage(stdout))
+    OKV_CLI_OPT_STRING("--model", model_flag)
+    OKV_CLI_OPT_STRING("--tokenizer", tok_flag)
+    OKV_CLI_OPT_STRING("--prompt", prompt)
+    OKV_CLI_OPT_STRING("--device", device)
+    OKV_CLI_OPT_STRING("--mode", mode_s)
+    OKV_CLI_OPT_STRING("--drafter", drafter_s)
+    OKV_CLI_OPT_PARSED("--steps", okv_cli_parse_u32(CMD, "--steps", v, 1, 1u << 24, &steps))
+    OKV_CLI_OPT_PARSED("--budget", okv_cli_parse_u32(CMD, "--budget", v, 1, OKV_TOPK_MAX, &budget))
+    OKV_CLI_OPT_PARSED("--seed", okv_cli_parse_u64(CMD, "--seed", v, &seed))
+    OKV_CLI_OPT_PARSED("--temperature", parse_temperature(v, &temperature))
+    OKV_CLI_OPT_PARSED("--fetch-ratio", okv_cli_parse_fetch_ratio(CMD, v, &fetch_ratio))
     fprintf(stderr, CMD ": unknown option '%s' (see --help)\n", argv[i]);
     return 2;
   }
@@ -159,20 +125,7 @@ int okv_cli_generate(int argc, char **argv) {
   if (steps < n_prompt) steps = (uint32_t)n_prompt;
 
   okv_runtime_config_t rc_cfg;
-  okv_runtime_config_init(&rc_cfg);
-  rc_cfg.n_layers = mc->n_layers;
-  rc_cfg.n_q_heads = mc->n_q_heads;
-  rc_cfg.n_kv_heads = mc->n_kv_heads;
-  rc_cfg.head_dim = mc->head_dim;
-  rc_cfg.kv_dtype = OKV_DTYPE_F32;
-  rc_cfg.block_tokens = OKV_BLOCK_TOKENS;
-  rc_cfg.mode = mode;
-  uint32_t ctx_blocks = (mc->seq_len + OKV_BLOCK_TOKENS - 1) / OKV_BLOCK_TOKENS;
-  rc_cfg.budget_blocks = mode == OKV_MODE_DENSE ? ctx_blocks : budget;
-  rc_cfg.dense_threshold_blocks = rc_cfg.budget_blocks;
-  rc_cfg.fetch_ratio = fetch_ratio;
-  rc_cfg.max_seqs = 1;
-  rc_cfg.max_context_tokens = ctx_blocks * OKV_BLOCK_TOKENS;
+  okv_cli_runtime_config(mc, mode, budget, fetch_ratio, 1, &rc_cfg);
   s = okv_runtime_create(cm.device, &rc_cfg, NULL, &rt);
   if (!s) s = okv_engine_create(cm.model, rt, 1, drafter != OKV_DRAFTER_NONE ? 1 : 0, NULL, &eng);
   if (!s) {
@@ -184,7 +137,7 @@ int okv_cli_generate(int argc, char **argv) {
     goto done;
   }
   uint64_t rng = seed ? seed : 0x9E3779B97F4A7C15ull;
-  double t0 = now_s();
+  double t0 = okv_cli_now_s();
   uint32_t n_tokens = (uint32_t)n_prompt, n_steps = 0;
   okv_cli_text_filter_t shown;
   okv_cli_text_filter_init(&shown);
@@ -217,7 +170,7 @@ int okv_cli_generate(int argc, char **argv) {
     fflush(stdout);
   }
   okv_cli_text_filter_finish(&shown);
-  double elapsed = now_s() - t0;
+  double elapsed = okv_cli_now_s() - t0;
   fputc('\n', stdout);
   fflush(stdout);
   if (s) {

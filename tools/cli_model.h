@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "oasiskv/oasiskv.h"
 #include "model/model.h"
@@ -15,6 +16,24 @@
  * value and sets *out_value. Returns 1 on a match, 0 if argv[*i] is another
  * option, -1 (after printing an error) when the value is missing. */
 int okv_cli_opt_value(int argc, char **argv, int *i, const char *name, const char **out_value);
+
+/* Options of a command's argv loop, whose locals are argc, argv, the index i,
+ * the value v and the match r (see okv_cli_opt_value): "--name VALUE" is
+ * parsed by `parsed` (an expression on v that stores the value and is false,
+ * after printing, on a bad one), then the loop continues; a missing or bad
+ * value makes the command return 2. OKV_CLI_OPT_STRING stores v as is. */
+#define OKV_CLI_OPT_PARSED(name, parsed)                          \
+  if ((r = okv_cli_opt_value(argc, argv, &i, (name), &v)) != 0) { \
+    if (r < 0 || !(parsed)) return 2;                             \
+    continue;                                                     \
+  }
+#define OKV_CLI_OPT_STRING(name, var) OKV_CLI_OPT_PARSED(name, ((var) = v, true))
+/* --help or -h: `show` (printing the usage), then the command returns 0. */
+#define OKV_CLI_OPT_HELP(show)                                \
+  if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { \
+    show;                                                     \
+    return 0;                                                 \
+  }
 
 /* Strict number parsers: the whole string must be a number in [lo, hi].
  * Print "<cmd>: <flag> ..." to stderr and return false on error. */
@@ -29,6 +48,14 @@ bool okv_cli_parse_fetch_ratio(const char *cmd, const char *s, double *out);
 bool okv_cli_parse_mode(const char *cmd, const char *s, okv_mode_t *out);
 /* --device: cpu, cuda or hip (whether compiled in is checked at creation). */
 bool okv_cli_parse_device(const char *cmd, const char *s);
+
+/* The runtime config of a model (okv_runtime_config_init's defaults
+ * otherwise): its shape, f32 K/V in blocks of OKV_BLOCK_TOKENS, `mode` with a
+ * working set of `budget` blocks (the whole context for dense, which keeps
+ * everything resident) and `fetch_ratio`, room for max_seqs sequences of the
+ * model's whole context. */
+void okv_cli_runtime_config(const okv_model_config_t *mc, okv_mode_t mode, uint32_t budget, double fetch_ratio,
+                            uint32_t max_seqs, okv_runtime_config_t *out);
 
 /* Name of a mode (no dependency on the runtime's table). */
 const char *okv_cli_mode_name(okv_mode_t mode);

@@ -70,7 +70,7 @@ struct okv_cpu_op_t {
   char message[256];
   /* KERNEL */
   void (*run)(okv_cpu_op_t *op, int n_threads);
-  void (*free_payload)(const okv_allocator_t *a, okv_cpu_op_t *op);
+  void (*free_payload)(const okv_allocator_t *a, void *payload);
   void *payload;   /* cloned descriptor */
   void *arrays[3]; /* owned host arrays (summary append) */
   uint32_t head_dim, n;
@@ -362,7 +362,7 @@ static void *okv_cpu_stream_main(void *arg) {
 static void okv_cpu_op_free(const okv_allocator_t *a, okv_cpu_op_t *op) {
   for (int i = 0; i < op->n_bufs; ++i) okv_status_free(okv_hal_buffer_release(op->bufs[i]));
   if (op->event) okv_status_free(okv_hal_event_release(op->event));
-  if (op->free_payload) op->free_payload(a, op);
+  if (op->free_payload) op->free_payload(a, op->payload);
   for (int i = 0; i < 3; ++i) okv_free(a, op->arrays[i]);
   okv_free(a, op->pairs);
   okv_free(a, op);
@@ -422,6 +422,34 @@ static uint64_t okv_cpu_enqueue(okv_hal_stream_t *stream, okv_cpu_op_t *op) {
   pthread_cond_signal(&s->work_cond);
   pthread_mutex_unlock(&s->mutex);
   return seq;
+}
+
+/* Holds every buffer listed (NULLs skipped) and enqueues op; when `s` (an
+ * earlier step of building op) or a hold fails, frees op and returns the error. */
+static okv_status_t okv_cpu_submit(okv_hal_stream_t *stream, okv_cpu_op_t *op, okv_status_t s,
+                                   okv_hal_buffer_t *const *bufs, int n) {
+  for (int i = 0; i < n && s == OKV_OK; ++i) s = okv_cpu_op_hold(op, bufs[i]);
+  if (s != OKV_OK) {
+    okv_cpu_op_free(&stream->device->allocator, op);
+    return s;
+  }
+  okv_cpu_enqueue(stream, op);
+  return OKV_OK;
+}
+
+/* A RECORD or WAIT op on `event` (retained); not yet enqueued. */
+static okv_status_t okv_cpu_event_op(okv_hal_stream_t *stream, okv_cpu_op_kind_t kind, okv_hal_event_t *event,
+                                     const char *what, okv_cpu_op_t **out_op) {
+  okv_cpu_op_t *op = okv_cpu_op_new(stream, kind);
+  if (!op) return okv_cpu_op_oom(what);
+  okv_status_t s = okv_hal_event_retain(event);
+  if (s != OKV_OK) {
+    okv_cpu_op_free(&stream->device->allocator, op);
+    return s;
+  }
+  op->event = event;
+  *out_op = op;
+  return OKV_OK;
 }
 
 /* ---- Streams ---- */
@@ -518,14 +546,8 @@ static void okv_cpu_event_destroy(okv_hal_event_t *event) {
 
 static okv_status_t okv_cpu_event_record(okv_hal_event_t *event, okv_hal_stream_t *stream) {
   okv_cpu_event_t *ev = (okv_cpu_event_t *)event;
-  okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_RECORD);
-  if (!op) return okv_cpu_op_oom("event record");
-  okv_status_t s = okv_hal_event_retain(event);
-  if (s != OKV_OK) {
-    okv_cpu_op_free(&stream->device->allocator, op);
-    return s;
-  }
-  op->event = event;
+  okv_cpu_op_t *op = NULL;
+  OKV_RETURN_IF_ERROR(okv_cpu_event_op(stream, OKV_CPU_OP_RECORD, event, "event record", &op));
   pthread_mutex_lock(&ev->mutex);
   op->gen = ++ev->recorded;
   ev->has_time = false;
@@ -599,14 +621,8 @@ static okv_status_t okv_cpu_stream_wait_event(okv_hal_stream_t *stream, okv_hal_
   bool done = ev->completed >= gen;
   pthread_mutex_unlock(&ev->mutex);
   if (done) return OKV_OK; /* nothing to wait for */
-  okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_WAIT);
-  if (!op) return okv_cpu_op_oom("stream wait");
-  okv_status_t s = okv_hal_event_retain(event);
-  if (s != OKV_OK) {
-    okv_cpu_op_free(&stream->device->allocator, op);
-    return s;
-  }
-  op->event = event;
+  okv_cpu_op_t *op = NULL;
+  OKV_RETURN_IF_ERROR(okv_cpu_event_op(stream, OKV_CPU_OP_WAIT, event, "stream wait", &op));
   op->gen = gen;
   okv_cpu_enqueue(stream, op);
   return OKV_OK;
@@ -638,17 +654,11 @@ static okv_status_t okv_cpu_copy(okv_hal_stream_t *stream, okv_hal_buffer_t *src
                                  okv_hal_buffer_t *dst, uint64_t dst_offset, uint64_t bytes) {
   okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_COPY);
   if (!op) return okv_cpu_op_oom("copy");
-  okv_status_t s = okv_cpu_op_hold(op, src);
-  if (s == OKV_OK) s = okv_cpu_op_hold(op, dst);
-  if (s != OKV_OK) {
-    okv_cpu_op_free(&stream->device->allocator, op);
-    return s;
-  }
   op->src_offset = src_offset;
   op->dst_offset = dst_offset;
   op->bytes = bytes;
-  okv_cpu_enqueue(stream, op);
-  return OKV_OK;
+  okv_hal_buffer_t *bufs[2] = {src, dst}; /* bufs[0] -> bufs[1] */
+  return okv_cpu_submit(stream, op, OKV_OK, bufs, 2);
 }
 
 static okv_status_t okv_cpu_copy_blocks(okv_hal_stream_t *stream, okv_hal_buffer_t *src, okv_hal_buffer_t *dst,
@@ -659,34 +669,43 @@ static okv_status_t okv_cpu_copy_blocks(okv_hal_stream_t *stream, okv_hal_buffer
   okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_BLOCKS);
   if (!op) return okv_cpu_op_oom("block copy");
   op->pairs = okv_malloc(a, n_blocks * sizeof(okv_block_copy_t));
-  okv_status_t s = op->pairs ? OKV_OK : okv_cpu_op_oom("block copy pair list of the");
-  if (s == OKV_OK) s = okv_cpu_op_hold(op, src);
-  if (s == OKV_OK) s = okv_cpu_op_hold(op, dst);
-  if (s != OKV_OK) {
-    okv_cpu_op_free(a, op);
-    return s;
-  }
-  memcpy(op->pairs, pairs, n_blocks * sizeof(okv_block_copy_t));
+  if (op->pairs) memcpy(op->pairs, pairs, n_blocks * sizeof(okv_block_copy_t));
   op->block_bytes = block_bytes;
   op->n_blocks = n_blocks;
-  okv_cpu_enqueue(stream, op);
-  return OKV_OK;
+  okv_hal_buffer_t *bufs[2] = {src, dst}; /* bufs[0] -> bufs[1] */
+  return okv_cpu_submit(stream, op, op->pairs ? OKV_OK : okv_cpu_op_oom("block copy pair list of the"), bufs, 2);
 }
 
 /* ---- Kernels: clone the descriptor, retain its buffers, run on the worker ---- */
 
-/* Holds every buffer listed (NULLs skipped), then enqueues; frees op on error. */
-static okv_status_t okv_cpu_kernel_submit(okv_hal_stream_t *stream, okv_cpu_op_t *op, okv_hal_buffer_t *const *bufs,
-                                          int n) {
-  okv_status_t s = OKV_OK;
-  for (int i = 0; i < n && s == OKV_OK; ++i) s = okv_cpu_op_hold(op, bufs[i]);
-  if (s != OKV_OK) {
-    okv_cpu_op_free(&stream->device->allocator, op);
-    return s;
+/* A KERNEL op running run(op) on the worker around `payload` (a descriptor
+ * clone, freed with the op by free_payload), holding the buffers listed. */
+static okv_status_t okv_cpu_kernel_enqueue(okv_hal_stream_t *stream, const char *what, void *payload,
+                                           void (*run)(okv_cpu_op_t *op, int n_threads),
+                                           void (*free_payload)(const okv_allocator_t *a, void *payload),
+                                           okv_hal_buffer_t *const *bufs, int n) {
+  okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_KERNEL);
+  if (!op) {
+    free_payload(&stream->device->allocator, payload);
+    return okv_cpu_op_oom(what);
   }
-  okv_cpu_enqueue(stream, op);
-  return OKV_OK;
+  op->payload = payload;
+  op->run = run;
+  op->free_payload = free_payload;
+  return okv_cpu_submit(stream, op, OKV_OK, bufs, n);
 }
+
+/* okv_cpu_<kind>_enqueue for the descriptor kernels: clones the descriptor
+ * (okv_<kind>_desc_clone), holds the buffers listed (expressions of the clone
+ * `c`) and runs okv_cpu_run_<kind> on the worker. */
+#define OKV_CPU_DESC_KERNEL(kind, what, n_bufs, ...)                                                               \
+  static void okv_cpu_free_##kind(const okv_allocator_t *a, void *payload) { okv_##kind##_desc_free(a, payload); } \
+  static okv_status_t okv_cpu_##kind##_enqueue(okv_hal_stream_t *stream, const okv_##kind##_desc_t *desc) {        \
+    okv_##kind##_desc_t *c = NULL;                                                                                 \
+    OKV_RETURN_IF_ERROR(okv_##kind##_desc_clone(&stream->device->allocator, desc, &c));                            \
+    okv_hal_buffer_t *bufs[n_bufs] = {__VA_ARGS__};                                                                \
+    return okv_cpu_kernel_enqueue(stream, what, c, okv_cpu_run_##kind, okv_cpu_free_##kind, bufs, n_bufs);         \
+  }
 
 static void okv_cpu_run_attention(okv_cpu_op_t *op, int n_threads) {
   const okv_attention_desc_t *d = op->payload;
@@ -695,49 +714,27 @@ static void okv_cpu_run_attention(okv_cpu_op_t *op, int n_threads) {
                     (float *)okv_cpu_ptr(d->out, d->out_offset), (float *)okv_cpu_ptr(d->block_mass, d->mass_offset),
                     n_threads);
 }
-static void okv_cpu_free_attention(const okv_allocator_t *a, okv_cpu_op_t *op) {
-  okv_attention_desc_free(a, op->payload);
-}
+OKV_CPU_DESC_KERNEL(attention, "attention", 5, c->kv_pool, c->q, c->inflight_kv, c->out, c->block_mass)
 
-static okv_status_t okv_cpu_attention_enqueue(okv_hal_stream_t *stream, const okv_attention_desc_t *desc) {
-  okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_KERNEL);
-  if (!op) return okv_cpu_op_oom("attention");
-  okv_attention_desc_t *c = NULL;
-  okv_status_t s = okv_attention_desc_clone(&stream->device->allocator, desc, &c);
-  if (s != OKV_OK) {
-    okv_cpu_op_free(&stream->device->allocator, op);
-    return s;
-  }
-  op->payload = c;
-  op->run = okv_cpu_run_attention;
-  op->free_payload = okv_cpu_free_attention;
-  okv_hal_buffer_t *bufs[5] = {c->kv_pool, c->q, c->inflight_kv, c->out, c->block_mass};
-  return okv_cpu_kernel_submit(stream, op, bufs, 5);
-}
-
-static void okv_cpu_run_summarize(okv_cpu_op_t *op, int n_threads) {
+static void okv_cpu_run_summary(okv_cpu_op_t *op, int n_threads) {
   const okv_summary_desc_t *d = op->payload;
   okv_cpu_summarize_blocks(d, okv_cpu_ptr(d->kv, 0), (float *)okv_cpu_ptr(d->summaries, 0), n_threads);
 }
-static void okv_cpu_free_summarize(const okv_allocator_t *a, okv_cpu_op_t *op) {
-  okv_summary_desc_free(a, op->payload);
-}
+OKV_CPU_DESC_KERNEL(summary, "block summary", 2, c->kv, c->summaries)
 
-static okv_status_t okv_cpu_summarize_enqueue(okv_hal_stream_t *stream, const okv_summary_desc_t *desc) {
-  okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_KERNEL);
-  if (!op) return okv_cpu_op_oom("block summary");
-  okv_summary_desc_t *c = NULL;
-  okv_status_t s = okv_summary_desc_clone(&stream->device->allocator, desc, &c);
-  if (s != OKV_OK) {
-    okv_cpu_op_free(&stream->device->allocator, op);
-    return s;
-  }
-  op->payload = c;
-  op->run = okv_cpu_run_summarize;
-  op->free_payload = okv_cpu_free_summarize;
-  okv_hal_buffer_t *bufs[2] = {c->kv, c->summaries};
-  return okv_cpu_kernel_submit(stream, op, bufs, 2);
+static void okv_cpu_run_score(okv_cpu_op_t *op, int n_threads) {
+  const okv_score_desc_t *d = op->payload;
+  okv_cpu_score_blocks(d, (const float *)okv_cpu_ptr(d->q, d->q_offset), (const float *)okv_cpu_ptr(d->summaries, 0),
+                       (float *)okv_cpu_ptr(d->scores, 0), n_threads);
 }
+OKV_CPU_DESC_KERNEL(score, "block scoring", 3, c->q, c->summaries, c->scores)
+
+static void okv_cpu_run_topk(okv_cpu_op_t *op, int n_threads) {
+  const okv_topk_desc_t *d = op->payload;
+  okv_cpu_topk(d, (const float *)okv_cpu_ptr(d->scores, 0), (uint32_t *)okv_cpu_ptr(d->out_indices, d->out_offset),
+               (uint32_t *)okv_cpu_ptr(d->out_counts, d->counts_offset), n_threads);
+}
+OKV_CPU_DESC_KERNEL(topk, "top-K", 3, c->scores, c->out_indices, c->out_counts)
 
 static void okv_cpu_run_summary_append(okv_cpu_op_t *op, int n_threads) {
   (void)n_threads;
@@ -757,65 +754,18 @@ static okv_status_t okv_cpu_summary_append_enqueue(okv_hal_stream_t *stream, okv
   op->arrays[0] = okv_malloc(a, (size_t)n * sizeof(uint64_t));
   op->arrays[1] = okv_malloc(a, n_keys * sizeof(float));
   op->arrays[2] = first ? okv_malloc(a, n) : NULL;
-  if (!op->arrays[0] || !op->arrays[1] || (first && !op->arrays[2])) {
-    okv_cpu_op_free(a, op);
-    return okv_cpu_op_oom("summary append");
+  const bool ok = op->arrays[0] && op->arrays[1] && (!first || op->arrays[2]);
+  if (ok) {
+    memcpy(op->arrays[0], summary_index, (size_t)n * sizeof(uint64_t));
+    memcpy(op->arrays[1], keys, n_keys * sizeof(float));
+    if (first) memcpy(op->arrays[2], first, n);
   }
-  memcpy(op->arrays[0], summary_index, (size_t)n * sizeof(uint64_t));
-  memcpy(op->arrays[1], keys, n_keys * sizeof(float));
-  if (first) memcpy(op->arrays[2], first, n);
   op->head_dim = head_dim;
   op->dtype = kv_dtype;
   op->n = n;
   op->run = okv_cpu_run_summary_append;
   okv_hal_buffer_t *bufs[1] = {summaries};
-  return okv_cpu_kernel_submit(stream, op, bufs, 1);
-}
-
-static void okv_cpu_run_score(okv_cpu_op_t *op, int n_threads) {
-  const okv_score_desc_t *d = op->payload;
-  okv_cpu_score_blocks(d, (const float *)okv_cpu_ptr(d->q, d->q_offset), (const float *)okv_cpu_ptr(d->summaries, 0),
-                       (float *)okv_cpu_ptr(d->scores, 0), n_threads);
-}
-static void okv_cpu_free_score(const okv_allocator_t *a, okv_cpu_op_t *op) { okv_score_desc_free(a, op->payload); }
-
-static okv_status_t okv_cpu_score_enqueue(okv_hal_stream_t *stream, const okv_score_desc_t *desc) {
-  okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_KERNEL);
-  if (!op) return okv_cpu_op_oom("block scoring");
-  okv_score_desc_t *c = NULL;
-  okv_status_t s = okv_score_desc_clone(&stream->device->allocator, desc, &c);
-  if (s != OKV_OK) {
-    okv_cpu_op_free(&stream->device->allocator, op);
-    return s;
-  }
-  op->payload = c;
-  op->run = okv_cpu_run_score;
-  op->free_payload = okv_cpu_free_score;
-  okv_hal_buffer_t *bufs[3] = {c->q, c->summaries, c->scores};
-  return okv_cpu_kernel_submit(stream, op, bufs, 3);
-}
-
-static void okv_cpu_run_topk(okv_cpu_op_t *op, int n_threads) {
-  const okv_topk_desc_t *d = op->payload;
-  okv_cpu_topk(d, (const float *)okv_cpu_ptr(d->scores, 0), (uint32_t *)okv_cpu_ptr(d->out_indices, d->out_offset),
-               (uint32_t *)okv_cpu_ptr(d->out_counts, d->counts_offset), n_threads);
-}
-static void okv_cpu_free_topk(const okv_allocator_t *a, okv_cpu_op_t *op) { okv_topk_desc_free(a, op->payload); }
-
-static okv_status_t okv_cpu_topk_enqueue(okv_hal_stream_t *stream, const okv_topk_desc_t *desc) {
-  okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_KERNEL);
-  if (!op) return okv_cpu_op_oom("top-K");
-  okv_topk_desc_t *c = NULL;
-  okv_status_t s = okv_topk_desc_clone(&stream->device->allocator, desc, &c);
-  if (s != OKV_OK) {
-    okv_cpu_op_free(&stream->device->allocator, op);
-    return s;
-  }
-  op->payload = c;
-  op->run = okv_cpu_run_topk;
-  op->free_payload = okv_cpu_free_topk;
-  okv_hal_buffer_t *bufs[3] = {c->scores, c->out_indices, c->out_counts};
-  return okv_cpu_kernel_submit(stream, op, bufs, 3);
+  return okv_cpu_submit(stream, op, ok ? OKV_OK : okv_cpu_op_oom("summary append"), bufs, 1);
 }
 
 static const okv_hal_device_vtable_t okv_cpu_vtable = {
@@ -838,7 +788,7 @@ static const okv_hal_device_vtable_t okv_cpu_vtable = {
     .copy_blocks = okv_cpu_copy_blocks,
     .enqueue_failure = okv_cpu_enqueue_failure,
     .attention = okv_cpu_attention_enqueue,
-    .summarize_blocks = okv_cpu_summarize_enqueue,
+    .summarize_blocks = okv_cpu_summary_enqueue,
     .summary_append = okv_cpu_summary_append_enqueue,
     .score_blocks = okv_cpu_score_enqueue,
     .topk = okv_cpu_topk_enqueue,

@@ -59,6 +59,19 @@ OKV_AI v16f OKV_ISA(ld_part)(const void *p, const int dt, uint32_t n) {
 /* Lane-wise mask ? a : b (the ?: operator takes no vectors in C). */
 #define OKV_VSEL(mask, a, b) ((v16f)(((v16i)(a) & (mask)) | ((v16i)(b) & ~(mask))))
 
+/* 2^f for f in [-0.5, 0.5]: the polynomial of vexp2. */
+OKV_AI v16f OKV_ISA(exp2_poly)(const v16f *pf) {
+  const v16f f = *pf;
+  v16f p = okv_v16f_splat(1.525273380405984e-05f);
+  p = p * f + 1.5403530393381608e-04f;
+  p = p * f + 1.3333558146428443e-03f;
+  p = p * f + 9.618129107628477e-03f;
+  p = p * f + 5.550410866482158e-02f;
+  p = p * f + 2.402265069591007e-01f;
+  p = p * f + 6.931471805599453e-01f;
+  return p * f + 1.0f;
+}
+
 /* 2^x for x <= 0 (x clamped to >= -126; NaN maps to 2^-126), relative error ~1e-7. */
 OKV_AI v16f OKV_ISA(vexp2)(const v16f *px) {
   v16f x = *px;
@@ -68,14 +81,7 @@ OKV_AI v16f OKV_ISA(vexp2)(const v16f *px) {
   x = (v16f)_mm512_max_ps((__m512)x, _mm512_set1_ps(-126.0f));
   v16f r = (v16f)_mm512_roundscale_ps((__m512)x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   v16f f = x - r; /* [-0.5, 0.5] */
-  v16f p = okv_v16f_splat(1.525273380405984e-05f);
-  p = p * f + 1.5403530393381608e-04f;
-  p = p * f + 1.3333558146428443e-03f;
-  p = p * f + 9.618129107628477e-03f;
-  p = p * f + 5.550410866482158e-02f;
-  p = p * f + 2.402265069591007e-01f;
-  p = p * f + 6.931471805599453e-01f;
-  p = p * f + 1.0f;
+  v16f p = OKV_ISA(exp2_poly)(&f);
   return (v16f)_mm512_scalef_ps((__m512)p, (__m512)r);
 #else
   const v16f lo = okv_v16f_splat(-126.0f);
@@ -83,14 +89,7 @@ OKV_AI v16f OKV_ISA(vexp2)(const v16f *px) {
   v16f r = (x + 12582912.0f) - 12582912.0f; /* round to nearest integer */
   v16f f = x - r;                           /* [-0.5, 0.5] */
   v16i n = __builtin_convertvector(r, v16i);
-  v16f p = okv_v16f_splat(1.525273380405984e-05f);
-  p = p * f + 1.5403530393381608e-04f;
-  p = p * f + 1.3333558146428443e-03f;
-  p = p * f + 9.618129107628477e-03f;
-  p = p * f + 5.550410866482158e-02f;
-  p = p * f + 2.402265069591007e-01f;
-  p = p * f + 6.931471805599453e-01f;
-  p = p * f + 1.0f;
+  v16f p = OKV_ISA(exp2_poly)(&f);
   return (v16f)((v16i)p + (n << 23));
 #endif
 }
@@ -226,67 +225,48 @@ OKV_AI void OKV_ISA(block_step)(const int dt, const int CR, const uint8_t *slot,
 }
 
 #if OKV_ISA_LEVEL == 2
-/* Two blocks (32 tokens) at once for up to 8 rows, AVX-512 only (32 vector
- * registers): every broadcast query element and every broadcast probability
- * feeds two FMAs (16 accumulators), and the softmax rescale happens once per
- * pair of blocks. Same arithmetic as two block_step calls up to rounding. */
-OKV_AI void OKV_ISA(block_step2)(const int dt, const int CR, const uint8_t *sa, uint32_t va, const uint8_t *sb,
-                                 uint32_t vb, uint32_t hd, uint32_t hdp, const float *qs, float *m, float *l,
-                                 float *acc, const uint8_t *na, const uint8_t *nb) {
+/* Logits (log2 domain) of CR query rows against the keys of two slots sa, sb
+ * into LA, LB (all 16 lanes; the caller masks invalid ones), AVX-512 only (32
+ * vector registers): 16 accumulators, every broadcast query element feeds two
+ * FMAs. na, nb: slots to prefetch (into L2) meanwhile, NULL for none. */
+OKV_AI void OKV_ISA(pair_logits)(const int dt, const int CR, const uint8_t *sa, const uint8_t *sb, uint32_t hd,
+                                 const float *qs, v16f *LA, v16f *LB, const uint8_t *na, const uint8_t *nb) {
   const size_t es = dt == OKV_DTYPE_F32 ? 4u : 2u;
-  const uint8_t *vpa = sa + (size_t)16u * hd * es, *vpb = sb + (size_t)16u * hd * es;
   const float *q0 = qs, *q1 = qs + hd, *q2 = qs + 2u * hd, *q3 = qs + 3u * hd;
   const float *q4 = qs + 4u * hd, *q5 = qs + 5u * hd, *q6 = qs + 6u * hd, *q7 = qs + 7u * hd;
-  v16f LA[8], LB[8];
-  {
-    v16f A0 = okv_v16f_splat(0.0f), A1 = A0, A2 = A0, A3 = A0, A4 = A0, A5 = A0, A6 = A0, A7 = A0;
-    v16f B0 = A0, B1 = A0, B2 = A0, B3 = A0, B4 = A0, B5 = A0, B6 = A0, B7 = A0;
-    for (uint32_t d = 0; d < hd; d++) {
-      if (na) __builtin_prefetch(na + (size_t)d * (es / 2u) * 64u, 0, OKV_PF_LOC);
-      if (nb) __builtin_prefetch(nb + (size_t)d * (es / 2u) * 64u, 0, OKV_PF_LOC);
-      if (es == 4u) {
-        if (na) __builtin_prefetch(na + ((size_t)d * 2u + 1u) * 64u, 0, OKV_PF_LOC);
-        if (nb) __builtin_prefetch(nb + ((size_t)d * 2u + 1u) * 64u, 0, OKV_PF_LOC);
-      }
-      v16f ka = OKV_ISA(ld)(sa + (size_t)d * 16u * es, dt);
-      v16f kb = OKV_ISA(ld)(sb + (size_t)d * 16u * es, dt);
+  v16f A0 = okv_v16f_splat(0.0f), A1 = A0, A2 = A0, A3 = A0, A4 = A0, A5 = A0, A6 = A0, A7 = A0;
+  v16f B0 = A0, B1 = A0, B2 = A0, B3 = A0, B4 = A0, B5 = A0, B6 = A0, B7 = A0;
+  for (uint32_t d = 0; d < hd; d++) {
+    if (na) __builtin_prefetch(na + (size_t)d * (es / 2u) * 64u, 0, OKV_PF_LOC);
+    if (nb) __builtin_prefetch(nb + (size_t)d * (es / 2u) * 64u, 0, OKV_PF_LOC);
+    if (es == 4u) {
+      if (na) __builtin_prefetch(na + ((size_t)d * 2u + 1u) * 64u, 0, OKV_PF_LOC);
+      if (nb) __builtin_prefetch(nb + ((size_t)d * 2u + 1u) * 64u, 0, OKV_PF_LOC);
+    }
+    v16f ka = OKV_ISA(ld)(sa + (size_t)d * 16u * es, dt);
+    v16f kb = OKV_ISA(ld)(sb + (size_t)d * 16u * es, dt);
 #define OKV_K2(r)                      \
   if (CR > r) {                        \
     v16f qv = okv_v16f_splat(q##r[d]); \
     A##r += qv * ka;                   \
     B##r += qv * kb;                   \
   }
-      OKV_K2(0) OKV_K2(1) OKV_K2(2) OKV_K2(3) OKV_K2(4) OKV_K2(5) OKV_K2(6) OKV_K2(7)
+    OKV_K2(0) OKV_K2(1) OKV_K2(2) OKV_K2(3) OKV_K2(4) OKV_K2(5) OKV_K2(6) OKV_K2(7)
 #undef OKV_K2
-    }
-    LA[0] = A0, LA[1] = A1, LA[2] = A2, LA[3] = A3, LA[4] = A4, LA[5] = A5, LA[6] = A6, LA[7] = A7;
-    LB[0] = B0, LB[1] = B1, LB[2] = B2, LB[3] = B3, LB[4] = B4, LB[5] = B5, LB[6] = B6, LB[7] = B7;
   }
-  const v16f ninf = okv_v16f_splat(-INFINITY);
-  const v16i mska = okv_lane_index() < (int)va, mskb = okv_lane_index() < (int)vb;
-  _Alignas(64) float pra[8][16];
-  _Alignas(64) float prb[8][16];
-  float ps[8];
-  v16f dm = okv_v16f_splat(0.0f);
-  for (int r = 0; r < CR; r++) {
-    v16f xa = OKV_VSEL(mska, LA[r], ninf), xb = OKV_VSEL(mskb, LB[r], ninf);
-    v16f mx = OKV_VMAX(xa, xb);
-    float bm = OKV_ISA(hmax)(&mx);
-    float mn = bm > m[r] ? bm : m[r];
-    dm[r] = m[r] - mn;
-    m[r] = mn;
-    xa -= mn;
-    xb -= mn;
-    v16f pa = OKV_ISA(vexp2)(&xa), pb = OKV_ISA(vexp2)(&xb);
-    pa = (v16f)((v16i)pa & mska);
-    pb = (v16f)((v16i)pb & mskb);
-    memcpy(pra[r], &pa, sizeof pa);
-    memcpy(prb[r], &pb, sizeof pb);
-    v16f pt = pa + pb;
-    ps[r] = OKV_ISA(hsum)(&pt);
-  }
-  v16f alpha = OKV_ISA(vexp2)(&dm);
-  for (int r = 0; r < CR; r++) l[r] = l[r] * alpha[r] + ps[r];
+  LA[0] = A0, LA[1] = A1, LA[2] = A2, LA[3] = A3, LA[4] = A4, LA[5] = A5, LA[6] = A6, LA[7] = A7;
+  LB[0] = B0, LB[1] = B1, LB[2] = B2, LB[3] = B3, LB[4] = B4, LB[5] = B5, LB[6] = B6, LB[7] = B7;
+}
+
+/* V pass over nb blocks for CR rows, AVX-512 only: acc[r] = alpha[r] * acc[r]
+ * + sum over blocks k and tokens j < vl[k] of pr[k][r][j] * V_k[j], per pair
+ * of 16-wide accumulator chunks (loaded, rescaled and stored once per call),
+ * then the remaining 16-wide chunks (head_dim not a multiple of 32, tail
+ * zero-padded). */
+OKV_AI void OKV_ISA(v_pass)(const int dt, const int CR, const int nb, const uint8_t *const *sl, const uint32_t *vl,
+                            uint32_t hd, uint32_t hdp, const float (*pr)[8][16], const v16f *palpha, float *acc) {
+  const v16f alpha = *palpha;
+  const size_t es = dt == OKV_DTYPE_F32 ? 4u : 2u;
   uint32_t c = 0;
   for (; c + 32u <= hd; c += 32u) {
     v16f A0 = {0}, A1 = {0}, A2 = {0}, A3 = {0}, A4 = {0}, A5 = {0}, A6 = {0}, A7 = {0};
@@ -303,23 +283,19 @@ OKV_AI void OKV_ISA(block_step2)(const int dt, const int CR, const uint8_t *sa, 
     OKV_LD2(1) OKV_LD2(2) OKV_LD2(3) OKV_LD2(4) OKV_LD2(5) OKV_LD2(6) OKV_LD2(7)
     // clang-format on
 #undef OKV_LD2
-#define OKV_V2(r, P)                   \
-  if (CR > r) {                        \
-    v16f pv = okv_v16f_splat(P[r][j]); \
-    A##r += pv * v0;                   \
-    C##r += pv * v1;                   \
+#define OKV_V2(r)                          \
+  if (CR > r) {                            \
+    v16f pv = okv_v16f_splat(pr[k][r][j]); \
+    A##r += pv * v0;                       \
+    C##r += pv * v1;                       \
   }
-        for (uint32_t j = 0; j < va; j++) {
-      v16f v0 = OKV_ISA(ld)(vpa + ((size_t)j * hd + c) * es, dt);
-      v16f v1 = OKV_ISA(ld)(vpa + ((size_t)j * hd + c + 16u) * es, dt);
-      OKV_V2(0, pra)
-      OKV_V2(1, pra) OKV_V2(2, pra) OKV_V2(3, pra) OKV_V2(4, pra) OKV_V2(5, pra) OKV_V2(6, pra) OKV_V2(7, pra)
-    }
-    for (uint32_t j = 0; j < vb; j++) {
-      v16f v0 = OKV_ISA(ld)(vpb + ((size_t)j * hd + c) * es, dt);
-      v16f v1 = OKV_ISA(ld)(vpb + ((size_t)j * hd + c + 16u) * es, dt);
-      OKV_V2(0, prb)
-      OKV_V2(1, prb) OKV_V2(2, prb) OKV_V2(3, prb) OKV_V2(4, prb) OKV_V2(5, prb) OKV_V2(6, prb) OKV_V2(7, prb)
+        for (int k = 0; k < nb; k++) {
+      const uint8_t *vp = sl[k] + (size_t)16u * hd * es;
+      for (uint32_t j = 0; j < vl[k]; j++) {
+        v16f v0 = OKV_ISA(ld)(vp + ((size_t)j * hd + c) * es, dt);
+        v16f v1 = OKV_ISA(ld)(vp + ((size_t)j * hd + c + 16u) * es, dt);
+        OKV_V2(0) OKV_V2(1) OKV_V2(2) OKV_V2(3) OKV_V2(4) OKV_V2(5) OKV_V2(6) OKV_V2(7)
+      }
     }
 #undef OKV_V2
 #define OKV_ST2(r)                                                \
@@ -330,25 +306,60 @@ OKV_AI void OKV_ISA(block_step2)(const int dt, const int CR, const uint8_t *sa, 
     OKV_ST2(0) OKV_ST2(1) OKV_ST2(2) OKV_ST2(3) OKV_ST2(4) OKV_ST2(5) OKV_ST2(6) OKV_ST2(7)
 #undef OKV_ST2
   }
-  /* remaining 16-wide chunks (head_dim not a multiple of 32), tail zero-padded */
   for (; c < hdp; c += 16u) {
     for (int r = 0; r < CR; r++) {
       v16f a;
       memcpy(&a, acc + (size_t)r * hdp + c, sizeof a);
       a *= alpha[r];
-      for (uint32_t j = 0; j < va; j++) {
-        v16f v = c + 16u <= hd ? OKV_ISA(ld)(vpa + ((size_t)j * hd + c) * es, dt)
-                               : OKV_ISA(ld_part)(vpa + ((size_t)j * hd + c) * es, dt, hd - c);
-        a += pra[r][j] * v;
-      }
-      for (uint32_t j = 0; j < vb; j++) {
-        v16f v = c + 16u <= hd ? OKV_ISA(ld)(vpb + ((size_t)j * hd + c) * es, dt)
-                               : OKV_ISA(ld_part)(vpb + ((size_t)j * hd + c) * es, dt, hd - c);
-        a += prb[r][j] * v;
+      for (int k = 0; k < nb; k++) {
+        const uint8_t *vp = sl[k] + (size_t)16u * hd * es;
+        for (uint32_t j = 0; j < vl[k]; j++) {
+          v16f v = c + 16u <= hd ? OKV_ISA(ld)(vp + ((size_t)j * hd + c) * es, dt)
+                                 : OKV_ISA(ld_part)(vp + ((size_t)j * hd + c) * es, dt, hd - c);
+          a += pr[k][r][j] * v;
+        }
       }
       memcpy(acc + (size_t)r * hdp + c, &a, sizeof a);
     }
   }
+}
+
+/* Two blocks (32 tokens) at once for up to 8 rows, AVX-512 only: the logits
+ * of both (pair_logits), the softmax rescale once per pair of blocks, then
+ * every broadcast probability feeds two FMAs (v_pass). Same arithmetic as two
+ * block_step calls up to rounding. */
+OKV_AI void OKV_ISA(block_step2)(const int dt, const int CR, const uint8_t *sa, uint32_t va, const uint8_t *sb,
+                                 uint32_t vb, uint32_t hd, uint32_t hdp, const float *qs, float *m, float *l,
+                                 float *acc, const uint8_t *na, const uint8_t *nb) {
+  v16f LA[8], LB[8];
+  OKV_ISA(pair_logits)(dt, CR, sa, sb, hd, qs, LA, LB, na, nb);
+  const v16f ninf = okv_v16f_splat(-INFINITY);
+  const v16i mska = okv_lane_index() < (int)va, mskb = okv_lane_index() < (int)vb;
+  _Alignas(64) float pr[2][8][16]; /* [block][row][token] */
+  float ps[8];
+  v16f dm = okv_v16f_splat(0.0f);
+  for (int r = 0; r < CR; r++) {
+    v16f xa = OKV_VSEL(mska, LA[r], ninf), xb = OKV_VSEL(mskb, LB[r], ninf);
+    v16f mx = OKV_VMAX(xa, xb);
+    float bm = OKV_ISA(hmax)(&mx);
+    float mn = bm > m[r] ? bm : m[r];
+    dm[r] = m[r] - mn;
+    m[r] = mn;
+    xa -= mn;
+    xb -= mn;
+    v16f pa = OKV_ISA(vexp2)(&xa), pb = OKV_ISA(vexp2)(&xb);
+    pa = (v16f)((v16i)pa & mska);
+    pb = (v16f)((v16i)pb & mskb);
+    memcpy(pr[0][r], &pa, sizeof pa);
+    memcpy(pr[1][r], &pb, sizeof pb);
+    v16f pt = pa + pb;
+    ps[r] = OKV_ISA(hsum)(&pt);
+  }
+  v16f alpha = OKV_ISA(vexp2)(&dm);
+  for (int r = 0; r < CR; r++) l[r] = l[r] * alpha[r] + ps[r];
+  const uint8_t *sl[2] = {sa, sb};
+  const uint32_t vl[2] = {va, vb};
+  OKV_ISA(v_pass)(dt, CR, 2, sl, vl, hd, hdp, (const float(*)[8][16])pr, &alpha, acc);
 }
 #endif
 
@@ -386,36 +397,10 @@ OKV_AI void OKV_ISA(block_step2)(const int dt, const int CR, const uint8_t *sa, 
 OKV_AI void OKV_ISA(block_step4)(const int dt, const int CR, const uint8_t *const *sl, const uint32_t *vl, uint32_t hd,
                                  uint32_t hdp, const float *qs, float *m, float *l, float *acc,
                                  const uint8_t *const *pf) {
-  const size_t es = dt == OKV_DTYPE_F32 ? 4u : 2u;
-  const float *q0 = qs, *q1 = qs + hd, *q2 = qs + 2u * hd, *q3 = qs + 3u * hd;
-  const float *q4 = qs + 4u * hd, *q5 = qs + 5u * hd, *q6 = qs + 6u * hd, *q7 = qs + 7u * hd;
   v16f L[4][8];
   for (int pp = 0; pp < 2; pp++) {
-    const uint8_t *sa = sl[2 * pp], *sb = sl[2 * pp + 1];
-    const uint8_t *na = pf[2 * pp], *nb = pf[2 * pp + 1];
-    v16f A0 = okv_v16f_splat(0.0f), A1 = A0, A2 = A0, A3 = A0, A4 = A0, A5 = A0, A6 = A0, A7 = A0;
-    v16f B0 = A0, B1 = A0, B2 = A0, B3 = A0, B4 = A0, B5 = A0, B6 = A0, B7 = A0;
-    for (uint32_t d = 0; d < hd; d++) {
-      if (na) __builtin_prefetch(na + (size_t)d * (es / 2u) * 64u, 0, OKV_PF_LOC);
-      if (nb) __builtin_prefetch(nb + (size_t)d * (es / 2u) * 64u, 0, OKV_PF_LOC);
-      if (es == 4u) {
-        if (na) __builtin_prefetch(na + ((size_t)d * 2u + 1u) * 64u, 0, OKV_PF_LOC);
-        if (nb) __builtin_prefetch(nb + ((size_t)d * 2u + 1u) * 64u, 0, OKV_PF_LOC);
-      }
-      v16f ka = OKV_ISA(ld)(sa + (size_t)d * 16u * es, dt);
-      v16f kb = OKV_ISA(ld)(sb + (size_t)d * 16u * es, dt);
-#define OKV_K4(r)                      \
-  if (CR > r) {                        \
-    v16f qv = okv_v16f_splat(q##r[d]); \
-    A##r += qv * ka;                   \
-    B##r += qv * kb;                   \
-  }
-      OKV_K4(0) OKV_K4(1) OKV_K4(2) OKV_K4(3) OKV_K4(4) OKV_K4(5) OKV_K4(6) OKV_K4(7)
-#undef OKV_K4
-    }
     v16f *LA = L[2 * pp], *LB = L[2 * pp + 1];
-    LA[0] = A0, LA[1] = A1, LA[2] = A2, LA[3] = A3, LA[4] = A4, LA[5] = A5, LA[6] = A6, LA[7] = A7;
-    LB[0] = B0, LB[1] = B1, LB[2] = B2, LB[3] = B3, LB[4] = B4, LB[5] = B5, LB[6] = B6, LB[7] = B7;
+    OKV_ISA(pair_logits)(dt, CR, sl[2 * pp], sl[2 * pp + 1], hd, qs, LA, LB, pf[2 * pp], pf[2 * pp + 1]);
   }
   const v16f ninf = okv_v16f_splat(-INFINITY);
   for (int k = 0; k < 4; k++)
@@ -452,62 +437,7 @@ OKV_AI void OKV_ISA(block_step4)(const int dt, const int CR, const uint8_t *cons
   OKV_R8_REDUCE(X, OKV_VADD, red);
   v16f alpha = OKV_ISA(vexp2)(&dm);
   for (int r = 0; r < CR; r++) l[r] = l[r] * alpha[r] + red[OKV_R8_LANE(r)];
-  uint32_t c = 0;
-  for (; c + 32u <= hd; c += 32u) {
-    v16f A0 = {0}, A1 = {0}, A2 = {0}, A3 = {0}, A4 = {0}, A5 = {0}, A6 = {0}, A7 = {0};
-    v16f C0 = {0}, C1 = {0}, C2 = {0}, C3 = {0}, C4 = {0}, C5 = {0}, C6 = {0}, C7 = {0};
-#define OKV_LD4(r)                                                \
-  if (CR > r) {                                                   \
-    memcpy(&A##r, acc + (size_t)r * hdp + c, sizeof(v16f));       \
-    memcpy(&C##r, acc + (size_t)r * hdp + c + 16u, sizeof(v16f)); \
-    A##r *= alpha[r];                                             \
-    C##r *= alpha[r];                                             \
-  }
-    OKV_LD4(0)
-    // clang-format off
-    OKV_LD4(1) OKV_LD4(2) OKV_LD4(3) OKV_LD4(4) OKV_LD4(5) OKV_LD4(6) OKV_LD4(7)
-    // clang-format on
-#undef OKV_LD4
-#define OKV_V4(r)                          \
-  if (CR > r) {                            \
-    v16f pv = okv_v16f_splat(pr[k][r][j]); \
-    A##r += pv * v0;                       \
-    C##r += pv * v1;                       \
-  }
-        for (int k = 0; k < 4; k++) {
-      const uint8_t *vp = sl[k] + (size_t)16u * hd * es;
-      for (uint32_t j = 0; j < vl[k]; j++) {
-        v16f v0 = OKV_ISA(ld)(vp + ((size_t)j * hd + c) * es, dt);
-        v16f v1 = OKV_ISA(ld)(vp + ((size_t)j * hd + c + 16u) * es, dt);
-        OKV_V4(0) OKV_V4(1) OKV_V4(2) OKV_V4(3) OKV_V4(4) OKV_V4(5) OKV_V4(6) OKV_V4(7)
-      }
-    }
-#undef OKV_V4
-#define OKV_ST4(r)                                                \
-  if (CR > r) {                                                   \
-    memcpy(acc + (size_t)r * hdp + c, &A##r, sizeof(v16f));       \
-    memcpy(acc + (size_t)r * hdp + c + 16u, &C##r, sizeof(v16f)); \
-  }
-    OKV_ST4(0) OKV_ST4(1) OKV_ST4(2) OKV_ST4(3) OKV_ST4(4) OKV_ST4(5) OKV_ST4(6) OKV_ST4(7)
-#undef OKV_ST4
-  }
-  /* remaining 16-wide chunks (head_dim not a multiple of 32), tail zero-padded */
-  for (; c < hdp; c += 16u) {
-    for (int r = 0; r < CR; r++) {
-      v16f a;
-      memcpy(&a, acc + (size_t)r * hdp + c, sizeof a);
-      a *= alpha[r];
-      for (int k = 0; k < 4; k++) {
-        const uint8_t *vp = sl[k] + (size_t)16u * hd * es;
-        for (uint32_t j = 0; j < vl[k]; j++) {
-          v16f v = c + 16u <= hd ? OKV_ISA(ld)(vp + ((size_t)j * hd + c) * es, dt)
-                                 : OKV_ISA(ld_part)(vp + ((size_t)j * hd + c) * es, dt, hd - c);
-          a += pr[k][r][j] * v;
-        }
-      }
-      memcpy(acc + (size_t)r * hdp + c, &a, sizeof a);
-    }
-  }
+  OKV_ISA(v_pass)(dt, CR, 4, sl, vl, hd, hdp, (const float(*)[8][16])pr, &alpha, acc);
 }
 #undef OKV_R8_FOLD
 #undef OKV_R8_L8

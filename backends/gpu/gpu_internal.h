@@ -169,6 +169,10 @@ static inline size_t okv_gpu_align(size_t n) {
 OKV_GPU_HIDDEN uint64_t okv_gpu_pack(okv_gpu_pack_t *p, const void *src, size_t bytes);
 /* Uploads the packed bytes [0, upload_bytes) of the staging area on the stream. */
 OKV_GPU_HIDDEN okv_status_t okv_gpu_pack_upload(okv_gpu_stream_t *s, okv_gpu_pack_t *p, size_t upload_bytes);
+/* Begins an operation with a staging area of at least staging_bytes
+ * (okv_gpu_stream_enter, then okv_gpu_staging_get). On OKV_OK the caller holds
+ * the stream mutex and ends the operation with okv_gpu_op_end. */
+OKV_GPU_HIDDEN okv_status_t okv_gpu_op_begin(okv_gpu_stream_t *s, size_t staging_bytes, okv_gpu_pack_t *p);
 /* Ends an operation: on success (st OK) parks staging and buffers behind a
  * record; on failure parks the staging only. Unlocks the stream. */
 OKV_GPU_HIDDEN okv_status_t okv_gpu_op_end(okv_gpu_stream_t *s, okv_status_t st, okv_gpu_staging_t *staging,

@@ -17,13 +17,8 @@
 #include "okv_gpu_args.h"
 
 /* The host side of the layout pins of kernels/okv_gpu_args.h (the kernels
- * check the same table with static_assert in kernels/okv_kernels.cu). */
-#define OKV_GPU_PIN_SIZE(type, bytes) \
-  _Static_assert(sizeof(type) == (bytes), "host size of " #type " differs from kernels/okv_gpu_args.h");
-#define OKV_GPU_PIN_FIELD(type, field, offset)      \
-  _Static_assert(offsetof(type, field) == (offset), \
-                 "host offset of " #type "." #field " differs from kernels/okv_gpu_args.h");
-OKV_GPU_ARGS_LAYOUT(OKV_GPU_PIN_SIZE, OKV_GPU_PIN_FIELD)
+ * check the same table in kernels/okv_kernels.cu). */
+OKV_GPU_ARGS_PIN_LAYOUT()
 
 /* ---- Packing, upload and launch ---- */
 
@@ -37,6 +32,13 @@ uint64_t okv_gpu_pack(okv_gpu_pack_t *p, const void *src, size_t bytes) {
 okv_status_t okv_gpu_pack_upload(okv_gpu_stream_t *s, okv_gpu_pack_t *p, size_t upload_bytes) {
   if (upload_bytes == 0) return OKV_OK;
   return okv_gpu_stream_dev(s)->vendor->copy_htod_async(p->st->dptr, p->st->host, upload_bytes, s->vstream);
+}
+
+okv_status_t okv_gpu_op_begin(okv_gpu_stream_t *s, size_t staging_bytes, okv_gpu_pack_t *p) {
+  OKV_RETURN_IF_ERROR(okv_gpu_stream_enter(s));
+  okv_status_t st = okv_gpu_staging_get(s, staging_bytes, &p->st);
+  if (st != OKV_OK) pthread_mutex_unlock(&s->mutex);
+  return st;
 }
 
 okv_status_t okv_gpu_op_end(okv_gpu_stream_t *s, okv_status_t st, okv_gpu_staging_t *staging,
@@ -96,13 +98,8 @@ okv_status_t okv_gpu_attention(okv_hal_stream_t *stream, const okv_attention_des
   const size_t lse_bytes = mass ? (size_t)d->n_seqs * T * d->n_kv_heads * G * 4u : 0;
   const size_t upload = okv_gpu_align(off_bytes) + okv_gpu_align(slot_bytes) + okv_gpu_align(valid_bytes);
 
-  OKV_RETURN_IF_ERROR(okv_gpu_stream_enter(s));
   okv_gpu_pack_t p = {0};
-  okv_status_t st = okv_gpu_staging_get(s, upload + okv_gpu_align(lse_bytes), &p.st);
-  if (st != OKV_OK) {
-    pthread_mutex_unlock(&s->mutex);
-    return st;
-  }
+  OKV_RETURN_IF_ERROR(okv_gpu_op_begin(s, upload + okv_gpu_align(lse_bytes), &p));
   okv_gpu_attention_args_t a = {0};
   a.kv_pool = okv_gpu_addr(d->kv_pool, 0);
   a.block_bytes = okv_block_bytes(d->kv_dtype, D);
@@ -123,7 +120,7 @@ okv_status_t okv_gpu_attention(okv_hal_stream_t *stream, const okv_attention_des
   a.n_inflight = d->n_inflight;
   a.rows_per_cta = (uint32_t)R;
   a.scale = 1.0f / sqrtf((float)D);
-  st = okv_gpu_pack_upload(s, &p, upload);
+  okv_status_t st = okv_gpu_pack_upload(s, &p, upload);
   if (st == OKV_OK)
     st = okv_gpu_launch(s, OKV_GPU_FN_ATTENTION, (uint32_t)U, (uint32_t)n_chunks, OKV_GPU_ATTENTION_THREADS, smem, &a);
   if (st == OKV_OK && mass)
@@ -138,13 +135,8 @@ okv_status_t okv_gpu_summarize_blocks(okv_hal_stream_t *stream, const okv_summar
   if (d->n_blocks == 0 || d->head_dim == 0) return OKV_OK;
   const size_t n = d->n_blocks;
   const size_t upload = okv_gpu_align(n * 8u) * 2u + okv_gpu_align(n);
-  OKV_RETURN_IF_ERROR(okv_gpu_stream_enter(s));
   okv_gpu_pack_t p = {0};
-  okv_status_t st = okv_gpu_staging_get(s, upload, &p.st);
-  if (st != OKV_OK) {
-    pthread_mutex_unlock(&s->mutex);
-    return st;
-  }
+  OKV_RETURN_IF_ERROR(okv_gpu_op_begin(s, upload, &p));
   okv_gpu_summary_args_t a = {0};
   a.kv = okv_gpu_addr(d->kv, 0);
   a.block_bytes = okv_block_bytes(d->kv_dtype, d->head_dim);
@@ -155,7 +147,7 @@ okv_status_t okv_gpu_summarize_blocks(okv_hal_stream_t *stream, const okv_summar
   a.n_blocks = d->n_blocks;
   a.head_dim = d->head_dim;
   a.kv_dtype = (uint32_t)d->kv_dtype;
-  st = okv_gpu_pack_upload(s, &p, upload);
+  okv_status_t st = okv_gpu_pack_upload(s, &p, upload);
   if (st == OKV_OK)
     st = okv_gpu_launch(s, OKV_GPU_FN_SUMMARIZE, okv_gpu_grid_cap(n), 1, OKV_GPU_SUMMARY_THREADS, 0, &a);
   okv_hal_buffer_t *bufs[2] = {d->kv, d->summaries};
@@ -201,13 +193,8 @@ okv_status_t okv_gpu_summary_append(okv_hal_stream_t *stream, okv_hal_buffer_t *
   (void)oom; /* without the table the in-order launch is used: correct, slower */
   const size_t key_bytes = (size_t)n * head_dim * 4u;
   const size_t upload = okv_gpu_align(n * 8u) + okv_gpu_align(key_bytes) + okv_gpu_align(n);
-  OKV_RETURN_IF_ERROR(okv_gpu_stream_enter(s));
   okv_gpu_pack_t p = {0};
-  okv_status_t st = okv_gpu_staging_get(s, upload, &p.st);
-  if (st != OKV_OK) {
-    pthread_mutex_unlock(&s->mutex);
-    return st;
-  }
+  OKV_RETURN_IF_ERROR(okv_gpu_op_begin(s, upload, &p));
   okv_gpu_append_args_t a = {0};
   a.summaries = okv_gpu_addr(summaries, 0);
   a.summary_index = okv_gpu_pack(&p, summary_index, n * 8u);
@@ -227,7 +214,7 @@ okv_status_t okv_gpu_summary_append(okv_hal_stream_t *stream, okv_hal_buffer_t *
   a.first = okv_gpu_pack(&p, first, n);
   a.n = n;
   a.head_dim = head_dim;
-  st = okv_gpu_pack_upload(s, &p, upload);
+  okv_status_t st = okv_gpu_pack_upload(s, &p, upload);
   if (st == OKV_OK)
     st =
         okv_gpu_launch(s, OKV_GPU_FN_SUMMARY_APPEND, dup ? 1u : okv_gpu_grid_cap(n), 1, OKV_GPU_SUMMARY_THREADS, 0, &a);
@@ -247,13 +234,8 @@ okv_status_t okv_gpu_score_blocks(okv_hal_stream_t *stream, const okv_score_desc
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "seg_n_blocks: %u blocks per segment exceed the GPU grid",
                            max_n);
   const size_t upload = okv_gpu_align(U * 8u) * 2u + okv_gpu_align(U * 4u);
-  OKV_RETURN_IF_ERROR(okv_gpu_stream_enter(s));
   okv_gpu_pack_t p = {0};
-  okv_status_t st = okv_gpu_staging_get(s, upload, &p.st);
-  if (st != OKV_OK) {
-    pthread_mutex_unlock(&s->mutex);
-    return st;
-  }
+  OKV_RETURN_IF_ERROR(okv_gpu_op_begin(s, upload, &p));
   okv_gpu_score_args_t a = {0};
   a.q = okv_gpu_addr(d->q, d->q_offset);
   a.summaries = okv_gpu_addr(d->summaries, 0);
@@ -269,7 +251,7 @@ okv_status_t okv_gpu_score_blocks(okv_hal_stream_t *stream, const okv_score_desc
   a.t_begin = d->t_begin;
   a.t_end = d->t_end;
   a.scale = 1.0f / sqrtf((float)d->head_dim);
-  st = okv_gpu_pack_upload(s, &p, upload);
+  okv_status_t st = okv_gpu_pack_upload(s, &p, upload);
   if (st == OKV_OK) st = okv_gpu_launch(s, OKV_GPU_FN_SCORE, (uint32_t)U, (uint32_t)gy, OKV_GPU_SCORE_THREADS, 0, &a);
   okv_hal_buffer_t *bufs[3] = {d->q, d->summaries, d->scores};
   return okv_gpu_op_end(s, st, p.st, bufs, 3);
@@ -291,13 +273,8 @@ okv_status_t okv_gpu_topk(okv_hal_stream_t *stream, const okv_topk_desc_t *d) {
   const size_t n_excl = d->excl_offsets ? d->excl_offsets[U] : 0;
   const size_t upload = okv_gpu_align((size_t)U * 8u) + okv_gpu_align((size_t)U * 4u) +
                         (d->excl_offsets ? okv_gpu_align(((size_t)U + 1) * 4u) + okv_gpu_align(n_excl * 4u) : 0);
-  OKV_RETURN_IF_ERROR(okv_gpu_stream_enter(s));
   okv_gpu_pack_t p = {0};
-  okv_status_t st = okv_gpu_staging_get(s, upload, &p.st);
-  if (st != OKV_OK) {
-    pthread_mutex_unlock(&s->mutex);
-    return st;
-  }
+  OKV_RETURN_IF_ERROR(okv_gpu_op_begin(s, upload, &p));
   okv_gpu_topk_args_t a = {0};
   a.scores = okv_gpu_addr(d->scores, 0);
   a.seg_score_first = okv_gpu_pack(&p, d->seg_score_first, (size_t)U * 8u);
@@ -310,7 +287,7 @@ okv_status_t okv_gpu_topk(okv_hal_stream_t *stream, const okv_topk_desc_t *d) {
   a.out_counts = d->out_counts ? okv_gpu_addr(d->out_counts, d->counts_offset) : 0;
   a.n_segments = U;
   a.k = d->k;
-  st = okv_gpu_pack_upload(s, &p, upload);
+  okv_status_t st = okv_gpu_pack_upload(s, &p, upload);
   if (st == OKV_OK) st = okv_gpu_launch(s, OKV_GPU_FN_TOPK, U, 1, OKV_GPU_TOPK_THREADS, (uint32_t)bitmap_bytes, &a);
   okv_hal_buffer_t *bufs[3] = {d->scores, d->out_indices, d->out_counts};
   return okv_gpu_op_end(s, st, p.st, bufs, 3);

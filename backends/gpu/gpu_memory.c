@@ -114,13 +114,8 @@ okv_status_t okv_gpu_copy_blocks(okv_hal_stream_t *stream, okv_hal_buffer_t *src
     vec /= 2;
   }
   const size_t pair_bytes = n_blocks * sizeof(okv_block_copy_t);
-  OKV_RETURN_IF_ERROR(okv_gpu_stream_enter(s));
   okv_gpu_pack_t p = {0};
-  okv_status_t st = okv_gpu_staging_get(s, okv_gpu_align(pair_bytes), &p.st);
-  if (st != OKV_OK) {
-    pthread_mutex_unlock(&s->mutex);
-    return st;
-  }
+  OKV_RETURN_IF_ERROR(okv_gpu_op_begin(s, okv_gpu_align(pair_bytes), &p));
   okv_gpu_gather_args_t a = {0};
   a.src = okv_gpu_addr(src, 0);
   a.dst = okv_gpu_addr(dst, 0);
@@ -128,7 +123,7 @@ okv_status_t okv_gpu_copy_blocks(okv_hal_stream_t *stream, okv_hal_buffer_t *src
   a.n_blocks = n_blocks;
   a.block_bytes = block_bytes;
   a.vec_bytes = vec;
-  st = okv_gpu_pack_upload(s, &p, pair_bytes);
+  okv_status_t st = okv_gpu_pack_upload(s, &p, pair_bytes);
   if (st == OKV_OK)
     st = okv_gpu_launch(s, OKV_GPU_FN_GATHER, okv_gpu_grid_cap(n_blocks), 1, OKV_GPU_GATHER_THREADS, 0, &a);
   okv_hal_buffer_t *bufs[2] = {src, dst};

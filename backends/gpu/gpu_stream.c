@@ -156,24 +156,47 @@ okv_status_t okv_gpu_stream_enter(okv_gpu_stream_t *s) {
   return OKV_OK;
 }
 
-okv_status_t okv_gpu_stream_create(okv_hal_device_t *device, okv_hal_stream_t **out_stream) {
+/* ---- Creation of streams and events ---- */
+
+/* A new stream or event (kind): zeroed, its mutex initialised and its
+ * vendor handle made with the context bound. hal/ sets the device of its HAL
+ * part afterwards. */
+static okv_status_t okv_gpu_object_new(okv_hal_device_t *device, okv_hal_kind_t kind, void **out) {
   okv_gpu_device_t *dev = okv_gpu_dev(device);
-  okv_gpu_stream_t *s = okv_calloc(&device->allocator, 1, sizeof(*s));
-  if (!s) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: could not allocate a stream");
-  if (pthread_mutex_init(&s->mutex, NULL) != 0) {
-    okv_free(&device->allocator, s);
-    return okv_status_make(OKV_STATUS_INTERNAL, "stream: pthread_mutex_init failed");
+  const bool is_stream = kind == OKV_HAL_KIND_STREAM;
+  void *obj = okv_calloc(&device->allocator, 1, is_stream ? sizeof(okv_gpu_stream_t) : sizeof(okv_gpu_event_t));
+  if (!obj)
+    return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: could not allocate %s",
+                           is_stream ? "a stream" : "an event");
+  pthread_mutex_t *mutex = is_stream ? &((okv_gpu_stream_t *)obj)->mutex : &((okv_gpu_event_t *)obj)->mutex;
+  if (pthread_mutex_init(mutex, NULL) != 0) {
+    okv_free(&device->allocator, obj);
+    return okv_status_make(OKV_STATUS_INTERNAL, "%s: pthread_mutex_init failed", is_stream ? "stream" : "event");
   }
   okv_status_t st = okv_gpu_bind(dev);
-  if (st == OKV_OK) st = dev->vendor->stream_create(&s->vstream);
+  if (st == OKV_OK && is_stream) st = dev->vendor->stream_create(&((okv_gpu_stream_t *)obj)->vstream);
+  if (st == OKV_OK && !is_stream) st = dev->vendor->event_create(true, &((okv_gpu_event_t *)obj)->vevent);
   if (st != OKV_OK) {
-    pthread_mutex_destroy(&s->mutex);
-    okv_free(&device->allocator, s);
+    pthread_mutex_destroy(mutex);
+    okv_free(&device->allocator, obj);
     return st;
   }
-  s->base.device = device;
-  *out_stream = &s->base;
+  *out = obj;
   return OKV_OK;
+}
+
+okv_status_t okv_gpu_stream_create(okv_hal_device_t *device, okv_hal_stream_t **out_stream) {
+  void *obj = NULL;
+  okv_status_t st = okv_gpu_object_new(device, OKV_HAL_KIND_STREAM, &obj);
+  if (st == OKV_OK) *out_stream = &((okv_gpu_stream_t *)obj)->base;
+  return st;
+}
+
+okv_status_t okv_gpu_event_create(okv_hal_device_t *device, okv_hal_event_t **out_event) {
+  void *obj = NULL;
+  okv_status_t st = okv_gpu_object_new(device, OKV_HAL_KIND_EVENT, &obj);
+  if (st == OKV_OK) *out_event = &((okv_gpu_event_t *)obj)->base;
+  return st;
 }
 
 void okv_gpu_stream_destroy(okv_hal_stream_t *stream) {
@@ -234,26 +257,6 @@ okv_status_t okv_gpu_enqueue_failure(okv_hal_stream_t *stream, okv_status_code_t
 }
 
 /* ---- Events ---- */
-
-okv_status_t okv_gpu_event_create(okv_hal_device_t *device, okv_hal_event_t **out_event) {
-  okv_gpu_device_t *dev = okv_gpu_dev(device);
-  okv_gpu_event_t *e = okv_calloc(&device->allocator, 1, sizeof(*e));
-  if (!e) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: could not allocate an event");
-  if (pthread_mutex_init(&e->mutex, NULL) != 0) {
-    okv_free(&device->allocator, e);
-    return okv_status_make(OKV_STATUS_INTERNAL, "event: pthread_mutex_init failed");
-  }
-  okv_status_t st = okv_gpu_bind(dev);
-  if (st == OKV_OK) st = dev->vendor->event_create(true, &e->vevent);
-  if (st != OKV_OK) {
-    pthread_mutex_destroy(&e->mutex);
-    okv_free(&device->allocator, e);
-    return st;
-  }
-  e->base.device = device;
-  *out_event = &e->base;
-  return OKV_OK;
-}
 
 void okv_gpu_event_destroy(okv_hal_event_t *event) {
   okv_gpu_event_t *e = (okv_gpu_event_t *)event;

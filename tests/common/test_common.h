@@ -58,6 +58,20 @@ void okv_test_locked_free(void *p, const char *file, int line);
     okv_status_free(s_);                                                                                      \
   } while (0)
 
+/* One invalid variant of a valid value: d = good, then `mutate` (on d), then
+ * `check`, which expects the failure. For lists of one-line mutations of a
+ * valid descriptor or config. */
+#define OKV_EXPECT_MUTATION(d, good, mutate, check) \
+  do {                                              \
+    (d) = (good);                                   \
+    mutate;                                         \
+    check;                                          \
+  } while (0)
+
+/* A test run with its suite's per-test fixture: the suite's setup() before
+ * it and teardown() after (each test gets a fresh fixture). */
+#define OKV_FIXTURE_TEST(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+
 /* Deterministic xorshift64* RNG for tests. */
 typedef struct okv_test_rng_t {
   uint64_t s;

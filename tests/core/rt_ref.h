@@ -9,6 +9,17 @@
 
 #include "tests/common/test_common.h"
 
+/* A runtime config with okv_runtime_config_init's defaults and the model
+ * shape (the fields init leaves 0). */
+static inline void rt_config(okv_runtime_config_t *c, uint32_t n_layers, uint32_t n_q_heads, uint32_t n_kv_heads,
+                             uint32_t head_dim) {
+  okv_runtime_config_init(c);
+  c->n_layers = n_layers;
+  c->n_q_heads = n_q_heads;
+  c->n_kv_heads = n_kv_heads;
+  c->head_dim = head_dim;
+}
+
 typedef struct rt_hist_t {
   uint32_t n_layers, n_kv_heads, head_dim, max_tokens;
   okv_dtype_t dtype;

@@ -89,11 +89,7 @@ typedef struct run_t {
 static const uint32_t k_prefill[W_SEQS] = {70, 0, 33};
 
 static void w_config(okv_runtime_config_t *c, okv_mode_t mode) {
-  okv_runtime_config_init(c);
-  c->n_layers = 2;
-  c->n_q_heads = 4;
-  c->n_kv_heads = 2;
-  c->head_dim = 8;
+  rt_config(c, 2, 4, 2, 8);
   c->max_seqs = W_SEQS;
   c->max_context_tokens = W_MAX_TOKENS;
   c->budget_blocks = 4;
@@ -206,15 +202,22 @@ static void w_add(run_t *r, uint32_t w, bool recovery) {
   if (pv) test_free(pv);
 }
 
-static void w_step(run_t *r, uint32_t step, bool recovery) {
-  const okv_runtime_config_t *c = &r->cfg;
-  uint32_t H = c->n_kv_heads, hd = c->head_dim;
-  uint32_t rows[W_SEQS], ids[W_SEQS], n = 0;
+/* The live sequences: their rows (index into live/id/hist) and runtime ids;
+ * returns how many. */
+static uint32_t w_live(const run_t *r, uint32_t *rows, uint32_t *ids) {
+  uint32_t n = 0;
   for (uint32_t w = 0; w < W_SEQS; w++)
     if (r->live[w]) {
       rows[n] = w;
       ids[n++] = r->id[w];
     }
+  return n;
+}
+
+static void w_step(run_t *r, uint32_t step, bool recovery) {
+  const okv_runtime_config_t *c = &r->cfg;
+  uint32_t H = c->n_kv_heads, hd = c->head_dim;
+  uint32_t rows[W_SEQS], ids[W_SEQS], n = w_live(r, rows, ids);
   if (n == 0) return;
   okv_status_t st = okv_runtime_step_begin(r->rt, n, ids, W_T);
   if (st != OKV_OK) {
@@ -259,12 +262,7 @@ static void w_step(run_t *r, uint32_t step, bool recovery) {
 /* peek_layer over every live sequence with T = 1 (its own token in flight). */
 static void w_peek(run_t *r, uint32_t step, bool recovery) {
   const okv_runtime_config_t *c = &r->cfg;
-  uint32_t rows[W_SEQS], ids[W_SEQS], n = 0;
-  for (uint32_t w = 0; w < W_SEQS; w++)
-    if (r->live[w]) {
-      rows[n] = w;
-      ids[n++] = r->id[w];
-    }
+  uint32_t rows[W_SEQS], ids[W_SEQS], n = w_live(r, rows, ids);
   if (n == 0) return;
   size_t row = w_q_row(c), kvn = (size_t)c->n_kv_heads * c->head_dim;
   float *q = test_calloc(n * row, sizeof(float)), *out = test_malloc(n * row * sizeof(float));

@@ -11,13 +11,17 @@
 static const char *g_backend = "cpu";
 
 static void base_config(okv_runtime_config_t *c) {
-  okv_runtime_config_init(c);
-  c->n_layers = 2;
-  c->n_q_heads = 4;
-  c->n_kv_heads = 2;
-  c->head_dim = 16;
+  rt_config(c, 2, 4, 2, 16);
   c->max_seqs = 4;
   c->max_context_tokens = 1024;
+}
+
+/* base_config with a working set of K = budget_blocks blocks and a cap of
+ * C = ceil(fetch_ratio * K) new blocks per step. */
+static void budget_config(okv_runtime_config_t *c, uint32_t budget_blocks, double fetch_ratio) {
+  base_config(c);
+  c->budget_blocks = budget_blocks;
+  c->fetch_ratio = fetch_ratio;
 }
 
 static okv_hal_device_params_t small_params(void) {
@@ -47,55 +51,28 @@ static void test_config_validate(void **state) {
   assert_int_equal(c.budget_blocks, 128);
   assert_true(c.fetch_ratio == 0.05);
   assert_int_equal(c.mode, OKV_MODE_OASIS);
-  okv_runtime_config_t b = c;
-  b.n_layers = 0;
-  expect_invalid(&b, "n_layers");
-  b = c;
-  b.n_q_heads = 3;
-  expect_invalid(&b, "n_q_heads");
-  b = c;
-  b.n_kv_heads = 0;
-  expect_invalid(&b, "n_kv_heads");
-  b = c;
-  b.head_dim = 0;
-  expect_invalid(&b, "head_dim");
-  b = c;
-  b.head_dim = 257;
-  expect_invalid(&b, "head_dim");
-  b = c;
-  b.block_tokens = 32;
-  expect_invalid(&b, "block_tokens");
-  b = c;
-  b.budget_blocks = 0;
-  expect_invalid(&b, "budget_blocks");
-  b = c;
-  b.budget_blocks = 513;
-  expect_invalid(&b, "budget_blocks");
-  b = c;
-  b.fetch_ratio = 0.0;
-  expect_invalid(&b, "fetch_ratio");
-  b = c;
-  b.fetch_ratio = 1.5;
-  expect_invalid(&b, "fetch_ratio");
-  b = c;
-  b.fetch_ratio = NAN;
-  expect_invalid(&b, "fetch_ratio");
-  b = c;
-  b.budget_blocks = 8;
-  b.dense_threshold_blocks = 9;
-  expect_invalid(&b, "dense_threshold_blocks");
-  b = c;
-  b.mode = OKV_MODE_COUNT;
-  expect_invalid(&b, "mode");
-  b = c;
-  b.kv_dtype = OKV_DTYPE_COUNT;
-  expect_invalid(&b, "kv_dtype");
-  b = c;
-  b.max_seqs = 0;
-  expect_invalid(&b, "max_seqs");
-  b = c;
-  b.max_context_tokens = 0;
-  expect_invalid(&b, "max_context_tokens");
+  okv_runtime_config_t b;
+  /* b = c with b.field = value must be INVALID_ARGUMENT naming the field. */
+#define EXPECT_INVALID_FIELD(field, value) OKV_EXPECT_MUTATION(b, c, b.field = (value), expect_invalid(&b, #field))
+  EXPECT_INVALID_FIELD(n_layers, 0);
+  EXPECT_INVALID_FIELD(n_q_heads, 3);
+  EXPECT_INVALID_FIELD(n_kv_heads, 0);
+  EXPECT_INVALID_FIELD(head_dim, 0);
+  EXPECT_INVALID_FIELD(head_dim, 257);
+  EXPECT_INVALID_FIELD(block_tokens, 32);
+  EXPECT_INVALID_FIELD(budget_blocks, 0);
+  EXPECT_INVALID_FIELD(budget_blocks, 513);
+  EXPECT_INVALID_FIELD(fetch_ratio, 0.0);
+  EXPECT_INVALID_FIELD(fetch_ratio, 1.5);
+  EXPECT_INVALID_FIELD(fetch_ratio, NAN);
+  EXPECT_INVALID_FIELD(mode, OKV_MODE_COUNT);
+  EXPECT_INVALID_FIELD(kv_dtype, OKV_DTYPE_COUNT);
+  EXPECT_INVALID_FIELD(max_seqs, 0);
+  EXPECT_INVALID_FIELD(max_context_tokens, 0);
+#undef EXPECT_INVALID_FIELD
+  /* A threshold above the budget. */
+  OKV_EXPECT_MUTATION(b, c, (b.budget_blocks = 8, b.dense_threshold_blocks = 9),
+                      expect_invalid(&b, "dense_threshold_blocks"));
   /* The default threshold follows budget_blocks. */
   b = c;
   b.budget_blocks = 8;
@@ -259,10 +236,8 @@ static uint64_t check_invariants(drv_t *d, prev_t *prev, bool have_prev, uint32_
  * invariants hold every step; a long random workload; stats are consistent. */
 static uint64_t run_sparse(okv_mode_t mode, uint64_t seed, uint32_t n_steps, bool check_outputs) {
   okv_runtime_config_t c;
-  base_config(&c);
+  budget_config(&c, 4, 0.25); /* C = 1 */
   c.mode = mode;
-  c.budget_blocks = 4;
-  c.fetch_ratio = 0.25; /* C = 1 */
   c.max_context_tokens = 1024;
   c.track_recall = true;
   okv_hal_device_params_t p = small_params();
@@ -360,9 +335,7 @@ static void test_sparse_ondemand(void **state) {
 static void test_capacity_and_oom(void **state) {
   (void)state;
   okv_runtime_config_t c;
-  base_config(&c);
-  c.budget_blocks = 4;
-  c.fetch_ratio = 0.25;
+  budget_config(&c, 4, 0.25);
   uint64_t bb = okv_block_bytes(c.kv_dtype, c.head_dim);
   uint64_t per_seq = (uint64_t)c.n_layers * c.n_kv_heads * (4 + 1 + 1);
   c.device_pool_bytes = 2 * per_seq * bb + bb; /* two sequences and one spare slot */
@@ -452,9 +425,7 @@ static void test_dense_pool_exhaustion(void **state) {
 static void test_peek(void **state) {
   (void)state;
   okv_runtime_config_t c;
-  base_config(&c);
-  c.budget_blocks = 3;
-  c.fetch_ratio = 0.5;
+  budget_config(&c, 3, 0.5);
   okv_hal_device_params_t p = small_params();
   drv_t d;
   drv_open(&d, g_backend, &c, &p, 5, 512);

@@ -231,6 +231,28 @@ static void one_head_config(okv_runtime_config_t *c, okv_mode_t mode) {
   c->max_context_tokens = 256;
 }
 
+/* A runtime of config c on its own device (test allocator) whose HOST ->
+ * DEVICE transfers fail while g_fail_h2d is set. */
+typedef struct h2d_rt_t {
+  okv_allocator_t alloc;
+  okv_hal_device_t *dev;
+  okv_runtime_t *rt;
+} h2d_rt_t;
+
+static okv_runtime_t *h2d_open(h2d_rt_t *h, const okv_runtime_config_t *c) {
+  h->alloc = okv_test_allocator();
+  OKV_ASSERT_OK(okv_hal_device_create(g_backend, NULL, &h->alloc, &h->dev));
+  OKV_ASSERT_OK(okv_runtime_create(h->dev, c, &h->alloc, &h->rt));
+  OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(h->dev, &g_h2d_hooks));
+  return h->rt;
+}
+
+static void h2d_close(h2d_rt_t *h) {
+  OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(h->dev, NULL));
+  okv_runtime_destroy(h->rt);
+  OKV_ASSERT_OK(okv_hal_device_release(h->dev));
+}
+
 static uint32_t mode_T(okv_mode_t mode) { return mode == OKV_MODE_OASIS ? 2u : 1u; }
 
 /* One decode step of one sequence; returns the layer's status code; out [T][4]. */
@@ -243,130 +265,125 @@ static okv_status_code_t one_step(okv_runtime_t *rt, uint32_t id, uint32_t T, co
 }
 
 /* Input 1: failures at positions 20 (middle of block 1) and 32 (first token of block 2). */
-static void test_refresh_failure_no_phantom(void **state) {
-  (void)state;
-  for (int mode = 0; mode < OKV_MODE_COUNT; mode++) {
-    okv_runtime_config_t c;
-    one_head_config(&c, (okv_mode_t)mode);
-    drv_t d;
-    drv_open(&d, g_backend, &c, NULL, 77 + (uint64_t)mode, 256);
-    OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(d.dev, &g_h2d_hooks));
-    drv_add(&d, 0);
-    uint32_t T = mode_T((okv_mode_t)mode);
-    uint32_t n_failed = 0;
-    for (uint32_t pos = 0; pos < 40; pos++) {
-      bool faulty = pos == 20 || pos == 32;
-      __atomic_store_n(&g_fail_h2d, faulty, __ATOMIC_RELEASE);
-      d.T = T;
-      d.step_n = 1;
-      d.step_slot[0] = 0;
-      float *q = drv_q(&d, 0), *dr = drv_draft(&d, 0), *k = drv_k(&d, 0), *v = drv_v(&d, 0), *o = drv_out(&d, 0);
-      for (uint32_t i = 0; i < T * 4; i++) q[i] = 2.0f * okv_test_rng_normal(&d.rng);
-      for (uint32_t i = 0; i < 8; i++) dr[i] = okv_test_rng_normal(&d.rng);
-      for (uint32_t i = 0; i < 4; i++) {
-        k[i] = okv_test_rng_normal(&d.rng);
-        v[i] = okv_test_rng_normal(&d.rng);
-      }
-      okv_status_code_t code = one_step(d.rt, d.ids[0], T, k, v, q, dr, o);
-      rt_hist_append(&d.hist[0], 0, k, v); /* committed either way */
-      __atomic_store_n(&g_fail_h2d, 0, __ATOMIC_RELEASE);
-      if (faulty) {
-        assert_int_equal(code, OKV_STATUS_COPY_FAILED);
-        for (uint32_t i = 0; i < T * 4; i++) assert_true(isnan(o[i]));
-        n_failed++;
-      } else {
-        /* Everything fits in K: the output is exact over every committed token. */
-        assert_int_equal(code, OKV_STATUS_OK);
-        assert_true(drv_check(&d, true) < 2e-5);
-      }
+static void refresh_failure_no_phantom(okv_mode_t mode, okv_runtime_config_t c) {
+  drv_t d;
+  drv_open(&d, g_backend, &c, NULL, 77 + (uint64_t)mode, 256);
+  OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(d.dev, &g_h2d_hooks));
+  drv_add(&d, 0);
+  uint32_t T = mode_T(mode);
+  uint32_t n_failed = 0;
+  for (uint32_t pos = 0; pos < 40; pos++) {
+    bool faulty = pos == 20 || pos == 32;
+    __atomic_store_n(&g_fail_h2d, faulty, __ATOMIC_RELEASE);
+    d.T = T;
+    d.step_n = 1;
+    d.step_slot[0] = 0;
+    float *q = drv_q(&d, 0), *dr = drv_draft(&d, 0), *k = drv_k(&d, 0), *v = drv_v(&d, 0), *o = drv_out(&d, 0);
+    for (uint32_t i = 0; i < T * 4; i++) q[i] = 2.0f * okv_test_rng_normal(&d.rng);
+    for (uint32_t i = 0; i < 8; i++) dr[i] = okv_test_rng_normal(&d.rng);
+    for (uint32_t i = 0; i < 4; i++) {
+      k[i] = okv_test_rng_normal(&d.rng);
+      v[i] = okv_test_rng_normal(&d.rng);
     }
-    assert_int_equal(n_failed, 2);
-    check_host_intact(&d);
-    OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(d.dev, NULL));
-    drv_close(&d);
+    okv_status_code_t code = one_step(d.rt, d.ids[0], T, k, v, q, dr, o);
+    rt_hist_append(&d.hist[0], 0, k, v); /* committed either way */
+    __atomic_store_n(&g_fail_h2d, 0, __ATOMIC_RELEASE);
+    if (faulty) {
+      assert_int_equal(code, OKV_STATUS_COPY_FAILED);
+      for (uint32_t i = 0; i < T * 4; i++) assert_true(isnan(o[i]));
+      n_failed++;
+    } else {
+      /* Everything fits in K: the output is exact over every committed token. */
+      assert_int_equal(code, OKV_STATUS_OK);
+      assert_true(drv_check(&d, true) < 2e-5);
+    }
   }
+  assert_int_equal(n_failed, 2);
+  check_host_intact(&d);
+  OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(d.dev, NULL));
+  drv_close(&d);
 }
 
 /* Input 2: a released slot never hands sequence A's values to sequence B. */
-static void test_released_slot_not_reused_unwritten(void **state) {
-  (void)state;
-  for (int mode = 0; mode < OKV_MODE_COUNT; mode++) {
-    okv_runtime_config_t c;
-    one_head_config(&c, (okv_mode_t)mode);
-    c.budget_blocks = 2;
-    c.max_seqs = 1;
-    c.fetch_ratio = 0.5;
-    okv_allocator_t a = okv_test_allocator();
-    okv_hal_device_t *dev;
-    okv_runtime_t *rt;
-    OKV_ASSERT_OK(okv_hal_device_create(g_backend, NULL, &a, &dev));
-    OKV_ASSERT_OK(okv_runtime_create(dev, &c, &a, &rt));
-    OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(dev, &g_h2d_hooks));
-    uint32_t T = mode_T((okv_mode_t)mode);
-    float ka[4] = {1, 1, 1, 1}, va[4] = {111, 111, 111, 111}, q[8] = {1, 1, 1, 1, 1, 1, 1, 1};
-    float draft[8] = {0}, out[8];
-    uint32_t a_id, b_id;
-    OKV_ASSERT_OK(okv_runtime_seq_add(rt, NULL, &a_id));
-    uint32_t n_a = mode == OKV_MODE_OASIS || mode == OKV_MODE_PROXY ? 60u : 20u;
-    for (uint32_t t = 0; t < n_a; t++) assert_int_equal(one_step(rt, a_id, T, ka, va, q, draft, out), OKV_STATUS_OK);
-    assert_true(fabsf(out[0] - 111.0f) < 1e-3f);
-    OKV_ASSERT_OK(okv_runtime_seq_remove(rt, a_id));
-    OKV_ASSERT_OK(okv_runtime_seq_add(rt, NULL, &b_id));
-    float kb[4] = {0.5f, 0.5f, 0.5f, 0.5f}, vb[4] = {-7, -7, -7, -7};
-    __atomic_store_n(&g_fail_h2d, 1, __ATOMIC_RELEASE);
-    okv_status_code_t code = one_step(rt, b_id, T, kb, vb, q, draft, out);
-    __atomic_store_n(&g_fail_h2d, 0, __ATOMIC_RELEASE);
-    assert_int_equal(code, OKV_STATUS_COPY_FAILED);
-    for (uint32_t i = 0; i < T * 4; i++) assert_true(isnan(out[i])); /* never A's 111 */
-    /* B's slot is unreadable, not listed resident, until a write succeeds. */
-    uint32_t blocks[4], nb = 9;
-    OKV_ASSERT_OK(okv_runtime_seq_resident(rt, b_id, 0, 0, blocks, 4, &nb));
-    assert_int_equal(nb, 0);
-    /* Faults stop: the next step sees B's two tokens only (both V = -7). */
-    assert_int_equal(one_step(rt, b_id, T, kb, vb, q, draft, out), OKV_STATUS_OK);
-    for (uint32_t i = 0; i < 4; i++) assert_true(fabsf(out[i] + 7.0f) < 1e-4f);
-    OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(dev, NULL));
-    okv_runtime_destroy(rt);
-    OKV_ASSERT_OK(okv_hal_device_release(dev));
-  }
+static void released_slot_not_reused_unwritten(okv_mode_t mode, okv_runtime_config_t c) {
+  c.budget_blocks = 2;
+  c.max_seqs = 1;
+  c.fetch_ratio = 0.5;
+  h2d_rt_t h;
+  okv_runtime_t *rt = h2d_open(&h, &c);
+  uint32_t T = mode_T(mode);
+  float ka[4] = {1, 1, 1, 1}, va[4] = {111, 111, 111, 111}, q[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  float draft[8] = {0}, out[8];
+  uint32_t a_id, b_id;
+  OKV_ASSERT_OK(okv_runtime_seq_add(rt, NULL, &a_id));
+  uint32_t n_a = mode == OKV_MODE_OASIS || mode == OKV_MODE_PROXY ? 60u : 20u;
+  for (uint32_t t = 0; t < n_a; t++) assert_int_equal(one_step(rt, a_id, T, ka, va, q, draft, out), OKV_STATUS_OK);
+  assert_true(fabsf(out[0] - 111.0f) < 1e-3f);
+  OKV_ASSERT_OK(okv_runtime_seq_remove(rt, a_id));
+  OKV_ASSERT_OK(okv_runtime_seq_add(rt, NULL, &b_id));
+  float kb[4] = {0.5f, 0.5f, 0.5f, 0.5f}, vb[4] = {-7, -7, -7, -7};
+  __atomic_store_n(&g_fail_h2d, 1, __ATOMIC_RELEASE);
+  okv_status_code_t code = one_step(rt, b_id, T, kb, vb, q, draft, out);
+  __atomic_store_n(&g_fail_h2d, 0, __ATOMIC_RELEASE);
+  assert_int_equal(code, OKV_STATUS_COPY_FAILED);
+  for (uint32_t i = 0; i < T * 4; i++) assert_true(isnan(out[i])); /* never A's 111 */
+  /* B's slot is unreadable, not listed resident, until a write succeeds. */
+  uint32_t blocks[4], nb = 9;
+  OKV_ASSERT_OK(okv_runtime_seq_resident(rt, b_id, 0, 0, blocks, 4, &nb));
+  assert_int_equal(nb, 0);
+  /* Faults stop: the next step sees B's two tokens only (both V = -7). */
+  assert_int_equal(one_step(rt, b_id, T, kb, vb, q, draft, out), OKV_STATUS_OK);
+  for (uint32_t i = 0; i < 4; i++) assert_true(fabsf(out[i] + 7.0f) < 1e-4f);
+  h2d_close(&h);
 }
 
 /* A peek right after a failed refresh must not pass off attention without the
  * active block's committed tokens as valid: it fails (NaN) until an append
  * repairs the slot. */
-static void test_peek_after_failed_refresh(void **state) {
-  (void)state;
+static void peek_after_failed_refresh(okv_mode_t mode, okv_runtime_config_t c) {
+  h2d_rt_t h;
+  okv_runtime_t *rt = h2d_open(&h, &c);
+  uint32_t T = mode_T(mode), id;
+  float k[4] = {1, 0, 0, 0}, v[4] = {3, 3, 3, 3}, q[8] = {1, 0, 0, 0, 1, 0, 0, 0}, draft[8] = {0}, out[8];
+  float infl[8] = {1, 0, 0, 0, 3, 3, 3, 3};
+  OKV_ASSERT_OK(okv_runtime_seq_add(rt, NULL, &id));
+  for (int t = 0; t < 5; t++) assert_int_equal(one_step(rt, id, T, k, v, q, draft, out), OKV_STATUS_OK);
+  __atomic_store_n(&g_fail_h2d, 1, __ATOMIC_RELEASE);
+  assert_int_equal(one_step(rt, id, T, k, v, q, draft, out), OKV_STATUS_COPY_FAILED);
+  __atomic_store_n(&g_fail_h2d, 0, __ATOMIC_RELEASE);
+  okv_status_t st = okv_runtime_peek_layer(rt, 1, &id, 0, 1, q, infl, out);
+  assert_int_equal(okv_status_code(st), OKV_STATUS_COPY_FAILED);
+  assert_non_null(strstr(okv_status_message(st), "not readable"));
+  okv_status_free(st);
+  for (int i = 0; i < 4; i++) assert_true(isnan(out[i]));
+  /* The next step repairs the slot: every V is 3, so is the output. */
+  assert_int_equal(one_step(rt, id, T, k, v, q, draft, out), OKV_STATUS_OK);
+  for (int i = 0; i < 4; i++) assert_true(fabsf(out[i] - 3.0f) < 1e-5f);
+  OKV_ASSERT_OK(okv_runtime_peek_layer(rt, 1, &id, 0, 1, q, infl, out));
+  for (int i = 0; i < 4; i++) assert_true(fabsf(out[i] - 3.0f) < 1e-5f);
+  h2d_close(&h);
+}
+
+/* Runs body for every mode, on one_head_config of that mode. */
+static void run_per_mode(void (*body)(okv_mode_t mode, okv_runtime_config_t c)) {
   for (int mode = 0; mode < OKV_MODE_COUNT; mode++) {
     okv_runtime_config_t c;
     one_head_config(&c, (okv_mode_t)mode);
-    okv_allocator_t a = okv_test_allocator();
-    okv_hal_device_t *dev;
-    okv_runtime_t *rt;
-    OKV_ASSERT_OK(okv_hal_device_create(g_backend, NULL, &a, &dev));
-    OKV_ASSERT_OK(okv_runtime_create(dev, &c, &a, &rt));
-    OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(dev, &g_h2d_hooks));
-    uint32_t T = mode_T((okv_mode_t)mode), id;
-    float k[4] = {1, 0, 0, 0}, v[4] = {3, 3, 3, 3}, q[8] = {1, 0, 0, 0, 1, 0, 0, 0}, draft[8] = {0}, out[8];
-    float infl[8] = {1, 0, 0, 0, 3, 3, 3, 3};
-    OKV_ASSERT_OK(okv_runtime_seq_add(rt, NULL, &id));
-    for (int t = 0; t < 5; t++) assert_int_equal(one_step(rt, id, T, k, v, q, draft, out), OKV_STATUS_OK);
-    __atomic_store_n(&g_fail_h2d, 1, __ATOMIC_RELEASE);
-    assert_int_equal(one_step(rt, id, T, k, v, q, draft, out), OKV_STATUS_COPY_FAILED);
-    __atomic_store_n(&g_fail_h2d, 0, __ATOMIC_RELEASE);
-    okv_status_t st = okv_runtime_peek_layer(rt, 1, &id, 0, 1, q, infl, out);
-    assert_int_equal(okv_status_code(st), OKV_STATUS_COPY_FAILED);
-    assert_non_null(strstr(okv_status_message(st), "not readable"));
-    okv_status_free(st);
-    for (int i = 0; i < 4; i++) assert_true(isnan(out[i]));
-    /* The next step repairs the slot: every V is 3, so is the output. */
-    assert_int_equal(one_step(rt, id, T, k, v, q, draft, out), OKV_STATUS_OK);
-    for (int i = 0; i < 4; i++) assert_true(fabsf(out[i] - 3.0f) < 1e-5f);
-    OKV_ASSERT_OK(okv_runtime_peek_layer(rt, 1, &id, 0, 1, q, infl, out));
-    for (int i = 0; i < 4; i++) assert_true(fabsf(out[i] - 3.0f) < 1e-5f);
-    OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(dev, NULL));
-    okv_runtime_destroy(rt);
-    OKV_ASSERT_OK(okv_hal_device_release(dev));
+    body((okv_mode_t)mode, c);
   }
+}
+
+static void test_refresh_failure_no_phantom(void **state) {
+  (void)state;
+  run_per_mode(refresh_failure_no_phantom);
+}
+static void test_released_slot_not_reused_unwritten(void **state) {
+  (void)state;
+  run_per_mode(released_slot_not_reused_unwritten);
+}
+static void test_peek_after_failed_refresh(void **state) {
+  (void)state;
+  run_per_mode(peek_after_failed_refresh);
 }
 
 int main(int argc, char **argv) {

@@ -15,11 +15,7 @@ typedef struct fixture_t {
 static int setup(void **state) {
   fixture_t *f = test_calloc(1, sizeof *f);
   okv_runtime_config_t c;
-  okv_runtime_config_init(&c);
-  c.n_layers = 6;
-  c.n_q_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 8;
+  rt_config(&c, 6, 4, 2, 8);
   c.max_seqs = 10;
   c.max_context_tokens = 768;
   c.budget_blocks = 4;

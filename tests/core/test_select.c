@@ -42,12 +42,16 @@ static void map_block(fixture_t *f, uint32_t b, uint32_t step) {
   okv_block_map_map(&f->map, b, slot, step);
 }
 
+/* Maps the blocks bm[i][0] into free slots, last selected at step bm[i][1]. */
+static void map_blocks(fixture_t *f, const uint32_t (*bm)[2], size_t n) {
+  for (size_t i = 0; i < n; i++) map_block(f, bm[i][0], bm[i][1]);
+}
+
 static void test_map_basic(void **state) {
   fixture_t *f = *state;
   head_init(f, 10, 4);
-  map_block(f, 3, 1);
-  map_block(f, 7, 2);
-  map_block(f, 0, 2);
+  static const uint32_t mapped[3][2] = {{3, 1}, {7, 2}, {0, 2}}; /* (block, step) */
+  map_blocks(f, mapped, 3);
   assert_true(okv_block_map_is_resident(&f->map, 3));
   assert_false(okv_block_map_is_resident(&f->map, 4));
   assert_int_equal(f->map.n_resident, 3);
@@ -82,11 +86,8 @@ static void test_map_basic(void **state) {
 static void test_select_hand_case(void **state) {
   fixture_t *f = *state;
   head_init(f, 10, 7);
-  map_block(f, 1, 1);
-  map_block(f, 2, 3);
-  map_block(f, 5, 2);
-  map_block(f, 6, 2);
-  map_block(f, 9, 4);
+  static const uint32_t mapped[5][2] = {{1, 1}, {2, 3}, {5, 2}, {6, 2}, {9, 4}}; /* (block, step) */
+  map_blocks(f, mapped, 5);
   uint32_t pred[] = {8, 2, 0, 4};
   uint32_t scratch[8], adm[4], vic[4];
   okv_select_params_t p = {.budget_blocks = 4, .cap_blocks = 2, .step = 5, .active_block = 9};

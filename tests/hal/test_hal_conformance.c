@@ -107,6 +107,27 @@ static void buf_expect(okv_hal_buffer_t *b, const unsigned char *expected) {
   }
 }
 
+/* A buffer and the host image of what it must hold. */
+typedef struct mbuf_t {
+  okv_hal_buffer_t *buf;
+  unsigned char *host;
+} mbuf_t;
+
+/* A buffer of random bytes and their host image. */
+static mbuf_t mbuf_new(fixture_t *f, okv_tier_t tier, uint64_t bytes) {
+  mbuf_t m;
+  m.buf = buf_new(f, tier, bytes);
+  m.host = buf_randomize(f, m.buf);
+  return m;
+}
+
+static void mbuf_expect(const mbuf_t *m) { buf_expect(m->buf, m->host); }
+
+static void mbuf_free(mbuf_t *m) {
+  test_free(m->host);
+  buf_free(m->buf);
+}
+
 static bool tier_allocatable(const fixture_t *f, okv_tier_t t) { return (f->info.alloc_tiers & OKV_TIER_BIT(t)) != 0; }
 
 /* ---- Device and capacity ---- */
@@ -222,21 +243,18 @@ static void test_copy_all_directions(void **state) {
       for (int iter = 0; iter < 12; ++iter) {
         uint64_t src_bytes = 1 + okv_test_rng_below(&f->rng, 70000);
         uint64_t dst_bytes = 1 + okv_test_rng_below(&f->rng, 70000);
-        okv_hal_buffer_t *src = buf_new(f, st, src_bytes), *dst = buf_new(f, dt, dst_bytes);
-        unsigned char *hs = buf_randomize(f, src), *hd = buf_randomize(f, dst);
+        mbuf_t src = mbuf_new(f, st, src_bytes), dst = mbuf_new(f, dt, dst_bytes);
         uint64_t max_len = src_bytes < dst_bytes ? src_bytes : dst_bytes;
         uint64_t len = 1 + okv_test_rng_below(&f->rng, (uint32_t)max_len);
         uint64_t so = okv_test_rng_below(&f->rng, (uint32_t)(src_bytes - len + 1));
         uint64_t d_o = okv_test_rng_below(&f->rng, (uint32_t)(dst_bytes - len + 1));
-        OKV_ASSERT_OK(okv_hal_copy_async(f->stream, src, so, dst, d_o, len));
+        OKV_ASSERT_OK(okv_hal_copy_async(f->stream, src.buf, so, dst.buf, d_o, len));
         OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
-        memcpy(hd + d_o, hs + so, len);
-        buf_expect(dst, hd);
-        buf_expect(src, hs); /* the source is untouched */
-        test_free(hs);
-        test_free(hd);
-        buf_free(src);
-        buf_free(dst);
+        memcpy(dst.host + d_o, src.host + so, len);
+        mbuf_expect(&dst);
+        mbuf_expect(&src); /* the source is untouched */
+        mbuf_free(&src);
+        mbuf_free(&dst);
       }
     }
   }
@@ -244,28 +262,28 @@ static void test_copy_all_directions(void **state) {
 
 static void test_copy_ranges_validated(void **state) {
   fixture_t *f = *state;
-  okv_hal_buffer_t *src = buf_new(f, OKV_TIER_HOST, 4096), *dst = buf_new(f, OKV_TIER_DEVICE, 1024);
-  unsigned char *hs = buf_randomize(f, src), *hd = buf_randomize(f, dst);
-  OKV_ASSERT_CODE(okv_hal_copy_async(f->stream, src, 0, dst, 0, 1025), OKV_STATUS_INVALID_ARGUMENT);
-  OKV_ASSERT_CODE(okv_hal_copy_async(f->stream, src, 4000, dst, 0, 100), OKV_STATUS_INVALID_ARGUMENT);
-  OKV_ASSERT_CODE(okv_hal_copy_async(f->stream, src, UINT64_MAX, dst, 0, 2), OKV_STATUS_INVALID_ARGUMENT);
-  OKV_ASSERT_CODE(okv_hal_copy_async(f->stream, src, 0, dst, 1000, UINT64_MAX - 500), OKV_STATUS_INVALID_ARGUMENT);
-  OKV_ASSERT_OK(okv_hal_copy_async(f->stream, src, 17, dst, 3, 0));      /* no-op */
-  OKV_ASSERT_OK(okv_hal_copy_async(f->stream, src, 4096, dst, 1024, 0)); /* empty range at the end */
+  mbuf_t src = mbuf_new(f, OKV_TIER_HOST, 4096), dst = mbuf_new(f, OKV_TIER_DEVICE, 1024);
+  okv_hal_buffer_t *s = src.buf, *d = dst.buf;
+  OKV_ASSERT_CODE(okv_hal_copy_async(f->stream, s, 0, d, 0, 1025), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_hal_copy_async(f->stream, s, 4000, d, 0, 100), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_hal_copy_async(f->stream, s, UINT64_MAX, d, 0, 2), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_hal_copy_async(f->stream, s, 0, d, 1000, UINT64_MAX - 500), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_OK(okv_hal_copy_async(f->stream, s, 17, d, 3, 0));      /* no-op */
+  OKV_ASSERT_OK(okv_hal_copy_async(f->stream, s, 4096, d, 1024, 0)); /* empty range at the end */
   OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
-  buf_expect(dst, hd);
-  test_free(hs);
-  test_free(hd);
-  buf_free(src);
-  buf_free(dst);
+  mbuf_expect(&dst);
+  mbuf_free(&src);
+  mbuf_free(&dst);
 }
 
 static void test_copy_blocks_random(void **state) {
   fixture_t *f = *state;
   const uint64_t bb = 8192; /* one K+V block: 16 tokens x head_dim 128 x bf16 */
   const uint32_t n_src = 200, n_dst = 64;
-  okv_hal_buffer_t *src = buf_new(f, OKV_TIER_HOST, n_src * bb), *dst = buf_new(f, OKV_TIER_DEVICE, n_dst * bb);
-  unsigned char *hs = buf_randomize(f, src), *hd = buf_randomize(f, dst);
+  mbuf_t msrc = mbuf_new(f, OKV_TIER_HOST, n_src * bb), mdst = mbuf_new(f, OKV_TIER_DEVICE, n_dst * bb);
+  okv_hal_buffer_t *src = msrc.buf, *dst = mdst.buf;
+  const unsigned char *hs = msrc.host;
+  unsigned char *hd = mdst.host;
   okv_block_copy_t pairs[64], keep[64];
   for (int round = 0; round < 6; ++round) {
     /* Distinct destination slots (a random permutation prefix), random source blocks. */
@@ -319,11 +337,8 @@ static void test_copy_blocks_random(void **state) {
   OKV_ASSERT_CODE(okv_hal_copy_blocks_async(f->stream, src, dst, bb, 3, NULL), OKV_STATUS_INVALID_ARGUMENT);
   OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
   buf_expect(dst, hd);
-
-  test_free(hs);
-  test_free(hd);
-  buf_free(src);
-  buf_free(dst);
+  mbuf_free(&msrc);
+  mbuf_free(&mdst);
 }
 
 static void test_copy_blocks_large_batch(void **state) {
@@ -331,22 +346,19 @@ static void test_copy_blocks_large_batch(void **state) {
   /* > 1 MiB in one batch (the CPU backend goes parallel here), every slot written. */
   const uint64_t bb = 16384;
   const uint32_t n = 256;
-  okv_hal_buffer_t *src = buf_new(f, OKV_TIER_HOST, n * bb), *dst = buf_new(f, OKV_TIER_DEVICE, n * bb);
-  unsigned char *hs = buf_randomize(f, src), *hd = test_calloc(n, bb);
+  mbuf_t src = mbuf_new(f, OKV_TIER_HOST, n * bb), dst = mbuf_new(f, OKV_TIER_DEVICE, n * bb);
   okv_block_copy_t *pairs = test_malloc(n * sizeof(*pairs));
   for (uint32_t i = 0; i < n; ++i) {
     pairs[i].src_offset = (uint64_t)i * bb;
     pairs[i].dst_offset = (uint64_t)((i * 37u) % n) * bb; /* 37 is coprime with 256: a permutation */
-    memcpy(hd + pairs[i].dst_offset, hs + pairs[i].src_offset, bb);
+    memcpy(dst.host + pairs[i].dst_offset, src.host + pairs[i].src_offset, bb);
   }
-  OKV_ASSERT_OK(okv_hal_copy_blocks_async(f->stream, src, dst, bb, n, pairs));
+  OKV_ASSERT_OK(okv_hal_copy_blocks_async(f->stream, src.buf, dst.buf, bb, n, pairs));
   OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
-  buf_expect(dst, hd);
+  mbuf_expect(&dst);
   test_free(pairs);
-  test_free(hs);
-  test_free(hd);
-  buf_free(src);
-  buf_free(dst);
+  mbuf_free(&src);
+  mbuf_free(&dst);
 }
 
 /* ---- Ordering ---- */
@@ -941,22 +953,22 @@ static void test_concurrent_use(void **state) {
 int main(int argc, char **argv) {
   g_backend = okv_test_backend_or_skip(argc, argv);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_device_info, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_capacity_exhaustion, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_alloc_invalid, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_copy_all_directions, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_copy_ranges_validated, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_copy_blocks_random, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_copy_blocks_large_batch, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_stream_order, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_cross_stream_event_wait, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_event_states_and_elapsed, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_release_while_enqueued, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_invalid_handles, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_fault_hooks, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_fault_op_hooks, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_kernels_dispatch, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_concurrent_use, setup, teardown),
+      OKV_FIXTURE_TEST(test_device_info),
+      OKV_FIXTURE_TEST(test_capacity_exhaustion),
+      OKV_FIXTURE_TEST(test_alloc_invalid),
+      OKV_FIXTURE_TEST(test_copy_all_directions),
+      OKV_FIXTURE_TEST(test_copy_ranges_validated),
+      OKV_FIXTURE_TEST(test_copy_blocks_random),
+      OKV_FIXTURE_TEST(test_copy_blocks_large_batch),
+      OKV_FIXTURE_TEST(test_stream_order),
+      OKV_FIXTURE_TEST(test_cross_stream_event_wait),
+      OKV_FIXTURE_TEST(test_event_states_and_elapsed),
+      OKV_FIXTURE_TEST(test_release_while_enqueued),
+      OKV_FIXTURE_TEST(test_invalid_handles),
+      OKV_FIXTURE_TEST(test_fault_hooks),
+      OKV_FIXTURE_TEST(test_fault_op_hooks),
+      OKV_FIXTURE_TEST(test_kernels_dispatch),
+      OKV_FIXTURE_TEST(test_concurrent_use),
   };
   return cmocka_run_group_tests_name("hal_conformance", tests, NULL, NULL);
 }

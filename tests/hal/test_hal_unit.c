@@ -49,17 +49,27 @@ static void test_status_truncates_long_messages(void **state) {
   okv_status_free(s);
 }
 
+/* An enum value and the name its naming function must give it. */
+typedef struct named_t {
+  int value;
+  const char *name;
+} named_t;
+
 static void test_status_code_names(void **state) {
   (void)state;
-  assert_string_equal(okv_status_code_name(OKV_STATUS_OK), "OK");
-  assert_string_equal(okv_status_code_name(OKV_STATUS_INVALID_ARGUMENT), "INVALID_ARGUMENT");
-  assert_string_equal(okv_status_code_name(OKV_STATUS_OUT_OF_MEMORY), "OUT_OF_MEMORY");
-  assert_string_equal(okv_status_code_name(OKV_STATUS_UNAVAILABLE), "UNAVAILABLE");
-  assert_string_equal(okv_status_code_name(OKV_STATUS_COPY_FAILED), "COPY_FAILED");
-  assert_string_equal(okv_status_code_name(OKV_STATUS_INTERNAL), "INTERNAL");
-  assert_string_equal(okv_status_code_name(OKV_STATUS_NOT_FOUND), "NOT_FOUND");
-  assert_string_equal(okv_status_code_name(OKV_STATUS_IO_ERROR), "IO_ERROR");
-  assert_string_equal(okv_status_code_name(OKV_STATUS_CODE_COUNT), "UNKNOWN");
+  static const named_t names[] = {
+      {OKV_STATUS_OK, "OK"},
+      {OKV_STATUS_INVALID_ARGUMENT, "INVALID_ARGUMENT"},
+      {OKV_STATUS_OUT_OF_MEMORY, "OUT_OF_MEMORY"},
+      {OKV_STATUS_UNAVAILABLE, "UNAVAILABLE"},
+      {OKV_STATUS_COPY_FAILED, "COPY_FAILED"},
+      {OKV_STATUS_INTERNAL, "INTERNAL"},
+      {OKV_STATUS_NOT_FOUND, "NOT_FOUND"},
+      {OKV_STATUS_IO_ERROR, "IO_ERROR"},
+      {OKV_STATUS_CODE_COUNT, "UNKNOWN"},
+  };
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    assert_string_equal(okv_status_code_name((okv_status_code_t)names[i].value), names[i].name);
   /* An out-of-range code becomes INTERNAL rather than an unnamed value. */
   okv_status_t s = okv_status_make((okv_status_code_t)99, "bad code");
   assert_int_equal(okv_status_consume(s), OKV_STATUS_INTERNAL);
@@ -101,11 +111,12 @@ static void test_allocator_routes_calls(void **state) {
 
 static void test_tier_names(void **state) {
   (void)state;
-  assert_string_equal(okv_tier_name(OKV_TIER_DEVICE), "device");
-  assert_string_equal(okv_tier_name(OKV_TIER_HOST), "host");
-  assert_string_equal(okv_tier_name(OKV_TIER_REMOTE), "remote");
-  assert_string_equal(okv_tier_name(OKV_TIER_COUNT), "unknown");
-  assert_string_equal(okv_tier_name((okv_tier_t)-1), "unknown");
+  static const named_t names[] = {
+      {OKV_TIER_DEVICE, "device"}, {OKV_TIER_HOST, "host"}, {OKV_TIER_REMOTE, "remote"},
+      {OKV_TIER_COUNT, "unknown"}, {-1, "unknown"},
+  };
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    assert_string_equal(okv_tier_name((okv_tier_t)names[i].value), names[i].name);
   assert_int_equal(OKV_TIER_BIT(OKV_TIER_HOST), 2u);
 }
 

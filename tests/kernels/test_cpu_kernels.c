@@ -79,50 +79,32 @@ static void test_conversions(void **state) {
 
 /* ---- attention ---- */
 
-/* Runs the kernel at every ISA level and with 1 and 2 threads; returns the
- * worst error ratio; checks mass too when with_mass. */
-static double run_attention_all(const okv_kcase_t *c, const double *ref, const double *ref_mass, bool with_mass) {
-  float *out = test_malloc(sizeof(float) * c->q_floats);
-  float *mass = with_mass ? test_malloc(sizeof(float) * ((size_t)c->ws_total * c->p.n_query_tokens + 1)) : NULL;
-  double worst = 0;
+/* Runs the kernel on case c at every ISA level and with 1 and 2 threads and
+ * checks it against the reference (the block mass too when with_mass). */
+static void check_case(const okv_kcase_params_t *p, uint64_t seed, bool with_mass) {
+  okv_kcase_t c;
+  okv_kcase_build(&c, p, seed);
+  okv_kcase_ref_t ref;
+  okv_kcase_ref_make(&c, &ref);
+  float *out = test_malloc(sizeof(float) * c.q_floats);
+  float *mass = with_mass ? test_malloc(sizeof(float) * ref.n_mass) : NULL;
   okv_cpu_isa_t top = okv_cpu_isa_detected();
   for (int isa = 0; isa <= (int)top; isa++) {
     okv_cpu_isa_limit((okv_cpu_isa_t)isa);
     for (int nt = 1; nt <= MAX_THREADS; nt++) {
-      for (size_t i = 0; i < c->q_floats; i++) out[i] = 12345.0f;
-      okv_cpu_attention(&c->desc, c->pool, c->q, c->inflight, out, mass, nt);
-      double e = okv_kcase_attention_error(c, out, ref, ATTN_TOL);
-      if (g_verbose) printf("  isa %d threads %d err ratio %.3g\n", isa, nt, e);
-      worst = e > worst ? e : worst;
-      if (with_mass) {
-        const double mtol = 1e-6 * (1.0 + okv_kcase_conditioning(c));
-        for (size_t i = 0; i < (size_t)c->ws_total * c->p.n_query_tokens; i++) {
-          double r = fabs(mass[i] - ref_mass[i]) / mtol;
-          if (!(r <= 1.0)) print_error("mass[%zu] = %.9g, reference %.9g\n", i, mass[i], ref_mass[i]);
-          assert_true(r <= 1.0);
-        }
-      }
+      char what[64];
+      snprintf(what, sizeof what, "isa %s, %d thread%s", okv_cpu_isa_name((okv_cpu_isa_t)isa), nt, nt > 1 ? "s" : "");
+      for (size_t i = 0; i < c.q_floats; i++) out[i] = 12345.0f;
+      okv_cpu_attention(&c.desc, c.pool, c.q, c.inflight, out, mass, nt);
+      double e = okv_kcase_assert_attention(&c, out, ref.out, ATTN_TOL, what);
+      if (g_verbose) printf("  %s: err ratio %.3g\n", what, e);
+      if (with_mass) okv_kcase_assert_mass(&c, mass, ref.mass, ATTN_TOL, what);
     }
   }
   okv_cpu_isa_limit(OKV_CPU_ISA_AVX512);
   test_free(out);
   if (mass) test_free(mass);
-  return worst;
-}
-
-static void check_case(const okv_kcase_params_t *p, uint64_t seed, bool with_mass) {
-  okv_kcase_t c;
-  okv_kcase_build(&c, p, seed);
-  double *ref = test_malloc(sizeof(double) * c.q_floats);
-  double *ref_mass = test_malloc(sizeof(double) * ((size_t)c.ws_total * p->n_query_tokens + 1));
-  okv_ref_attention(&c.desc, c.pool, c.q, c.inflight, ref, ref_mass, NULL);
-  double e = run_attention_all(&c, ref, ref_mass, with_mass);
-  if (!(e <= 1.0))
-    print_error("case D=%u G=%u T=%u inflight=%u blocks=%u dtype=%s: error ratio %.3g\n", p->head_dim, p->group_size,
-                p->n_query_tokens, p->n_inflight, p->n_blocks, okv_dtype_name(p->dtype), e);
-  assert_true(e <= 1.0);
-  test_free(ref);
-  test_free(ref_mass);
+  okv_kcase_ref_free(&ref);
   okv_kcase_free(&c);
 }
 
@@ -136,17 +118,9 @@ static void test_attention_shapes(void **state) {
       for (uint32_t T = 1; T <= 2; T++)
         for (int bi = 0; bi < 4; bi++) {
           if (blocks[bi] == 129 && (dims[di] != 64 || groups[gi] > 4)) continue; /* keep the suite fast */
-          okv_kcase_params_t p = {.n_seqs = 2,
-                                  .n_kv_heads = 2,
-                                  .group_size = groups[gi],
-                                  .head_dim = dims[di],
-                                  .n_query_tokens = T,
-                                  .n_inflight = (uint32_t)(seed % (T + 1)),
-                                  .dtype = (okv_dtype_t)(seed % 3),
-                                  .n_blocks = blocks[bi],
-                                  .vary_blocks = true,
-                                  .key_scale = 1.0f,
-                                  .partial_last = true};
+          okv_kcase_params_t p = okv_kcase_params(2, 2, groups[gi], dims[di], T, (uint32_t)(seed % (T + 1)),
+                                                  (okv_dtype_t)(seed % 3), blocks[bi]);
+          p.vary_blocks = true;
           check_case(&p, seed++, true);
         }
 }
@@ -154,46 +128,17 @@ static void test_attention_shapes(void **state) {
 /* Odd head_dim (vector tail), many rows per unit (G*T > 16: several passes). */
 static void test_attention_odd_shapes(void **state) {
   (void)state;
-  okv_kcase_params_t p = {.n_seqs = 1,
-                          .n_kv_heads = 3,
-                          .group_size = 5,
-                          .head_dim = 40,
-                          .n_query_tokens = 4,
-                          .n_inflight = 3,
-                          .dtype = OKV_DTYPE_F16,
-                          .n_blocks = 9,
-                          .vary_blocks = true,
-                          .key_scale = 1.0f,
-                          .partial_last = true};
+  okv_kcase_params_t p = okv_kcase_params(1, 3, 5, 40, 4, 3, OKV_DTYPE_F16, 9);
+  p.vary_blocks = true;
   check_case(&p, 77, true);
-  okv_kcase_params_t p2 = {.n_seqs = 1,
-                           .n_kv_heads = 1,
-                           .group_size = 3,
-                           .head_dim = 1,
-                           .n_query_tokens = 3,
-                           .n_inflight = 1,
-                           .dtype = OKV_DTYPE_F32,
-                           .n_blocks = 5,
-                           .vary_blocks = false,
-                           .key_scale = 1.0f,
-                           .partial_last = true};
-  check_case(&p2, 78, true);
+  p = okv_kcase_params(1, 1, 3, 1, 3, 1, OKV_DTYPE_F32, 5);
+  check_case(&p, 78, true);
 }
 
 /* One unit with a long working set: with 2 threads it is split and merged. */
 static void test_attention_split(void **state) {
   (void)state;
-  okv_kcase_params_t p = {.n_seqs = 1,
-                          .n_kv_heads = 1,
-                          .group_size = 4,
-                          .head_dim = 128,
-                          .n_query_tokens = 2,
-                          .n_inflight = 2,
-                          .dtype = OKV_DTYPE_BF16,
-                          .n_blocks = 200,
-                          .vary_blocks = false,
-                          .key_scale = 1.0f,
-                          .partial_last = true};
+  okv_kcase_params_t p = okv_kcase_params(1, 1, 4, 128, 2, 2, OKV_DTYPE_BF16, 200);
   check_case(&p, 99, true);
 }
 
@@ -201,17 +146,8 @@ static void test_attention_split(void **state) {
 static void test_attention_large_magnitude(void **state) {
   (void)state;
   for (int dt = 0; dt < 3; dt++) {
-    okv_kcase_params_t p = {.n_seqs = 1,
-                            .n_kv_heads = 2,
-                            .group_size = 4,
-                            .head_dim = 64,
-                            .n_query_tokens = 2,
-                            .n_inflight = 0,
-                            .dtype = (okv_dtype_t)dt,
-                            .n_blocks = 12,
-                            .vary_blocks = false,
-                            .key_scale = 1e3f,
-                            .partial_last = true};
+    okv_kcase_params_t p = okv_kcase_params(1, 2, 4, 64, 2, 0, (okv_dtype_t)dt, 12);
+    p.key_scale = 1e3f;
     check_case(&p, 500 + (uint64_t)dt, false);
   }
 }
@@ -222,17 +158,8 @@ static void test_attention_dtype_rounding(void **state) {
   (void)state;
   static const double tol[3] = {1e-5, 5e-4, 4e-3};
   for (int dt = 1; dt < 3; dt++) {
-    okv_kcase_params_t p = {.n_seqs = 1,
-                            .n_kv_heads = 2,
-                            .group_size = 4,
-                            .head_dim = 64,
-                            .n_query_tokens = 1,
-                            .n_inflight = 0,
-                            .dtype = OKV_DTYPE_F32,
-                            .n_blocks = 16,
-                            .vary_blocks = false,
-                            .key_scale = 1.0f,
-                            .partial_last = false};
+    okv_kcase_params_t p = okv_kcase_params(1, 2, 4, 64, 1, 0, OKV_DTYPE_F32, 16);
+    p.partial_last = false;
     okv_kcase_t exact, rounded;
     okv_kcase_build(&exact, &p, 4242);
     p.dtype = (okv_dtype_t)dt;
@@ -259,17 +186,7 @@ static void test_attention_dtype_rounding(void **state) {
 /* Block mass sums to 1 minus the in-flight mass for every (unit, t), averaged over G. */
 static void test_attention_mass_sum(void **state) {
   (void)state;
-  okv_kcase_params_t p = {.n_seqs = 2,
-                          .n_kv_heads = 2,
-                          .group_size = 4,
-                          .head_dim = 32,
-                          .n_query_tokens = 2,
-                          .n_inflight = 2,
-                          .dtype = OKV_DTYPE_F32,
-                          .n_blocks = 10,
-                          .vary_blocks = false,
-                          .key_scale = 1.0f,
-                          .partial_last = true};
+  okv_kcase_params_t p = okv_kcase_params(2, 2, 4, 32, 2, 2, OKV_DTYPE_F32, 10);
   okv_kcase_t c;
   okv_kcase_build(&c, &p, 31337);
   float *out = test_malloc(sizeof(float) * c.q_floats);
@@ -300,17 +217,8 @@ static void test_attention_mass_sum(void **state) {
  * in-flight tokens only: t=0 sees nothing when T=2, n_inflight=1. */
 static void test_attention_empty(void **state) {
   (void)state;
-  okv_kcase_params_t p = {.n_seqs = 1,
-                          .n_kv_heads = 2,
-                          .group_size = 2,
-                          .head_dim = 16,
-                          .n_query_tokens = 2,
-                          .n_inflight = 1,
-                          .dtype = OKV_DTYPE_F32,
-                          .n_blocks = 0,
-                          .vary_blocks = false,
-                          .key_scale = 1.0f,
-                          .partial_last = false};
+  okv_kcase_params_t p = okv_kcase_params(1, 2, 2, 16, 2, 1, OKV_DTYPE_F32, 0);
+  p.partial_last = false;
   okv_kcase_t c;
   okv_kcase_build(&c, &p, 5);
   float *out = test_malloc(sizeof(float) * c.q_floats);
@@ -339,41 +247,28 @@ static void test_attention_empty(void **state) {
 static void test_summaries(void **state) {
   (void)state;
   for (int dt = 0; dt < 3; dt++) {
-    okv_kcase_params_t p = {.n_seqs = 1,
-                            .n_kv_heads = 1,
-                            .group_size = 1,
-                            .head_dim = 24,
-                            .n_query_tokens = 1,
-                            .n_inflight = 0,
-                            .dtype = (okv_dtype_t)dt,
-                            .n_blocks = 70,
-                            .vary_blocks = false,
-                            .key_scale = 3.0f,
-                            .partial_last = true};
     okv_kcase_t c;
-    okv_kcase_build(&c, &p, 900 + (uint64_t)dt);
-    const uint32_t n = c.ws_total, D = p.head_dim;
+    okv_kcase_build_blocks(&c, 24, (okv_dtype_t)dt, 70, 3.0f, 900 + (uint64_t)dt);
+    const uint32_t n = c.ws_total, D = c.p.head_dim;
     uint64_t *bi = test_malloc(sizeof(uint64_t) * n), *si = test_malloc(sizeof(uint64_t) * n);
     for (uint32_t i = 0; i < n; i++) bi[i] = c.ws_slots[i], si[i] = n - 1 - i;
-    okv_summary_desc_t sd = {
-        .head_dim = D, .kv_dtype = p.dtype, .n_blocks = n, .block_index = bi, .valid = c.ws_valid, .summary_index = si};
+    okv_summary_desc_t sd = {.head_dim = D,
+                             .kv_dtype = c.p.dtype,
+                             .n_blocks = n,
+                             .block_index = bi,
+                             .valid = c.ws_valid,
+                             .summary_index = si};
     float *summ = test_malloc(sizeof(float) * 2 * D * n), *app = test_malloc(sizeof(float) * 2 * D * n);
-    float *ref = test_malloc(sizeof(float) * 2 * D);
     okv_cpu_summarize_blocks(&sd, c.pool, summ, MAX_THREADS);
-    const uint64_t bb = okv_block_bytes(p.dtype, D);
-    for (uint32_t i = 0; i < n; i++) {
-      okv_ref_summary(c.pool + bb * bi[i], p.dtype, D, c.ws_valid[i], ref);
-      assert_memory_equal(ref, summ + (size_t)si[i] * 2 * D, sizeof(float) * 2 * D);
-    }
+    okv_kcase_assert_summaries(&c, bi, si, n, summ);
     /* append-built from the same keys (given as f32, unrounded for f32, exactly
      * the stored values otherwise) equals the rebuild */
     float *key = test_malloc(sizeof(float) * D);
     for (uint32_t i = 0; i < n; i++)
       for (uint32_t j = 0; j < c.ws_valid[i]; j++) {
-        for (uint32_t e = 0; e < D; e++)
-          key[e] = (float)okv_ref_elem(c.pool + bb * bi[i], p.dtype, (uint64_t)e * 16 + j);
+        okv_kcase_key(&c, bi[i], j, key);
         uint8_t first = j == 0;
-        okv_cpu_summary_append(app, D, p.dtype, 1, &si[i], key, &first);
+        okv_cpu_summary_append(app, D, c.p.dtype, 1, &si[i], key, &first);
       }
     assert_memory_equal(app, summ, sizeof(float) * 2 * D * n);
     test_free(key);
@@ -381,7 +276,6 @@ static void test_summaries(void **state) {
     test_free(si);
     test_free(summ);
     test_free(app);
-    test_free(ref);
     okv_kcase_free(&c);
   }
   /* append rounds keys through the dtype: bf16 of 1 + 2^-10 is 1 */
@@ -401,25 +295,15 @@ static void test_scoring(void **state) {
   static const uint32_t dims[] = {8, 64, 128, 20};
   for (int di = 0; di < 4; di++) {
     const uint32_t S = 2, H = 2, G = (uint32_t)(1 + di), D = dims[di], T = 2, NQ = H * G, nb = 37;
-    okv_kcase_params_t p = {.n_seqs = 1,
-                            .n_kv_heads = 1,
-                            .group_size = 1,
-                            .head_dim = D,
-                            .n_query_tokens = 1,
-                            .n_inflight = 0,
-                            .dtype = OKV_DTYPE_BF16,
-                            .n_blocks = S * H * nb,
-                            .vary_blocks = false,
-                            .key_scale = 1.0f,
-                            .partial_last = false};
+    okv_kcase_params_t p = okv_kcase_params(1, 1, 1, D, 1, 0, OKV_DTYPE_BF16, S * H * nb);
+    p.partial_last = false;
     okv_kcase_t c;
     okv_kcase_build(&c, &p, 3000 + (uint64_t)di);
     for (uint32_t w = 0; w < c.ws_total; w++) c.ws_valid[w] = (uint8_t)(1 + okv_test_rng_below(&rng, 16));
-    const uint64_t bb = okv_block_bytes(p.dtype, D);
     /* summaries of every block, segment u = blocks [u*nb, (u+1)*nb) */
     float *summ = test_malloc(sizeof(float) * 2 * D * c.ws_total);
     for (uint32_t w = 0; w < c.ws_total; w++)
-      okv_ref_summary(c.pool + bb * c.ws_slots[w], p.dtype, D, c.ws_valid[w], summ + (size_t)w * 2 * D);
+      okv_ref_summary(okv_kcase_slot(&c, c.ws_slots[w]), p.dtype, D, c.ws_valid[w], summ + (size_t)w * 2 * D);
     float *q = test_malloc(sizeof(float) * S * T * NQ * D);
     for (size_t i = 0; i < (size_t)S * T * NQ * D; i++) q[i] = okv_test_rng_normal(&rng);
     uint64_t sfirst[4], scfirst[4];
@@ -430,16 +314,8 @@ static void test_scoring(void **state) {
     float *scores = test_malloc(sizeof(float) * n_scores);
     double *ref = test_malloc(sizeof(double) * n_scores);
     for (uint32_t tb = 0; tb < 2; tb++) {
-      okv_score_desc_t sd = {.n_seqs = S,
-                             .n_kv_heads = H,
-                             .group_size = G,
-                             .head_dim = D,
-                             .n_query_tokens = T,
-                             .t_begin = tb,
-                             .t_end = 2,
-                             .seg_summary_first = sfirst,
-                             .seg_n_blocks = segn,
-                             .seg_score_first = scfirst};
+      okv_score_desc_t sd = okv_kcase_score_desc(S, H, G, D, T, sfirst, segn, scfirst);
+      sd.t_begin = tb;
       okv_ref_score(&sd, q, summ, ref);
       okv_cpu_isa_t top = okv_cpu_isa_detected();
       for (int isa = 0; isa <= (int)top; isa++) {
@@ -462,7 +338,7 @@ static void test_scoring(void **state) {
           uint32_t u = s * H + h;
           for (uint32_t b = 0; b < segn[u]; b++) {
             uint32_t w = (uint32_t)sfirst[u] + b;
-            const uint8_t *slot = c.pool + bb * c.ws_slots[w];
+            const uint8_t *slot = okv_kcase_slot(&c, c.ws_slots[w]);
             for (uint32_t t = tb; t < 2; t++)
               for (uint32_t g = 0; g < G; g++)
                 for (uint32_t j = 0; j < c.ws_valid[w]; j++) {
@@ -516,8 +392,7 @@ static void test_topk(void **state) {
     const float sc[] = {1.0f, 3.0f, NAN, 3.0f, -INFINITY, 0.0f, -0.0f, 2.0f};
     uint64_t first = 0;
     uint32_t n = 8, eo[2] = {0, 1}, eb[1] = {7};
-    okv_topk_desc_t d = {
-        .n_segments = 1, .k = 10, .seg_score_first = &first, .seg_n = &n, .excl_offsets = eo, .excl_blocks = eb};
+    okv_topk_desc_t d = okv_kcase_topk_desc(1, 10, &first, &n, eo, eb);
     uint32_t out[10], cnt;
     okv_cpu_topk(&d, sc, out, &cnt, 1);
     const uint32_t expect[10] = {1, 3, 0, 5, 6, 2, 4, UINT32_MAX, UINT32_MAX, UINT32_MAX};
@@ -546,12 +421,7 @@ static void test_topk(void **state) {
   }
   static const uint32_t ks[] = {1, 7, 128, 512};
   for (int ki = 0; ki < 4; ki++) {
-    okv_topk_desc_t d = {.n_segments = n_seg,
-                         .k = ks[ki],
-                         .seg_score_first = first,
-                         .seg_n = segn,
-                         .excl_offsets = eo,
-                         .excl_blocks = eb};
+    okv_topk_desc_t d = okv_kcase_topk_desc(n_seg, ks[ki], first, segn, eo, eb);
     check_topk(&d, sc);
     d.excl_offsets = NULL;
     check_topk(&d, sc);

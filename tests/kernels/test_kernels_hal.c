@@ -93,32 +93,31 @@ static void release(okv_hal_buffer_t *b) {
   if (b) OKV_ASSERT_OK(okv_hal_buffer_release(b));
 }
 
-/* Buffers of one attention case on `dev`; q/out at nonzero offsets. */
+/* Buffers of one attention case on `dev`; q, out and mass at these nonzero
+ * offsets. */
+enum { ATTN_Q_OFF = 64, ATTN_OUT_OFF = 16, ATTN_MASS_OFF = 8 };
+
 typedef struct attn_bufs_t {
   okv_hal_buffer_t *pool, *q, *inflight, *out, *mass;
-  uint64_t q_off, out_off, mass_off;
 } attn_bufs_t;
 
 static void attn_bufs_make(okv_hal_device_t *dev, const okv_kcase_t *c, attn_bufs_t *b, okv_attention_desc_t *d) {
   memset(b, 0, sizeof *b);
-  b->q_off = 64;
-  b->out_off = 16;
-  b->mass_off = 8;
   b->pool = buf_with(dev, OKV_TIER_DEVICE, c->pool, c->pool_bytes);
-  b->q = buf_with(dev, OKV_TIER_DEVICE, NULL, b->q_off + c->q_floats * 4);
-  OKV_ASSERT_OK(okv_hal_buffer_write(b->q, b->q_off, c->q, c->q_floats * 4));
+  b->q = buf_with(dev, OKV_TIER_DEVICE, NULL, ATTN_Q_OFF + c->q_floats * 4);
+  OKV_ASSERT_OK(okv_hal_buffer_write(b->q, ATTN_Q_OFF, c->q, c->q_floats * 4));
   if (c->inflight) b->inflight = buf_with(dev, OKV_TIER_DEVICE, c->inflight, c->inflight_floats * 4);
-  b->out = buf_with(dev, OKV_TIER_DEVICE, NULL, b->out_off + c->q_floats * 4);
-  b->mass = buf_with(dev, OKV_TIER_DEVICE, NULL, b->mass_off + (uint64_t)c->ws_total * c->p.n_query_tokens * 4 + 4);
+  b->out = buf_with(dev, OKV_TIER_DEVICE, NULL, ATTN_OUT_OFF + c->q_floats * 4);
+  b->mass = buf_with(dev, OKV_TIER_DEVICE, NULL, ATTN_MASS_OFF + (uint64_t)c->ws_total * c->p.n_query_tokens * 4 + 4);
   *d = c->desc;
   d->kv_pool = b->pool;
   d->q = b->q;
-  d->q_offset = b->q_off;
+  d->q_offset = ATTN_Q_OFF;
   d->inflight_kv = b->inflight;
   d->out = b->out;
-  d->out_offset = b->out_off;
+  d->out_offset = ATTN_OUT_OFF;
   d->block_mass = b->mass;
-  d->mass_offset = b->mass_off;
+  d->mass_offset = ATTN_MASS_OFF;
 }
 
 static void attn_bufs_free(attn_bufs_t *b) {
@@ -137,42 +136,29 @@ static void attn_run(okv_hal_device_t *dev, okv_hal_stream_t *stream, const okv_
   buf_fill_sentinel(b.out);
   OKV_ASSERT_OK(okv_hal_attention_async(stream, &d));
   OKV_ASSERT_OK(okv_hal_stream_synchronize(stream));
-  OKV_ASSERT_OK(okv_hal_buffer_read(b.out, b.out_off, out, c->q_floats * 4));
+  OKV_ASSERT_OK(okv_hal_buffer_read(b.out, ATTN_OUT_OFF, out, c->q_floats * 4));
   if (c->ws_total)
-    OKV_ASSERT_OK(okv_hal_buffer_read(b.mass, b.mass_off, mass, (uint64_t)c->ws_total * c->p.n_query_tokens * 4));
+    OKV_ASSERT_OK(okv_hal_buffer_read(b.mass, ATTN_MASS_OFF, mass, (uint64_t)c->ws_total * c->p.n_query_tokens * 4));
   attn_bufs_free(&b);
 }
 
+/* Runs case (p, seed) on the default device and on the 1-thread one, checks
+ * both against the reference. */
 static void check_attention_case(fixture_t *f, const okv_kcase_params_t *p, uint64_t seed) {
   okv_kcase_t c;
   okv_kcase_build(&c, p, seed);
-  const size_t n_mass = (size_t)c.ws_total * p->n_query_tokens + 1;
-  double *ref = test_malloc(sizeof(double) * c.q_floats), *ref_mass = test_malloc(sizeof(double) * n_mass);
-  okv_ref_attention(&c.desc, c.pool, c.q, c.inflight, ref, ref_mass, NULL);
-  float *out = test_malloc(sizeof(float) * c.q_floats), *mass = test_malloc(sizeof(float) * n_mass);
-  float *out1 = test_malloc(sizeof(float) * c.q_floats), *mass1 = test_malloc(sizeof(float) * n_mass);
+  okv_kcase_ref_t ref;
+  okv_kcase_ref_make(&c, &ref);
+  float *out = test_malloc(sizeof(float) * c.q_floats), *mass = test_malloc(sizeof(float) * ref.n_mass);
   attn_run(f->dev, f->stream, &c, out, mass);
-  attn_run(f->dev1, f->stream1, &c, out1, mass1);
-  double e = okv_kcase_attention_error(&c, out, ref, 1e-5), e1 = okv_kcase_attention_error(&c, out1, ref, 1e-5);
-  if (!(e <= 1.0 && e1 <= 1.0))
-    print_error("D=%u G=%u T=%u inflight=%u blocks=%u %s: error ratio %.3g / %.3g (1 thread)\n", p->head_dim,
-                p->group_size, p->n_query_tokens, p->n_inflight, p->n_blocks, okv_dtype_name(p->dtype), e, e1);
-  assert_true(e <= 1.0);
-  assert_true(e1 <= 1.0);
-  const double mtol = 1e-5 * (1.0 + okv_kcase_conditioning(&c));
-  for (size_t i = 0; i + 1 < n_mass; i++) {
-    if (!(fabs(mass[i] - ref_mass[i]) <= mtol && fabs(mass1[i] - ref_mass[i]) <= mtol))
-      print_error("mass[%zu] = %.9g / %.9g (1 thread), reference %.9g (scale %g, %s)\n", i, mass[i], mass1[i],
-                  ref_mass[i], p->key_scale, okv_dtype_name(p->dtype));
-    assert_true(fabs(mass[i] - ref_mass[i]) <= mtol);
-    assert_true(fabs(mass1[i] - ref_mass[i]) <= mtol);
-  }
-  test_free(ref);
-  test_free(ref_mass);
+  okv_kcase_assert_attention(&c, out, ref.out, 1e-5, "default threads");
+  okv_kcase_assert_mass(&c, mass, ref.mass, 1e-5, "default threads");
+  attn_run(f->dev1, f->stream1, &c, out, mass);
+  okv_kcase_assert_attention(&c, out, ref.out, 1e-5, "1 thread");
+  okv_kcase_assert_mass(&c, mass, ref.mass, 1e-5, "1 thread");
   test_free(out);
   test_free(mass);
-  test_free(out1);
-  test_free(mass1);
+  okv_kcase_ref_free(&ref);
   okv_kcase_free(&c);
 }
 
@@ -187,17 +173,9 @@ static void test_attention(void **state) {
       for (int bi = 0; bi < 4; bi++) {
         uint32_t T = 1 + (uint32_t)((di + gi + bi) & 1);
         if (blocks[bi] == 129 && (gi & 1)) continue; /* keep the suite fast */
-        okv_kcase_params_t p = {.n_seqs = 2,
-                                .n_kv_heads = 2,
-                                .group_size = groups[gi],
-                                .head_dim = dims[di],
-                                .n_query_tokens = T,
-                                .n_inflight = (uint32_t)(seed % (T + 1)),
-                                .dtype = (okv_dtype_t)(seed % 3),
-                                .n_blocks = blocks[bi],
-                                .vary_blocks = true,
-                                .key_scale = 1.0f,
-                                .partial_last = true};
+        okv_kcase_params_t p = okv_kcase_params(2, 2, groups[gi], dims[di], T, (uint32_t)(seed % (T + 1)),
+                                                (okv_dtype_t)(seed % 3), blocks[bi]);
+        p.vary_blocks = true;
         check_attention_case(f, &p, seed++);
       }
 }
@@ -205,34 +183,14 @@ static void test_attention(void **state) {
 static void test_attention_dtypes_and_magnitude(void **state) {
   fixture_t *f = *state;
   for (int dt = 0; dt < 3; dt++) {
-    okv_kcase_params_t p = {.n_seqs = 1,
-                            .n_kv_heads = 4,
-                            .group_size = 4,
-                            .head_dim = 128,
-                            .n_query_tokens = 2,
-                            .n_inflight = 1,
-                            .dtype = (okv_dtype_t)dt,
-                            .n_blocks = 20,
-                            .vary_blocks = false,
-                            .key_scale = 1.0f,
-                            .partial_last = true};
+    okv_kcase_params_t p = okv_kcase_params(1, 4, 4, 128, 2, 1, (okv_dtype_t)dt, 20);
     check_attention_case(f, &p, 100 + (uint64_t)dt);
     p.key_scale = 1e3f;
     p.n_inflight = 0;
     check_attention_case(f, &p, 200 + (uint64_t)dt);
   }
   /* one unit, long working set: split across threads and merged */
-  okv_kcase_params_t p = {.n_seqs = 1,
-                          .n_kv_heads = 1,
-                          .group_size = 4,
-                          .head_dim = 128,
-                          .n_query_tokens = 2,
-                          .n_inflight = 2,
-                          .dtype = OKV_DTYPE_BF16,
-                          .n_blocks = 160,
-                          .vary_blocks = false,
-                          .key_scale = 1.0f,
-                          .partial_last = true};
+  okv_kcase_params_t p = okv_kcase_params(1, 1, 4, 128, 2, 2, OKV_DTYPE_BF16, 160);
   check_attention_case(f, &p, 300);
 }
 
@@ -241,28 +199,17 @@ static void test_attention_dtypes_and_magnitude(void **state) {
 static void test_summaries(void **state) {
   fixture_t *f = *state;
   for (int dt = 0; dt < 3; dt++) {
-    okv_kcase_params_t p = {.n_seqs = 1,
-                            .n_kv_heads = 1,
-                            .group_size = 1,
-                            .head_dim = 64,
-                            .n_query_tokens = 1,
-                            .n_inflight = 0,
-                            .dtype = (okv_dtype_t)dt,
-                            .n_blocks = 40,
-                            .vary_blocks = false,
-                            .key_scale = 2.0f,
-                            .partial_last = true};
     okv_kcase_t c;
-    okv_kcase_build(&c, &p, 600 + (uint64_t)dt);
-    const uint32_t n = c.ws_total, D = p.head_dim;
-    const uint64_t bb = okv_block_bytes(p.dtype, D), sb = okv_summary_bytes(D);
+    okv_kcase_build_blocks(&c, 64, (okv_dtype_t)dt, 40, 2.0f, 600 + (uint64_t)dt);
+    const uint32_t n = c.ws_total, D = c.p.head_dim;
+    const uint64_t sb = okv_summary_bytes(D);
     uint64_t *bi = test_malloc(8 * n), *si = test_malloc(8 * n);
     for (uint32_t i = 0; i < n; i++) bi[i] = c.ws_slots[i], si[i] = (i * 7u) % n; /* 7 coprime with 40 */
     okv_hal_buffer_t *kv = buf_with(f->dev, OKV_TIER_HOST, c.pool, c.pool_bytes);
     okv_hal_buffer_t *summ = buf_with(f->dev, OKV_TIER_DEVICE, NULL, sb * n);
     okv_hal_buffer_t *app = buf_with(f->dev, OKV_TIER_DEVICE, NULL, sb * n);
     okv_summary_desc_t sd = {.head_dim = D,
-                             .kv_dtype = p.dtype,
+                             .kv_dtype = c.p.dtype,
                              .kv = kv,
                              .summaries = summ,
                              .n_blocks = n,
@@ -278,28 +225,23 @@ static void test_summaries(void **state) {
       uint64_t *idx = test_malloc(8 * n);
       for (uint32_t i = 0; i < n; i++) {
         if (j >= c.ws_valid[i]) continue;
-        for (uint32_t e = 0; e < D; e++)
-          keys[(size_t)m * D + e] = (float)okv_ref_elem(c.pool + bb * bi[i], p.dtype, (uint64_t)e * 16 + j);
+        okv_kcase_key(&c, bi[i], j, keys + (size_t)m * D);
         first[m] = j == 0;
         idx[m++] = si[i];
       }
-      OKV_ASSERT_OK(okv_hal_summary_append_async(f->stream, app, D, p.dtype, m, idx, keys, first));
+      OKV_ASSERT_OK(okv_hal_summary_append_async(f->stream, app, D, c.p.dtype, m, idx, keys, first));
       test_free(idx); /* copied at enqueue */
     }
     OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
-    float *got = test_malloc(sb * n), *got_app = test_malloc(sb * n), *ref = test_malloc(sb);
+    float *got = test_malloc(sb * n), *got_app = test_malloc(sb * n);
     OKV_ASSERT_OK(okv_hal_buffer_read(summ, 0, got, sb * n));
     OKV_ASSERT_OK(okv_hal_buffer_read(app, 0, got_app, sb * n));
-    for (uint32_t i = 0; i < n; i++) {
-      okv_ref_summary(c.pool + bb * bi[i], p.dtype, D, c.ws_valid[i], ref);
-      assert_memory_equal(ref, got + si[i] * 2 * D, sb);
-    }
+    okv_kcase_assert_summaries(&c, bi, si, n, got);
     assert_memory_equal(got, got_app, sb * n);
     test_free(keys);
     test_free(first);
     test_free(got);
     test_free(got_app);
-    test_free(ref);
     test_free(bi);
     test_free(si);
     release(kv);
@@ -334,19 +276,11 @@ static void test_score_topk(void **state) {
   okv_hal_buffer_t *bsumm = buf_with(f->dev, OKV_TIER_DEVICE, summ, sb * n_summ);
   okv_hal_buffer_t *bq = buf_with(f->dev, OKV_TIER_DEVICE, q, sizeof(float) * S * T * NQ * D);
   okv_hal_buffer_t *bsc = buf_with(f->dev, OKV_TIER_DEVICE, NULL, 4ull * n_summ);
-  okv_score_desc_t sd = {.n_seqs = S,
-                         .n_kv_heads = H,
-                         .group_size = G,
-                         .head_dim = D,
-                         .n_query_tokens = T,
-                         .t_begin = 1,
-                         .t_end = 2,
-                         .q = bq,
-                         .summaries = bsumm,
-                         .seg_summary_first = sfirst,
-                         .seg_n_blocks = segn,
-                         .scores = bsc,
-                         .seg_score_first = scfirst};
+  okv_score_desc_t sd = okv_kcase_score_desc(S, H, G, D, T, sfirst, segn, scfirst);
+  sd.t_begin = 1;
+  sd.q = bq;
+  sd.summaries = bsumm;
+  sd.scores = bsc;
   OKV_ASSERT_OK(okv_hal_score_blocks_async(f->stream, &sd));
   OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
   float *sc = test_malloc(4ull * n_summ);
@@ -363,17 +297,12 @@ static void test_score_topk(void **state) {
   uint32_t eo[5] = {0, 3, 3, 3, 5}, eb[5] = {0, 10, 299, 0, 256};
   okv_hal_buffer_t *bidx = buf_with(f->dev, OKV_TIER_DEVICE, NULL, 4ull * U * 128 + 12);
   okv_hal_buffer_t *bcnt = buf_with(f->dev, OKV_TIER_DEVICE, NULL, 4ull * U + 4);
-  okv_topk_desc_t td = {.n_segments = U,
-                        .k = 128,
-                        .scores = bsc,
-                        .seg_score_first = scfirst,
-                        .seg_n = segn,
-                        .excl_offsets = eo,
-                        .excl_blocks = eb,
-                        .out_indices = bidx,
-                        .out_offset = 12,
-                        .out_counts = bcnt,
-                        .counts_offset = 4};
+  okv_topk_desc_t td = okv_kcase_topk_desc(U, 128, scfirst, segn, eo, eb);
+  td.scores = bsc;
+  td.out_indices = bidx;
+  td.out_offset = 12;
+  td.out_counts = bcnt;
+  td.counts_offset = 4;
   OKV_ASSERT_OK(okv_hal_topk_async(f->stream, &td));
   OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
   uint32_t *idx = test_malloc(4ull * U * 128), *ridx = test_malloc(4ull * U * 128), cnt[4], rcnt[4];
@@ -382,9 +311,8 @@ static void test_score_topk(void **state) {
   okv_ref_topk(&td, sc, ridx, rcnt);
   assert_memory_equal(idx, ridx, 4ull * U * 128);
   assert_memory_equal(cnt, rcnt, sizeof cnt);
-  assert_int_equal(cnt[0], 128);
-  assert_int_equal(cnt[1], 1);
-  assert_int_equal(cnt[2], 0);
+  const uint32_t want_cnt[3] = {128, 1, 0}; /* full, one block, empty segment */
+  assert_memory_equal(cnt, want_cnt, sizeof want_cnt);
   test_free(summ);
   test_free(q);
   test_free(sc);
@@ -417,17 +345,7 @@ static void expect_invalid_attention(fixture_t *f, const okv_attention_desc_t *d
 
 static void test_invalid_attention(void **state) {
   fixture_t *f = *state;
-  okv_kcase_params_t p = {.n_seqs = 2,
-                          .n_kv_heads = 2,
-                          .group_size = 2,
-                          .head_dim = 16,
-                          .n_query_tokens = 2,
-                          .n_inflight = 1,
-                          .dtype = OKV_DTYPE_F32,
-                          .n_blocks = 3,
-                          .vary_blocks = false,
-                          .key_scale = 1.0f,
-                          .partial_last = true};
+  okv_kcase_params_t p = okv_kcase_params(2, 2, 2, 16, 2, 1, OKV_DTYPE_F32, 3);
   okv_kcase_t c;
   okv_kcase_build(&c, &p, 12);
   attn_bufs_t b;
@@ -441,12 +359,7 @@ static void test_invalid_attention(void **state) {
   okv_hal_device_t *dev2 = f->dev1;
   OKV_ASSERT_OK(okv_hal_buffer_alloc(dev2, OKV_TIER_DEVICE, okv_hal_buffer_size(b.q), &other));
 
-#define MUTATE(what, stmt)                                \
-  do {                                                    \
-    d = good;                                             \
-    stmt;                                                 \
-    expect_invalid_attention(f, &d, b.out, b.mass, what); \
-  } while (0)
+#define MUTATE(what, stmt) OKV_EXPECT_MUTATION(d, good, stmt, expect_invalid_attention(f, &d, b.out, b.mass, what))
   MUTATE("head_dim 0", d.head_dim = 0);
   MUTATE("head_dim 257", d.head_dim = 257);
   MUTATE("group_size 0", d.group_size = 0);
@@ -459,7 +372,7 @@ static void test_invalid_attention(void **state) {
   MUTATE("inflight given with n_inflight 0", d.n_inflight = 0);
   MUTATE("kv_dtype", d.kv_dtype = OKV_DTYPE_COUNT);
   MUTATE("kv_pool NULL", d.kv_pool = NULL);
-  MUTATE("n_slots beyond pool", d.n_slots = c.n_slots + 1);
+  MUTATE("n_slots beyond pool", d.n_slots = c.desc.n_slots + 1);
   MUTATE("n_slots overflow", d.n_slots = UINT64_MAX / 2);
   memcpy(offs, c.ws_offsets, sizeof offs);
   offs[0] = 1;
@@ -468,7 +381,7 @@ static void test_invalid_attention(void **state) {
   offs[2] = offs[1] - 1;
   MUTATE("ws_offsets not monotone", d.ws_offsets = offs);
   memcpy(slots, c.ws_slots, sizeof slots);
-  slots[11] = (uint32_t)c.n_slots;
+  slots[11] = (uint32_t)c.desc.n_slots;
   MUTATE("slot >= n_slots", d.ws_slots = slots);
   memcpy(valid, c.ws_valid, sizeof valid);
   valid[4] = 0;
@@ -481,7 +394,7 @@ static void test_invalid_attention(void **state) {
   MUTATE("q offset misaligned", d.q_offset = 2);
   MUTATE("q NULL", d.q = NULL);
   MUTATE("q on another device", d.q = other);
-  MUTATE("out range", d.out_offset = b.out_off + 4);
+  MUTATE("out range", d.out_offset = ATTN_OUT_OFF + 4);
   MUTATE("out NULL", d.out = NULL);
   MUTATE("mass range", d.mass_offset = okv_hal_buffer_size(b.mass) - 8);
   MUTATE("inflight range", d.inflight_offset = 4);
@@ -494,12 +407,17 @@ static void test_invalid_attention(void **state) {
   OKV_ASSERT_OK(okv_hal_attention_async(f->stream, &good));
   OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
   float o;
-  OKV_ASSERT_OK(okv_hal_buffer_read(b.out, b.out_off, &o, 4));
+  OKV_ASSERT_OK(okv_hal_buffer_read(b.out, ATTN_OUT_OFF, &o, 4));
   assert_true(isfinite(o));
   release(other);
   attn_bufs_free(&b);
   okv_kcase_free(&c);
 }
+
+/* d = good; stmt; then enqueue(stream, &d) must fail with INVALID_ARGUMENT
+ * (and write nothing: the caller checks its sentinels after). */
+#define EXPECT_INVALID(enqueue, d, good, stmt) \
+  OKV_EXPECT_MUTATION(d, good, stmt, OKV_ASSERT_CODE(enqueue(f->stream, &(d)), OKV_STATUS_INVALID_ARGUMENT))
 
 static void test_invalid_others(void **state) {
   fixture_t *f = *state;
@@ -514,8 +432,8 @@ static void test_invalid_others(void **state) {
   buf_fill_sentinel(sc);
   buf_fill_sentinel(idx);
   /* summaries */
-  uint64_t bi[2] = {0, 3}, si[2] = {1, 3};
-  uint8_t valid[2] = {16, 5}, first[2] = {1, 1};
+  uint64_t bi[2] = {0, 3}, si[2] = {1, 3}, bi_past[2] = {0, 4}, si_past[2] = {1, 4};
+  uint8_t valid[2] = {16, 5}, valid_0[2] = {16, 0}, first[2] = {1, 1};
   okv_summary_desc_t sg = {.head_dim = D,
                            .kv_dtype = OKV_DTYPE_BF16,
                            .kv = kv,
@@ -525,87 +443,47 @@ static void test_invalid_others(void **state) {
                            .valid = valid,
                            .summary_index = si},
                      sd;
-  sd = sg, sd.head_dim = 300;
-  OKV_ASSERT_CODE(okv_hal_summarize_blocks_async(f->stream, &sd), OKV_STATUS_INVALID_ARGUMENT);
-  bi[1] = 4;
-  OKV_ASSERT_CODE(okv_hal_summarize_blocks_async(f->stream, &sg), OKV_STATUS_INVALID_ARGUMENT);
-  bi[1] = 3, si[1] = 4;
-  OKV_ASSERT_CODE(okv_hal_summarize_blocks_async(f->stream, &sg), OKV_STATUS_INVALID_ARGUMENT);
-  si[1] = 3, valid[1] = 0;
-  OKV_ASSERT_CODE(okv_hal_summarize_blocks_async(f->stream, &sg), OKV_STATUS_INVALID_ARGUMENT);
-  valid[1] = 5;
-  sd = sg, sd.summaries = NULL;
-  OKV_ASSERT_CODE(okv_hal_summarize_blocks_async(f->stream, &sd), OKV_STATUS_INVALID_ARGUMENT);
+  EXPECT_INVALID(okv_hal_summarize_blocks_async, sd, sg, sd.head_dim = 300);
+  EXPECT_INVALID(okv_hal_summarize_blocks_async, sd, sg, sd.block_index = bi_past);
+  EXPECT_INVALID(okv_hal_summarize_blocks_async, sd, sg, sd.summary_index = si_past);
+  EXPECT_INVALID(okv_hal_summarize_blocks_async, sd, sg, sd.valid = valid_0);
+  EXPECT_INVALID(okv_hal_summarize_blocks_async, sd, sg, sd.summaries = NULL);
   float keys[2 * 16] = {0};
-  si[1] = 4;
-  OKV_ASSERT_CODE(okv_hal_summary_append_async(f->stream, summ, D, OKV_DTYPE_BF16, 2, si, keys, first),
+  OKV_ASSERT_CODE(okv_hal_summary_append_async(f->stream, summ, D, OKV_DTYPE_BF16, 2, si_past, keys, first),
                   OKV_STATUS_INVALID_ARGUMENT);
-  si[1] = 3;
   OKV_ASSERT_CODE(okv_hal_summary_append_async(f->stream, summ, D, OKV_DTYPE_BF16, 2, si, NULL, first),
                   OKV_STATUS_INVALID_ARGUMENT);
   OKV_ASSERT_CODE(okv_hal_summary_append_async(f->stream, summ, 0, OKV_DTYPE_BF16, 2, si, keys, first),
                   OKV_STATUS_INVALID_ARGUMENT);
   /* scoring */
-  uint64_t sfirst[2] = {0, 2}, scfirst[2] = {0, 4};
-  uint32_t segn[2] = {2, 2};
-  okv_score_desc_t cg = {.n_seqs = 1,
-                         .n_kv_heads = 2,
-                         .group_size = 1,
-                         .head_dim = D,
-                         .n_query_tokens = 2,
-                         .t_begin = 0,
-                         .t_end = 2,
-                         .q = q,
-                         .summaries = summ,
-                         .seg_summary_first = sfirst,
-                         .seg_n_blocks = segn,
-                         .scores = sc,
-                         .seg_score_first = scfirst},
-                   cd;
-  cd = cg, cd.t_begin = 2;
-  OKV_ASSERT_CODE(okv_hal_score_blocks_async(f->stream, &cd), OKV_STATUS_INVALID_ARGUMENT);
-  cd = cg, cd.t_end = 3;
-  OKV_ASSERT_CODE(okv_hal_score_blocks_async(f->stream, &cd), OKV_STATUS_INVALID_ARGUMENT);
-  cd = cg, cd.group_size = 2; /* q too small */
-  OKV_ASSERT_CODE(okv_hal_score_blocks_async(f->stream, &cd), OKV_STATUS_INVALID_ARGUMENT);
-  segn[1] = 3; /* summaries 2..4 > 4 summaries */
-  OKV_ASSERT_CODE(okv_hal_score_blocks_async(f->stream, &cg), OKV_STATUS_INVALID_ARGUMENT);
-  segn[1] = 2, scfirst[1] = 7; /* scores 7..8 > 8 floats */
-  OKV_ASSERT_CODE(okv_hal_score_blocks_async(f->stream, &cg), OKV_STATUS_INVALID_ARGUMENT);
-  scfirst[1] = UINT64_MAX - 1;
-  OKV_ASSERT_CODE(okv_hal_score_blocks_async(f->stream, &cg), OKV_STATUS_INVALID_ARGUMENT);
-  scfirst[1] = 4;
+  uint64_t sfirst[2] = {0, 2}, scfirst[2] = {0, 4}, scfirst_past[2] = {0, 7}, scfirst_wrap[2] = {0, UINT64_MAX - 1};
+  uint32_t segn[2] = {2, 2}, segn_past[2] = {2, 3};
+  okv_score_desc_t cg = okv_kcase_score_desc(1, 2, 1, D, 2, sfirst, segn, scfirst), cd;
+  cg.q = q;
+  cg.summaries = summ;
+  cg.scores = sc;
+  EXPECT_INVALID(okv_hal_score_blocks_async, cd, cg, cd.t_begin = 2);
+  EXPECT_INVALID(okv_hal_score_blocks_async, cd, cg, cd.t_end = 3);
+  EXPECT_INVALID(okv_hal_score_blocks_async, cd, cg, cd.group_size = 2);                 /* q too small */
+  EXPECT_INVALID(okv_hal_score_blocks_async, cd, cg, cd.seg_n_blocks = segn_past);       /* summaries 2..4 of 4 */
+  EXPECT_INVALID(okv_hal_score_blocks_async, cd, cg, cd.seg_score_first = scfirst_past); /* scores 7..8 of 8 */
+  EXPECT_INVALID(okv_hal_score_blocks_async, cd, cg, cd.seg_score_first = scfirst_wrap);
   /* top-K */
-  uint32_t tn[2] = {4, 4}, eo[3] = {0, 1, 2}, eb[2] = {1, 3};
+  uint32_t tn[2] = {4, 4}, tn_past[2] = {4, 5}, tn_max[2] = {4, 70000};
+  uint32_t eo[3] = {0, 1, 2}, eo_down[3] = {0, 3, 2}, eb[2] = {1, 3}, eb_past[2] = {1, 4};
   uint64_t tfirst[2] = {0, 4};
-  okv_topk_desc_t tg = {.n_segments = 2,
-                        .k = 4,
-                        .scores = sc,
-                        .seg_score_first = tfirst,
-                        .seg_n = tn,
-                        .excl_offsets = eo,
-                        .excl_blocks = eb,
-                        .out_indices = idx},
-                  td;
-  td = tg, td.k = 0;
-  OKV_ASSERT_CODE(okv_hal_topk_async(f->stream, &td), OKV_STATUS_INVALID_ARGUMENT);
-  td = tg, td.k = 513;
-  OKV_ASSERT_CODE(okv_hal_topk_async(f->stream, &td), OKV_STATUS_INVALID_ARGUMENT);
-  td = tg, td.k = 5; /* out_indices too small */
-  OKV_ASSERT_CODE(okv_hal_topk_async(f->stream, &td), OKV_STATUS_INVALID_ARGUMENT);
-  td = tg, td.out_offset = 4;
-  OKV_ASSERT_CODE(okv_hal_topk_async(f->stream, &td), OKV_STATUS_INVALID_ARGUMENT);
-  tn[1] = 5;
-  OKV_ASSERT_CODE(okv_hal_topk_async(f->stream, &tg), OKV_STATUS_INVALID_ARGUMENT);
-  tn[1] = 70000;
-  OKV_ASSERT_CODE(okv_hal_topk_async(f->stream, &tg), OKV_STATUS_INVALID_ARGUMENT);
-  tn[1] = 4, eb[1] = 4; /* excluded block >= seg_n */
-  OKV_ASSERT_CODE(okv_hal_topk_async(f->stream, &tg), OKV_STATUS_INVALID_ARGUMENT);
-  eb[1] = 3, eo[1] = 3; /* not monotone */
-  OKV_ASSERT_CODE(okv_hal_topk_async(f->stream, &tg), OKV_STATUS_INVALID_ARGUMENT);
-  eo[1] = 1;
-  td = tg, td.out_counts = idx, td.counts_offset = 30;
-  OKV_ASSERT_CODE(okv_hal_topk_async(f->stream, &td), OKV_STATUS_INVALID_ARGUMENT);
+  okv_topk_desc_t tg = okv_kcase_topk_desc(2, 4, tfirst, tn, eo, eb), td;
+  tg.scores = sc;
+  tg.out_indices = idx;
+  EXPECT_INVALID(okv_hal_topk_async, td, tg, td.k = 0);
+  EXPECT_INVALID(okv_hal_topk_async, td, tg, td.k = 513);
+  EXPECT_INVALID(okv_hal_topk_async, td, tg, td.k = 5); /* out_indices too small */
+  EXPECT_INVALID(okv_hal_topk_async, td, tg, td.out_offset = 4);
+  EXPECT_INVALID(okv_hal_topk_async, td, tg, td.seg_n = tn_past);
+  EXPECT_INVALID(okv_hal_topk_async, td, tg, td.seg_n = tn_max);
+  EXPECT_INVALID(okv_hal_topk_async, td, tg, td.excl_blocks = eb_past);  /* excluded block >= seg_n */
+  EXPECT_INVALID(okv_hal_topk_async, td, tg, td.excl_offsets = eo_down); /* not monotone */
+  EXPECT_INVALID(okv_hal_topk_async, td, tg, (td.out_counts = idx, td.counts_offset = 30));
   OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
   buf_assert_sentinel(summ);
   buf_assert_sentinel(sc);
@@ -629,12 +507,9 @@ static void test_invalid_others(void **state) {
 int main(int argc, char **argv) {
   g_backend = okv_test_backend_or_skip(argc, argv);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_attention, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_attention_dtypes_and_magnitude, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_summaries, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_score_topk, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_invalid_attention, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_invalid_others, setup, teardown),
+      OKV_FIXTURE_TEST(test_attention),         OKV_FIXTURE_TEST(test_attention_dtypes_and_magnitude),
+      OKV_FIXTURE_TEST(test_summaries),         OKV_FIXTURE_TEST(test_score_topk),
+      OKV_FIXTURE_TEST(test_invalid_attention), OKV_FIXTURE_TEST(test_invalid_others),
   };
   return cmocka_run_group_tests_name(g_backend, tests, NULL, NULL);
 }
