@@ -93,16 +93,16 @@ typedef enum okv_bench_simd_e {
   OKV_BENCH_SIMD_AVX512,
 } okv_bench_simd_t;
 
-static okv_bench_simd_t okv_bench_simd(const char *name) {
+static okv_bench_simd_t bench_simd(const char *name) {
   if (!strcmp(name, "avx512")) return OKV_BENCH_SIMD_AVX512;
   if (!strcmp(name, "avx2+fma")) return OKV_BENCH_SIMD_AVX2;
   return OKV_BENCH_SIMD_BASE;
 }
 
-static volatile float okv_bench_sink;
+static volatile float bench_sink;
 
 /* Best-of-reps read bandwidth (GB/s) of p[0..bytes) with nt threads. */
-static double okv_bench_cpu_read_gbps(okv_bench_simd_t simd, const void *p, size_t bytes, int nt, int reps) {
+static double bench_cpu_read_gbps(okv_bench_simd_t simd, const void *p, size_t bytes, int nt, int reps) {
   double best = 1e30;
   const size_t n_floats = bytes / 4u;
   (void)nt; /* unused without OpenMP */
@@ -127,14 +127,14 @@ static double okv_bench_cpu_read_gbps(okv_bench_simd_t simd, const void *p, size
       }
     }
     double t = okv_cli_now_s() - t0;
-    okv_bench_sink = total;
+    bench_sink = total;
     if (r > 0 && t < best) best = t; /* first pass warms up */
   }
   return (double)((bytes / 4u / 64u) * 64u * 4u) / best / 1e9;
 }
 
 /* FMA GFLOP/s (2 flops per lane per multiply-add) with nt threads. */
-static double okv_bench_cpu_fma_gflops(okv_bench_simd_t simd, int nt) {
+static double bench_cpu_fma_gflops(okv_bench_simd_t simd, int nt) {
   const long iters = 100000; /* ~0.3 ms per run at full speed: best of 30 */
   double best = 1e30;
   for (int r = 0; r < 30; r++) {
@@ -151,7 +151,7 @@ static double okv_bench_cpu_fma_gflops(okv_bench_simd_t simd, int nt) {
       }
     }
     double t = okv_cli_now_s() - t0;
-    okv_bench_sink = total;
+    bench_sink = total;
     if (t < best) best = t;
   }
   return 2.0 * 16.0 * OKV_BENCH_CHAINS * (double)iters * nt / best / 1e9;
@@ -187,7 +187,7 @@ typedef struct okv_bench_t {
  * the minimum is what the kernel costs when it has the cores. */
 typedef okv_status_t (*okv_bench_launch_fn)(okv_bench_t *b, void *arg);
 
-static okv_status_t okv_bench_time(okv_bench_t *b, okv_bench_launch_fn fn, void *arg, double target_s, double *out_s) {
+static okv_status_t bench_time(okv_bench_t *b, okv_bench_launch_fn fn, void *arg, double target_s, double *out_s) {
   double t0 = okv_cli_now_s();
   OKV_RETURN_IF_ERROR(fn(b, arg));
   OKV_RETURN_IF_ERROR(okv_hal_stream_synchronize(b->stream));
@@ -209,23 +209,23 @@ static okv_status_t okv_bench_time(okv_bench_t *b, okv_bench_launch_fn fn, void 
   return OKV_OK;
 }
 
-static okv_status_t okv_bench_launch_copy(okv_bench_t *b, void *arg) {
+static okv_status_t bench_launch_copy(okv_bench_t *b, void *arg) {
   uint64_t bytes = *(const uint64_t *)arg;
   return okv_hal_copy_async(b->stream, b->pool, 0, b->scratch, 0, bytes);
 }
 
 /* Stream bandwidth over `bytes` of the pool: CPU read pass, or GPU D2D copy. */
-static okv_status_t okv_bench_stream_gbps(okv_bench_t *b, uint64_t bytes, double *out_gbps) {
+static okv_status_t bench_stream_gbps(okv_bench_t *b, uint64_t bytes, double *out_gbps) {
   if (b->is_cpu) {
     void *p = okv_hal_buffer_host_ptr(b->pool);
     if (p == NULL) return okv_status_make(OKV_STATUS_INTERNAL, "CPU pool has no host pointer");
     int reps = bytes < (64u << 20) ? 30 : bytes < (512u << 20) ? 8 : 4;
-    *out_gbps = okv_bench_cpu_read_gbps(b->simd, p, (size_t)bytes, b->threads, reps);
+    *out_gbps = bench_cpu_read_gbps(b->simd, p, (size_t)bytes, b->threads, reps);
     return OKV_OK;
   }
   uint64_t n = bytes;
   double s = 0;
-  OKV_RETURN_IF_ERROR(okv_bench_time(b, okv_bench_launch_copy, &n, 0.05, &s));
+  OKV_RETURN_IF_ERROR(bench_time(b, bench_launch_copy, &n, 0.05, &s));
   *out_gbps = 2.0 * (double)bytes / s / 1e9;
   return OKV_OK;
 }
@@ -239,12 +239,12 @@ typedef struct okv_bench_attn_t {
   okv_hal_buffer_t *q, *inflight, *out;
 } okv_bench_attn_t;
 
-static okv_status_t okv_bench_launch_attention(okv_bench_t *b, void *arg) {
+static okv_status_t bench_launch_attention(okv_bench_t *b, void *arg) {
   okv_bench_attn_t *a = arg;
   return okv_hal_attention_async(b->stream, &a->desc);
 }
 
-static okv_status_t okv_bench_fill_f32(okv_hal_buffer_t *buf, size_t n, uint64_t seed) {
+static okv_status_t bench_fill_f32(okv_hal_buffer_t *buf, size_t n, uint64_t seed) {
   float *tmp = malloc(n * sizeof(float));
   if (!tmp) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: bench staging");
   uint64_t s = seed | 1u;
@@ -254,7 +254,7 @@ static okv_status_t okv_bench_fill_f32(okv_hal_buffer_t *buf, size_t n, uint64_t
   return st;
 }
 
-static void okv_bench_attn_free(okv_bench_attn_t *a) {
+static void bench_attn_free(okv_bench_attn_t *a) {
   free(a->ws_offsets);
   free(a->ws_slots);
   free(a->ws_valid);
@@ -266,7 +266,7 @@ static void okv_bench_attn_free(okv_bench_attn_t *a) {
 
 /* Llama-3.1-8B layer shape; n_blocks working-set blocks per (seq, KV head) in
  * random slot order among the first batch * 8 * n_blocks slots. */
-static okv_status_t okv_bench_attn_make(okv_bench_t *b, uint32_t batch, uint32_t n_blocks, okv_bench_attn_t *a) {
+static okv_status_t bench_attn_make(okv_bench_t *b, uint32_t batch, uint32_t n_blocks, okv_bench_attn_t *a) {
   memset(a, 0, sizeof *a);
   const uint32_t H = 8, G = 4, D = 128, T = 2, NI = 2, U = batch * H;
   const uint64_t total = (uint64_t)U * n_blocks;
@@ -289,8 +289,8 @@ static okv_status_t okv_bench_attn_make(okv_bench_t *b, uint32_t batch, uint32_t
   OKV_RETURN_IF_ERROR(okv_hal_buffer_alloc(b->dev, OKV_TIER_DEVICE, q_floats * 4, &a->q));
   OKV_RETURN_IF_ERROR(okv_hal_buffer_alloc(b->dev, OKV_TIER_DEVICE, in_floats * 4, &a->inflight));
   OKV_RETURN_IF_ERROR(okv_hal_buffer_alloc(b->dev, OKV_TIER_DEVICE, q_floats * 4, &a->out));
-  OKV_RETURN_IF_ERROR(okv_bench_fill_f32(a->q, q_floats, 7 + batch));
-  OKV_RETURN_IF_ERROR(okv_bench_fill_f32(a->inflight, in_floats, 9 + batch));
+  OKV_RETURN_IF_ERROR(bench_fill_f32(a->q, q_floats, 7 + batch));
+  OKV_RETURN_IF_ERROR(bench_fill_f32(a->inflight, in_floats, 9 + batch));
   okv_attention_desc_t *d = &a->desc;
   d->n_seqs = batch;
   d->n_kv_heads = H;
@@ -311,7 +311,7 @@ static okv_status_t okv_bench_attn_make(okv_bench_t *b, uint32_t batch, uint32_t
 }
 
 /* Bytes and flops of one attention launch. */
-static void okv_bench_attn_cost(const okv_attention_desc_t *d, uint32_t n_blocks, double *bytes, double *flops) {
+static void bench_attn_cost(const okv_attention_desc_t *d, uint32_t n_blocks, double *bytes, double *flops) {
   const double U = (double)d->n_seqs * d->n_kv_heads, R = (double)d->n_query_tokens * d->group_size;
   const double tokens = (double)n_blocks * 16.0 + d->n_inflight;
   const double kv = U * (double)n_blocks * (double)okv_block_bytes(d->kv_dtype, d->head_dim);
@@ -330,15 +330,15 @@ typedef struct okv_bench_score_t {
   okv_hal_buffer_t *summ, *scores, *idx, *q;
 } okv_bench_score_t;
 
-static okv_status_t okv_bench_launch_score(okv_bench_t *b, void *arg) {
+static okv_status_t bench_launch_score(okv_bench_t *b, void *arg) {
   return okv_hal_score_blocks_async(b->stream, &((okv_bench_score_t *)arg)->sdesc);
 }
 
-static okv_status_t okv_bench_launch_topk(okv_bench_t *b, void *arg) {
+static okv_status_t bench_launch_topk(okv_bench_t *b, void *arg) {
   return okv_hal_topk_async(b->stream, &((okv_bench_score_t *)arg)->tdesc);
 }
 
-static void okv_bench_score_free(okv_bench_score_t *c) {
+static void bench_score_free(okv_bench_score_t *c) {
   free(c->sfirst);
   free(c->scfirst);
   free(c->segn);
@@ -348,7 +348,7 @@ static void okv_bench_score_free(okv_bench_score_t *c) {
   memset(c, 0, sizeof *c);
 }
 
-static okv_status_t okv_bench_score_make(okv_bench_t *b, uint32_t batch, uint32_t n_blocks, okv_bench_score_t *c) {
+static okv_status_t bench_score_make(okv_bench_t *b, uint32_t batch, uint32_t n_blocks, okv_bench_score_t *c) {
   memset(c, 0, sizeof *c);
   const uint32_t H = 8, G = 4, D = 128, T = 2, U = batch * H;
   c->sfirst = malloc(8u * U);
@@ -362,8 +362,8 @@ static okv_status_t okv_bench_score_make(okv_bench_t *b, uint32_t batch, uint32_
   OKV_RETURN_IF_ERROR(okv_hal_buffer_alloc(b->dev, OKV_TIER_DEVICE, (size_t)U * 128u * 4u, &c->idx));
   const size_t q_floats = (size_t)batch * T * H * G * D;
   OKV_RETURN_IF_ERROR(okv_hal_buffer_alloc(b->dev, OKV_TIER_DEVICE, q_floats * 4u, &c->q));
-  OKV_RETURN_IF_ERROR(okv_bench_fill_f32(c->summ, n_summ * 2u * D, 11));
-  OKV_RETURN_IF_ERROR(okv_bench_fill_f32(c->q, q_floats, 13));
+  OKV_RETURN_IF_ERROR(bench_fill_f32(c->summ, n_summ * 2u * D, 11));
+  OKV_RETURN_IF_ERROR(bench_fill_f32(c->q, q_floats, 13));
   c->sdesc = (okv_score_desc_t){.n_seqs = batch,
                                 .n_kv_heads = H,
                                 .group_size = G,
@@ -394,11 +394,11 @@ typedef struct okv_bench_figure_t {
   double value;
 } okv_bench_figure_t;
 
-static void okv_bench_json_figures(json_object *obj, const okv_bench_figure_t *figures, size_t n) {
+static void bench_json_figures(json_object *obj, const okv_bench_figure_t *figures, size_t n) {
   for (size_t i = 0; i < n; i++) json_object_object_add(obj, figures[i].key, json_object_new_double(figures[i].value));
 }
 
-static void okv_bench_usage(void) {
+static void bench_usage(void) {
   fprintf(stderr,
           "usage: oasiskv bench kernels [--threads N] [--quick] [--device cpu|cuda|hip] [--json]\n"
           "  Roofline benchmark of the attention, scoring and top-K kernels (docs/kernels.md).\n");
@@ -418,11 +418,11 @@ int okv_cli_bench_kernels(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
       device = argv[++i];
     } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      okv_bench_usage();
+      bench_usage();
       return 0;
     } else {
       fprintf(stderr, "oasiskv bench kernels: unknown option '%s'\n", argv[i]);
-      okv_bench_usage();
+      bench_usage();
       return 2;
     }
   }
@@ -462,7 +462,7 @@ int okv_cli_bench_kernels(int argc, char **argv) {
 #endif
   okv_hal_device_info_t info;
   BENCH_CHECK(okv_hal_device_info(b.dev, &info));
-  b.simd = okv_bench_simd(info.simd);
+  b.simd = bench_simd(info.simd);
   b.pool_slots = max_slots;
   BENCH_CHECK(okv_hal_buffer_alloc(b.dev, OKV_TIER_DEVICE, max_slots * slot_bytes, &b.pool));
   if (!b.is_cpu) BENCH_CHECK(okv_hal_buffer_alloc(b.dev, OKV_TIER_DEVICE, max_slots * slot_bytes, &b.scratch));
@@ -487,9 +487,9 @@ int okv_cli_bench_kernels(int argc, char **argv) {
     free(tmp);
   }
 
-  double fma_gflops = b.is_cpu ? okv_bench_cpu_fma_gflops(b.simd, b.threads) : 0.0;
+  double fma_gflops = b.is_cpu ? bench_cpu_fma_gflops(b.simd, b.threads) : 0.0;
   double stream_all = 0;
-  BENCH_CHECK(okv_bench_stream_gbps(&b, max_slots * slot_bytes, &stream_all));
+  BENCH_CHECK(bench_stream_gbps(&b, max_slots * slot_bytes, &stream_all));
   const char *isa = b.is_cpu ? info.simd : "gpu";
   if (!as_json) {
     printf("oasiskv bench kernels: device %s (%s), %d thread%s, SIMD %s%s\n", info.name, info.backend, b.threads,
@@ -508,11 +508,11 @@ int okv_cli_bench_kernels(int argc, char **argv) {
       uint64_t slots = (uint64_t)batch * 8u * nb;
       if (slots * slot_bytes > kv_cap) continue;
       if (quick && (batch > 4 || (seq_lens[si] > 2048 && batch > 1))) continue;
-      BENCH_CHECK(okv_bench_attn_make(&b, batch, nb, &a));
+      BENCH_CHECK(bench_attn_make(&b, batch, nb, &a));
       double t = 0, bytes = 0, flops = 0, stream = 0;
-      BENCH_CHECK(okv_bench_time(&b, okv_bench_launch_attention, &a, quick ? 0.05 : 0.3, &t));
-      BENCH_CHECK(okv_bench_stream_gbps(&b, slots * slot_bytes, &stream));
-      okv_bench_attn_cost(&a.desc, nb, &bytes, &flops);
+      BENCH_CHECK(bench_time(&b, bench_launch_attention, &a, quick ? 0.05 : 0.3, &t));
+      BENCH_CHECK(bench_stream_gbps(&b, slots * slot_bytes, &stream));
+      bench_attn_cost(&a.desc, nb, &bytes, &flops);
       double t_mem = bytes / (stream * 1e9), t_fma = fma_gflops > 0 ? flops / (fma_gflops * 1e9) : 0;
       double roof = (t_mem > t_fma ? t_mem : t_fma) / t;
       if (seq_lens[si] >= 2048 && roof < min_roof) min_roof = roof;
@@ -531,33 +531,33 @@ int okv_cli_bench_kernels(int argc, char **argv) {
           {"stream_gbps", stream},
           {"attention_roofline_fraction", roof},
       };
-      okv_bench_json_figures(c, figures, sizeof figures / sizeof figures[0]);
+      bench_json_figures(c, figures, sizeof figures / sizeof figures[0]);
       json_object_array_add(configs, c);
-      okv_bench_attn_free(&a);
+      bench_attn_free(&a);
     }
   if (attn_k128_s == 0) {
     /* quick runs may skip the scoring batch: time it now */
-    BENCH_CHECK(okv_bench_attn_make(&b, score_batch, 128, &a));
-    BENCH_CHECK(okv_bench_time(&b, okv_bench_launch_attention, &a, 0.05, &attn_k128_s));
-    okv_bench_attn_free(&a);
+    BENCH_CHECK(bench_attn_make(&b, score_batch, 128, &a));
+    BENCH_CHECK(bench_time(&b, bench_launch_attention, &a, 0.05, &attn_k128_s));
+    bench_attn_free(&a);
   }
 
   /* Scoring of a 16K-token context (1,024 blocks per KV head) + top-K 128. */
   const uint32_t score_blocks = 16384u / 16u;
-  BENCH_CHECK(okv_bench_score_make(&b, score_batch, score_blocks, &sc));
+  BENCH_CHECK(bench_score_make(&b, score_batch, score_blocks, &sc));
   double t_score = 0, t_topk = 0, stream_sc = 0;
-  BENCH_CHECK(okv_bench_time(&b, okv_bench_launch_score, &sc, quick ? 0.05 : 0.2, &t_score));
-  BENCH_CHECK(okv_bench_time(&b, okv_bench_launch_topk, &sc, quick ? 0.05 : 0.2, &t_topk));
+  BENCH_CHECK(bench_time(&b, bench_launch_score, &sc, quick ? 0.05 : 0.2, &t_score));
+  BENCH_CHECK(bench_time(&b, bench_launch_topk, &sc, quick ? 0.05 : 0.2, &t_topk));
   const double summ_bytes = (double)score_batch * 8.0 * score_blocks * (double)okv_summary_bytes(128);
   {
     /* stream reference over the same number of bytes (the summary buffer size) */
     uint64_t nbytes = (uint64_t)summ_bytes;
     if (nbytes > max_slots * slot_bytes) nbytes = max_slots * slot_bytes;
-    BENCH_CHECK(okv_bench_stream_gbps(&b, nbytes, &stream_sc));
+    BENCH_CHECK(bench_stream_gbps(&b, nbytes, &stream_sc));
   }
   double score_roof = summ_bytes / t_score / 1e9 / stream_sc;
   double score_frac = (t_score + t_topk) / attn_k128_s;
-  okv_bench_score_free(&sc);
+  bench_score_free(&sc);
   if (!as_json) {
     printf("scoring 16K context, batch %u: %.3f ms (%.1f GB/s of summaries, stream %.1f GB/s) -> roofline %.2f\n",
            score_batch, t_score * 1e3, summ_bytes / t_score / 1e9, stream_sc, score_roof);
@@ -583,14 +583,14 @@ int okv_cli_bench_kernels(int argc, char **argv) {
       {"topk_time_s", t_topk},
       {"attention_k128_time_s", attn_k128_s},
   };
-  okv_bench_json_figures(root, figures, sizeof figures / sizeof figures[0]);
+  bench_json_figures(root, figures, sizeof figures / sizeof figures[0]);
   json_object_object_add(root, "configs", configs);
   configs = NULL;
   if (as_json) printf("%s\n", json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY));
   rc = 0;
 fail:
-  okv_bench_attn_free(&a);
-  okv_bench_score_free(&sc);
+  bench_attn_free(&a);
+  bench_score_free(&sc);
   if (configs) json_object_put(configs);
   json_object_put(root);
   if (b.pool) okv_status_free(okv_hal_buffer_release(b.pool));

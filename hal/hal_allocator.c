@@ -3,25 +3,25 @@
 
 #include "oasiskv/allocator.h"
 
-static void *okv_sys_malloc(void *self, size_t bytes) {
+static void *sys_malloc(void *self, size_t bytes) {
   (void)self;
   return malloc(bytes);
 }
-static void *okv_sys_calloc(void *self, size_t count, size_t bytes) {
+static void *sys_calloc(void *self, size_t count, size_t bytes) {
   (void)self;
   return calloc(count, bytes);
 }
-static void *okv_sys_realloc(void *self, void *ptr, size_t bytes) {
+static void *sys_realloc(void *self, void *ptr, size_t bytes) {
   (void)self;
   return realloc(ptr, bytes);
 }
-static void okv_sys_free(void *self, void *ptr) {
+static void sys_free(void *self, void *ptr) {
   (void)self;
   free(ptr);
 }
 
 okv_allocator_t okv_allocator_system(void) {
-  okv_allocator_t a = {NULL, okv_sys_malloc, okv_sys_calloc, okv_sys_realloc, okv_sys_free};
+  okv_allocator_t a = {NULL, sys_malloc, sys_calloc, sys_realloc, sys_free};
   return a;
 }
 

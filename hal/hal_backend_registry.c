@@ -1,7 +1,7 @@
 /* Backend registry: the table of backends compiled into this build (cpu, and
  * cuda / hip when built with OKV_HAVE_CUDA / OKV_HAVE_HIP), lookup by name and
  * device enumeration.
- * Owns: okv_hal_backends[] and the public okv_hal_backend_* entry points.
+ * Owns: hal_backends[] and the public okv_hal_backend_* entry points.
  * May touch: the okv_hal_backend_t entries (backends/ define them) and nothing
  * else; device creation (hal_device.c) finds its backend through
  * okv_hal_backend_lookup. */
@@ -10,7 +10,7 @@
 
 #include "hal_internal.h"
 
-static const okv_hal_backend_t *const okv_hal_backends[] = {
+static const okv_hal_backend_t *const hal_backends[] = {
     &okv_cpu_backend,
 #ifdef OKV_HAVE_CUDA
     &okv_cuda_backend,
@@ -20,25 +20,25 @@ static const okv_hal_backend_t *const okv_hal_backends[] = {
 #endif
 };
 
-#define OKV_HAL_N_BACKENDS (sizeof(okv_hal_backends) / sizeof(okv_hal_backends[0]))
+#define OKV_HAL_N_BACKENDS (sizeof(hal_backends) / sizeof(hal_backends[0]))
 
 size_t okv_hal_backend_count(void) { return OKV_HAL_N_BACKENDS; }
 
-const char *okv_hal_backend_name(size_t i) { return i < OKV_HAL_N_BACKENDS ? okv_hal_backends[i]->name : NULL; }
+const char *okv_hal_backend_name(size_t i) { return i < OKV_HAL_N_BACKENDS ? hal_backends[i]->name : NULL; }
 
-static const okv_hal_backend_t *okv_hal_backend_find(const char *name) {
+static const okv_hal_backend_t *hal_backend_find(const char *name) {
   if (!name) return NULL;
   for (size_t i = 0; i < OKV_HAL_N_BACKENDS; ++i) {
-    if (!strcmp(okv_hal_backends[i]->name, name)) return okv_hal_backends[i];
+    if (!strcmp(hal_backends[i]->name, name)) return hal_backends[i];
   }
   return NULL;
 }
 
-static okv_status_t okv_hal_backend_not_found(const char *name) {
+static okv_status_t hal_backend_not_found(const char *name) {
   char list[128] = "";
   size_t used = 0;
   for (size_t i = 0; i < OKV_HAL_N_BACKENDS && used + 1 < sizeof(list); ++i) {
-    int n = snprintf(list + used, sizeof(list) - used, "%s%s", i ? ", " : "", okv_hal_backends[i]->name);
+    int n = snprintf(list + used, sizeof(list) - used, "%s%s", i ? ", " : "", hal_backends[i]->name);
     if (n < 0) break;
     used += (size_t)n;
   }
@@ -47,8 +47,8 @@ static okv_status_t okv_hal_backend_not_found(const char *name) {
 }
 
 okv_status_t okv_hal_backend_lookup(const char *name, const okv_hal_backend_t **out_backend) {
-  *out_backend = okv_hal_backend_find(name);
-  return *out_backend ? OKV_OK : okv_hal_backend_not_found(name);
+  *out_backend = hal_backend_find(name);
+  return *out_backend ? OKV_OK : hal_backend_not_found(name);
 }
 
 okv_status_t okv_hal_backend_enumerate(const char *backend_name, okv_hal_device_info_t *out_infos, size_t capacity,

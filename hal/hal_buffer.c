@@ -21,7 +21,7 @@ const char *okv_tier_name(okv_tier_t tier) {
   }
 }
 
-static void okv_tier_unreserve(okv_hal_device_t *dev, okv_tier_t tier, uint64_t bytes) {
+static void tier_unreserve(okv_hal_device_t *dev, okv_tier_t tier, uint64_t bytes) {
   pthread_mutex_lock(&dev->usage_mutex);
   dev->used_bytes[tier] = dev->used_bytes[tier] >= bytes ? dev->used_bytes[tier] - bytes : 0;
   pthread_mutex_unlock(&dev->usage_mutex);
@@ -63,7 +63,7 @@ okv_status_t okv_hal_buffer_alloc(okv_hal_device_t *device, okv_tier_t tier, uin
 
   okv_status_t s = okv_hal_device_retain(device);
   if (s != OKV_OK) {
-    okv_tier_unreserve(device, tier, bytes);
+    tier_unreserve(device, tier, bytes);
     return s;
   }
   okv_hal_buffer_t *buf = NULL;
@@ -74,7 +74,7 @@ okv_status_t okv_hal_buffer_alloc(okv_hal_device_t *device, okv_tier_t tier, uin
   }
   OKV_HAL_ADOPT(s, buf, device, OKV_HAL_KIND_BUFFER, buffer);
   if (s != OKV_OK) {
-    okv_tier_unreserve(device, tier, bytes);
+    tier_unreserve(device, tier, bytes);
     okv_status_free(okv_hal_device_release(device));
     return s;
   }
@@ -84,17 +84,17 @@ okv_status_t okv_hal_buffer_alloc(okv_hal_device_t *device, okv_tier_t tier, uin
 
 /* Frees a buffer whose last reference went: the backend's part, its tier
  * capacity, its device reference. */
-static void okv_hal_buffer_destroy(okv_hal_buffer_t *buffer) {
+static void hal_buffer_destroy(okv_hal_buffer_t *buffer) {
   okv_hal_device_t *dev = buffer->device;
   okv_tier_t tier = buffer->tier;
   uint64_t size = buffer->size;
   dev->vtable->buffer_destroy(buffer);
-  okv_tier_unreserve(dev, tier, size);
+  tier_unreserve(dev, tier, size);
   okv_status_free(okv_hal_device_release(dev));
 }
 
 /* okv_hal_buffer_retain, okv_hal_buffer_release. */
-OKV_HAL_DEFINE_REFCOUNT(buffer, okv_hal_buffer_t, OKV_HAL_KIND_BUFFER, okv_hal_buffer_destroy)
+OKV_HAL_DEFINE_REFCOUNT(buffer, okv_hal_buffer_t, OKV_HAL_KIND_BUFFER, hal_buffer_destroy)
 
 uint64_t okv_hal_buffer_size(const okv_hal_buffer_t *buffer) {
   if (okv_status_consume(okv_hal_check_live(buffer, OKV_HAL_KIND_BUFFER, "buffer")) != OKV_STATUS_OK) return 0;
@@ -114,8 +114,8 @@ void *okv_hal_buffer_host_ptr(const okv_hal_buffer_t *buffer) {
 
 /* The blocking host transfers: `src` into the buffer when writing, the
  * buffer into `dst` when reading. */
-static okv_status_t okv_hal_buffer_io(okv_hal_buffer_t *buffer, uint64_t offset, uint64_t bytes, bool write,
-                                      const void *src, void *dst) {
+static okv_status_t hal_buffer_io(okv_hal_buffer_t *buffer, uint64_t offset, uint64_t bytes, bool write,
+                                  const void *src, void *dst) {
   OKV_HAL_CHECK(buffer, OKV_HAL_KIND_BUFFER, "buffer");
   if (!okv_hal_range_ok(buffer->size, offset, bytes))
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
@@ -132,9 +132,9 @@ static okv_status_t okv_hal_buffer_io(okv_hal_buffer_t *buffer, uint64_t offset,
 }
 
 okv_status_t okv_hal_buffer_write(okv_hal_buffer_t *buffer, uint64_t offset, const void *src, uint64_t bytes) {
-  return okv_hal_buffer_io(buffer, offset, bytes, true, src, NULL);
+  return hal_buffer_io(buffer, offset, bytes, true, src, NULL);
 }
 
 okv_status_t okv_hal_buffer_read(okv_hal_buffer_t *buffer, uint64_t offset, void *dst, uint64_t bytes) {
-  return okv_hal_buffer_io(buffer, offset, bytes, false, NULL, dst);
+  return hal_buffer_io(buffer, offset, bytes, false, NULL, dst);
 }

@@ -19,7 +19,7 @@ void okv_hal_device_params_init(okv_hal_device_params_t *params) {
   params->n_threads = 0;
 }
 
-static int okv_hal_online_cpus(void) {
+static int hal_online_cpus(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (int)n : 1;
 }
@@ -55,7 +55,7 @@ okv_status_t okv_hal_device_create(const char *backend_name, const okv_hal_devic
     dev->capacity_bytes[t] = cap;
     dev->used_bytes[t] = 0;
   }
-  dev->n_threads = params->n_threads > 0 ? params->n_threads : okv_hal_online_cpus();
+  dev->n_threads = params->n_threads > 0 ? params->n_threads : hal_online_cpus();
   if (pthread_mutex_init(&dev->usage_mutex, NULL) != 0) {
     dev->vtable->device_destroy(dev);
     return okv_status_make(OKV_STATUS_INTERNAL, "device: pthread_mutex_init failed");

@@ -93,7 +93,7 @@ const char *okv_hal_kind_name(okv_hal_kind_t kind);
  * backend's <name>_destroy hook, then drops the device reference). Needs
  * hal_fault.h. */
 #define OKV_HAL_DEFINE_DEVICE_CHILD(name, kind, op)                                          \
-  static void okv_hal_##name##_destroy(okv_hal_##name##_t *obj) {                            \
+  static void name##_destroy_last(okv_hal_##name##_t *obj) {                                 \
     okv_hal_device_t *dev = obj->device;                                                     \
     dev->vtable->name##_destroy(obj);                                                        \
     okv_status_free(okv_hal_device_release(dev));                                            \
@@ -114,7 +114,7 @@ const char *okv_hal_kind_name(okv_hal_kind_t kind);
     *out = obj;                                                                              \
     return OKV_OK;                                                                           \
   }                                                                                          \
-  OKV_HAL_DEFINE_REFCOUNT(name, okv_hal_##name##_t, (kind), okv_hal_##name##_destroy)
+  OKV_HAL_DEFINE_REFCOUNT(name, okv_hal_##name##_t, (kind), name##_destroy_last)
 
 /* ---- Backends and devices (hal_backend_registry.c, hal_device.c) ---- */
 

@@ -17,15 +17,15 @@ struct okv_status_s {
   char message[OKV_STATUS_MESSAGE_MAX];
 };
 
-static struct okv_status_s okv_status_oom_static = {
-    OKV_STATUS_OUT_OF_MEMORY, "out of memory while reporting an error (status allocation failed)"};
+static struct okv_status_s status_oom_static = {OKV_STATUS_OUT_OF_MEMORY,
+                                                "out of memory while reporting an error (status allocation failed)"};
 
-static int okv_status_is_static(okv_status_t s) { return s == &okv_status_oom_static; }
+static int status_is_static(okv_status_t s) { return s == &status_oom_static; }
 
-static okv_status_t okv_status_vmake(okv_status_code_t code, const char *fmt, va_list ap) {
+static okv_status_t status_vmake(okv_status_code_t code, const char *fmt, va_list ap) {
   if (code == OKV_STATUS_OK) return OKV_OK;
   struct okv_status_s *s = malloc(sizeof(*s));
-  if (!s) return &okv_status_oom_static;
+  if (!s) return &status_oom_static;
   s->code = (code > OKV_STATUS_OK && code < OKV_STATUS_CODE_COUNT) ? code : OKV_STATUS_INTERNAL;
   if (fmt) {
     vsnprintf(s->message, sizeof(s->message), fmt, ap);
@@ -38,7 +38,7 @@ static okv_status_t okv_status_vmake(okv_status_code_t code, const char *fmt, va
 okv_status_t okv_status_make(okv_status_code_t code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  okv_status_t s = okv_status_vmake(code, fmt, ap);
+  okv_status_t s = status_vmake(code, fmt, ap);
   va_end(ap);
   return s;
 }
@@ -62,7 +62,7 @@ const char *okv_status_code_name(okv_status_code_t code) {
 }
 
 void okv_status_free(okv_status_t s) {
-  if (!s || okv_status_is_static(s)) return;
+  if (!s || status_is_static(s)) return;
   free(s);
 }
 
@@ -73,7 +73,7 @@ okv_status_code_t okv_status_consume(okv_status_t s) {
 }
 
 okv_status_t okv_status_annotate(okv_status_t s, const char *fmt, ...) {
-  if (!s || okv_status_is_static(s) || !fmt) return s;
+  if (!s || status_is_static(s) || !fmt) return s;
   char prefix[OKV_STATUS_MESSAGE_MAX];
   va_list ap;
   va_start(ap, fmt);

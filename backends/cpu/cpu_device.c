@@ -107,13 +107,13 @@ typedef struct okv_cpu_event_t {
   uint64_t last_seq;             /* seq of that record op */
 } okv_cpu_event_t;
 
-static const okv_hal_device_vtable_t okv_cpu_vtable;
+static const okv_hal_device_vtable_t cpu_vtable;
 
-static atomic_uint_fast64_t okv_cpu_next_stream_id = 1;
+static atomic_uint_fast64_t cpu_next_stream_id = 1;
 
 /* ---- Device description ---- */
 
-static const char *okv_cpu_arch(void) {
+static const char *cpu_arch(void) {
 #if defined(__x86_64__)
   return "x86_64";
 #elif defined(__aarch64__)
@@ -123,23 +123,22 @@ static const char *okv_cpu_arch(void) {
 #endif
 }
 
-static int okv_cpu_online(void) {
+static int cpu_online(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (int)n : 1;
 }
 
-static uint64_t okv_cpu_mem_total(void) {
+static uint64_t cpu_mem_total(void) {
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   return (pages > 0 && page > 0) ? (uint64_t)pages * (uint64_t)page : 0;
 }
 
-static void okv_cpu_fill_info(okv_hal_device_info_t *info, int n_threads) {
+static void cpu_fill_info(okv_hal_device_info_t *info, int n_threads) {
   memset(info, 0, sizeof(*info));
   snprintf(info->backend, sizeof(info->backend), "cpu");
-  snprintf(info->name, sizeof(info->name), "%s host (%d thread%s)", okv_cpu_arch(), n_threads,
-           n_threads == 1 ? "" : "s");
+  snprintf(info->name, sizeof(info->name), "%s host (%d thread%s)", cpu_arch(), n_threads, n_threads == 1 ? "" : "s");
   info->ordinal = 0;
-  uint64_t mem = okv_cpu_mem_total();
+  uint64_t mem = cpu_mem_total();
   info->physical_bytes[OKV_TIER_DEVICE] = mem;
   info->physical_bytes[OKV_TIER_HOST] = mem;
   info->alloc_tiers = OKV_TIER_BIT(OKV_TIER_DEVICE) | OKV_TIER_BIT(OKV_TIER_HOST);
@@ -149,42 +148,42 @@ static void okv_cpu_fill_info(okv_hal_device_info_t *info, int n_threads) {
   snprintf(info->simd, sizeof(info->simd), "%s", okv_cpu_isa_name(okv_cpu_isa_active()));
 }
 
-static okv_status_t okv_cpu_enumerate(okv_hal_device_info_t *out_infos, size_t capacity, size_t *out_count) {
+static okv_status_t cpu_enumerate(okv_hal_device_info_t *out_infos, size_t capacity, size_t *out_count) {
   *out_count = 1;
-  if (capacity >= 1 && out_infos) okv_cpu_fill_info(&out_infos[0], okv_cpu_online());
+  if (capacity >= 1 && out_infos) cpu_fill_info(&out_infos[0], cpu_online());
   return OKV_OK;
 }
 
-static okv_status_t okv_cpu_create(const okv_hal_device_params_t *params, const okv_allocator_t *allocator,
-                                   okv_hal_device_t **out_device) {
+static okv_status_t cpu_create(const okv_hal_device_params_t *params, const okv_allocator_t *allocator,
+                               okv_hal_device_t **out_device) {
   if (params->ordinal != 0)
     return okv_status_make(OKV_STATUS_UNAVAILABLE, "params->ordinal: %d out of range (the cpu backend has 1 device)",
                            params->ordinal);
   okv_cpu_device_t *dev = okv_calloc(allocator, 1, sizeof(*dev));
   if (!dev) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: could not allocate the cpu device");
-  dev->base.vtable = &okv_cpu_vtable;
+  dev->base.vtable = &cpu_vtable;
   dev->base.allocator = *allocator;
-  okv_cpu_fill_info(&dev->base.info, params->n_threads > 0 ? params->n_threads : okv_cpu_online());
+  cpu_fill_info(&dev->base.info, params->n_threads > 0 ? params->n_threads : cpu_online());
   dev->base.capacity_bytes[OKV_TIER_DEVICE] = OKV_CPU_DEFAULT_DEVICE_BYTES;
   *out_device = &dev->base;
   return OKV_OK;
 }
 
-static void okv_cpu_device_destroy(okv_hal_device_t *device) {
+static void cpu_device_destroy(okv_hal_device_t *device) {
   okv_allocator_t a = device->allocator;
   okv_free(&a, device);
 }
 
 const okv_hal_backend_t okv_cpu_backend = {
     .name = "cpu",
-    .enumerate = okv_cpu_enumerate,
-    .create = okv_cpu_create,
+    .enumerate = cpu_enumerate,
+    .create = cpu_create,
 };
 
 /* ---- Buffers ---- */
 
-static okv_status_t okv_cpu_buffer_alloc(okv_hal_device_t *device, okv_tier_t tier, uint64_t bytes,
-                                         okv_hal_buffer_t **out_buffer) {
+static okv_status_t cpu_buffer_alloc(okv_hal_device_t *device, okv_tier_t tier, uint64_t bytes,
+                                     okv_hal_buffer_t **out_buffer) {
   okv_cpu_buffer_t *buf = okv_calloc(&device->allocator, 1, sizeof(*buf));
   if (!buf) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: could not allocate a buffer object");
   void *mem = NULL;
@@ -212,7 +211,7 @@ static okv_status_t okv_cpu_buffer_alloc(okv_hal_device_t *device, okv_tier_t ti
   return OKV_OK;
 }
 
-static void okv_cpu_buffer_destroy(okv_hal_buffer_t *buffer) {
+static void cpu_buffer_destroy(okv_hal_buffer_t *buffer) {
   okv_cpu_buffer_t *buf = (okv_cpu_buffer_t *)buffer;
   if (buf->mapped) {
     munmap(buffer->host_ptr, buf->map_bytes);
@@ -222,24 +221,24 @@ static void okv_cpu_buffer_destroy(okv_hal_buffer_t *buffer) {
   okv_free(&buffer->device->allocator, buf);
 }
 
-static okv_status_t okv_cpu_buffer_write(okv_hal_buffer_t *buffer, uint64_t offset, const void *src, uint64_t bytes) {
+static okv_status_t cpu_buffer_write(okv_hal_buffer_t *buffer, uint64_t offset, const void *src, uint64_t bytes) {
   memcpy((unsigned char *)buffer->host_ptr + offset, src, (size_t)bytes);
   return OKV_OK;
 }
 
-static okv_status_t okv_cpu_buffer_read(okv_hal_buffer_t *buffer, uint64_t offset, void *dst, uint64_t bytes) {
+static okv_status_t cpu_buffer_read(okv_hal_buffer_t *buffer, uint64_t offset, void *dst, uint64_t bytes) {
   memcpy(dst, (const unsigned char *)buffer->host_ptr + offset, (size_t)bytes);
   return OKV_OK;
 }
 
-static unsigned char *okv_cpu_ptr(okv_hal_buffer_t *b, uint64_t offset) {
+static unsigned char *cpu_ptr(okv_hal_buffer_t *b, uint64_t offset) {
   return b ? (unsigned char *)b->host_ptr + offset : NULL;
 }
 
 /* ---- Stream worker ---- */
 
 /* Keeps the first unreported error of the stream; caller holds the stream mutex. */
-static void okv_cpu_stream_set_error_locked(okv_cpu_stream_t *s, okv_status_t err) {
+static void cpu_stream_set_error_locked(okv_cpu_stream_t *s, okv_status_t err) {
   if (!err) return;
   if (s->pending_error) {
     okv_status_free(err);
@@ -248,9 +247,9 @@ static void okv_cpu_stream_set_error_locked(okv_cpu_stream_t *s, okv_status_t er
   }
 }
 
-static void okv_cpu_run_blocks(okv_cpu_op_t *op, int n_threads) {
-  const unsigned char *src = okv_cpu_ptr(op->bufs[0], 0);
-  unsigned char *dst = okv_cpu_ptr(op->bufs[1], 0);
+static void cpu_run_blocks(okv_cpu_op_t *op, int n_threads) {
+  const unsigned char *src = cpu_ptr(op->bufs[0], 0);
+  unsigned char *dst = cpu_ptr(op->bufs[1], 0);
   const okv_block_copy_t *pairs = op->pairs;
   const size_t bb = (size_t)op->block_bytes;
   const long n = (long)op->n_blocks;
@@ -276,7 +275,7 @@ static void okv_cpu_run_blocks(okv_cpu_op_t *op, int n_threads) {
   }
 }
 
-static void okv_cpu_run_record(okv_cpu_stream_t *s, okv_cpu_op_t *op) {
+static void cpu_run_record(okv_cpu_stream_t *s, okv_cpu_op_t *op) {
   okv_cpu_event_t *ev = (okv_cpu_event_t *)op->event;
   pthread_mutex_lock(&s->mutex);
   okv_status_t err = s->pending_error;
@@ -301,19 +300,19 @@ static void okv_cpu_run_record(okv_cpu_stream_t *s, okv_cpu_op_t *op) {
     /* The event was re-recorded before this marker ran: the error belongs to
      * the stream's next record. */
     pthread_mutex_lock(&s->mutex);
-    okv_cpu_stream_set_error_locked(s, err);
+    cpu_stream_set_error_locked(s, err);
     pthread_mutex_unlock(&s->mutex);
   }
 }
 
-static void okv_cpu_run_wait(okv_cpu_op_t *op) {
+static void cpu_run_wait(okv_cpu_op_t *op) {
   okv_cpu_event_t *ev = (okv_cpu_event_t *)op->event;
   pthread_mutex_lock(&ev->mutex);
   while (ev->completed < op->gen) pthread_cond_wait(&ev->cond, &ev->mutex);
   pthread_mutex_unlock(&ev->mutex);
 }
 
-static void okv_cpu_run_op(okv_cpu_stream_t *s, okv_cpu_op_t *op) {
+static void cpu_run_op(okv_cpu_stream_t *s, okv_cpu_op_t *op) {
   int n_threads = s->base.device->n_threads;
 #if defined(__SANITIZE_THREAD__)
   /* libgomp's fork/join barriers are invisible to ThreadSanitizer, which would
@@ -322,24 +321,24 @@ static void okv_cpu_run_op(okv_cpu_stream_t *s, okv_cpu_op_t *op) {
 #endif
   switch (op->kind) {
     case OKV_CPU_OP_COPY: {
-      const unsigned char *src = okv_cpu_ptr(op->bufs[0], op->src_offset);
-      unsigned char *dst = okv_cpu_ptr(op->bufs[1], op->dst_offset);
+      const unsigned char *src = cpu_ptr(op->bufs[0], op->src_offset);
+      unsigned char *dst = cpu_ptr(op->bufs[1], op->dst_offset);
       memmove(dst, src, (size_t)op->bytes);
       break;
     }
-    case OKV_CPU_OP_BLOCKS: okv_cpu_run_blocks(op, n_threads); break;
-    case OKV_CPU_OP_RECORD: okv_cpu_run_record(s, op); break;
-    case OKV_CPU_OP_WAIT: okv_cpu_run_wait(op); break;
+    case OKV_CPU_OP_BLOCKS: cpu_run_blocks(op, n_threads); break;
+    case OKV_CPU_OP_RECORD: cpu_run_record(s, op); break;
+    case OKV_CPU_OP_WAIT: cpu_run_wait(op); break;
     case OKV_CPU_OP_FAIL:
       pthread_mutex_lock(&s->mutex);
-      okv_cpu_stream_set_error_locked(s, okv_status_make(op->code, "%s", op->message));
+      cpu_stream_set_error_locked(s, okv_status_make(op->code, "%s", op->message));
       pthread_mutex_unlock(&s->mutex);
       break;
     case OKV_CPU_OP_KERNEL: op->run(op, n_threads); break;
   }
 }
 
-static void *okv_cpu_stream_main(void *arg) {
+static void *cpu_stream_main(void *arg) {
   okv_cpu_stream_t *s = arg;
   pthread_mutex_lock(&s->mutex);
   for (;;) {
@@ -347,7 +346,7 @@ static void *okv_cpu_stream_main(void *arg) {
     if (!s->next_run) break; /* stop requested and the queue is drained */
     okv_cpu_op_t *op = s->next_run;
     pthread_mutex_unlock(&s->mutex);
-    okv_cpu_run_op(s, op);
+    cpu_run_op(s, op);
     pthread_mutex_lock(&s->mutex);
     s->next_run = op->next;
     s->n_done = op->seq;
@@ -359,7 +358,7 @@ static void *okv_cpu_stream_main(void *arg) {
 
 /* Frees a finished (or never enqueued) op: releases what it retained. Runs on
  * an API thread, never on the worker. */
-static void okv_cpu_op_free(const okv_allocator_t *a, okv_cpu_op_t *op) {
+static void cpu_op_free(const okv_allocator_t *a, okv_cpu_op_t *op) {
   for (int i = 0; i < op->n_bufs; ++i) okv_status_free(okv_hal_buffer_release(op->bufs[i]));
   if (op->event) okv_status_free(okv_hal_event_release(op->event));
   if (op->free_payload) op->free_payload(a, op->payload);
@@ -369,7 +368,7 @@ static void okv_cpu_op_free(const okv_allocator_t *a, okv_cpu_op_t *op) {
 }
 
 /* Reclaims every finished op of the stream. */
-static void okv_cpu_stream_reclaim(okv_cpu_stream_t *s) {
+static void cpu_stream_reclaim(okv_cpu_stream_t *s) {
   pthread_mutex_lock(&s->mutex);
   okv_cpu_op_t *done = s->first, *stop_at = s->next_run;
   if (done == stop_at) {
@@ -382,32 +381,32 @@ static void okv_cpu_stream_reclaim(okv_cpu_stream_t *s) {
   const okv_allocator_t *a = &s->base.device->allocator;
   while (done != stop_at) {
     okv_cpu_op_t *next = done->next;
-    okv_cpu_op_free(a, done);
+    cpu_op_free(a, done);
     done = next;
   }
 }
 
-static okv_cpu_op_t *okv_cpu_op_new(okv_hal_stream_t *stream, okv_cpu_op_kind_t kind) {
+static okv_cpu_op_t *cpu_op_new(okv_hal_stream_t *stream, okv_cpu_op_kind_t kind) {
   okv_cpu_op_t *op = okv_calloc(&stream->device->allocator, 1, sizeof(*op));
   if (op) op->kind = kind;
   return op;
 }
 
-static okv_status_t okv_cpu_op_oom(const char *what) {
+static okv_status_t cpu_op_oom(const char *what) {
   return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: could not allocate the %s operation", what);
 }
 
 /* Retains `b` into op->bufs (NULL is skipped). */
-static okv_status_t okv_cpu_op_hold(okv_cpu_op_t *op, okv_hal_buffer_t *b) {
+static okv_status_t cpu_op_hold(okv_cpu_op_t *op, okv_hal_buffer_t *b) {
   if (!b) return OKV_OK;
   OKV_RETURN_IF_ERROR(okv_hal_buffer_retain(b));
   op->bufs[op->n_bufs++] = b;
   return OKV_OK;
 }
 
-static uint64_t okv_cpu_enqueue(okv_hal_stream_t *stream, okv_cpu_op_t *op) {
+static uint64_t cpu_enqueue(okv_hal_stream_t *stream, okv_cpu_op_t *op) {
   okv_cpu_stream_t *s = (okv_cpu_stream_t *)stream;
-  okv_cpu_stream_reclaim(s);
+  cpu_stream_reclaim(s);
   pthread_mutex_lock(&s->mutex);
   op->next = NULL;
   op->seq = ++s->n_enqueued;
@@ -426,25 +425,25 @@ static uint64_t okv_cpu_enqueue(okv_hal_stream_t *stream, okv_cpu_op_t *op) {
 
 /* Holds every buffer listed (NULLs skipped) and enqueues op; when `s` (an
  * earlier step of building op) or a hold fails, frees op and returns the error. */
-static okv_status_t okv_cpu_submit(okv_hal_stream_t *stream, okv_cpu_op_t *op, okv_status_t s,
-                                   okv_hal_buffer_t *const *bufs, int n) {
-  for (int i = 0; i < n && s == OKV_OK; ++i) s = okv_cpu_op_hold(op, bufs[i]);
+static okv_status_t cpu_submit(okv_hal_stream_t *stream, okv_cpu_op_t *op, okv_status_t s,
+                               okv_hal_buffer_t *const *bufs, int n) {
+  for (int i = 0; i < n && s == OKV_OK; ++i) s = cpu_op_hold(op, bufs[i]);
   if (s != OKV_OK) {
-    okv_cpu_op_free(&stream->device->allocator, op);
+    cpu_op_free(&stream->device->allocator, op);
     return s;
   }
-  okv_cpu_enqueue(stream, op);
+  cpu_enqueue(stream, op);
   return OKV_OK;
 }
 
 /* A RECORD or WAIT op on `event` (retained); not yet enqueued. */
-static okv_status_t okv_cpu_event_op(okv_hal_stream_t *stream, okv_cpu_op_kind_t kind, okv_hal_event_t *event,
-                                     const char *what, okv_cpu_op_t **out_op) {
-  okv_cpu_op_t *op = okv_cpu_op_new(stream, kind);
-  if (!op) return okv_cpu_op_oom(what);
+static okv_status_t cpu_event_op(okv_hal_stream_t *stream, okv_cpu_op_kind_t kind, okv_hal_event_t *event,
+                                 const char *what, okv_cpu_op_t **out_op) {
+  okv_cpu_op_t *op = cpu_op_new(stream, kind);
+  if (!op) return cpu_op_oom(what);
   okv_status_t s = okv_hal_event_retain(event);
   if (s != OKV_OK) {
-    okv_cpu_op_free(&stream->device->allocator, op);
+    cpu_op_free(&stream->device->allocator, op);
     return s;
   }
   op->event = event;
@@ -454,15 +453,15 @@ static okv_status_t okv_cpu_event_op(okv_hal_stream_t *stream, okv_cpu_op_kind_t
 
 /* ---- Streams ---- */
 
-static okv_status_t okv_cpu_stream_create(okv_hal_device_t *device, okv_hal_stream_t **out_stream) {
+static okv_status_t cpu_stream_create(okv_hal_device_t *device, okv_hal_stream_t **out_stream) {
   okv_cpu_stream_t *s = okv_calloc(&device->allocator, 1, sizeof(*s));
   if (!s) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: could not allocate a stream");
   s->base.device = device;
-  s->id = atomic_fetch_add(&okv_cpu_next_stream_id, 1);
+  s->id = atomic_fetch_add(&cpu_next_stream_id, 1);
   if (pthread_mutex_init(&s->mutex, NULL) != 0) goto fail_mutex;
   if (pthread_cond_init(&s->work_cond, NULL) != 0) goto fail_work;
   if (pthread_cond_init(&s->idle_cond, NULL) != 0) goto fail_idle;
-  int rc = pthread_create(&s->thread, NULL, okv_cpu_stream_main, s);
+  int rc = pthread_create(&s->thread, NULL, cpu_stream_main, s);
   if (rc != 0) {
     pthread_cond_destroy(&s->idle_cond);
     pthread_cond_destroy(&s->work_cond);
@@ -482,14 +481,14 @@ fail_mutex:
   return okv_status_make(OKV_STATUS_INTERNAL, "stream: could not initialise its mutex/condition variables");
 }
 
-static void okv_cpu_stream_destroy(okv_hal_stream_t *stream) {
+static void cpu_stream_destroy(okv_hal_stream_t *stream) {
   okv_cpu_stream_t *s = (okv_cpu_stream_t *)stream;
   pthread_mutex_lock(&s->mutex);
   s->stop = true;
   pthread_cond_signal(&s->work_cond);
   pthread_mutex_unlock(&s->mutex);
   pthread_join(s->thread, NULL); /* the worker drains the queue first */
-  okv_cpu_stream_reclaim(s);
+  cpu_stream_reclaim(s);
   okv_status_free(s->pending_error);
   pthread_cond_destroy(&s->idle_cond);
   pthread_cond_destroy(&s->work_cond);
@@ -497,29 +496,29 @@ static void okv_cpu_stream_destroy(okv_hal_stream_t *stream) {
   okv_free(&stream->device->allocator, s);
 }
 
-static okv_status_t okv_cpu_stream_synchronize(okv_hal_stream_t *stream) {
+static okv_status_t cpu_stream_synchronize(okv_hal_stream_t *stream) {
   okv_cpu_stream_t *s = (okv_cpu_stream_t *)stream;
   pthread_mutex_lock(&s->mutex);
   while (s->next_run) pthread_cond_wait(&s->idle_cond, &s->mutex);
   okv_status_t err = s->pending_error;
   s->pending_error = OKV_OK;
   pthread_mutex_unlock(&s->mutex);
-  okv_cpu_stream_reclaim(s);
+  cpu_stream_reclaim(s);
   return err;
 }
 
-static okv_status_t okv_cpu_enqueue_failure(okv_hal_stream_t *stream, okv_status_code_t code, const char *message) {
-  okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_FAIL);
-  if (!op) return okv_cpu_op_oom("failure");
+static okv_status_t cpu_enqueue_failure(okv_hal_stream_t *stream, okv_status_code_t code, const char *message) {
+  okv_cpu_op_t *op = cpu_op_new(stream, OKV_CPU_OP_FAIL);
+  if (!op) return cpu_op_oom("failure");
   op->code = code;
   snprintf(op->message, sizeof(op->message), "%s", message ? message : "asynchronous failure");
-  okv_cpu_enqueue(stream, op);
+  cpu_enqueue(stream, op);
   return OKV_OK;
 }
 
 /* ---- Events ---- */
 
-static okv_status_t okv_cpu_event_create(okv_hal_device_t *device, okv_hal_event_t **out_event) {
+static okv_status_t cpu_event_create(okv_hal_device_t *device, okv_hal_event_t **out_event) {
   okv_cpu_event_t *ev = okv_calloc(&device->allocator, 1, sizeof(*ev));
   if (!ev) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: could not allocate an event");
   ev->base.device = device;
@@ -536,7 +535,7 @@ static okv_status_t okv_cpu_event_create(okv_hal_device_t *device, okv_hal_event
   return OKV_OK;
 }
 
-static void okv_cpu_event_destroy(okv_hal_event_t *event) {
+static void cpu_event_destroy(okv_hal_event_t *event) {
   okv_cpu_event_t *ev = (okv_cpu_event_t *)event;
   okv_status_free(ev->error);
   pthread_cond_destroy(&ev->cond);
@@ -544,10 +543,10 @@ static void okv_cpu_event_destroy(okv_hal_event_t *event) {
   okv_free(&event->device->allocator, ev);
 }
 
-static okv_status_t okv_cpu_event_record(okv_hal_event_t *event, okv_hal_stream_t *stream) {
+static okv_status_t cpu_event_record(okv_hal_event_t *event, okv_hal_stream_t *stream) {
   okv_cpu_event_t *ev = (okv_cpu_event_t *)event;
   okv_cpu_op_t *op = NULL;
-  OKV_RETURN_IF_ERROR(okv_cpu_event_op(stream, OKV_CPU_OP_RECORD, event, "event record", &op));
+  OKV_RETURN_IF_ERROR(cpu_event_op(stream, OKV_CPU_OP_RECORD, event, "event record", &op));
   pthread_mutex_lock(&ev->mutex);
   op->gen = ++ev->recorded;
   ev->has_time = false;
@@ -555,7 +554,7 @@ static okv_status_t okv_cpu_event_record(okv_hal_event_t *event, okv_hal_stream_
   ev->error = OKV_OK;
   pthread_mutex_unlock(&ev->mutex);
   uint64_t gen = op->gen;
-  uint64_t seq = okv_cpu_enqueue(stream, op); /* op may be reclaimed from here on */
+  uint64_t seq = cpu_enqueue(stream, op); /* op may be reclaimed from here on */
   pthread_mutex_lock(&ev->mutex);
   if (ev->recorded == gen) {
     ev->last_stream = stream;
@@ -567,7 +566,7 @@ static okv_status_t okv_cpu_event_record(okv_hal_event_t *event, okv_hal_stream_
 }
 
 /* A copy of the event's captured error; caller holds ev->mutex. */
-static okv_status_t okv_cpu_event_error_locked(okv_cpu_event_t *ev) {
+static okv_status_t cpu_event_error_locked(okv_cpu_event_t *ev) {
   if (!ev->error) return OKV_OK;
   return okv_status_make(okv_status_code(ev->error), "%s", okv_status_message(ev->error));
 }
@@ -576,7 +575,7 @@ static okv_status_t okv_cpu_event_error_locked(okv_cpu_event_t *ev) {
  * stream it was recorded on (up to and including the record), so the buffers
  * they held are released as soon as the caller knows the work ran. The stream
  * may have been released meanwhile: it is looked up through the registry. */
-static void okv_cpu_event_reclaim(okv_cpu_event_t *ev) {
+static void cpu_event_reclaim(okv_cpu_event_t *ev) {
   pthread_mutex_lock(&ev->mutex);
   okv_hal_stream_t *stream = ev->last_stream;
   uint64_t id = ev->last_stream_id, seq = ev->last_seq;
@@ -589,32 +588,32 @@ static void okv_cpu_event_reclaim(okv_cpu_event_t *ev) {
   bool ours = s->id == id;
   while (ours && s->n_done < seq) pthread_cond_wait(&s->idle_cond, &s->mutex);
   pthread_mutex_unlock(&s->mutex);
-  okv_cpu_stream_reclaim(s);
+  cpu_stream_reclaim(s);
   okv_status_free(okv_hal_stream_release(stream));
 }
 
-static okv_status_t okv_cpu_event_query(okv_hal_event_t *event, bool *out_done) {
+static okv_status_t cpu_event_query(okv_hal_event_t *event, bool *out_done) {
   okv_cpu_event_t *ev = (okv_cpu_event_t *)event;
   pthread_mutex_lock(&ev->mutex);
   bool done = ev->completed >= ev->recorded;
-  okv_status_t s = done ? okv_cpu_event_error_locked(ev) : OKV_OK;
+  okv_status_t s = done ? cpu_event_error_locked(ev) : OKV_OK;
   pthread_mutex_unlock(&ev->mutex);
-  if (done) okv_cpu_event_reclaim(ev);
+  if (done) cpu_event_reclaim(ev);
   *out_done = done;
   return s;
 }
 
-static okv_status_t okv_cpu_event_wait(okv_hal_event_t *event) {
+static okv_status_t cpu_event_wait(okv_hal_event_t *event) {
   okv_cpu_event_t *ev = (okv_cpu_event_t *)event;
   pthread_mutex_lock(&ev->mutex);
   while (ev->completed < ev->recorded) pthread_cond_wait(&ev->cond, &ev->mutex);
-  okv_status_t s = okv_cpu_event_error_locked(ev);
+  okv_status_t s = cpu_event_error_locked(ev);
   pthread_mutex_unlock(&ev->mutex);
-  okv_cpu_event_reclaim(ev);
+  cpu_event_reclaim(ev);
   return s;
 }
 
-static okv_status_t okv_cpu_stream_wait_event(okv_hal_stream_t *stream, okv_hal_event_t *event) {
+static okv_status_t cpu_stream_wait_event(okv_hal_stream_t *stream, okv_hal_event_t *event) {
   okv_cpu_event_t *ev = (okv_cpu_event_t *)event;
   pthread_mutex_lock(&ev->mutex);
   uint64_t gen = ev->recorded;
@@ -622,14 +621,14 @@ static okv_status_t okv_cpu_stream_wait_event(okv_hal_stream_t *stream, okv_hal_
   pthread_mutex_unlock(&ev->mutex);
   if (done) return OKV_OK; /* nothing to wait for */
   okv_cpu_op_t *op = NULL;
-  OKV_RETURN_IF_ERROR(okv_cpu_event_op(stream, OKV_CPU_OP_WAIT, event, "stream wait", &op));
+  OKV_RETURN_IF_ERROR(cpu_event_op(stream, OKV_CPU_OP_WAIT, event, "stream wait", &op));
   op->gen = gen;
-  okv_cpu_enqueue(stream, op);
+  cpu_enqueue(stream, op);
   return OKV_OK;
 }
 
 /* Completion time of a done event; caller must not hold its mutex. */
-static okv_status_t okv_cpu_event_time(okv_hal_event_t *event, const char *arg, struct timespec *out) {
+static okv_status_t cpu_event_time(okv_hal_event_t *event, const char *arg, struct timespec *out) {
   okv_cpu_event_t *ev = (okv_cpu_event_t *)event;
   pthread_mutex_lock(&ev->mutex);
   bool done = ev->completed >= ev->recorded, has = ev->has_time;
@@ -640,116 +639,114 @@ static okv_status_t okv_cpu_event_time(okv_hal_event_t *event, const char *arg, 
   return OKV_OK;
 }
 
-static okv_status_t okv_cpu_event_elapsed(okv_hal_event_t *start, okv_hal_event_t *end, double *out_seconds) {
+static okv_status_t cpu_event_elapsed(okv_hal_event_t *start, okv_hal_event_t *end, double *out_seconds) {
   struct timespec t0, t1;
-  OKV_RETURN_IF_ERROR(okv_cpu_event_time(start, "start", &t0));
-  OKV_RETURN_IF_ERROR(okv_cpu_event_time(end, "end", &t1));
+  OKV_RETURN_IF_ERROR(cpu_event_time(start, "start", &t0));
+  OKV_RETURN_IF_ERROR(cpu_event_time(end, "end", &t1));
   *out_seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
   return OKV_OK;
 }
 
 /* ---- Copies ---- */
 
-static okv_status_t okv_cpu_copy(okv_hal_stream_t *stream, okv_hal_buffer_t *src, uint64_t src_offset,
-                                 okv_hal_buffer_t *dst, uint64_t dst_offset, uint64_t bytes) {
-  okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_COPY);
-  if (!op) return okv_cpu_op_oom("copy");
+static okv_status_t cpu_copy(okv_hal_stream_t *stream, okv_hal_buffer_t *src, uint64_t src_offset,
+                             okv_hal_buffer_t *dst, uint64_t dst_offset, uint64_t bytes) {
+  okv_cpu_op_t *op = cpu_op_new(stream, OKV_CPU_OP_COPY);
+  if (!op) return cpu_op_oom("copy");
   op->src_offset = src_offset;
   op->dst_offset = dst_offset;
   op->bytes = bytes;
   okv_hal_buffer_t *bufs[2] = {src, dst}; /* bufs[0] -> bufs[1] */
-  return okv_cpu_submit(stream, op, OKV_OK, bufs, 2);
+  return cpu_submit(stream, op, OKV_OK, bufs, 2);
 }
 
-static okv_status_t okv_cpu_copy_blocks(okv_hal_stream_t *stream, okv_hal_buffer_t *src, okv_hal_buffer_t *dst,
-                                        uint64_t block_bytes, size_t n_blocks, const okv_block_copy_t *pairs) {
+static okv_status_t cpu_copy_blocks(okv_hal_stream_t *stream, okv_hal_buffer_t *src, okv_hal_buffer_t *dst,
+                                    uint64_t block_bytes, size_t n_blocks, const okv_block_copy_t *pairs) {
   const okv_allocator_t *a = &stream->device->allocator;
   if (n_blocks > SIZE_MAX / sizeof(okv_block_copy_t))
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "n_blocks: %zu is too large", n_blocks);
-  okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_BLOCKS);
-  if (!op) return okv_cpu_op_oom("block copy");
+  okv_cpu_op_t *op = cpu_op_new(stream, OKV_CPU_OP_BLOCKS);
+  if (!op) return cpu_op_oom("block copy");
   op->pairs = okv_malloc(a, n_blocks * sizeof(okv_block_copy_t));
   if (op->pairs) memcpy(op->pairs, pairs, n_blocks * sizeof(okv_block_copy_t));
   op->block_bytes = block_bytes;
   op->n_blocks = n_blocks;
   okv_hal_buffer_t *bufs[2] = {src, dst}; /* bufs[0] -> bufs[1] */
-  return okv_cpu_submit(stream, op, op->pairs ? OKV_OK : okv_cpu_op_oom("block copy pair list of the"), bufs, 2);
+  return cpu_submit(stream, op, op->pairs ? OKV_OK : cpu_op_oom("block copy pair list of the"), bufs, 2);
 }
 
 /* ---- Kernels: clone the descriptor, retain its buffers, run on the worker ---- */
 
 /* A KERNEL op running run(op) on the worker around `payload` (a descriptor
  * clone, freed with the op by free_payload), holding the buffers listed. */
-static okv_status_t okv_cpu_kernel_enqueue(okv_hal_stream_t *stream, const char *what, void *payload,
-                                           void (*run)(okv_cpu_op_t *op, int n_threads),
-                                           void (*free_payload)(const okv_allocator_t *a, void *payload),
-                                           okv_hal_buffer_t *const *bufs, int n) {
-  okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_KERNEL);
+static okv_status_t cpu_kernel_enqueue(okv_hal_stream_t *stream, const char *what, void *payload,
+                                       void (*run)(okv_cpu_op_t *op, int n_threads),
+                                       void (*free_payload)(const okv_allocator_t *a, void *payload),
+                                       okv_hal_buffer_t *const *bufs, int n) {
+  okv_cpu_op_t *op = cpu_op_new(stream, OKV_CPU_OP_KERNEL);
   if (!op) {
     free_payload(&stream->device->allocator, payload);
-    return okv_cpu_op_oom(what);
+    return cpu_op_oom(what);
   }
   op->payload = payload;
   op->run = run;
   op->free_payload = free_payload;
-  return okv_cpu_submit(stream, op, OKV_OK, bufs, n);
+  return cpu_submit(stream, op, OKV_OK, bufs, n);
 }
 
-/* okv_cpu_<kind>_enqueue for the descriptor kernels: clones the descriptor
+/* cpu_<kind>_enqueue for the descriptor kernels: clones the descriptor
  * (okv_<kind>_desc_clone), holds the buffers listed (expressions of the clone
- * `c`) and runs okv_cpu_run_<kind> on the worker. */
-#define OKV_CPU_DESC_KERNEL(kind, what, n_bufs, ...)                                                               \
-  static void okv_cpu_free_##kind(const okv_allocator_t *a, void *payload) { okv_##kind##_desc_free(a, payload); } \
-  static okv_status_t okv_cpu_##kind##_enqueue(okv_hal_stream_t *stream, const okv_##kind##_desc_t *desc) {        \
-    okv_##kind##_desc_t *c = NULL;                                                                                 \
-    OKV_RETURN_IF_ERROR(okv_##kind##_desc_clone(&stream->device->allocator, desc, &c));                            \
-    okv_hal_buffer_t *bufs[n_bufs] = {__VA_ARGS__};                                                                \
-    return okv_cpu_kernel_enqueue(stream, what, c, okv_cpu_run_##kind, okv_cpu_free_##kind, bufs, n_bufs);         \
+ * `c`) and runs cpu_run_<kind> on the worker. */
+#define OKV_CPU_DESC_KERNEL(kind, what, n_bufs, ...)                                                           \
+  static void cpu_free_##kind(const okv_allocator_t *a, void *payload) { okv_##kind##_desc_free(a, payload); } \
+  static okv_status_t cpu_##kind##_enqueue(okv_hal_stream_t *stream, const okv_##kind##_desc_t *desc) {        \
+    okv_##kind##_desc_t *c = NULL;                                                                             \
+    OKV_RETURN_IF_ERROR(okv_##kind##_desc_clone(&stream->device->allocator, desc, &c));                        \
+    okv_hal_buffer_t *bufs[n_bufs] = {__VA_ARGS__};                                                            \
+    return cpu_kernel_enqueue(stream, what, c, cpu_run_##kind, cpu_free_##kind, bufs, n_bufs);                 \
   }
 
-static void okv_cpu_run_attention(okv_cpu_op_t *op, int n_threads) {
+static void cpu_run_attention(okv_cpu_op_t *op, int n_threads) {
   const okv_attention_desc_t *d = op->payload;
-  okv_cpu_attention(d, okv_cpu_ptr(d->kv_pool, 0), (const float *)okv_cpu_ptr(d->q, d->q_offset),
-                    (const float *)okv_cpu_ptr(d->inflight_kv, d->inflight_offset),
-                    (float *)okv_cpu_ptr(d->out, d->out_offset), (float *)okv_cpu_ptr(d->block_mass, d->mass_offset),
-                    n_threads);
+  okv_cpu_attention(d, cpu_ptr(d->kv_pool, 0), (const float *)cpu_ptr(d->q, d->q_offset),
+                    (const float *)cpu_ptr(d->inflight_kv, d->inflight_offset), (float *)cpu_ptr(d->out, d->out_offset),
+                    (float *)cpu_ptr(d->block_mass, d->mass_offset), n_threads);
 }
 OKV_CPU_DESC_KERNEL(attention, "attention", 5, c->kv_pool, c->q, c->inflight_kv, c->out, c->block_mass)
 
-static void okv_cpu_run_summary(okv_cpu_op_t *op, int n_threads) {
+static void cpu_run_summary(okv_cpu_op_t *op, int n_threads) {
   const okv_summary_desc_t *d = op->payload;
-  okv_cpu_summarize_blocks(d, okv_cpu_ptr(d->kv, 0), (float *)okv_cpu_ptr(d->summaries, 0), n_threads);
+  okv_cpu_summarize_blocks(d, cpu_ptr(d->kv, 0), (float *)cpu_ptr(d->summaries, 0), n_threads);
 }
 OKV_CPU_DESC_KERNEL(summary, "block summary", 2, c->kv, c->summaries)
 
-static void okv_cpu_run_score(okv_cpu_op_t *op, int n_threads) {
+static void cpu_run_score(okv_cpu_op_t *op, int n_threads) {
   const okv_score_desc_t *d = op->payload;
-  okv_cpu_score_blocks(d, (const float *)okv_cpu_ptr(d->q, d->q_offset), (const float *)okv_cpu_ptr(d->summaries, 0),
-                       (float *)okv_cpu_ptr(d->scores, 0), n_threads);
+  okv_cpu_score_blocks(d, (const float *)cpu_ptr(d->q, d->q_offset), (const float *)cpu_ptr(d->summaries, 0),
+                       (float *)cpu_ptr(d->scores, 0), n_threads);
 }
 OKV_CPU_DESC_KERNEL(score, "block scoring", 3, c->q, c->summaries, c->scores)
 
-static void okv_cpu_run_topk(okv_cpu_op_t *op, int n_threads) {
+static void cpu_run_topk(okv_cpu_op_t *op, int n_threads) {
   const okv_topk_desc_t *d = op->payload;
-  okv_cpu_topk(d, (const float *)okv_cpu_ptr(d->scores, 0), (uint32_t *)okv_cpu_ptr(d->out_indices, d->out_offset),
-               (uint32_t *)okv_cpu_ptr(d->out_counts, d->counts_offset), n_threads);
+  okv_cpu_topk(d, (const float *)cpu_ptr(d->scores, 0), (uint32_t *)cpu_ptr(d->out_indices, d->out_offset),
+               (uint32_t *)cpu_ptr(d->out_counts, d->counts_offset), n_threads);
 }
 OKV_CPU_DESC_KERNEL(topk, "top-K", 3, c->scores, c->out_indices, c->out_counts)
 
-static void okv_cpu_run_summary_append(okv_cpu_op_t *op, int n_threads) {
+static void cpu_run_summary_append(okv_cpu_op_t *op, int n_threads) {
   (void)n_threads;
-  okv_cpu_summary_append((float *)okv_cpu_ptr(op->bufs[0], 0), op->head_dim, op->dtype, op->n,
+  okv_cpu_summary_append((float *)cpu_ptr(op->bufs[0], 0), op->head_dim, op->dtype, op->n,
                          (const uint64_t *)op->arrays[0], (const float *)op->arrays[1], (const uint8_t *)op->arrays[2]);
 }
 
-static okv_status_t okv_cpu_summary_append_enqueue(okv_hal_stream_t *stream, okv_hal_buffer_t *summaries,
-                                                   uint32_t head_dim, okv_dtype_t kv_dtype, uint32_t n,
-                                                   const uint64_t *summary_index, const float *keys,
-                                                   const uint8_t *first) {
+static okv_status_t cpu_summary_append_enqueue(okv_hal_stream_t *stream, okv_hal_buffer_t *summaries, uint32_t head_dim,
+                                               okv_dtype_t kv_dtype, uint32_t n, const uint64_t *summary_index,
+                                               const float *keys, const uint8_t *first) {
   if (n == 0) return OKV_OK;
   const okv_allocator_t *a = &stream->device->allocator;
-  okv_cpu_op_t *op = okv_cpu_op_new(stream, OKV_CPU_OP_KERNEL);
-  if (!op) return okv_cpu_op_oom("summary append");
+  okv_cpu_op_t *op = cpu_op_new(stream, OKV_CPU_OP_KERNEL);
+  if (!op) return cpu_op_oom("summary append");
   size_t n_keys = (size_t)n * head_dim;
   op->arrays[0] = okv_malloc(a, (size_t)n * sizeof(uint64_t));
   op->arrays[1] = okv_malloc(a, n_keys * sizeof(float));
@@ -763,33 +760,33 @@ static okv_status_t okv_cpu_summary_append_enqueue(okv_hal_stream_t *stream, okv
   op->head_dim = head_dim;
   op->dtype = kv_dtype;
   op->n = n;
-  op->run = okv_cpu_run_summary_append;
+  op->run = cpu_run_summary_append;
   okv_hal_buffer_t *bufs[1] = {summaries};
-  return okv_cpu_submit(stream, op, ok ? OKV_OK : okv_cpu_op_oom("summary append"), bufs, 1);
+  return cpu_submit(stream, op, ok ? OKV_OK : cpu_op_oom("summary append"), bufs, 1);
 }
 
-static const okv_hal_device_vtable_t okv_cpu_vtable = {
-    .device_destroy = okv_cpu_device_destroy,
-    .buffer_alloc = okv_cpu_buffer_alloc,
-    .buffer_destroy = okv_cpu_buffer_destroy,
-    .buffer_write = okv_cpu_buffer_write,
-    .buffer_read = okv_cpu_buffer_read,
-    .stream_create = okv_cpu_stream_create,
-    .stream_destroy = okv_cpu_stream_destroy,
-    .stream_synchronize = okv_cpu_stream_synchronize,
-    .event_create = okv_cpu_event_create,
-    .event_destroy = okv_cpu_event_destroy,
-    .event_record = okv_cpu_event_record,
-    .event_query = okv_cpu_event_query,
-    .event_wait = okv_cpu_event_wait,
-    .stream_wait_event = okv_cpu_stream_wait_event,
-    .event_elapsed = okv_cpu_event_elapsed,
-    .copy = okv_cpu_copy,
-    .copy_blocks = okv_cpu_copy_blocks,
-    .enqueue_failure = okv_cpu_enqueue_failure,
-    .attention = okv_cpu_attention_enqueue,
-    .summarize_blocks = okv_cpu_summary_enqueue,
-    .summary_append = okv_cpu_summary_append_enqueue,
-    .score_blocks = okv_cpu_score_enqueue,
-    .topk = okv_cpu_topk_enqueue,
+static const okv_hal_device_vtable_t cpu_vtable = {
+    .device_destroy = cpu_device_destroy,
+    .buffer_alloc = cpu_buffer_alloc,
+    .buffer_destroy = cpu_buffer_destroy,
+    .buffer_write = cpu_buffer_write,
+    .buffer_read = cpu_buffer_read,
+    .stream_create = cpu_stream_create,
+    .stream_destroy = cpu_stream_destroy,
+    .stream_synchronize = cpu_stream_synchronize,
+    .event_create = cpu_event_create,
+    .event_destroy = cpu_event_destroy,
+    .event_record = cpu_event_record,
+    .event_query = cpu_event_query,
+    .event_wait = cpu_event_wait,
+    .stream_wait_event = cpu_stream_wait_event,
+    .event_elapsed = cpu_event_elapsed,
+    .copy = cpu_copy,
+    .copy_blocks = cpu_copy_blocks,
+    .enqueue_failure = cpu_enqueue_failure,
+    .attention = cpu_attention_enqueue,
+    .summarize_blocks = cpu_summary_enqueue,
+    .summary_append = cpu_summary_append_enqueue,
+    .score_blocks = cpu_score_enqueue,
+    .topk = cpu_topk_enqueue,
 };

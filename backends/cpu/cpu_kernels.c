@@ -94,7 +94,7 @@ typedef struct okv_cpu_attn_ctx_t {
 
 /* ---- ISA selection ---- */
 
-static atomic_int okv_cpu_isa_cap = ATOMIC_VAR_INIT(OKV_CPU_ISA_AVX512);
+static atomic_int cpu_isa_cap = ATOMIC_VAR_INIT(OKV_CPU_ISA_AVX512);
 
 okv_cpu_isa_t okv_cpu_isa_detected(void) {
   __builtin_cpu_init();
@@ -109,13 +109,13 @@ okv_cpu_isa_t okv_cpu_isa_detected(void) {
 okv_cpu_isa_t okv_cpu_isa_limit(okv_cpu_isa_t max_isa) {
   if ((int)max_isa < 0) max_isa = OKV_CPU_ISA_BASELINE;
   if ((int)max_isa > OKV_CPU_ISA_AVX512) max_isa = OKV_CPU_ISA_AVX512;
-  atomic_store(&okv_cpu_isa_cap, (int)max_isa);
+  atomic_store(&cpu_isa_cap, (int)max_isa);
   return okv_cpu_isa_active();
 }
 
 okv_cpu_isa_t okv_cpu_isa_active(void) {
   okv_cpu_isa_t det = okv_cpu_isa_detected();
-  int cap = atomic_load(&okv_cpu_isa_cap);
+  int cap = atomic_load(&cpu_isa_cap);
   return (int)det < cap ? det : (okv_cpu_isa_t)cap;
 }
 
@@ -128,7 +128,7 @@ const char *okv_cpu_isa_name(okv_cpu_isa_t isa) {
   }
 }
 
-static int okv_cpu_threads(int n_threads) {
+static int cpu_threads(int n_threads) {
 #ifdef _OPENMP
   return n_threads > 0 ? n_threads : omp_get_max_threads();
 #else
@@ -145,7 +145,7 @@ static int okv_cpu_threads(int n_threads) {
 
 /* ---- element access (scalar paths) ---- */
 
-static inline float okv_elem(const uint8_t *p, okv_dtype_t dt, size_t i) {
+static inline float elem(const uint8_t *p, okv_dtype_t dt, size_t i) {
   switch (dt) {
     case OKV_DTYPE_F16: {
       uint16_t h;
@@ -165,7 +165,7 @@ static inline float okv_elem(const uint8_t *p, okv_dtype_t dt, size_t i) {
   }
 }
 
-static inline float okv_round_dtype(float x, okv_dtype_t dt) {
+static inline float round_dtype(float x, okv_dtype_t dt) {
   switch (dt) {
     case OKV_DTYPE_F16: return okv_f16_to_f32(okv_f32_to_f16(x));
     case OKV_DTYPE_BF16: return okv_bf16_to_f32(okv_f32_to_bf16(x));
@@ -182,8 +182,8 @@ typedef void (*okv_mass_fn)(const okv_cpu_attn_ctx_t *, uint32_t, uint32_t, uint
 
 /* Query rows r0..r0+nr of unit (s, h), scaled into the log2 domain. Row r is
  * query token t = r / G, group member g = r % G. */
-static void okv_load_rows(const okv_attention_desc_t *d, const float *q, uint32_t s, uint32_t h, uint32_t r0,
-                          uint32_t nr, float *qs) {
+static void load_rows(const okv_attention_desc_t *d, const float *q, uint32_t s, uint32_t h, uint32_t r0, uint32_t nr,
+                      float *qs) {
   const uint32_t G = d->group_size, hd = d->head_dim, nq = d->n_kv_heads * G;
   const float scale = (float)(OKV_LOG2E / sqrt((double)hd));
   for (uint32_t i = 0; i < nr; i++) {
@@ -197,8 +197,8 @@ static void okv_load_rows(const okv_attention_desc_t *d, const float *q, uint32_
 }
 
 /* Adds the in-flight tokens visible to each row (scalar; at most 4 tokens). */
-static void okv_inflight_rows(const okv_attention_desc_t *d, const float *inflight, uint32_t s, uint32_t h, uint32_t r0,
-                              uint32_t nr, uint32_t hdp, const float *qs, float *m, float *l, float *acc) {
+static void inflight_rows(const okv_attention_desc_t *d, const float *inflight, uint32_t s, uint32_t h, uint32_t r0,
+                          uint32_t nr, uint32_t hdp, const float *qs, float *m, float *l, float *acc) {
   const uint32_t T = d->n_query_tokens, ni = d->n_inflight, hd = d->head_dim, G = d->group_size;
   for (uint32_t i = 0; i < ni; i++) {
     uint32_t owner = T - ni + i;
@@ -238,8 +238,8 @@ static void okv_inflight_rows(const okv_attention_desc_t *d, const float *inflig
   }
 }
 
-static void okv_store_rows(const okv_attention_desc_t *d, float *out, uint32_t s, uint32_t h, uint32_t r0, uint32_t nr,
-                           uint32_t hdp, const float *l, const float *acc) {
+static void store_rows(const okv_attention_desc_t *d, float *out, uint32_t s, uint32_t h, uint32_t r0, uint32_t nr,
+                       uint32_t hdp, const float *l, const float *acc) {
   const uint32_t G = d->group_size, hd = d->head_dim, nq = d->n_kv_heads * G;
   for (uint32_t i = 0; i < nr; i++) {
     uint32_t r = r0 + i, t = r / G, g = r % G;
@@ -271,7 +271,7 @@ void okv_cpu_attention(const okv_attention_desc_t *d, const void *kv_pool, const
       break;
     default: break;
   }
-  const int nt = okv_cpu_threads(n_threads);
+  const int nt = cpu_threads(n_threads);
 
   /* Split long working sets when there are too few units for the threads. */
   uint32_t S = 1;
@@ -305,13 +305,13 @@ for (long it = 0; it < n_items; it++) {
     memset(block_mass + (size_t)d->ws_offsets[u] * T, 0, (size_t)nb * T * sizeof(float));
   for (uint32_t r0 = 0; r0 < R; r0 += OKV_PASS_ROWS) {
     uint32_t nr = R - r0 < OKV_PASS_ROWS ? R - r0 : OKV_PASS_ROWS;
-    okv_load_rows(d, q, s, h, r0, nr, qs);
+    load_rows(d, q, s, h, r0, nr, qs);
     for (uint32_t i = 0; i < nr; i++) m[i] = -INFINITY, l[i] = 0.0f;
     memset(acc, 0, (size_t)nr * hdp * sizeof(float));
     if (b1 > b0) pass(&cx, u, b0, b1, nr, qs, m, l, acc);
-    if (sp == 0 && d->n_inflight > 0) okv_inflight_rows(d, inflight_kv, s, h, r0, nr, hdp, qs, m, l, acc);
+    if (sp == 0 && d->n_inflight > 0) inflight_rows(d, inflight_kv, s, h, r0, nr, hdp, qs, m, l, acc);
     if (S == 1) {
-      okv_store_rows(d, out, s, h, r0, nr, hdp, l, acc);
+      store_rows(d, out, s, h, r0, nr, hdp, l, acc);
       if (block_mass != NULL && nb > 0) mass_fn(&cx, u, r0, nr, qs, m, l, block_mass);
     } else {
       float *st = scratch + (size_t)it * per_item;
@@ -354,9 +354,9 @@ for (long ul = 0; ul < (long)U; ul++) {
       m[i] = mx;
       l[i] = sum;
     }
-    okv_store_rows(d, out, s, h, r0, nr, hdp, l, acc);
+    store_rows(d, out, s, h, r0, nr, hdp, l, acc);
     if (block_mass != NULL && nb > 0) {
-      okv_load_rows(d, q, s, h, r0, nr, qs);
+      load_rows(d, q, s, h, r0, nr, qs);
       mass_fn(&cx, u, r0, nr, qs, m, l, block_mass);
     }
   }
@@ -370,7 +370,7 @@ for (long ul = 0; ul < (long)U; ul++) {
 void okv_cpu_summarize_blocks(const okv_summary_desc_t *d, const void *kv, float *summaries, int n_threads) {
   const uint32_t hd = d->head_dim;
   const size_t bb = (size_t)okv_block_bytes(d->kv_dtype, hd);
-  const int nt = okv_cpu_threads(n_threads);
+  const int nt = cpu_threads(n_threads);
   const long n = (long)d->n_blocks;
   okv_unused_threads(nt);
 OKV_OMP(omp parallel for num_threads(nt) schedule(static) if (nt > 1 && n >= 64))
@@ -381,7 +381,7 @@ for (long i = 0; i < n; i++) {
   for (uint32_t e = 0; e < hd; e++) {
     float lo = INFINITY, hi = -INFINITY;
     for (uint32_t j = 0; j < valid; j++) {
-      float x = okv_elem(kt, d->kv_dtype, (size_t)e * OKV_BLOCK_TOKENS + j);
+      float x = elem(kt, d->kv_dtype, (size_t)e * OKV_BLOCK_TOKENS + j);
       lo = x < lo ? x : lo;
       hi = x > hi ? x : hi;
     }
@@ -397,7 +397,7 @@ void okv_cpu_summary_append(float *summaries, uint32_t head_dim, okv_dtype_t kv_
     float *mn = summaries + (size_t)summary_index[i] * 2u * head_dim, *mx = mn + head_dim;
     const float *k = keys + (size_t)i * head_dim;
     for (uint32_t e = 0; e < head_dim; e++) {
-      float x = okv_round_dtype(k[e], kv_dtype);
+      float x = round_dtype(k[e], kv_dtype);
       if (first[i]) {
         mn[e] = x;
         mx[e] = x;
@@ -431,7 +431,7 @@ void okv_cpu_score_blocks(const okv_score_desc_t *d, const float *q, const float
   for (uint32_t u = 0; u < U; u++) max_nb = d->seg_n_blocks[u] > max_nb ? d->seg_n_blocks[u] : max_nb;
   const long n_chunks = (long)((max_nb + OKV_SCORE_CHUNK - 1u) / OKV_SCORE_CHUNK);
   const long n_items = (long)U * n_chunks;
-  const int nt = okv_cpu_threads(n_threads);
+  const int nt = cpu_threads(n_threads);
   okv_unused_threads(nt);
 OKV_OMP(omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && n_items > 1))
 for (long it = 0; it < n_items; it++) {
@@ -469,7 +469,7 @@ for (long it = 0; it < n_items; it++) {
 /* ---- top-K ---- */
 
 /* Total-order key: higher score first, then lower block index; NaN = -inf, -0 = +0. */
-static inline uint64_t okv_topk_key(float x, uint32_t idx) {
+static inline uint64_t topk_key(float x, uint32_t idx) {
   if (x != x) x = -INFINITY;
   if (x == 0.0f) x = 0.0f;
   uint32_t b;
@@ -479,7 +479,7 @@ static inline uint64_t okv_topk_key(float x, uint32_t idx) {
 }
 
 /* Min-heap sift-down of h[i] in h[0..n). */
-static inline void okv_heap_down(uint64_t *h, uint32_t n, uint32_t i) {
+static inline void heap_down(uint64_t *h, uint32_t n, uint32_t i) {
   uint64_t x = h[i];
   for (;;) {
     uint32_t c = 2u * i + 1u;
@@ -494,7 +494,7 @@ static inline void okv_heap_down(uint64_t *h, uint32_t n, uint32_t i) {
 
 void okv_cpu_topk(const okv_topk_desc_t *d, const float *scores, uint32_t *out_indices, uint32_t *out_counts,
                   int n_threads) {
-  const int nt = okv_cpu_threads(n_threads);
+  const int nt = cpu_threads(n_threads);
   const long n_seg = (long)d->n_segments;
   const uint32_t k = d->k;
   okv_unused_threads(nt);
@@ -515,17 +515,17 @@ for (long ul = 0; ul < n_seg; ul++) {
   /* Fill the heap with the first k candidates, then keep the k best. */
   for (; b < n && cnt < k; b++) {
     if (has_excl && (excl[b >> 6] >> (b & 63u) & 1u)) continue;
-    heap[cnt++] = okv_topk_key(sc[b], b);
+    heap[cnt++] = topk_key(sc[b], b);
   }
-  for (uint32_t i = cnt / 2u; i-- > 0;) okv_heap_down(heap, cnt, i);
+  for (uint32_t i = cnt / 2u; i-- > 0;) heap_down(heap, cnt, i);
   if (cnt == k) {
     uint64_t thr = heap[0];
     for (; b < n; b++) {
-      uint64_t key = okv_topk_key(sc[b], b);
+      uint64_t key = topk_key(sc[b], b);
       if (key <= thr) continue;
       if (has_excl && (excl[b >> 6] >> (b & 63u) & 1u)) continue;
       heap[0] = key;
-      okv_heap_down(heap, cnt, 0);
+      heap_down(heap, cnt, 0);
       thr = heap[0];
     }
   }
@@ -534,7 +534,7 @@ for (long ul = 0; ul < n_seg; ul++) {
     uint64_t top = heap[0];
     heap[0] = heap[m - 1u];
     heap[m - 1u] = top;
-    okv_heap_down(heap, m - 1u, 0);
+    heap_down(heap, m - 1u, 0);
   }
   uint32_t *dst = out_indices + (size_t)u * k;
   for (uint32_t i = 0; i < cnt; i++) dst[i] = ~(uint32_t)heap[i];

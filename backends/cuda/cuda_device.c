@@ -22,7 +22,7 @@ typedef struct okv_cuda_api_t {
 #undef OKV_CUDA_SYM
 } okv_cuda_api_t;
 
-static okv_cuda_api_t okv_cuda_api;
+static okv_cuda_api_t cuda_api;
 
 static const okv_gpu_symbol_t okv_cuda_symbols[] = {
 #define OKV_CUDA_SYM(ret, field, sym, alt, params) OKV_GPU_SYMBOL_ENTRY(okv_cuda_api_t, field, sym, alt)
@@ -30,21 +30,21 @@ static const okv_gpu_symbol_t okv_cuda_symbols[] = {
 #undef OKV_CUDA_SYM
 };
 
-static const char *okv_cuda_error_name(okv_cu_result_t r) {
+static const char *cuda_error_name(okv_cu_result_t r) {
   const char *name = NULL;
-  if (!okv_cuda_api.cuGetErrorName || okv_cuda_api.cuGetErrorName(r, &name) != OKV_CUDA_SUCCESS || !name)
+  if (!cuda_api.cuGetErrorName || cuda_api.cuGetErrorName(r, &name) != OKV_CUDA_SUCCESS || !name)
     return "CUDA_ERROR_UNKNOWN";
   return name;
 }
 
-static const char *okv_cuda_error_string(okv_cu_result_t r) {
+static const char *cuda_error_string(okv_cu_result_t r) {
   const char *str = NULL;
-  if (!okv_cuda_api.cuGetErrorString || okv_cuda_api.cuGetErrorString(r, &str) != OKV_CUDA_SUCCESS || !str)
+  if (!cuda_api.cuGetErrorString || cuda_api.cuGetErrorString(r, &str) != OKV_CUDA_SUCCESS || !str)
     return "no description";
   return str;
 }
 
-static okv_status_code_t okv_cuda_code(okv_cu_result_t r) {
+static okv_status_code_t cuda_code(okv_cu_result_t r) {
   switch (r) {
     case OKV_CUDA_ERROR_OUT_OF_MEMORY: return OKV_STATUS_OUT_OF_MEMORY;
     case OKV_CUDA_ERROR_NOT_INITIALIZED:
@@ -65,54 +65,51 @@ static okv_status_code_t okv_cuda_code(okv_cu_result_t r) {
 }
 
 /* The status for driver result `r` of the call described by `what`. */
-static okv_status_t okv_cuda_status(okv_cu_result_t r, const char *what) {
-  return okv_status_make(okv_cuda_code(r), "cuda: %s failed: %s (%s)", what, okv_cuda_error_name(r),
-                         okv_cuda_error_string(r));
+static okv_status_t cuda_status(okv_cu_result_t r, const char *what) {
+  return okv_status_make(cuda_code(r), "cuda: %s failed: %s (%s)", what, cuda_error_name(r), cuda_error_string(r));
 }
 
 /* Converts a driver call's result to okv_status_t at the edge. */
-#define OKV_CUDA_RETURN_IF_ERROR(expr, what)                                      \
-  do {                                                                            \
-    okv_cu_result_t okv_cu_r_ = (expr);                                           \
-    if (okv_cu_r_ != OKV_CUDA_SUCCESS) return okv_cuda_status(okv_cu_r_, (what)); \
+#define OKV_CUDA_RETURN_IF_ERROR(expr, what)                                  \
+  do {                                                                        \
+    okv_cu_result_t okv_cu_r_ = (expr);                                       \
+    if (okv_cu_r_ != OKV_CUDA_SUCCESS) return cuda_status(okv_cu_r_, (what)); \
   } while (0)
 
 /* Runs once the driver's symbols resolved (gpu_loader.h). */
-static okv_status_t okv_cuda_init(void) {
-  okv_cu_result_t r = okv_cuda_api.cuInit(0);
+static okv_status_t cuda_init(void) {
+  okv_cu_result_t r = cuda_api.cuInit(0);
   if (r == OKV_CUDA_SUCCESS) return OKV_OK;
-  return okv_status_make(okv_cuda_code(r) == OKV_STATUS_INTERNAL ? OKV_STATUS_UNAVAILABLE : okv_cuda_code(r),
-                         "cuda: cuInit failed: %s (%s)", okv_cuda_error_name(r), okv_cuda_error_string(r));
+  return okv_status_make(cuda_code(r) == OKV_STATUS_INTERNAL ? OKV_STATUS_UNAVAILABLE : cuda_code(r),
+                         "cuda: cuInit failed: %s (%s)", cuda_error_name(r), cuda_error_string(r));
 }
 
-static const char *const okv_cuda_sonames[] = {"libcuda.so.1", "libcuda.so"};
+static const char *const cuda_sonames[] = {"libcuda.so.1", "libcuda.so"};
 
-static okv_gpu_library_t okv_cuda_library =
-    OKV_GPU_LIBRARY_INIT("cuda", okv_cuda_sonames, "driver too old?", okv_cuda_symbols, okv_cuda_api, okv_cuda_init);
+static okv_gpu_library_t cuda_library =
+    OKV_GPU_LIBRARY_INIT("cuda", cuda_sonames, "driver too old?", okv_cuda_symbols, cuda_api, cuda_init);
 
-static okv_status_t okv_cuda_load(void) { return okv_gpu_library_load(&okv_cuda_library); }
+static okv_status_t cuda_load(void) { return okv_gpu_library_load(&cuda_library); }
 
-static okv_status_t okv_cuda_device_count(int *out_count) {
-  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuDeviceGetCount(out_count), "cuDeviceGetCount");
+static okv_status_t cuda_device_count(int *out_count) {
+  OKV_CUDA_RETURN_IF_ERROR(cuda_api.cuDeviceGetCount(out_count), "cuDeviceGetCount");
   return OKV_OK;
 }
 
-static okv_status_t okv_cuda_device_describe(int ordinal, okv_hal_device_info_t *info, uint32_t *out_smem) {
+static okv_status_t cuda_device_describe(int ordinal, okv_hal_device_info_t *info, uint32_t *out_smem) {
   okv_cu_device_t dev = 0;
-  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuDeviceGet(&dev, ordinal), "cuDeviceGet");
+  OKV_CUDA_RETURN_IF_ERROR(cuda_api.cuDeviceGet(&dev, ordinal), "cuDeviceGet");
   char name[96] = {0};
-  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuDeviceGetName(name, (int)sizeof(name) - 1, dev), "cuDeviceGetName");
+  OKV_CUDA_RETURN_IF_ERROR(cuda_api.cuDeviceGetName(name, (int)sizeof(name) - 1, dev), "cuDeviceGetName");
   size_t total = 0;
-  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuDeviceTotalMem(&total, dev), "cuDeviceTotalMem");
+  OKV_CUDA_RETURN_IF_ERROR(cuda_api.cuDeviceTotalMem(&total, dev), "cuDeviceTotalMem");
   int major = 0, minor = 0, smem = 0;
+  OKV_CUDA_RETURN_IF_ERROR(cuda_api.cuDeviceGetAttribute(&major, OKV_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
+                           "cuDeviceGetAttribute(compute capability)");
+  OKV_CUDA_RETURN_IF_ERROR(cuda_api.cuDeviceGetAttribute(&minor, OKV_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
+                           "cuDeviceGetAttribute(compute capability)");
   OKV_CUDA_RETURN_IF_ERROR(
-      okv_cuda_api.cuDeviceGetAttribute(&major, OKV_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
-      "cuDeviceGetAttribute(compute capability)");
-  OKV_CUDA_RETURN_IF_ERROR(
-      okv_cuda_api.cuDeviceGetAttribute(&minor, OKV_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
-      "cuDeviceGetAttribute(compute capability)");
-  OKV_CUDA_RETURN_IF_ERROR(
-      okv_cuda_api.cuDeviceGetAttribute(&smem, OKV_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev),
+      cuda_api.cuDeviceGetAttribute(&smem, OKV_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev),
       "cuDeviceGetAttribute(shared memory per block)");
   snprintf(info->name, sizeof(info->name), "%s (sm_%d%d)", name, major, minor);
   info->physical_bytes[OKV_TIER_DEVICE] = (uint64_t)total;
@@ -120,225 +117,223 @@ static okv_status_t okv_cuda_device_describe(int ordinal, okv_hal_device_info_t 
   return OKV_OK;
 }
 
-static okv_status_t okv_cuda_context_open(int ordinal, void **out_ctx) {
+static okv_status_t cuda_context_open(int ordinal, void **out_ctx) {
   okv_cu_device_t dev = 0;
-  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuDeviceGet(&dev, ordinal), "cuDeviceGet");
+  OKV_CUDA_RETURN_IF_ERROR(cuda_api.cuDeviceGet(&dev, ordinal), "cuDeviceGet");
   okv_cu_context_t ctx = NULL;
-  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  OKV_CUDA_RETURN_IF_ERROR(cuda_api.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
   *out_ctx = ctx;
   return OKV_OK;
 }
 
-static void okv_cuda_context_close(int ordinal, void *ctx) {
+static void cuda_context_close(int ordinal, void *ctx) {
   (void)ctx;
   okv_cu_device_t dev = 0;
-  if (okv_cuda_api.cuDeviceGet(&dev, ordinal) == OKV_CUDA_SUCCESS) okv_cuda_api.cuDevicePrimaryCtxRelease(dev);
+  if (cuda_api.cuDeviceGet(&dev, ordinal) == OKV_CUDA_SUCCESS) cuda_api.cuDevicePrimaryCtxRelease(dev);
 }
 
-static okv_status_t okv_cuda_context_bind(int ordinal, void *ctx) {
+static okv_status_t cuda_context_bind(int ordinal, void *ctx) {
   (void)ordinal;
-  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuCtxSetCurrent((okv_cu_context_t)ctx), "cuCtxSetCurrent");
+  OKV_CUDA_RETURN_IF_ERROR(cuda_api.cuCtxSetCurrent((okv_cu_context_t)ctx), "cuCtxSetCurrent");
   return OKV_OK;
 }
 
-static okv_status_t okv_cuda_mem_alloc(uint64_t bytes, uint64_t *out_dptr) {
+static okv_status_t cuda_mem_alloc(uint64_t bytes, uint64_t *out_dptr) {
   okv_cu_deviceptr_t d = 0;
-  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuMemAlloc(&d, (size_t)bytes), "cuMemAlloc (device tier)");
+  OKV_CUDA_RETURN_IF_ERROR(cuda_api.cuMemAlloc(&d, (size_t)bytes), "cuMemAlloc (device tier)");
   *out_dptr = (uint64_t)d;
   return OKV_OK;
 }
 
-static void okv_cuda_mem_free(uint64_t dptr) { okv_cuda_api.cuMemFree((okv_cu_deviceptr_t)dptr); }
+static void cuda_mem_free(uint64_t dptr) { cuda_api.cuMemFree((okv_cu_deviceptr_t)dptr); }
 
-static okv_status_t okv_cuda_host_alloc(uint64_t bytes, void **out_host, uint64_t *out_dptr) {
+static okv_status_t cuda_host_alloc(uint64_t bytes, void **out_host, uint64_t *out_dptr) {
   void *h = NULL;
   OKV_CUDA_RETURN_IF_ERROR(
-      okv_cuda_api.cuMemHostAlloc(&h, (size_t)bytes, OKV_CU_MEMHOSTALLOC_PORTABLE | OKV_CU_MEMHOSTALLOC_DEVICEMAP),
+      cuda_api.cuMemHostAlloc(&h, (size_t)bytes, OKV_CU_MEMHOSTALLOC_PORTABLE | OKV_CU_MEMHOSTALLOC_DEVICEMAP),
       "cuMemHostAlloc (pinned, device-mapped host tier)");
   okv_cu_deviceptr_t d = 0;
-  okv_cu_result_t r = okv_cuda_api.cuMemHostGetDevicePointer(&d, h, 0);
+  okv_cu_result_t r = cuda_api.cuMemHostGetDevicePointer(&d, h, 0);
   if (r != OKV_CUDA_SUCCESS) {
-    okv_cuda_api.cuMemFreeHost(h);
-    return okv_cuda_status(r, "cuMemHostGetDevicePointer (host tier)");
+    cuda_api.cuMemFreeHost(h);
+    return cuda_status(r, "cuMemHostGetDevicePointer (host tier)");
   }
   *out_host = h;
   *out_dptr = (uint64_t)d;
   return OKV_OK;
 }
 
-static void okv_cuda_host_free(void *host) { okv_cuda_api.cuMemFreeHost(host); }
+static void cuda_host_free(void *host) { cuda_api.cuMemFreeHost(host); }
 
-static okv_status_t okv_cuda_memset_zero(uint64_t dptr, uint64_t bytes) {
-  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuMemsetD8((okv_cu_deviceptr_t)dptr, 0, (size_t)bytes), "cuMemsetD8");
+static okv_status_t cuda_memset_zero(uint64_t dptr, uint64_t bytes) {
+  OKV_CUDA_RETURN_IF_ERROR(cuda_api.cuMemsetD8((okv_cu_deviceptr_t)dptr, 0, (size_t)bytes), "cuMemsetD8");
   return OKV_OK;
 }
 
-static okv_status_t okv_cuda_copy_htod(uint64_t dst, const void *src, uint64_t bytes) {
-  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuMemcpyHtoD((okv_cu_deviceptr_t)dst, src, (size_t)bytes),
+static okv_status_t cuda_copy_htod(uint64_t dst, const void *src, uint64_t bytes) {
+  OKV_CUDA_RETURN_IF_ERROR(cuda_api.cuMemcpyHtoD((okv_cu_deviceptr_t)dst, src, (size_t)bytes),
                            "cuMemcpyHtoD (buffer write)");
   return OKV_OK;
 }
 
-static okv_status_t okv_cuda_copy_dtoh(void *dst, uint64_t src, uint64_t bytes) {
-  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuMemcpyDtoH(dst, (okv_cu_deviceptr_t)src, (size_t)bytes),
+static okv_status_t cuda_copy_dtoh(void *dst, uint64_t src, uint64_t bytes) {
+  OKV_CUDA_RETURN_IF_ERROR(cuda_api.cuMemcpyDtoH(dst, (okv_cu_deviceptr_t)src, (size_t)bytes),
                            "cuMemcpyDtoH (buffer read)");
   return OKV_OK;
 }
 
-static okv_status_t okv_cuda_copy_async(uint64_t dst, uint64_t src, uint64_t bytes, void *stream) {
-  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuMemcpyAsync((okv_cu_deviceptr_t)dst, (okv_cu_deviceptr_t)src, (size_t)bytes,
-                                                      (okv_cu_stream_t)stream),
-                           "cuMemcpyAsync");
+static okv_status_t cuda_copy_async(uint64_t dst, uint64_t src, uint64_t bytes, void *stream) {
+  OKV_CUDA_RETURN_IF_ERROR(
+      cuda_api.cuMemcpyAsync((okv_cu_deviceptr_t)dst, (okv_cu_deviceptr_t)src, (size_t)bytes, (okv_cu_stream_t)stream),
+      "cuMemcpyAsync");
   return OKV_OK;
 }
 
-static okv_status_t okv_cuda_copy_htod_async(uint64_t dst, const void *src, uint64_t bytes, void *stream) {
+static okv_status_t cuda_copy_htod_async(uint64_t dst, const void *src, uint64_t bytes, void *stream) {
   OKV_CUDA_RETURN_IF_ERROR(
-      okv_cuda_api.cuMemcpyHtoDAsync((okv_cu_deviceptr_t)dst, src, (size_t)bytes, (okv_cu_stream_t)stream),
+      cuda_api.cuMemcpyHtoDAsync((okv_cu_deviceptr_t)dst, src, (size_t)bytes, (okv_cu_stream_t)stream),
       "cuMemcpyHtoDAsync (kernel arguments)");
   return OKV_OK;
 }
 
-static okv_status_t okv_cuda_stream_create(void **out_stream) {
+static okv_status_t cuda_stream_create(void **out_stream) {
   okv_cu_stream_t s = NULL;
-  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuStreamCreate(&s, OKV_CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  OKV_CUDA_RETURN_IF_ERROR(cuda_api.cuStreamCreate(&s, OKV_CU_STREAM_NON_BLOCKING), "cuStreamCreate");
   *out_stream = s;
   return OKV_OK;
 }
 
-static void okv_cuda_stream_destroy(void *stream) { okv_cuda_api.cuStreamDestroy((okv_cu_stream_t)stream); }
+static void cuda_stream_destroy(void *stream) { cuda_api.cuStreamDestroy((okv_cu_stream_t)stream); }
 
-static okv_status_t okv_cuda_stream_synchronize(void *stream) {
-  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuStreamSynchronize((okv_cu_stream_t)stream), "cuStreamSynchronize");
+static okv_status_t cuda_stream_synchronize(void *stream) {
+  OKV_CUDA_RETURN_IF_ERROR(cuda_api.cuStreamSynchronize((okv_cu_stream_t)stream), "cuStreamSynchronize");
   return OKV_OK;
 }
 
-static okv_status_t okv_cuda_stream_wait_event(void *stream, void *event) {
-  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuStreamWaitEvent((okv_cu_stream_t)stream, (okv_cu_event_t)event, 0),
+static okv_status_t cuda_stream_wait_event(void *stream, void *event) {
+  OKV_CUDA_RETURN_IF_ERROR(cuda_api.cuStreamWaitEvent((okv_cu_stream_t)stream, (okv_cu_event_t)event, 0),
                            "cuStreamWaitEvent");
   return OKV_OK;
 }
 
-static okv_status_t okv_cuda_event_create(bool timing, void **out_event) {
+static okv_status_t cuda_event_create(bool timing, void **out_event) {
   okv_cu_event_t e = NULL;
-  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuEventCreate(&e, timing ? OKV_CU_EVENT_DEFAULT : OKV_CU_EVENT_DISABLE_TIMING),
+  OKV_CUDA_RETURN_IF_ERROR(cuda_api.cuEventCreate(&e, timing ? OKV_CU_EVENT_DEFAULT : OKV_CU_EVENT_DISABLE_TIMING),
                            "cuEventCreate");
   *out_event = e;
   return OKV_OK;
 }
 
-static void okv_cuda_event_destroy(void *event) { okv_cuda_api.cuEventDestroy((okv_cu_event_t)event); }
+static void cuda_event_destroy(void *event) { cuda_api.cuEventDestroy((okv_cu_event_t)event); }
 
-static okv_status_t okv_cuda_event_record(void *event, void *stream) {
-  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuEventRecord((okv_cu_event_t)event, (okv_cu_stream_t)stream), "cuEventRecord");
+static okv_status_t cuda_event_record(void *event, void *stream) {
+  OKV_CUDA_RETURN_IF_ERROR(cuda_api.cuEventRecord((okv_cu_event_t)event, (okv_cu_stream_t)stream), "cuEventRecord");
   return OKV_OK;
 }
 
-static okv_status_t okv_cuda_event_query(void *event, bool *out_done) {
-  okv_cu_result_t r = okv_cuda_api.cuEventQuery((okv_cu_event_t)event);
+static okv_status_t cuda_event_query(void *event, bool *out_done) {
+  okv_cu_result_t r = cuda_api.cuEventQuery((okv_cu_event_t)event);
   *out_done = r == OKV_CUDA_SUCCESS;
   if (r == OKV_CUDA_SUCCESS || r == OKV_CUDA_ERROR_NOT_READY) return OKV_OK;
-  return okv_cuda_status(r, "cuEventQuery");
+  return cuda_status(r, "cuEventQuery");
 }
 
-static okv_status_t okv_cuda_event_synchronize(void *event) {
-  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuEventSynchronize((okv_cu_event_t)event), "cuEventSynchronize");
+static okv_status_t cuda_event_synchronize(void *event) {
+  OKV_CUDA_RETURN_IF_ERROR(cuda_api.cuEventSynchronize((okv_cu_event_t)event), "cuEventSynchronize");
   return OKV_OK;
 }
 
-static okv_status_t okv_cuda_event_elapsed_ms(void *start, void *end, float *out_ms) {
-  OKV_CUDA_RETURN_IF_ERROR(okv_cuda_api.cuEventElapsedTime(out_ms, (okv_cu_event_t)start, (okv_cu_event_t)end),
+static okv_status_t cuda_event_elapsed_ms(void *start, void *end, float *out_ms) {
+  OKV_CUDA_RETURN_IF_ERROR(cuda_api.cuEventElapsedTime(out_ms, (okv_cu_event_t)start, (okv_cu_event_t)end),
                            "cuEventElapsedTime");
   return OKV_OK;
 }
 
-static okv_status_t okv_cuda_module_load(void **out_module) {
+static okv_status_t cuda_module_load(void **out_module) {
   okv_cu_module_t m = NULL;
-  okv_cu_result_t r = okv_cuda_api.cuModuleLoadData(&m, okv_cuda_fatbin);
+  okv_cu_result_t r = cuda_api.cuModuleLoadData(&m, okv_cuda_fatbin);
   if (r != OKV_CUDA_SUCCESS)
-    return okv_status_make(okv_cuda_code(r) == OKV_STATUS_INTERNAL ? OKV_STATUS_UNAVAILABLE : okv_cuda_code(r),
+    return okv_status_make(cuda_code(r) == OKV_STATUS_INTERNAL ? OKV_STATUS_UNAVAILABLE : cuda_code(r),
                            "cuda: cuModuleLoadData of the embedded kernel fatbin (%llu bytes, built for %s) failed: "
                            "%s (%s); rebuild with -Dnvcc_arch naming this GPU's sm_XY",
-                           okv_cuda_fatbin_size, okv_cuda_fatbin_info, okv_cuda_error_name(r),
-                           okv_cuda_error_string(r));
+                           okv_cuda_fatbin_size, okv_cuda_fatbin_info, cuda_error_name(r), cuda_error_string(r));
   *out_module = m;
   return OKV_OK;
 }
 
-static void okv_cuda_module_unload(void *module) { okv_cuda_api.cuModuleUnload((okv_cu_module_t)module); }
+static void cuda_module_unload(void *module) { cuda_api.cuModuleUnload((okv_cu_module_t)module); }
 
-static okv_status_t okv_cuda_module_function(void *module, const char *name, void **out_function) {
+static okv_status_t cuda_module_function(void *module, const char *name, void **out_function) {
   okv_cu_function_t f = NULL;
-  okv_cu_result_t r = okv_cuda_api.cuModuleGetFunction(&f, (okv_cu_module_t)module, name);
-  if (r != OKV_CUDA_SUCCESS) return okv_status_annotate(okv_cuda_status(r, "cuModuleGetFunction"), "kernel %s", name);
+  okv_cu_result_t r = cuda_api.cuModuleGetFunction(&f, (okv_cu_module_t)module, name);
+  if (r != OKV_CUDA_SUCCESS) return okv_status_annotate(cuda_status(r, "cuModuleGetFunction"), "kernel %s", name);
   *out_function = f;
   return OKV_OK;
 }
 
-static okv_status_t okv_cuda_function_set_smem(void *function, uint32_t bytes) {
-  OKV_CUDA_RETURN_IF_ERROR(
-      okv_cuda_api.cuFuncSetAttribute((okv_cu_function_t)function, OKV_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                      (int)bytes),
-      "cuFuncSetAttribute(max dynamic shared memory)");
+static okv_status_t cuda_function_set_smem(void *function, uint32_t bytes) {
+  OKV_CUDA_RETURN_IF_ERROR(cuda_api.cuFuncSetAttribute((okv_cu_function_t)function,
+                                                       OKV_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)bytes),
+                           "cuFuncSetAttribute(max dynamic shared memory)");
   return OKV_OK;
 }
 
-static okv_status_t okv_cuda_launch(void *function, const uint32_t grid[3], uint32_t block_threads, uint32_t smem_bytes,
-                                    void *stream, void *args) {
+static okv_status_t cuda_launch(void *function, const uint32_t grid[3], uint32_t block_threads, uint32_t smem_bytes,
+                                void *stream, void *args) {
   void *params[1] = {args};
   OKV_CUDA_RETURN_IF_ERROR(
-      okv_cuda_api.cuLaunchKernel((okv_cu_function_t)function, grid[0], grid[1], grid[2], block_threads, 1, 1,
-                                  smem_bytes, (okv_cu_stream_t)stream, params, NULL),
+      cuda_api.cuLaunchKernel((okv_cu_function_t)function, grid[0], grid[1], grid[2], block_threads, 1, 1, smem_bytes,
+                              (okv_cu_stream_t)stream, params, NULL),
       "cuLaunchKernel");
   return OKV_OK;
 }
 
-static const okv_gpu_vendor_t okv_cuda_vendor = {
+static const okv_gpu_vendor_t cuda_vendor = {
     .name = "cuda",
     .library_name = "libcuda.so.1",
-    .load = okv_cuda_load,
-    .device_count = okv_cuda_device_count,
-    .device_describe = okv_cuda_device_describe,
-    .context_open = okv_cuda_context_open,
-    .context_close = okv_cuda_context_close,
-    .context_bind = okv_cuda_context_bind,
-    .mem_alloc = okv_cuda_mem_alloc,
-    .mem_free = okv_cuda_mem_free,
-    .host_alloc = okv_cuda_host_alloc,
-    .host_free = okv_cuda_host_free,
-    .memset_zero = okv_cuda_memset_zero,
-    .copy_htod = okv_cuda_copy_htod,
-    .copy_dtoh = okv_cuda_copy_dtoh,
-    .copy_async = okv_cuda_copy_async,
-    .copy_htod_async = okv_cuda_copy_htod_async,
-    .stream_create = okv_cuda_stream_create,
-    .stream_destroy = okv_cuda_stream_destroy,
-    .stream_synchronize = okv_cuda_stream_synchronize,
-    .stream_wait_event = okv_cuda_stream_wait_event,
-    .event_create = okv_cuda_event_create,
-    .event_destroy = okv_cuda_event_destroy,
-    .event_record = okv_cuda_event_record,
-    .event_query = okv_cuda_event_query,
-    .event_synchronize = okv_cuda_event_synchronize,
-    .event_elapsed_ms = okv_cuda_event_elapsed_ms,
-    .module_load = okv_cuda_module_load,
-    .module_unload = okv_cuda_module_unload,
-    .module_function = okv_cuda_module_function,
-    .function_set_smem = okv_cuda_function_set_smem,
-    .launch = okv_cuda_launch,
+    .load = cuda_load,
+    .device_count = cuda_device_count,
+    .device_describe = cuda_device_describe,
+    .context_open = cuda_context_open,
+    .context_close = cuda_context_close,
+    .context_bind = cuda_context_bind,
+    .mem_alloc = cuda_mem_alloc,
+    .mem_free = cuda_mem_free,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .memset_zero = cuda_memset_zero,
+    .copy_htod = cuda_copy_htod,
+    .copy_dtoh = cuda_copy_dtoh,
+    .copy_async = cuda_copy_async,
+    .copy_htod_async = cuda_copy_htod_async,
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .stream_synchronize = cuda_stream_synchronize,
+    .stream_wait_event = cuda_stream_wait_event,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .event_query = cuda_event_query,
+    .event_synchronize = cuda_event_synchronize,
+    .event_elapsed_ms = cuda_event_elapsed_ms,
+    .module_load = cuda_module_load,
+    .module_unload = cuda_module_unload,
+    .module_function = cuda_module_function,
+    .function_set_smem = cuda_function_set_smem,
+    .launch = cuda_launch,
 };
 
-static okv_status_t okv_cuda_enumerate(okv_hal_device_info_t *out_infos, size_t capacity, size_t *out_count) {
-  return okv_gpu_enumerate(&okv_cuda_vendor, out_infos, capacity, out_count);
+static okv_status_t cuda_enumerate(okv_hal_device_info_t *out_infos, size_t capacity, size_t *out_count) {
+  return okv_gpu_enumerate(&cuda_vendor, out_infos, capacity, out_count);
 }
 
-static okv_status_t okv_cuda_create(const okv_hal_device_params_t *params, const okv_allocator_t *allocator,
-                                    okv_hal_device_t **out_device) {
-  return okv_gpu_create(&okv_cuda_vendor, params, allocator, out_device);
+static okv_status_t cuda_create(const okv_hal_device_params_t *params, const okv_allocator_t *allocator,
+                                okv_hal_device_t **out_device) {
+  return okv_gpu_create(&cuda_vendor, params, allocator, out_device);
 }
 
 const okv_hal_backend_t okv_cuda_backend = {
     .name = "cuda",
-    .enumerate = okv_cuda_enumerate,
-    .create = okv_cuda_create,
+    .enumerate = cuda_enumerate,
+    .create = cuda_create,
 };

@@ -24,7 +24,7 @@ const char *const okv_gpu_kernel_names[OKV_GPU_FN_COUNT] = {
     [OKV_GPU_FN_TOPK] = "okv_gpu_topk",
 };
 
-static void okv_gpu_fill_info(const okv_gpu_vendor_t *v, int ordinal, okv_hal_device_info_t *info) {
+static void gpu_fill_info(const okv_gpu_vendor_t *v, int ordinal, okv_hal_device_info_t *info) {
   memset(info, 0, sizeof(*info));
   snprintf(info->backend, sizeof(info->backend), "%s", v->name);
   info->ordinal = ordinal;
@@ -47,7 +47,7 @@ okv_status_t okv_gpu_enumerate(const okv_gpu_vendor_t *v, okv_hal_device_info_t 
   OKV_RETURN_IF_ERROR(v->device_count(&n));
   if (n <= 0) return okv_status_make(OKV_STATUS_UNAVAILABLE, "%s: no GPU found by %s", v->name, v->library_name);
   for (int i = 0; i < n && (size_t)i < capacity; ++i) {
-    okv_gpu_fill_info(v, i, &out_infos[i]);
+    gpu_fill_info(v, i, &out_infos[i]);
     uint32_t smem = 0;
     OKV_RETURN_IF_ERROR(v->device_describe(i, &out_infos[i], &smem));
   }
@@ -55,9 +55,9 @@ okv_status_t okv_gpu_enumerate(const okv_gpu_vendor_t *v, okv_hal_device_info_t 
   return OKV_OK;
 }
 
-static const okv_hal_device_vtable_t okv_gpu_vtable;
+static const okv_hal_device_vtable_t gpu_vtable;
 
-static void okv_gpu_device_free(okv_gpu_device_t *dev, const okv_allocator_t *a) {
+static void gpu_device_free(okv_gpu_device_t *dev, const okv_allocator_t *a) {
   if (dev->module) {
     if (okv_status_consume(okv_gpu_bind(dev)) == OKV_STATUS_OK) dev->vendor->module_unload(dev->module);
   }
@@ -79,7 +79,7 @@ okv_status_t okv_gpu_create(const okv_gpu_vendor_t *v, const okv_hal_device_para
   if (!dev) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: could not allocate a %s device", v->name);
   dev->vendor = v;
   dev->ordinal = ordinal;
-  okv_gpu_fill_info(v, ordinal, &dev->base.info);
+  gpu_fill_info(v, ordinal, &dev->base.info);
   okv_status_t s = v->device_describe(ordinal, &dev->base.info, &dev->smem_max_bytes);
   if (s == OKV_OK) s = v->context_open(ordinal, &dev->ctx);
   dev->ctx_open = s == OKV_OK;
@@ -97,21 +97,21 @@ okv_status_t okv_gpu_create(const okv_gpu_vendor_t *v, const okv_hal_device_para
       s = v->function_set_smem(dev->fn[OKV_GPU_FN_TOPK], dev->smem_max_bytes - OKV_GPU_TOPK_STATIC_SMEM_BYTES);
   }
   if (s != OKV_OK) {
-    okv_gpu_device_free(dev, allocator);
+    gpu_device_free(dev, allocator);
     return s;
   }
-  dev->base.vtable = &okv_gpu_vtable;
+  dev->base.vtable = &gpu_vtable;
   *out_device = &dev->base;
   return OKV_OK;
 }
 
-static void okv_gpu_device_destroy(okv_hal_device_t *device) {
+static void gpu_device_destroy(okv_hal_device_t *device) {
   okv_gpu_device_t *dev = okv_gpu_dev(device);
-  okv_gpu_device_free(dev, &device->allocator);
+  gpu_device_free(dev, &device->allocator);
 }
 
-static const okv_hal_device_vtable_t okv_gpu_vtable = {
-    .device_destroy = okv_gpu_device_destroy,
+static const okv_hal_device_vtable_t gpu_vtable = {
+    .device_destroy = gpu_device_destroy,
     .buffer_alloc = okv_gpu_buffer_alloc,
     .buffer_destroy = okv_gpu_buffer_destroy,
     .buffer_write = okv_gpu_buffer_write,

@@ -155,7 +155,7 @@ okv_status_t okv_gpu_summarize_blocks(okv_hal_stream_t *stream, const okv_summar
 }
 
 /* True when some summary index appears twice (then entries apply in order). */
-static bool okv_gpu_has_duplicates(const okv_allocator_t *al, const uint64_t *idx, uint32_t n, bool *out_oom) {
+static bool gpu_has_duplicates(const okv_allocator_t *al, const uint64_t *idx, uint32_t n, bool *out_oom) {
   *out_oom = false;
   if (n < 2) return false;
   size_t cap = 16;
@@ -189,7 +189,7 @@ okv_status_t okv_gpu_summary_append(okv_hal_stream_t *stream, okv_hal_buffer_t *
   if (n == 0 || head_dim == 0) return OKV_OK;
   const okv_allocator_t *al = &stream->device->allocator;
   bool oom = false;
-  const bool dup = okv_gpu_has_duplicates(al, summary_index, n, &oom);
+  const bool dup = gpu_has_duplicates(al, summary_index, n, &oom);
   (void)oom; /* without the table the in-order launch is used: correct, slower */
   const size_t key_bytes = (size_t)n * head_dim * 4u;
   const size_t upload = okv_gpu_align(n * 8u) + okv_gpu_align(key_bytes) + okv_gpu_align(n);

@@ -11,14 +11,14 @@
 #include "gpu_loader.h"
 
 /* dlsym of `sym`, else of `alt` when not NULL. */
-static void *okv_gpu_dlsym(void *handle, const char *sym, const char *alt) {
+static void *gpu_dlsym(void *handle, const char *sym, const char *alt) {
   void *p = dlsym(handle, sym);
   if (!p && alt) p = dlsym(handle, alt);
   return p;
 }
 
 /* Opens, resolves and initialises; sets lib->code / lib->message. Caller holds the mutex. */
-static void okv_gpu_library_load_locked(okv_gpu_library_t *lib) {
+static void gpu_library_load_locked(okv_gpu_library_t *lib) {
   void *handle = NULL;
   for (size_t i = 0; i < lib->n_sonames && !handle; ++i) {
     handle = dlopen(lib->sonames[i], RTLD_NOW | RTLD_LOCAL);
@@ -36,7 +36,7 @@ static void okv_gpu_library_load_locked(okv_gpu_library_t *lib) {
   }
   for (size_t i = 0; i < lib->n_symbols; ++i) {
     const okv_gpu_symbol_t *sym = &lib->symbols[i];
-    void *p = okv_gpu_dlsym(handle, sym->name, sym->fallback);
+    void *p = gpu_dlsym(handle, sym->name, sym->fallback);
     if (!p) {
       memset(lib->table, 0, lib->table_bytes);
       lib->code = OKV_STATUS_UNAVAILABLE;
@@ -61,7 +61,7 @@ okv_status_t okv_gpu_library_load(okv_gpu_library_t *lib) {
   if (!lib->done) {
     lib->code = OKV_STATUS_OK;
     lib->message[0] = '\0';
-    okv_gpu_library_load_locked(lib);
+    gpu_library_load_locked(lib);
     lib->done = true;
   }
   okv_status_code_t code = lib->code;

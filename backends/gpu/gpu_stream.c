@@ -15,16 +15,16 @@
 
 /* ---- Staging areas ---- */
 
-static void okv_gpu_staging_destroy(okv_gpu_device_t *dev, okv_gpu_staging_t *st) {
+static void gpu_staging_destroy(okv_gpu_device_t *dev, okv_gpu_staging_t *st) {
   dev->vendor->host_free(st->host);
   dev->vendor->mem_free(st->dptr);
   okv_free(&dev->base.allocator, st);
 }
 
-static void okv_gpu_staging_put(okv_gpu_stream_t *s, okv_gpu_staging_t *st) {
+static void gpu_staging_put(okv_gpu_stream_t *s, okv_gpu_staging_t *st) {
   if (!st) return;
   if (s->n_free_staging >= OKV_GPU_MAX_FREE_STAGING) {
-    okv_gpu_staging_destroy(okv_gpu_stream_dev(s), st);
+    gpu_staging_destroy(okv_gpu_stream_dev(s), st);
     return;
   }
   st->next = s->free_staging;
@@ -47,7 +47,7 @@ okv_status_t okv_gpu_staging_get(okv_gpu_stream_t *s, size_t bytes, okv_gpu_stag
     okv_gpu_staging_t *old = s->free_staging;
     s->free_staging = old->next;
     s->n_free_staging--;
-    okv_gpu_staging_destroy(dev, old);
+    gpu_staging_destroy(dev, old);
   }
   size_t cap = OKV_GPU_STAGING_MIN_BYTES;
   while (cap < bytes) cap *= 2;
@@ -69,13 +69,13 @@ okv_status_t okv_gpu_staging_get(okv_gpu_stream_t *s, size_t bytes, okv_gpu_stag
 
 /* ---- Retire records ---- */
 
-static void okv_gpu_record_release_buffers(okv_gpu_record_t *r) {
+static void gpu_record_release_buffers(okv_gpu_record_t *r) {
   for (uint32_t i = 0; i < r->n_buffers; ++i) okv_status_free(okv_hal_buffer_release(r->buffers[i]));
   r->n_buffers = 0;
 }
 
 /* Reclaims completed records (all when `wait`); caller holds the mutex, context bound. */
-static void okv_gpu_stream_reclaim(okv_gpu_stream_t *s, bool wait) {
+static void gpu_stream_reclaim(okv_gpu_stream_t *s, bool wait) {
   okv_gpu_device_t *dev = okv_gpu_stream_dev(s);
   while (s->head) {
     okv_gpu_record_t *r = s->head;
@@ -89,8 +89,8 @@ static void okv_gpu_stream_reclaim(okv_gpu_stream_t *s, bool wait) {
     }
     s->head = r->next;
     if (!s->head) s->tail = NULL;
-    okv_gpu_record_release_buffers(r);
-    okv_gpu_staging_put(s, r->staging);
+    gpu_record_release_buffers(r);
+    gpu_staging_put(s, r->staging);
     r->staging = NULL;
     r->next = s->free_records;
     s->free_records = r;
@@ -123,7 +123,7 @@ okv_status_t okv_gpu_stream_retire(okv_gpu_stream_t *s, okv_gpu_staging_t *stagi
   if (st != OKV_OK) {
     if (staging) {
       okv_status_free(v->stream_synchronize(s->vstream));
-      okv_gpu_staging_put(s, staging);
+      gpu_staging_put(s, staging);
     }
     return st;
   }
@@ -152,7 +152,7 @@ okv_status_t okv_gpu_stream_enter(okv_gpu_stream_t *s) {
     pthread_mutex_unlock(&s->mutex);
     return st;
   }
-  okv_gpu_stream_reclaim(s, false);
+  gpu_stream_reclaim(s, false);
   return OKV_OK;
 }
 
@@ -161,7 +161,7 @@ okv_status_t okv_gpu_stream_enter(okv_gpu_stream_t *s) {
 /* A new stream or event (kind): zeroed, its mutex initialised and its
  * vendor handle made with the context bound. hal/ sets the device of its HAL
  * part afterwards. */
-static okv_status_t okv_gpu_object_new(okv_hal_device_t *device, okv_hal_kind_t kind, void **out) {
+static okv_status_t gpu_object_new(okv_hal_device_t *device, okv_hal_kind_t kind, void **out) {
   okv_gpu_device_t *dev = okv_gpu_dev(device);
   const bool is_stream = kind == OKV_HAL_KIND_STREAM;
   void *obj = okv_calloc(&device->allocator, 1, is_stream ? sizeof(okv_gpu_stream_t) : sizeof(okv_gpu_event_t));
@@ -187,14 +187,14 @@ static okv_status_t okv_gpu_object_new(okv_hal_device_t *device, okv_hal_kind_t 
 
 okv_status_t okv_gpu_stream_create(okv_hal_device_t *device, okv_hal_stream_t **out_stream) {
   void *obj = NULL;
-  okv_status_t st = okv_gpu_object_new(device, OKV_HAL_KIND_STREAM, &obj);
+  okv_status_t st = gpu_object_new(device, OKV_HAL_KIND_STREAM, &obj);
   if (st == OKV_OK) *out_stream = &((okv_gpu_stream_t *)obj)->base;
   return st;
 }
 
 okv_status_t okv_gpu_event_create(okv_hal_device_t *device, okv_hal_event_t **out_event) {
   void *obj = NULL;
-  okv_status_t st = okv_gpu_object_new(device, OKV_HAL_KIND_EVENT, &obj);
+  okv_status_t st = gpu_object_new(device, OKV_HAL_KIND_EVENT, &obj);
   if (st == OKV_OK) *out_event = &((okv_gpu_event_t *)obj)->base;
   return st;
 }
@@ -206,7 +206,7 @@ void okv_gpu_stream_destroy(okv_hal_stream_t *stream) {
   pthread_mutex_lock(&s->mutex);
   okv_status_free(okv_gpu_bind(dev));
   okv_status_free(v->stream_synchronize(s->vstream));
-  okv_gpu_stream_reclaim(s, true);
+  gpu_stream_reclaim(s, true);
   while (s->free_records) {
     okv_gpu_record_t *r = s->free_records;
     s->free_records = r->next;
@@ -216,7 +216,7 @@ void okv_gpu_stream_destroy(okv_hal_stream_t *stream) {
   while (s->free_staging) {
     okv_gpu_staging_t *st = s->free_staging;
     s->free_staging = st->next;
-    okv_gpu_staging_destroy(dev, st);
+    gpu_staging_destroy(dev, st);
   }
   v->stream_destroy(s->vstream);
   pthread_mutex_unlock(&s->mutex);
@@ -224,7 +224,7 @@ void okv_gpu_stream_destroy(okv_hal_stream_t *stream) {
   okv_free(&stream->device->allocator, s);
 }
 
-static okv_status_t okv_gpu_take_pending(okv_gpu_stream_t *s) {
+static okv_status_t gpu_take_pending(okv_gpu_stream_t *s) {
   if (s->pending_code == OKV_STATUS_OK) return OKV_OK;
   okv_status_t e = okv_status_make(s->pending_code, "%s", s->pending_message);
   s->pending_code = OKV_STATUS_OK;
@@ -238,8 +238,8 @@ okv_status_t okv_gpu_stream_synchronize(okv_hal_stream_t *stream) {
   okv_gpu_device_t *dev = okv_gpu_stream_dev(s);
   okv_status_t st = dev->vendor->stream_synchronize(s->vstream);
   if (st == OKV_OK) {
-    okv_gpu_stream_reclaim(s, false);
-    st = okv_gpu_take_pending(s);
+    gpu_stream_reclaim(s, false);
+    st = gpu_take_pending(s);
   }
   pthread_mutex_unlock(&s->mutex);
   return st;
@@ -284,7 +284,7 @@ okv_status_t okv_gpu_event_record(okv_hal_event_t *event, okv_hal_stream_t *stre
   return st;
 }
 
-static okv_status_t okv_gpu_event_captured(okv_gpu_event_t *e) {
+static okv_status_t gpu_event_captured(okv_gpu_event_t *e) {
   pthread_mutex_lock(&e->mutex);
   okv_status_t st = e->code == OKV_STATUS_OK ? OKV_OK : okv_status_make(e->code, "%s", e->message);
   pthread_mutex_unlock(&e->mutex);
@@ -298,7 +298,7 @@ okv_status_t okv_gpu_event_query(okv_hal_event_t *event, bool *out_done) {
   bool done = false;
   OKV_RETURN_IF_ERROR(dev->vendor->event_query(e->vevent, &done));
   *out_done = done;
-  return done ? okv_gpu_event_captured(e) : OKV_OK;
+  return done ? gpu_event_captured(e) : OKV_OK;
 }
 
 okv_status_t okv_gpu_event_wait(okv_hal_event_t *event) {
@@ -306,7 +306,7 @@ okv_status_t okv_gpu_event_wait(okv_hal_event_t *event) {
   okv_gpu_device_t *dev = okv_gpu_dev(event->device);
   OKV_RETURN_IF_ERROR(okv_gpu_bind(dev));
   OKV_RETURN_IF_ERROR(dev->vendor->event_synchronize(e->vevent));
-  return okv_gpu_event_captured(e);
+  return gpu_event_captured(e);
 }
 
 okv_status_t okv_gpu_stream_wait_event(okv_hal_stream_t *stream, okv_hal_event_t *event) {

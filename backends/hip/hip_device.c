@@ -26,7 +26,7 @@ typedef struct okv_hip_api_t {
 #undef OKV_HIP_SYM
 } okv_hip_api_t;
 
-static okv_hip_api_t okv_hip_api;
+static okv_hip_api_t hip_api;
 
 static const okv_gpu_symbol_t okv_hip_symbols[] = {
 #define OKV_HIP_SYM(ret, field, sym, alt, params) OKV_GPU_SYMBOL_ENTRY(okv_hip_api_t, field, sym, alt)
@@ -34,17 +34,17 @@ static const okv_gpu_symbol_t okv_hip_symbols[] = {
 #undef OKV_HIP_SYM
 };
 
-static const char *okv_hip_error_name(okv_hip_error_t e) {
-  const char *name = okv_hip_api.hipGetErrorName ? okv_hip_api.hipGetErrorName(e) : NULL;
+static const char *hip_error_name(okv_hip_error_t e) {
+  const char *name = hip_api.hipGetErrorName ? hip_api.hipGetErrorName(e) : NULL;
   return name ? name : "hipErrorUnknown";
 }
 
-static const char *okv_hip_error_string(okv_hip_error_t e) {
-  const char *str = okv_hip_api.hipGetErrorString ? okv_hip_api.hipGetErrorString(e) : NULL;
+static const char *hip_error_string(okv_hip_error_t e) {
+  const char *str = hip_api.hipGetErrorString ? hip_api.hipGetErrorString(e) : NULL;
   return str ? str : "no description";
 }
 
-static okv_status_code_t okv_hip_code(okv_hip_error_t e) {
+static okv_status_code_t hip_code(okv_hip_error_t e) {
   switch (e) {
     case OKV_HIP_ERROR_OUT_OF_MEMORY: return OKV_STATUS_OUT_OF_MEMORY;
     case OKV_HIP_ERROR_NOT_INITIALIZED:
@@ -59,35 +59,34 @@ static okv_status_code_t okv_hip_code(okv_hip_error_t e) {
 }
 
 /* The status for HIP result `e` of the call described by `what`. */
-static okv_status_t okv_hip_status(okv_hip_error_t e, const char *what) {
-  return okv_status_make(okv_hip_code(e), "hip: %s failed: %s (%s)", what, okv_hip_error_name(e),
-                         okv_hip_error_string(e));
+static okv_status_t hip_status(okv_hip_error_t e, const char *what) {
+  return okv_status_make(hip_code(e), "hip: %s failed: %s (%s)", what, hip_error_name(e), hip_error_string(e));
 }
 
 /* Converts a HIP call's result to okv_status_t at the edge. */
-#define OKV_HIP_RETURN_IF_ERROR(expr, what)                                       \
-  do {                                                                            \
-    okv_hip_error_t okv_hip_e_ = (expr);                                          \
-    if (okv_hip_e_ != OKV_HIP_SUCCESS) return okv_hip_status(okv_hip_e_, (what)); \
+#define OKV_HIP_RETURN_IF_ERROR(expr, what)                                   \
+  do {                                                                        \
+    okv_hip_error_t okv_hip_e_ = (expr);                                      \
+    if (okv_hip_e_ != OKV_HIP_SUCCESS) return hip_status(okv_hip_e_, (what)); \
   } while (0)
 
 /* Runs once the runtime's symbols resolved (gpu_loader.h). */
-static okv_status_t okv_hip_init(void) {
-  okv_hip_error_t e = okv_hip_api.hipInit(0);
+static okv_status_t hip_init(void) {
+  okv_hip_error_t e = hip_api.hipInit(0);
   if (e == OKV_HIP_SUCCESS) return OKV_OK;
-  return okv_status_make(okv_hip_code(e) == OKV_STATUS_INTERNAL ? OKV_STATUS_UNAVAILABLE : okv_hip_code(e),
-                         "hip: hipInit failed: %s (%s)", okv_hip_error_name(e), okv_hip_error_string(e));
+  return okv_status_make(hip_code(e) == OKV_STATUS_INTERNAL ? OKV_STATUS_UNAVAILABLE : hip_code(e),
+                         "hip: hipInit failed: %s (%s)", hip_error_name(e), hip_error_string(e));
 }
 
-static const char *const okv_hip_sonames[] = {"libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"};
+static const char *const hip_sonames[] = {"libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"};
 
-static okv_gpu_library_t okv_hip_library =
-    OKV_GPU_LIBRARY_INIT("hip", okv_hip_sonames, "ROCm too old?", okv_hip_symbols, okv_hip_api, okv_hip_init);
+static okv_gpu_library_t hip_library =
+    OKV_GPU_LIBRARY_INIT("hip", hip_sonames, "ROCm too old?", okv_hip_symbols, hip_api, hip_init);
 
-static okv_status_t okv_hip_load(void) { return okv_gpu_library_load(&okv_hip_library); }
+static okv_status_t hip_load(void) { return okv_gpu_library_load(&hip_library); }
 
-static okv_status_t okv_hip_device_count(int *out_count) {
-  okv_hip_error_t e = okv_hip_api.hipGetDeviceCount(out_count);
+static okv_status_t hip_device_count(int *out_count) {
+  okv_hip_error_t e = hip_api.hipGetDeviceCount(out_count);
   if (e == OKV_HIP_ERROR_NO_DEVICE) {
     *out_count = 0;
     return OKV_OK;
@@ -96,237 +95,234 @@ static okv_status_t okv_hip_device_count(int *out_count) {
   return OKV_OK;
 }
 
-static okv_status_t okv_hip_device_describe(int ordinal, okv_hal_device_info_t *info, uint32_t *out_smem) {
+static okv_status_t hip_device_describe(int ordinal, okv_hal_device_info_t *info, uint32_t *out_smem) {
   okv_hip_device_t dev = 0;
-  OKV_HIP_RETURN_IF_ERROR(okv_hip_api.hipDeviceGet(&dev, ordinal), "hipDeviceGet");
+  OKV_HIP_RETURN_IF_ERROR(hip_api.hipDeviceGet(&dev, ordinal), "hipDeviceGet");
   char name[96] = {0};
-  OKV_HIP_RETURN_IF_ERROR(okv_hip_api.hipDeviceGetName(name, (int)sizeof(name) - 1, dev), "hipDeviceGetName");
+  OKV_HIP_RETURN_IF_ERROR(hip_api.hipDeviceGetName(name, (int)sizeof(name) - 1, dev), "hipDeviceGetName");
   size_t total = 0;
-  OKV_HIP_RETURN_IF_ERROR(okv_hip_api.hipDeviceTotalMem(&total, dev), "hipDeviceTotalMem");
+  OKV_HIP_RETURN_IF_ERROR(hip_api.hipDeviceTotalMem(&total, dev), "hipDeviceTotalMem");
   snprintf(info->name, sizeof(info->name), "%s", name);
   info->physical_bytes[OKV_TIER_DEVICE] = (uint64_t)total;
   *out_smem = OKV_HIP_SMEM_BYTES;
   return OKV_OK;
 }
 
-static okv_status_t okv_hip_context_open(int ordinal, void **out_ctx) {
-  OKV_HIP_RETURN_IF_ERROR(okv_hip_api.hipSetDevice(ordinal), "hipSetDevice");
+static okv_status_t hip_context_open(int ordinal, void **out_ctx) {
+  OKV_HIP_RETURN_IF_ERROR(hip_api.hipSetDevice(ordinal), "hipSetDevice");
   *out_ctx = NULL; /* HIP binds by device ordinal */
   return OKV_OK;
 }
 
-static void okv_hip_context_close(int ordinal, void *ctx) {
+static void hip_context_close(int ordinal, void *ctx) {
   (void)ordinal;
   (void)ctx;
 }
 
-static okv_status_t okv_hip_context_bind(int ordinal, void *ctx) {
+static okv_status_t hip_context_bind(int ordinal, void *ctx) {
   (void)ctx;
-  OKV_HIP_RETURN_IF_ERROR(okv_hip_api.hipSetDevice(ordinal), "hipSetDevice");
+  OKV_HIP_RETURN_IF_ERROR(hip_api.hipSetDevice(ordinal), "hipSetDevice");
   return OKV_OK;
 }
 
-static okv_status_t okv_hip_mem_alloc(uint64_t bytes, uint64_t *out_dptr) {
+static okv_status_t hip_mem_alloc(uint64_t bytes, uint64_t *out_dptr) {
   void *d = NULL;
-  OKV_HIP_RETURN_IF_ERROR(okv_hip_api.hipMalloc(&d, (size_t)bytes), "hipMalloc (device tier)");
+  OKV_HIP_RETURN_IF_ERROR(hip_api.hipMalloc(&d, (size_t)bytes), "hipMalloc (device tier)");
   *out_dptr = (uint64_t)(uintptr_t)d;
   return OKV_OK;
 }
 
-static void okv_hip_mem_free(uint64_t dptr) { okv_hip_api.hipFree((void *)(uintptr_t)dptr); }
+static void hip_mem_free(uint64_t dptr) { hip_api.hipFree((void *)(uintptr_t)dptr); }
 
-static okv_status_t okv_hip_host_alloc(uint64_t bytes, void **out_host, uint64_t *out_dptr) {
+static okv_status_t hip_host_alloc(uint64_t bytes, void **out_host, uint64_t *out_dptr) {
   void *h = NULL;
   OKV_HIP_RETURN_IF_ERROR(
-      okv_hip_api.hipHostMalloc(&h, (size_t)bytes, OKV_HIP_HOST_MALLOC_PORTABLE | OKV_HIP_HOST_MALLOC_MAPPED),
+      hip_api.hipHostMalloc(&h, (size_t)bytes, OKV_HIP_HOST_MALLOC_PORTABLE | OKV_HIP_HOST_MALLOC_MAPPED),
       "hipHostMalloc (pinned, device-mapped host tier)");
   void *d = NULL;
-  okv_hip_error_t e = okv_hip_api.hipHostGetDevicePointer(&d, h, 0);
+  okv_hip_error_t e = hip_api.hipHostGetDevicePointer(&d, h, 0);
   if (e != OKV_HIP_SUCCESS) {
-    okv_hip_api.hipHostFree(h);
-    return okv_hip_status(e, "hipHostGetDevicePointer (host tier)");
+    hip_api.hipHostFree(h);
+    return hip_status(e, "hipHostGetDevicePointer (host tier)");
   }
   *out_host = h;
   *out_dptr = (uint64_t)(uintptr_t)d;
   return OKV_OK;
 }
 
-static void okv_hip_host_free(void *host) { okv_hip_api.hipHostFree(host); }
+static void hip_host_free(void *host) { hip_api.hipHostFree(host); }
 
-static okv_status_t okv_hip_memset_zero(uint64_t dptr, uint64_t bytes) {
-  OKV_HIP_RETURN_IF_ERROR(okv_hip_api.hipMemset((void *)(uintptr_t)dptr, 0, (size_t)bytes), "hipMemset");
+static okv_status_t hip_memset_zero(uint64_t dptr, uint64_t bytes) {
+  OKV_HIP_RETURN_IF_ERROR(hip_api.hipMemset((void *)(uintptr_t)dptr, 0, (size_t)bytes), "hipMemset");
   return OKV_OK;
 }
 
-static okv_status_t okv_hip_copy_htod(uint64_t dst, const void *src, uint64_t bytes) {
-  OKV_HIP_RETURN_IF_ERROR(
-      okv_hip_api.hipMemcpy((void *)(uintptr_t)dst, src, (size_t)bytes, OKV_HIP_MEMCPY_HOST_TO_DEVICE),
-      "hipMemcpy host->device (buffer write)");
+static okv_status_t hip_copy_htod(uint64_t dst, const void *src, uint64_t bytes) {
+  OKV_HIP_RETURN_IF_ERROR(hip_api.hipMemcpy((void *)(uintptr_t)dst, src, (size_t)bytes, OKV_HIP_MEMCPY_HOST_TO_DEVICE),
+                          "hipMemcpy host->device (buffer write)");
   return OKV_OK;
 }
 
-static okv_status_t okv_hip_copy_dtoh(void *dst, uint64_t src, uint64_t bytes) {
+static okv_status_t hip_copy_dtoh(void *dst, uint64_t src, uint64_t bytes) {
   OKV_HIP_RETURN_IF_ERROR(
-      okv_hip_api.hipMemcpy(dst, (const void *)(uintptr_t)src, (size_t)bytes, OKV_HIP_MEMCPY_DEVICE_TO_HOST),
+      hip_api.hipMemcpy(dst, (const void *)(uintptr_t)src, (size_t)bytes, OKV_HIP_MEMCPY_DEVICE_TO_HOST),
       "hipMemcpy device->host (buffer read)");
   return OKV_OK;
 }
 
-static okv_status_t okv_hip_copy_async(uint64_t dst, uint64_t src, uint64_t bytes, void *stream) {
-  OKV_HIP_RETURN_IF_ERROR(okv_hip_api.hipMemcpyAsync((void *)(uintptr_t)dst, (const void *)(uintptr_t)src,
-                                                     (size_t)bytes, OKV_HIP_MEMCPY_DEFAULT, (okv_hip_stream_t)stream),
+static okv_status_t hip_copy_async(uint64_t dst, uint64_t src, uint64_t bytes, void *stream) {
+  OKV_HIP_RETURN_IF_ERROR(hip_api.hipMemcpyAsync((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, (size_t)bytes,
+                                                 OKV_HIP_MEMCPY_DEFAULT, (okv_hip_stream_t)stream),
                           "hipMemcpyAsync");
   return OKV_OK;
 }
 
-static okv_status_t okv_hip_copy_htod_async(uint64_t dst, const void *src, uint64_t bytes, void *stream) {
-  OKV_HIP_RETURN_IF_ERROR(okv_hip_api.hipMemcpyAsync((void *)(uintptr_t)dst, src, (size_t)bytes,
-                                                     OKV_HIP_MEMCPY_HOST_TO_DEVICE, (okv_hip_stream_t)stream),
+static okv_status_t hip_copy_htod_async(uint64_t dst, const void *src, uint64_t bytes, void *stream) {
+  OKV_HIP_RETURN_IF_ERROR(hip_api.hipMemcpyAsync((void *)(uintptr_t)dst, src, (size_t)bytes,
+                                                 OKV_HIP_MEMCPY_HOST_TO_DEVICE, (okv_hip_stream_t)stream),
                           "hipMemcpyAsync (kernel arguments)");
   return OKV_OK;
 }
 
-static okv_status_t okv_hip_stream_create(void **out_stream) {
+static okv_status_t hip_stream_create(void **out_stream) {
   okv_hip_stream_t s = NULL;
-  OKV_HIP_RETURN_IF_ERROR(okv_hip_api.hipStreamCreateWithFlags(&s, OKV_HIP_STREAM_NON_BLOCKING),
+  OKV_HIP_RETURN_IF_ERROR(hip_api.hipStreamCreateWithFlags(&s, OKV_HIP_STREAM_NON_BLOCKING),
                           "hipStreamCreateWithFlags");
   *out_stream = s;
   return OKV_OK;
 }
 
-static void okv_hip_stream_destroy(void *stream) { okv_hip_api.hipStreamDestroy((okv_hip_stream_t)stream); }
+static void hip_stream_destroy(void *stream) { hip_api.hipStreamDestroy((okv_hip_stream_t)stream); }
 
-static okv_status_t okv_hip_stream_synchronize(void *stream) {
-  OKV_HIP_RETURN_IF_ERROR(okv_hip_api.hipStreamSynchronize((okv_hip_stream_t)stream), "hipStreamSynchronize");
+static okv_status_t hip_stream_synchronize(void *stream) {
+  OKV_HIP_RETURN_IF_ERROR(hip_api.hipStreamSynchronize((okv_hip_stream_t)stream), "hipStreamSynchronize");
   return OKV_OK;
 }
 
-static okv_status_t okv_hip_stream_wait_event(void *stream, void *event) {
-  OKV_HIP_RETURN_IF_ERROR(okv_hip_api.hipStreamWaitEvent((okv_hip_stream_t)stream, (okv_hip_event_t)event, 0),
+static okv_status_t hip_stream_wait_event(void *stream, void *event) {
+  OKV_HIP_RETURN_IF_ERROR(hip_api.hipStreamWaitEvent((okv_hip_stream_t)stream, (okv_hip_event_t)event, 0),
                           "hipStreamWaitEvent");
   return OKV_OK;
 }
 
-static okv_status_t okv_hip_event_create(bool timing, void **out_event) {
+static okv_status_t hip_event_create(bool timing, void **out_event) {
   okv_hip_event_t e = NULL;
   OKV_HIP_RETURN_IF_ERROR(
-      okv_hip_api.hipEventCreateWithFlags(&e, timing ? OKV_HIP_EVENT_DEFAULT : OKV_HIP_EVENT_DISABLE_TIMING),
+      hip_api.hipEventCreateWithFlags(&e, timing ? OKV_HIP_EVENT_DEFAULT : OKV_HIP_EVENT_DISABLE_TIMING),
       "hipEventCreateWithFlags");
   *out_event = e;
   return OKV_OK;
 }
 
-static void okv_hip_event_destroy(void *event) { okv_hip_api.hipEventDestroy((okv_hip_event_t)event); }
+static void hip_event_destroy(void *event) { hip_api.hipEventDestroy((okv_hip_event_t)event); }
 
-static okv_status_t okv_hip_event_record(void *event, void *stream) {
-  OKV_HIP_RETURN_IF_ERROR(okv_hip_api.hipEventRecord((okv_hip_event_t)event, (okv_hip_stream_t)stream),
-                          "hipEventRecord");
+static okv_status_t hip_event_record(void *event, void *stream) {
+  OKV_HIP_RETURN_IF_ERROR(hip_api.hipEventRecord((okv_hip_event_t)event, (okv_hip_stream_t)stream), "hipEventRecord");
   return OKV_OK;
 }
 
-static okv_status_t okv_hip_event_query(void *event, bool *out_done) {
-  okv_hip_error_t e = okv_hip_api.hipEventQuery((okv_hip_event_t)event);
+static okv_status_t hip_event_query(void *event, bool *out_done) {
+  okv_hip_error_t e = hip_api.hipEventQuery((okv_hip_event_t)event);
   *out_done = e == OKV_HIP_SUCCESS;
   if (e == OKV_HIP_SUCCESS || e == OKV_HIP_ERROR_NOT_READY) return OKV_OK;
-  return okv_hip_status(e, "hipEventQuery");
+  return hip_status(e, "hipEventQuery");
 }
 
-static okv_status_t okv_hip_event_synchronize(void *event) {
-  OKV_HIP_RETURN_IF_ERROR(okv_hip_api.hipEventSynchronize((okv_hip_event_t)event), "hipEventSynchronize");
+static okv_status_t hip_event_synchronize(void *event) {
+  OKV_HIP_RETURN_IF_ERROR(hip_api.hipEventSynchronize((okv_hip_event_t)event), "hipEventSynchronize");
   return OKV_OK;
 }
 
-static okv_status_t okv_hip_event_elapsed_ms(void *start, void *end, float *out_ms) {
-  OKV_HIP_RETURN_IF_ERROR(okv_hip_api.hipEventElapsedTime(out_ms, (okv_hip_event_t)start, (okv_hip_event_t)end),
+static okv_status_t hip_event_elapsed_ms(void *start, void *end, float *out_ms) {
+  OKV_HIP_RETURN_IF_ERROR(hip_api.hipEventElapsedTime(out_ms, (okv_hip_event_t)start, (okv_hip_event_t)end),
                           "hipEventElapsedTime");
   return OKV_OK;
 }
 
-static okv_status_t okv_hip_module_load(void **out_module) {
+static okv_status_t hip_module_load(void **out_module) {
   okv_hip_module_t m = NULL;
-  okv_hip_error_t e = okv_hip_api.hipModuleLoadData(&m, okv_hip_code_object);
+  okv_hip_error_t e = hip_api.hipModuleLoadData(&m, okv_hip_code_object);
   if (e != OKV_HIP_SUCCESS)
-    return okv_status_make(okv_hip_code(e) == OKV_STATUS_INTERNAL ? OKV_STATUS_UNAVAILABLE : okv_hip_code(e),
+    return okv_status_make(hip_code(e) == OKV_STATUS_INTERNAL ? OKV_STATUS_UNAVAILABLE : hip_code(e),
                            "hip: hipModuleLoadData of the embedded kernel code object (%llu bytes, built for %s) "
                            "failed: %s (%s); rebuild with -Dhip_arch naming this GPU's gfx target",
-                           okv_hip_code_object_size, okv_hip_code_object_info, okv_hip_error_name(e),
-                           okv_hip_error_string(e));
+                           okv_hip_code_object_size, okv_hip_code_object_info, hip_error_name(e), hip_error_string(e));
   *out_module = m;
   return OKV_OK;
 }
 
-static void okv_hip_module_unload(void *module) { okv_hip_api.hipModuleUnload((okv_hip_module_t)module); }
+static void hip_module_unload(void *module) { hip_api.hipModuleUnload((okv_hip_module_t)module); }
 
-static okv_status_t okv_hip_module_function(void *module, const char *name, void **out_function) {
+static okv_status_t hip_module_function(void *module, const char *name, void **out_function) {
   okv_hip_function_t f = NULL;
-  okv_hip_error_t e = okv_hip_api.hipModuleGetFunction(&f, (okv_hip_module_t)module, name);
-  if (e != OKV_HIP_SUCCESS) return okv_status_annotate(okv_hip_status(e, "hipModuleGetFunction"), "kernel %s", name);
+  okv_hip_error_t e = hip_api.hipModuleGetFunction(&f, (okv_hip_module_t)module, name);
+  if (e != OKV_HIP_SUCCESS) return okv_status_annotate(hip_status(e, "hipModuleGetFunction"), "kernel %s", name);
   *out_function = f;
   return OKV_OK;
 }
 
-static okv_status_t okv_hip_function_set_smem(void *function, uint32_t bytes) {
+static okv_status_t hip_function_set_smem(void *function, uint32_t bytes) {
   (void)function; /* all 64 KiB of LDS are usable without opting in */
   (void)bytes;
   return OKV_OK;
 }
 
-static okv_status_t okv_hip_launch(void *function, const uint32_t grid[3], uint32_t block_threads, uint32_t smem_bytes,
-                                   void *stream, void *args) {
+static okv_status_t hip_launch(void *function, const uint32_t grid[3], uint32_t block_threads, uint32_t smem_bytes,
+                               void *stream, void *args) {
   void *params[1] = {args};
   OKV_HIP_RETURN_IF_ERROR(
-      okv_hip_api.hipModuleLaunchKernel((okv_hip_function_t)function, grid[0], grid[1], grid[2], block_threads, 1, 1,
-                                        smem_bytes, (okv_hip_stream_t)stream, params, NULL),
+      hip_api.hipModuleLaunchKernel((okv_hip_function_t)function, grid[0], grid[1], grid[2], block_threads, 1, 1,
+                                    smem_bytes, (okv_hip_stream_t)stream, params, NULL),
       "hipModuleLaunchKernel");
   return OKV_OK;
 }
 
-static const okv_gpu_vendor_t okv_hip_vendor = {
+static const okv_gpu_vendor_t hip_vendor = {
     .name = "hip",
     .library_name = "libamdhip64.so",
-    .load = okv_hip_load,
-    .device_count = okv_hip_device_count,
-    .device_describe = okv_hip_device_describe,
-    .context_open = okv_hip_context_open,
-    .context_close = okv_hip_context_close,
-    .context_bind = okv_hip_context_bind,
-    .mem_alloc = okv_hip_mem_alloc,
-    .mem_free = okv_hip_mem_free,
-    .host_alloc = okv_hip_host_alloc,
-    .host_free = okv_hip_host_free,
-    .memset_zero = okv_hip_memset_zero,
-    .copy_htod = okv_hip_copy_htod,
-    .copy_dtoh = okv_hip_copy_dtoh,
-    .copy_async = okv_hip_copy_async,
-    .copy_htod_async = okv_hip_copy_htod_async,
-    .stream_create = okv_hip_stream_create,
-    .stream_destroy = okv_hip_stream_destroy,
-    .stream_synchronize = okv_hip_stream_synchronize,
-    .stream_wait_event = okv_hip_stream_wait_event,
-    .event_create = okv_hip_event_create,
-    .event_destroy = okv_hip_event_destroy,
-    .event_record = okv_hip_event_record,
-    .event_query = okv_hip_event_query,
-    .event_synchronize = okv_hip_event_synchronize,
-    .event_elapsed_ms = okv_hip_event_elapsed_ms,
-    .module_load = okv_hip_module_load,
-    .module_unload = okv_hip_module_unload,
-    .module_function = okv_hip_module_function,
-    .function_set_smem = okv_hip_function_set_smem,
-    .launch = okv_hip_launch,
+    .load = hip_load,
+    .device_count = hip_device_count,
+    .device_describe = hip_device_describe,
+    .context_open = hip_context_open,
+    .context_close = hip_context_close,
+    .context_bind = hip_context_bind,
+    .mem_alloc = hip_mem_alloc,
+    .mem_free = hip_mem_free,
+    .host_alloc = hip_host_alloc,
+    .host_free = hip_host_free,
+    .memset_zero = hip_memset_zero,
+    .copy_htod = hip_copy_htod,
+    .copy_dtoh = hip_copy_dtoh,
+    .copy_async = hip_copy_async,
+    .copy_htod_async = hip_copy_htod_async,
+    .stream_create = hip_stream_create,
+    .stream_destroy = hip_stream_destroy,
+    .stream_synchronize = hip_stream_synchronize,
+    .stream_wait_event = hip_stream_wait_event,
+    .event_create = hip_event_create,
+    .event_destroy = hip_event_destroy,
+    .event_record = hip_event_record,
+    .event_query = hip_event_query,
+    .event_synchronize = hip_event_synchronize,
+    .event_elapsed_ms = hip_event_elapsed_ms,
+    .module_load = hip_module_load,
+    .module_unload = hip_module_unload,
+    .module_function = hip_module_function,
+    .function_set_smem = hip_function_set_smem,
+    .launch = hip_launch,
 };
 
-static okv_status_t okv_hip_enumerate(okv_hal_device_info_t *out_infos, size_t capacity, size_t *out_count) {
-  return okv_gpu_enumerate(&okv_hip_vendor, out_infos, capacity, out_count);
+static okv_status_t hip_enumerate(okv_hal_device_info_t *out_infos, size_t capacity, size_t *out_count) {
+  return okv_gpu_enumerate(&hip_vendor, out_infos, capacity, out_count);
 }
 
-static okv_status_t okv_hip_create(const okv_hal_device_params_t *params, const okv_allocator_t *allocator,
-                                   okv_hal_device_t **out_device) {
-  return okv_gpu_create(&okv_hip_vendor, params, allocator, out_device);
+static okv_status_t hip_create(const okv_hal_device_params_t *params, const okv_allocator_t *allocator,
+                               okv_hal_device_t **out_device) {
+  return okv_gpu_create(&hip_vendor, params, allocator, out_device);
 }
 
 const okv_hal_backend_t okv_hip_backend = {
     .name = "hip",
-    .enumerate = okv_hip_enumerate,
-    .create = okv_hip_create,
+    .enumerate = hip_enumerate,
+    .create = hip_create,
 };
