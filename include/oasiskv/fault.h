@@ -41,7 +41,6 @@ typedef enum okv_hal_op_e {
   OKV_HAL_OP_COUNT
 } okv_hal_op_t;
 
-/* "buffer_alloc", "copy", "kernel", ... */
 /* "buffer_alloc", "copy", "kernel", ...; "unknown" outside the enum. Thread-safe. */
 OKV_API const char *okv_hal_op_name(okv_hal_op_t op);
 
@@ -63,13 +62,10 @@ typedef struct okv_hal_fault_hooks_t {
   bool (*fail_op)(void *user, okv_hal_op_t op, okv_tier_t src, okv_tier_t dst);
 } okv_hal_fault_hooks_t;
 
-/* Installs (or, with NULL, removes) hooks; `hooks` is borrowed and must outlive
- * the device or the next call. Errors: INVALID_ARGUMENT for a dead handle. */
-/* Installs (or, with NULL, removes) hooks on `device`.
+/* Installs (or, with NULL, removes) hooks on `device`; `hooks` is borrowed and
+ * must outlive the device or the next call.
  * Errors: INVALID_ARGUMENT for a dead or NULL device handle. */
 OKV_API okv_status_t okv_hal_device_set_fault_hooks(okv_hal_device_t *device, const okv_hal_fault_hooks_t *hooks);
-
-/* Internal to hal/: asks the device's fail_op hook about one operation. */
 
 #ifdef __cplusplus
 }

@@ -134,8 +134,8 @@ OKV_API okv_status_t okv_runtime_seq_resident(const okv_runtime_t *runtime, uint
  * okv_runtime_step_layer, then okv_runtime_step_end.
  * okv_runtime_step_begin: seq_ids [n_seqs] (borrowed), n_seqs >= 1 and <= max_seqs, no duplicates.
  * Errors: INVALID_ARGUMENT (a step already begun, n_seqs, n_query_tokens out of range or < 2 in
- * OKV_MODE_OASIS, a duplicate id), NOT_FOUND (an unknown sequence id), OUT_OF_MEMORY (host
- * allocator). */
+ * OKV_MODE_OASIS, a duplicate id), NOT_FOUND (an unknown sequence id), OUT_OF_MEMORY (a sequence
+ * already holds max_context_tokens: it cannot take another token). */
 OKV_API okv_status_t okv_runtime_step_begin(okv_runtime_t *runtime, uint32_t n_seqs, const uint32_t *seq_ids,
                                             uint32_t n_query_tokens);
 
@@ -154,7 +154,8 @@ OKV_API okv_status_t okv_runtime_step_begin(okv_runtime_t *runtime, uint32_t n_s
  * Contract (docs/api.md "Faults"): OK exactly when `out` is valid. Attention reads a slot only for the
  * tokens a completed write put there, so `out` never includes stale or another sequence's K/V. Failed
  * fetches and predictions are absorbed (the step returns OK; stats pipeline_errors / failed_blocks).
- * Errors (then every element of `out` is NaN):
+ * Errors (then every element of `out` is NaN, except when no step is in progress: the runtime then
+ * does not know the batch, and `out` is left untouched):
  *  INVALID_ARGUMENT, OUT_OF_MEMORY (HOST extents, DEVICE slots in dense mode, host allocator): nothing
  *    committed for this layer; the same layer may be called again;
  *  COPY_FAILED (the active-block refresh failed twice), INTERNAL (a kernel, event or stream failed):
