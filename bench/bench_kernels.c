@@ -258,9 +258,9 @@ static void bench_attn_free(okv_bench_attn_t *a) {
   free(a->ws_offsets);
   free(a->ws_slots);
   free(a->ws_valid);
-  if (a->q) okv_status_free(okv_hal_buffer_release(a->q));
-  if (a->inflight) okv_status_free(okv_hal_buffer_release(a->inflight));
-  if (a->out) okv_status_free(okv_hal_buffer_release(a->out));
+  if (a->q) OKV_IGNORE_ERROR(okv_hal_buffer_release(a->q));
+  if (a->inflight) OKV_IGNORE_ERROR(okv_hal_buffer_release(a->inflight));
+  if (a->out) OKV_IGNORE_ERROR(okv_hal_buffer_release(a->out));
   memset(a, 0, sizeof *a);
 }
 
@@ -344,7 +344,7 @@ static void bench_score_free(okv_bench_score_t *c) {
   free(c->segn);
   okv_hal_buffer_t *bufs[4] = {c->summ, c->scores, c->idx, c->q};
   for (int i = 0; i < 4; i++)
-    if (bufs[i]) okv_status_free(okv_hal_buffer_release(bufs[i]));
+    if (bufs[i]) OKV_IGNORE_ERROR(okv_hal_buffer_release(bufs[i]));
   memset(c, 0, sizeof *c);
 }
 
@@ -593,11 +593,11 @@ fail:
   bench_score_free(&sc);
   if (configs) json_object_put(configs);
   json_object_put(root);
-  if (b.pool) okv_status_free(okv_hal_buffer_release(b.pool));
-  if (b.scratch) okv_status_free(okv_hal_buffer_release(b.scratch));
-  if (b.ev0) okv_status_free(okv_hal_event_release(b.ev0));
-  if (b.ev1) okv_status_free(okv_hal_event_release(b.ev1));
-  if (b.stream) okv_status_free(okv_hal_stream_release(b.stream));
-  if (b.dev) okv_status_free(okv_hal_device_release(b.dev));
+  if (b.pool) OKV_IGNORE_ERROR(okv_hal_buffer_release(b.pool));
+  if (b.scratch) OKV_IGNORE_ERROR(okv_hal_buffer_release(b.scratch));
+  if (b.ev0) OKV_IGNORE_ERROR(okv_hal_event_release(b.ev0));
+  if (b.ev1) OKV_IGNORE_ERROR(okv_hal_event_release(b.ev1));
+  if (b.stream) OKV_IGNORE_ERROR(okv_hal_stream_release(b.stream));
+  if (b.dev) OKV_IGNORE_ERROR(okv_hal_device_release(b.dev));
   return rc;
 }

@@ -286,7 +286,7 @@ int okv_cli_bench_runtime(int argc, char **argv) {
   okv_runtime_t *rt = NULL;
   st = okv_runtime_create(dev, &cfg, NULL, &rt);
   if (st != OKV_OK) {
-    okv_status_free(okv_hal_device_release(dev));
+    OKV_IGNORE_ERROR(okv_hal_device_release(dev));
     return fail_status("runtime", st);
   }
 
@@ -368,7 +368,7 @@ int okv_cli_bench_runtime(int argc, char **argv) {
   double bytes_per_step = (double)cum.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE] / n_steps;
   double cap_bytes = (double)C * H * L * (double)block_bytes * o.n_seqs;
   okv_hal_device_info_t info;
-  okv_status_free(okv_hal_device_info(dev, &info));
+  OKV_IGNORE_ERROR(okv_hal_device_info(dev, &info));
 
   if (o.json) {
     jout = json_object_new_object();
@@ -407,7 +407,7 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     json_object *layers = json_object_new_array();
     for (uint32_t l = 0; l < L; l++) {
       okv_step_stats_t ls;
-      okv_status_free(okv_runtime_stats(rt, l, &ls));
+      OKV_IGNORE_ERROR(okv_runtime_stats(rt, l, &ls));
       json_object *jl = json_object_new_object();
       json_object_object_add(jl, "layer", json_object_new_int64(l));
       json_object_object_add(
@@ -431,7 +431,7 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     double cap_layer = cap_bytes / L;
     for (uint32_t l = 0; l < L; l++) {
       okv_step_stats_t ls;
-      okv_status_free(okv_runtime_stats(rt, l, &ls));
+      OKV_IGNORE_ERROR(okv_runtime_stats(rt, l, &ls));
       printf("%-6u %14.1f %14.1f %10.4f %14.0f %14.0f\n", l, 1e6 * ls.bookkeeping_seconds / n_steps,
              1e6 * ls.attention_seconds / n_steps,
              ls.attention_seconds > 0 ? ls.bookkeeping_seconds / ls.attention_seconds : 0.0,
@@ -460,6 +460,6 @@ done:
   free(v_new);
   free(ids);
   okv_runtime_destroy(rt);
-  okv_status_free(okv_hal_device_release(dev));
+  OKV_IGNORE_ERROR(okv_hal_device_release(dev));
   return rc;
 }

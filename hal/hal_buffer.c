@@ -75,7 +75,7 @@ okv_status_t okv_hal_buffer_alloc(okv_hal_device_t *device, okv_tier_t tier, uin
   OKV_HAL_ADOPT(s, buf, device, OKV_HAL_KIND_BUFFER, buffer);
   if (s != OKV_OK) {
     tier_unreserve(device, tier, bytes);
-    okv_status_free(okv_hal_device_release(device));
+    OKV_IGNORE_ERROR(okv_hal_device_release(device));
     return s;
   }
   *out_buffer = buf;
@@ -90,7 +90,7 @@ static void hal_buffer_destroy(okv_hal_buffer_t *buffer) {
   uint64_t size = buffer->size;
   dev->vtable->buffer_destroy(buffer);
   tier_unreserve(dev, tier, size);
-  okv_status_free(okv_hal_device_release(dev));
+  OKV_IGNORE_ERROR(okv_hal_device_release(dev));
 }
 
 /* okv_hal_buffer_retain, okv_hal_buffer_release. */

@@ -96,7 +96,7 @@ const char *okv_hal_kind_name(okv_hal_kind_t kind);
   static void name##_destroy_last(okv_hal_##name##_t *obj) {                                 \
     okv_hal_device_t *dev = obj->device;                                                     \
     dev->vtable->name##_destroy(obj);                                                        \
-    okv_status_free(okv_hal_device_release(dev));                                            \
+    OKV_IGNORE_ERROR(okv_hal_device_release(dev));                                           \
   }                                                                                          \
   okv_status_t okv_hal_##name##_create(okv_hal_device_t *device, okv_hal_##name##_t **out) { \
     if (!out) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "out_" #name ": NULL");    \
@@ -108,7 +108,7 @@ const char *okv_hal_kind_name(okv_hal_kind_t kind);
     okv_status_t s = device->vtable->name##_create(device, &obj);                            \
     OKV_HAL_ADOPT(s, obj, device, (kind), name);                                             \
     if (s != OKV_OK) {                                                                       \
-      okv_status_free(okv_hal_device_release(device));                                       \
+      OKV_IGNORE_ERROR(okv_hal_device_release(device));                                      \
       return s;                                                                              \
     }                                                                                        \
     *out = obj;                                                                              \

@@ -193,7 +193,7 @@ int okv_cli_generate(int argc, char **argv) {
           st.stall_seconds);
   rc = 0;
 done:
-  if (seq_added) okv_status_free(okv_runtime_seq_remove(rt, seq));
+  if (seq_added) OKV_IGNORE_ERROR(okv_runtime_seq_remove(rt, seq));
   okv_engine_destroy(eng);
   okv_runtime_destroy(rt);
   free(probs);

@@ -50,9 +50,9 @@ static void load_limits(const char *backend, int ordinal, tier_view_t *v) {
   v->have_limits = true;
   for (int t = 0; t < OKV_TIER_COUNT; ++t) {
     uint64_t used = 0;
-    okv_status_free(okv_hal_device_tier_usage(dev, (okv_tier_t)t, &v->capacity_bytes[t], &used));
+    OKV_IGNORE_ERROR(okv_hal_device_tier_usage(dev, (okv_tier_t)t, &v->capacity_bytes[t], &used));
   }
-  okv_status_free(okv_hal_device_release(dev));
+  OKV_IGNORE_ERROR(okv_hal_device_release(dev));
 }
 
 static void print_device_text(const okv_hal_device_info_t *info, const tier_view_t *v) {

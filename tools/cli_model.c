@@ -156,7 +156,7 @@ bool okv_cli_model_open(const char *cmd, const char *model_flag, const char *tok
 }
 
 void okv_cli_model_close(okv_cli_model_t *m) {
-  if (m->device) okv_status_free(okv_hal_device_release(m->device));
+  if (m->device) OKV_IGNORE_ERROR(okv_hal_device_release(m->device));
   okv_tokenizer_free(m->tokenizer);
   okv_model_free(m->model);
   m->device = NULL;

@@ -359,8 +359,8 @@ static void *cpu_stream_main(void *arg) {
 /* Frees a finished (or never enqueued) op: releases what it retained. Runs on
  * an API thread, never on the worker. */
 static void cpu_op_free(const okv_allocator_t *a, okv_cpu_op_t *op) {
-  for (int i = 0; i < op->n_bufs; ++i) okv_status_free(okv_hal_buffer_release(op->bufs[i]));
-  if (op->event) okv_status_free(okv_hal_event_release(op->event));
+  for (int i = 0; i < op->n_bufs; ++i) OKV_IGNORE_ERROR(okv_hal_buffer_release(op->bufs[i]));
+  if (op->event) OKV_IGNORE_ERROR(okv_hal_event_release(op->event));
   if (op->free_payload) op->free_payload(a, op->payload);
   for (int i = 0; i < 3; ++i) okv_free(a, op->arrays[i]);
   okv_free(a, op->pairs);
@@ -589,7 +589,7 @@ static void cpu_event_reclaim(okv_cpu_event_t *ev) {
   while (ours && s->n_done < seq) pthread_cond_wait(&s->idle_cond, &s->mutex);
   pthread_mutex_unlock(&s->mutex);
   cpu_stream_reclaim(s);
-  okv_status_free(okv_hal_stream_release(stream));
+  OKV_IGNORE_ERROR(okv_hal_stream_release(stream));
 }
 
 static okv_status_t cpu_event_query(okv_hal_event_t *event, bool *out_done) {

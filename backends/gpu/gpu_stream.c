@@ -70,7 +70,7 @@ okv_status_t okv_gpu_staging_get(okv_gpu_stream_t *s, size_t bytes, okv_gpu_stag
 /* ---- Retire records ---- */
 
 static void gpu_record_release_buffers(okv_gpu_record_t *r) {
-  for (uint32_t i = 0; i < r->n_buffers; ++i) okv_status_free(okv_hal_buffer_release(r->buffers[i]));
+  for (uint32_t i = 0; i < r->n_buffers; ++i) OKV_IGNORE_ERROR(okv_hal_buffer_release(r->buffers[i]));
   r->n_buffers = 0;
 }
 
@@ -204,7 +204,7 @@ void okv_gpu_stream_destroy(okv_hal_stream_t *stream) {
   okv_gpu_device_t *dev = okv_gpu_stream_dev(s);
   const okv_gpu_vendor_t *v = dev->vendor;
   pthread_mutex_lock(&s->mutex);
-  okv_status_free(okv_gpu_bind(dev));
+  OKV_IGNORE_ERROR(okv_gpu_bind(dev));
   okv_status_free(v->stream_synchronize(s->vstream));
   gpu_stream_reclaim(s, true);
   while (s->free_records) {

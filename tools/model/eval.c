@@ -196,7 +196,7 @@ okv_status_t okv_eval_run(const okv_model_t *model, okv_hal_device_t *device, co
   *out_result = r;
 
 done:
-  for (uint32_t i = 0; i < n_added; ++i) okv_status_free(okv_runtime_seq_remove(rt, seq_ids[i]));
+  for (uint32_t i = 0; i < n_added; ++i) OKV_IGNORE_ERROR(okv_runtime_seq_remove(rt, seq_ids[i]));
   okv_engine_destroy(eng);
   okv_runtime_destroy(rt);
   if (seq_ids) okv_free(&a, seq_ids);

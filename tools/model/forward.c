@@ -244,7 +244,7 @@ okv_status_t okv_engine_step(okv_engine_t *e, uint32_t n_seqs, const uint32_t *s
     if (s) {
       /* Not OK means the layer's attention output is not valid (docs/api.md "Faults"): later
        * layers would compute, and commit, K/V from it. Stop the step here. */
-      okv_status_free(okv_runtime_step_end(e->runtime, NULL));
+      OKV_IGNORE_ERROR(okv_runtime_step_end(e->runtime, NULL));
       return okv_status_annotate(s, "layer %u", l);
     }
     layer_out(e, l, rows);
