@@ -16,8 +16,7 @@ OKV_GPU_ARGS_PIN_LAYOUT()
 #define OKV_NEG_INF (-__int_as_float(0x7f800000))
 #define OKV_POS_INF (__int_as_float(0x7f800000))
 
-// ---------------------------------------------------------------------------
-// Element conversion (exact: every f16/bf16 value is representable in f32).
+/* ---- Element conversion (exact: every f16/bf16 value is representable in f32). ---- */
 
 OKV_DEVICE float okv_f16_bits_to_f32(uint32_t h) {
   const uint32_t sign = (h & 0x8000u) << 16;
@@ -47,8 +46,7 @@ OKV_DEVICE uint32_t okv_score_key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// ---------------------------------------------------------------------------
-// 1. Batched block gather: one launch for any number of blocks; reads pinned
+/* ---- 1. Batched block gather: one launch for any number of blocks; reads pinned ---- */
 // device-mapped host memory or device memory, writes the destination slots.
 
 extern "C" __global__ void __launch_bounds__(OKV_GPU_GATHER_THREADS) okv_gpu_gather_blocks(okv_gpu_gather_args_t a) {
@@ -71,8 +69,7 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_GATHER_THREADS) okv_gpu_gat
   }
 }
 
-// ---------------------------------------------------------------------------
-// 2. Sparse paged decode attention. One thread block per (sequence, KV head,
+/* ---- 2. Sparse paged decode attention. One thread block per (sequence, KV head, ---- */
 // tile of query rows); rows r = t * G + g. Working-set blocks are visited in
 // list order with an online softmax (one rescale per block); the in-flight
 // tokens form one last tile with a per-row visibility mask.
@@ -251,8 +248,7 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_MASS_THREADS) okv_gpu_atten
   }
 }
 
-// ---------------------------------------------------------------------------
-// 3. Block key summaries (Quest): min/max of the valid keys of each block.
+/* ---- 3. Block key summaries (Quest): min/max of the valid keys of each block. ---- */
 
 extern "C" __global__ void __launch_bounds__(OKV_GPU_SUMMARY_THREADS)
     okv_gpu_summarize_blocks(okv_gpu_summary_args_t a) {
@@ -301,8 +297,7 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_SUMMARY_THREADS) okv_gpu_su
   }
 }
 
-// ---------------------------------------------------------------------------
-// 4. Look-ahead block scoring: one warp per block, lanes over head_dim,
+/* ---- 4. Look-ahead block scoring: one warp per block, lanes over head_dim, ---- */
 //   score = scale * max_{t, g} sum_d max(q_d * min_d, q_d * max_d).
 
 OKV_DEVICE float okv_warp_sum(float v) {
@@ -344,8 +339,7 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_SCORE_THREADS) okv_gpu_scor
   }
 }
 
-// ---------------------------------------------------------------------------
-// 5. Top-K per segment: radix select of the k-th largest score key (4 passes of
+/* ---- 5. Top-K per segment: radix select of the k-th largest score key (4 passes of ---- */
 // 8-bit digits over the candidates), then collect every key above it plus the
 // lowest-index ties, then a bitonic sort of <= 512 composite keys
 // (score key << 32 | ~index) in descending order (k <= OKV_TOPK_MAX).
