@@ -77,6 +77,7 @@ static void print_device_text(const okv_hal_device_info_t *info, const tier_view
     }
   }
   printf("\n");
+  if (info->simd[0]) printf("    simd: %s\n", info->simd);
   if (!v->have_limits) printf("    (could not open the device: %s)\n", v->create_error);
 }
 
@@ -84,6 +85,7 @@ static json_object *device_json(const okv_hal_device_info_t *info, const tier_vi
   json_object *d = json_object_new_object();
   json_object_object_add(d, "ordinal", json_object_new_int(info->ordinal));
   json_object_object_add(d, "name", json_object_new_string(info->name));
+  if (info->simd[0]) json_object_object_add(d, "simd", json_object_new_string(info->simd));
   json_object *tiers = json_object_new_object();
   for (int t = 0; t < OKV_TIER_COUNT; ++t) {
     if (!(info->alloc_tiers & OKV_TIER_BIT(t))) continue;
