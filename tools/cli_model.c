@@ -107,13 +107,7 @@ bool okv_cli_parse_device(const char *cmd, const char *s) {
 
 void okv_cli_runtime_config(const okv_model_config_t *mc, okv_mode_t mode, uint32_t budget, double fetch_ratio,
                             uint32_t max_seqs, okv_runtime_config_t *out) {
-  okv_runtime_config_init(out);
-  out->n_layers = mc->n_layers;
-  out->n_q_heads = mc->n_q_heads;
-  out->n_kv_heads = mc->n_kv_heads;
-  out->head_dim = mc->head_dim;
-  out->kv_dtype = OKV_DTYPE_F32;
-  out->block_tokens = OKV_BLOCK_TOKENS;
+  okv_model_runtime_config(mc, out); /* the model's shape, f32 K/V, 16-token blocks */
   out->mode = mode;
   const uint32_t ctx_blocks = (mc->seq_len + OKV_BLOCK_TOKENS - 1) / OKV_BLOCK_TOKENS;
   out->budget_blocks = mode == OKV_MODE_DENSE ? ctx_blocks : budget;

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "tests/fuzz/fuzz_common.h"
-#include "tools/model/model.h"
+#include "tools/model/model_internal.h"
 
 /* The number of floats the header declares, the harness's own way (64-bit
  * math is exact here: the loader bounds every field well below 2^21). */
@@ -98,15 +98,7 @@ static void load_resized(const uint8_t *data, size_t size) {
   memset(&c, 0, sizeof c);
   uint64_t n = 0;
   if (valid) {
-    c.dim = (uint32_t)h[0];
-    c.hidden_dim = (uint32_t)h[1];
-    c.n_layers = (uint32_t)h[2];
-    c.n_q_heads = (uint32_t)h[3];
-    c.n_kv_heads = (uint32_t)h[4];
-    c.shared_classifier = h[5] > 0;
-    c.vocab_size = (uint32_t)(h[5] > 0 ? h[5] : -h[5]);
-    c.seq_len = (uint32_t)h[6];
-    c.head_dim = c.dim / c.n_q_heads;
+    okv_model_config_from_header(h, &c);
     n = expected_floats(&c);
   } else {
     n = (size - 28) / 4; /* any size: it must be refused */

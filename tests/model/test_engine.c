@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "tests/common/test_common.h"
+#include "tests/model/model_test_util.h"
 #include "tests/model/reference.h"
 
 static const char *g_backend;
@@ -76,11 +77,7 @@ static int teardown(void **state) {
 static okv_runtime_t *make_runtime(fixture_t *f, okv_mode_t mode, uint32_t budget, uint32_t max_seqs) {
   const okv_model_config_t *c = &f->model->config;
   okv_runtime_config_t rc;
-  okv_runtime_config_init(&rc);
-  rc.n_layers = c->n_layers;
-  rc.n_q_heads = c->n_q_heads;
-  rc.n_kv_heads = c->n_kv_heads;
-  rc.head_dim = c->head_dim;
+  okv_model_runtime_config(c, &rc);
   rc.mode = mode;
   rc.budget_blocks = budget;
   rc.dense_threshold_blocks = budget;
@@ -91,14 +88,30 @@ static okv_runtime_t *make_runtime(fixture_t *f, okv_mode_t mode, uint32_t budge
   return rt;
 }
 
+/* A runtime for one sequence, an engine on it and the sequence. */
+typedef struct session_t {
+  okv_runtime_t *rt;
+  okv_engine_t *e;
+  uint32_t seq;
+} session_t;
+
+static session_t open_session(fixture_t *f, okv_mode_t mode, uint32_t budget, uint32_t max_drafts) {
+  session_t s = {make_runtime(f, mode, budget, 1), NULL, 0};
+  OKV_ASSERT_OK(okv_engine_create(f->model, s.rt, 1, max_drafts, &f->alloc, &s.e));
+  OKV_ASSERT_OK(okv_runtime_seq_add(s.rt, NULL, &s.seq));
+  return s;
+}
+
+static void close_session(session_t *s) {
+  OKV_ASSERT_OK(okv_runtime_seq_remove(s->rt, s->seq));
+  okv_engine_destroy(s->e);
+  okv_runtime_destroy(s->rt);
+}
+
 /* Dense engine logits vs the double reference over n positions of the text. */
 static void check_dense_vs_reference(fixture_t *f, uint32_t n_positions) {
   const okv_model_config_t *c = &f->model->config;
-  okv_runtime_t *rt = make_runtime(f, OKV_MODE_DENSE, (c->seq_len + 15) / 16, 1);
-  okv_engine_t *e = NULL;
-  OKV_ASSERT_OK(okv_engine_create(f->model, rt, 1, 0, &f->alloc, &e));
-  uint32_t seq;
-  OKV_ASSERT_OK(okv_runtime_seq_add(rt, NULL, &seq));
+  session_t s = open_session(f, OKV_MODE_DENSE, (c->seq_len + 15) / 16, 0);
   okv_ref_state_t rs;
   assert_int_equal(okv_ref_init(&rs, f->model), 0);
   float *lg = malloc(c->vocab_size * sizeof *lg);
@@ -106,7 +119,7 @@ static void check_dense_vs_reference(fixture_t *f, uint32_t n_positions) {
   double max_err = 0.0;
   for (uint32_t p = 0; p < n_positions; ++p) {
     uint32_t tok = f->text_tokens[p];
-    OKV_ASSERT_OK(okv_engine_step(e, 1, &seq, &tok, 0, NULL, lg, NULL));
+    OKV_ASSERT_OK(okv_engine_step(s.e, 1, &s.seq, &tok, 0, NULL, lg, NULL));
     okv_ref_forward(&rs, tok, p, ref);
     for (uint32_t v = 0; v < c->vocab_size; ++v) {
       double d = fabs((double)lg[v] - ref[v]);
@@ -116,14 +129,12 @@ static void check_dense_vs_reference(fixture_t *f, uint32_t n_positions) {
   print_message("dense engine vs double reference over %u positions: max |logit error| %.3g\n", n_positions, max_err);
   assert_true(max_err < 1e-4);
   uint32_t len = 0;
-  OKV_ASSERT_OK(okv_runtime_seq_length(rt, seq, &len));
+  OKV_ASSERT_OK(okv_runtime_seq_length(s.rt, s.seq, &len));
   assert_int_equal(len, n_positions);
   free(lg);
   free(ref);
   okv_ref_free(&rs);
-  OKV_ASSERT_OK(okv_runtime_seq_remove(rt, seq));
-  okv_engine_destroy(e);
-  okv_runtime_destroy(rt);
+  close_session(&s);
 }
 
 static void test_dense_vs_reference(void **state) {
@@ -132,68 +143,45 @@ static void test_dense_vs_reference(void **state) {
   check_dense_vs_reference(f, f->n_text_tokens);
 }
 
-static const struct {
-  uint32_t token;
-  uint32_t top_ids[5];
-  double top_logits[5];
-} k_top5[5] = {
-    {1, {403, 385, 410, 317, 407}, {17.02352, 15.40621, 13.10826, 12.76917, 12.41809}},
-    {403, {407, 383, 261, 403, 432}, {18.45999, 14.29106, 10.89797, 10.66205, 10.31380}},
-    {407, {261, 407, 383, 286, 272}, {17.13696, 11.71021, 11.16944, 10.21106, 9.92219}},
-    {261, {378, 276, 328, 323, 376}, {18.87440, 11.02817, 9.88017, 8.78938, 8.19414}},
-    {378, {432, 383, 322, 353, 323}, {17.79940, 14.28126, 9.70965, 9.58729, 9.13424}},
-};
-
 /* The known answers hold in every mode (5 tokens: one partial block, always resident). */
 static void test_known_answers(void **state) {
   fixture_t *f = *state;
   for (int mode = 0; mode < OKV_MODE_COUNT; ++mode) {
-    okv_runtime_t *rt = make_runtime(f, (okv_mode_t)mode, 8, 1);
-    okv_engine_t *e = NULL;
-    OKV_ASSERT_OK(okv_engine_create(f->model, rt, 1, 1, &f->alloc, &e));
-    uint32_t seq;
-    OKV_ASSERT_OK(okv_runtime_seq_add(rt, NULL, &seq));
+    session_t s = open_session(f, (okv_mode_t)mode, 8, 1);
     float lg[512];
     for (uint32_t p = 0; p < 5; ++p) {
-      uint32_t draft = p < 4 ? k_top5[p + 1].token : 0;
-      OKV_ASSERT_OK(okv_engine_step(e, 1, &seq, &k_top5[p].token, mode == OKV_MODE_OASIS ? 1 : 0, &draft, lg, NULL));
+      uint32_t draft = p < 4 ? okv_mtest_top5[p + 1].token : 0;
+      OKV_ASSERT_OK(
+          okv_engine_step(s.e, 1, &s.seq, &okv_mtest_top5[p].token, mode == OKV_MODE_OASIS ? 1 : 0, &draft, lg, NULL));
       for (int r = 0; r < 5; ++r) {
         uint32_t best = okv_logits_argmax(lg, 512);
-        assert_int_equal(best, k_top5[p].top_ids[r]);
-        assert_float_equal(lg[best], k_top5[p].top_logits[r], 1e-4);
+        assert_int_equal(best, okv_mtest_top5[p].top_ids[r]);
+        assert_float_equal(lg[best], okv_mtest_top5[p].top_logits[r], 1e-4);
         lg[best] = -INFINITY;
       }
     }
-    OKV_ASSERT_OK(okv_runtime_seq_remove(rt, seq));
-    okv_engine_destroy(e);
-    okv_runtime_destroy(rt);
+    close_session(&s);
   }
 }
 
 /* Greedy decoding from BOS with the self drafter; returns the token count. */
 static uint32_t greedy(fixture_t *f, okv_mode_t mode, uint32_t n_steps, uint32_t *out_tokens) {
-  okv_runtime_t *rt = make_runtime(f, mode, 8, 1);
-  okv_engine_t *e = NULL;
-  OKV_ASSERT_OK(okv_engine_create(f->model, rt, 1, 1, &f->alloc, &e));
-  uint32_t seq;
-  OKV_ASSERT_OK(okv_runtime_seq_add(rt, NULL, &seq));
+  session_t s = open_session(f, mode, 8, 1);
   float lg[512];
   out_tokens[0] = OKV_TOKEN_BOS;
   uint32_t n = 1;
   for (; n < n_steps; ++n) {
     uint32_t tok = out_tokens[n - 1], draft = 0;
     if (mode == OKV_MODE_OASIS) {
-      OKV_ASSERT_OK(okv_engine_peek(e, 1, &seq, &tok, lg));
+      OKV_ASSERT_OK(okv_engine_peek(s.e, 1, &s.seq, &tok, lg));
       draft = okv_logits_argmax(lg, 512);
     }
-    OKV_ASSERT_OK(okv_engine_step(e, 1, &seq, &tok, mode == OKV_MODE_OASIS ? 1 : 0, &draft, lg, NULL));
+    OKV_ASSERT_OK(okv_engine_step(s.e, 1, &s.seq, &tok, mode == OKV_MODE_OASIS ? 1 : 0, &draft, lg, NULL));
     out_tokens[n] = okv_logits_argmax(lg, 512);
     if (mode == OKV_MODE_OASIS) assert_int_equal(out_tokens[n], draft); /* peek == step while all is resident */
     if (out_tokens[n] == OKV_TOKEN_BOS) break;
   }
-  OKV_ASSERT_OK(okv_runtime_seq_remove(rt, seq));
-  okv_engine_destroy(e);
-  okv_runtime_destroy(rt);
+  close_session(&s);
   return n;
 }
 
@@ -209,39 +197,46 @@ static void test_greedy_text(void **state) {
   assert_int_equal(na, nd);
   assert_memory_equal(a, b, na * sizeof *a);
   char text[4096];
-  size_t w = 0;
-  for (uint32_t i = 1; i < na; ++i) {
-    char piece[128];
-    size_t n = 0;
-    OKV_ASSERT_OK(okv_tokenizer_piece(f->tok, a[i - 1], a[i], piece, sizeof piece, &n));
-    memcpy(text + w, piece, n);
-    w += n;
-  }
-  text[w] = '\0';
+  okv_mtest_decode(f->tok, a, na, text, sizeof text);
   print_message("greedy: %.80s...\n", text);
   const char *expect = "Once upon a time, there was a little girl named Lily.";
   assert_true(strncmp(text, expect, strlen(expect)) == 0);
 }
 
-static void make_windows(fixture_t *f, okv_eval_window_t *w) {
-  /* Two windows of different lengths: the batch shrinks when the short one ends. */
-  w[0].tokens = f->text_tokens;
-  w[0].n_tokens = 320; /* 20 blocks: K = 8 is sparse, K = 32 covers it */
-  w[1].tokens = f->text_tokens + 200;
-  w[1].n_tokens = 150;
+/* Two windows of different lengths (the batch shrinks when the short one
+ * ends), their dense result at K = budget and its logits, the reference of
+ * the other runs, which take ec with mode and drafter set. */
+typedef struct eval_case_t {
+  okv_eval_window_t w[2];
+  okv_eval_config_t ec;
+  okv_eval_reference_t ref;
+  okv_eval_result_t dense;
+} eval_case_t;
+
+static void eval_dense(fixture_t *f, uint32_t budget, eval_case_t *x) {
+  x->w[0].tokens = f->text_tokens;
+  x->w[0].n_tokens = 320; /* 20 blocks: K = 8 is sparse, K = 32 covers it */
+  x->w[1].tokens = f->text_tokens + 200;
+  x->w[1].n_tokens = 150;
+  x->ec = (okv_eval_config_t){OKV_MODE_DENSE, OKV_DRAFTER_NONE, budget, 0.05, NULL, NULL};
+  OKV_ASSERT_OK(okv_eval_run(f->model, f->device, x->w, 2, &x->ec, NULL, &f->alloc, &x->ref, &x->dense));
+}
+
+/* The same windows and budget in another mode, scored against the dense reference. */
+static void eval_vs_dense(fixture_t *f, eval_case_t *x, okv_mode_t mode, okv_drafter_t drafter, okv_eval_result_t *r) {
+  x->ec.mode = mode;
+  x->ec.drafter = drafter;
+  OKV_ASSERT_OK(okv_eval_run(f->model, f->device, x->w, 2, &x->ec, &x->ref, &f->alloc, NULL, r));
 }
 
 /* With K covering the whole context every mode is dense: the same NLL, bit for bit. */
 static void test_large_budget_equals_dense(void **state) {
   fixture_t *f = *state;
-  okv_eval_window_t w[2];
-  make_windows(f, w);
-  okv_eval_config_t ec = {OKV_MODE_DENSE, OKV_DRAFTER_NONE, 32, 0.05, NULL, NULL};
-  okv_eval_reference_t ref;
-  okv_eval_result_t dense, r;
-  OKV_ASSERT_OK(okv_eval_run(f->model, f->device, w, 2, &ec, NULL, &f->alloc, &ref, &dense));
-  assert_int_equal(dense.tokens_evaluated, w[0].n_tokens - 1 + w[1].n_tokens - 1);
-  assert_true(dense.mean_nll > 0.5 && dense.mean_nll < 3.0);
+  eval_case_t x;
+  eval_dense(f, 32, &x);
+  okv_eval_result_t r;
+  assert_int_equal(x.dense.tokens_evaluated, x.w[0].n_tokens - 1 + x.w[1].n_tokens - 1);
+  assert_true(x.dense.mean_nll > 0.5 && x.dense.mean_nll < 3.0);
   static const struct {
     okv_mode_t mode;
     okv_drafter_t drafter;
@@ -251,37 +246,29 @@ static void test_large_budget_equals_dense(void **state) {
               {OKV_MODE_PROXY, OKV_DRAFTER_NONE},
               {OKV_MODE_ONDEMAND, OKV_DRAFTER_NONE}};
   for (size_t i = 0; i < sizeof runs / sizeof runs[0]; ++i) {
-    ec.mode = runs[i].mode;
-    ec.drafter = runs[i].drafter;
-    ec.budget_blocks = 32;
-    OKV_ASSERT_OK(okv_eval_run(f->model, f->device, w, 2, &ec, &ref, &f->alloc, NULL, &r));
-    if (r.mean_nll != dense.mean_nll)
+    eval_vs_dense(f, &x, runs[i].mode, runs[i].drafter, &r);
+    if (r.mean_nll != x.dense.mean_nll)
       print_error("mode %d drafter %d: NLL %.17g vs dense %.17g\n", runs[i].mode, runs[i].drafter, r.mean_nll,
-                  dense.mean_nll);
-    assert_true(r.mean_nll == dense.mean_nll);
+                  x.dense.mean_nll);
+    assert_true(r.mean_nll == x.dense.mean_nll);
     assert_true(r.top1_agreement == 1.0);
     assert_true(r.kl_vs_dense == 0.0);
     assert_int_equal(r.blocks_moved, 0);
   }
-  okv_eval_reference_free(&ref);
+  okv_eval_reference_free(&x.ref);
 }
 
 /* A sparse budget: oasis with the oracle drafter stays close to dense, moves blocks, recalls most. */
 static void test_sparse_close_to_dense(void **state) {
   fixture_t *f = *state;
-  okv_eval_window_t w[2];
-  make_windows(f, w);
-  okv_eval_config_t ec = {OKV_MODE_DENSE, OKV_DRAFTER_NONE, 8, 0.05, NULL, NULL};
-  okv_eval_reference_t ref;
-  okv_eval_result_t dense, r;
-  OKV_ASSERT_OK(okv_eval_run(f->model, f->device, w, 2, &ec, NULL, &f->alloc, &ref, &dense));
-  ec.mode = OKV_MODE_OASIS;
-  ec.drafter = OKV_DRAFTER_ORACLE;
-  OKV_ASSERT_OK(okv_eval_run(f->model, f->device, w, 2, &ec, &ref, &f->alloc, NULL, &r));
+  eval_case_t x;
+  eval_dense(f, 8, &x);
+  okv_eval_result_t r;
+  eval_vs_dense(f, &x, OKV_MODE_OASIS, OKV_DRAFTER_ORACLE, &r);
   print_message("oasis+oracle K=8: NLL %.5f vs dense %.5f, recall %.4f, top1 %.4f, blocks/token %.3f\n", r.mean_nll,
-                dense.mean_nll, r.recall, r.top1_agreement, r.blocks_moved_per_token);
-  assert_true(r.mean_nll != dense.mean_nll); /* it is really sparse */
-  assert_true(fabs(r.mean_nll - dense.mean_nll) < 0.02 * dense.mean_nll);
+                x.dense.mean_nll, r.recall, r.top1_agreement, r.blocks_moved_per_token);
+  assert_true(r.mean_nll != x.dense.mean_nll); /* it is really sparse */
+  assert_true(fabs(r.mean_nll - x.dense.mean_nll) < 0.02 * x.dense.mean_nll);
   assert_true(r.recall > 0.8 && r.recall <= 1.0);
   assert_true(r.top1_agreement > 0.9 && r.top1_agreement <= 1.0);
   assert_true(r.kl_vs_dense > 0.0 && r.kl_vs_dense < 0.05);
@@ -289,43 +276,37 @@ static void test_sparse_close_to_dense(void **state) {
   assert_int_equal(r.bytes_moved, r.blocks_moved * okv_block_bytes(OKV_DTYPE_F32, f->model->config.head_dim));
   for (uint32_t l = 0; l < f->model->config.n_layers; ++l)
     assert_true(r.recall_per_layer[l] > 0.5 && r.recall_per_layer[l] <= 1.0);
-  okv_eval_reference_free(&ref);
+  okv_eval_reference_free(&x.ref);
 }
 
 static void test_bad_inputs(void **state) {
   fixture_t *f = *state;
   const okv_model_config_t *c = &f->model->config;
-  okv_runtime_t *rt = make_runtime(f, OKV_MODE_OASIS, 8, 1);
+  session_t s = open_session(f, OKV_MODE_OASIS, 8, 1);
   okv_engine_t *e = NULL;
-  OKV_ASSERT_CODE(okv_engine_create(f->model, rt, 0, 1, &f->alloc, &e), OKV_STATUS_INVALID_ARGUMENT);
-  OKV_ASSERT_OK(okv_engine_create(f->model, rt, 1, 1, &f->alloc, &e));
-  uint32_t seq;
-  OKV_ASSERT_OK(okv_runtime_seq_add(rt, NULL, &seq));
+  OKV_ASSERT_CODE(okv_engine_create(f->model, s.rt, 0, 1, &f->alloc, &e), OKV_STATUS_INVALID_ARGUMENT);
   float *lg = malloc(c->vocab_size * sizeof *lg);
   uint32_t bad = c->vocab_size, good = 1, draft = 5;
-  OKV_ASSERT_CODE(okv_engine_step(e, 1, &seq, &bad, 1, &draft, lg, NULL), OKV_STATUS_INVALID_ARGUMENT);
-  OKV_ASSERT_CODE(okv_engine_step(e, 1, &seq, &good, 1, &bad, lg, NULL), OKV_STATUS_INVALID_ARGUMENT);
-  OKV_ASSERT_CODE(okv_engine_step(e, 1, &seq, &good, 0, NULL, lg, NULL), OKV_STATUS_INVALID_ARGUMENT);
-  OKV_ASSERT_CODE(okv_engine_step(e, 2, &seq, &good, 1, &draft, lg, NULL), OKV_STATUS_INVALID_ARGUMENT);
-  uint32_t missing = seq + 1000;
-  assert_int_not_equal(okv_status_consume(okv_engine_step(e, 1, &missing, &good, 1, &draft, lg, NULL)), OKV_STATUS_OK);
+  OKV_ASSERT_CODE(okv_engine_step(s.e, 1, &s.seq, &bad, 1, &draft, lg, NULL), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_engine_step(s.e, 1, &s.seq, &good, 1, &bad, lg, NULL), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_engine_step(s.e, 1, &s.seq, &good, 0, NULL, lg, NULL), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_engine_step(s.e, 2, &s.seq, &good, 1, &draft, lg, NULL), OKV_STATUS_INVALID_ARGUMENT);
+  uint32_t missing = s.seq + 1000;
+  assert_int_not_equal(okv_status_consume(okv_engine_step(s.e, 1, &missing, &good, 1, &draft, lg, NULL)),
+                       OKV_STATUS_OK);
   uint32_t len = 1;
-  OKV_ASSERT_OK(okv_runtime_seq_length(rt, seq, &len));
+  OKV_ASSERT_OK(okv_runtime_seq_length(s.rt, s.seq, &len));
   assert_int_equal(len, 0); /* nothing was committed */
-  OKV_ASSERT_OK(okv_engine_step(e, 1, &seq, &good, 1, &draft, lg, NULL));
-  OKV_ASSERT_OK(okv_runtime_seq_remove(rt, seq));
-  okv_engine_destroy(e);
-  okv_runtime_destroy(rt);
+  OKV_ASSERT_OK(okv_engine_step(s.e, 1, &s.seq, &good, 1, &draft, lg, NULL));
+  close_session(&s);
   /* A runtime of another shape. */
   okv_runtime_config_t rc;
-  okv_runtime_config_init(&rc);
-  rc.n_layers = c->n_layers;
-  rc.n_q_heads = c->n_q_heads;
-  rc.n_kv_heads = c->n_kv_heads;
+  okv_model_runtime_config(c, &rc);
   rc.head_dim = c->head_dim * 2;
   rc.budget_blocks = 8;
   rc.max_seqs = 1;
   rc.max_context_tokens = 512;
+  okv_runtime_t *rt = NULL;
   OKV_ASSERT_OK(okv_runtime_create(f->device, &rc, &f->alloc, &rt));
   e = (okv_engine_t *)(uintptr_t)1;
   OKV_ASSERT_CODE(okv_engine_create(f->model, rt, 1, 1, &f->alloc, &e), OKV_STATUS_INVALID_ARGUMENT);
@@ -353,33 +334,25 @@ static void test_aidreams(void **state) {
   assert_int_equal(c->n_q_heads, c->n_kv_heads);
   assert_int_equal(f->n_text_tokens, 128);
   check_dense_vs_reference(f, 128);
-  okv_runtime_t *rt = make_runtime(f, OKV_MODE_OASIS, 2, 1);
-  okv_engine_t *e = NULL;
-  OKV_ASSERT_OK(okv_engine_create(f->model, rt, 1, 1, &f->alloc, &e));
-  uint32_t seq;
-  OKV_ASSERT_OK(okv_runtime_seq_add(rt, NULL, &seq));
+  session_t s = open_session(f, OKV_MODE_OASIS, 2, 1);
   float lg[512];
   okv_step_stats_t st;
   uint64_t moved = 0;
   for (uint32_t p = 0; p < 128; ++p) {
     uint32_t tok = f->text_tokens[p], draft = okv_drafter_ngram_next(f->text_tokens, p + 1);
-    OKV_ASSERT_OK(okv_engine_step(e, 1, &seq, &tok, 1, &draft, lg, &st));
+    OKV_ASSERT_OK(okv_engine_step(s.e, 1, &s.seq, &tok, 1, &draft, lg, &st));
     moved += st.blocks_moved;
     for (uint32_t v = 0; v < 512; ++v) assert_true(isfinite(lg[v]));
   }
   assert_true(moved > 0);
   uint32_t tok = 1, draft = 1;
-  OKV_ASSERT_CODE(okv_engine_step(e, 1, &seq, &tok, 1, &draft, lg, NULL), OKV_STATUS_INVALID_ARGUMENT);
-  OKV_ASSERT_OK(okv_runtime_seq_remove(rt, seq));
-  okv_engine_destroy(e);
-  okv_runtime_destroy(rt);
+  OKV_ASSERT_CODE(okv_engine_step(s.e, 1, &s.seq, &tok, 1, &draft, lg, NULL), OKV_STATUS_INVALID_ARGUMENT);
+  close_session(&s);
 }
 
 int main(int argc, char **argv) {
   g_backend = okv_test_backend_or_skip(argc, argv);
-  g_shared = argc > 2 ? argv[2] : "../shared";
-  char path[4096];
-  okv_ref_shared_path(g_shared, "models/stories260K.bin", path, sizeof path);
+  g_shared = okv_mtest_shared_dir(argc, argv, 2, "models/stories260K.bin");
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_dense_vs_reference, setup_stories, teardown),
       cmocka_unit_test_setup_teardown(test_known_answers, setup_stories, teardown),

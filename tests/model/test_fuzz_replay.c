@@ -17,6 +17,7 @@
 
 #include "tests/common/test_common.h"
 #include "tests/fuzz/fuzz_common.h"
+#include "tests/model/model_test_util.h"
 #include "tools/model/model.h"
 
 static const char *g_fuzz_dir;
@@ -129,9 +130,8 @@ static void test_huge_header_refused_before_allocating(void **state) {
   unsigned char file[28 + 64];
   memset(file, 0, sizeof file);
   char dir[] = "/tmp/okv-fuzz-replay-XXXXXX";
-  assert_non_null(mkdtemp(dir));
   char path[4200];
-  snprintf(path, sizeof path, "%s/huge.bin", dir);
+  okv_mtest_temp_path(dir, "huge.bin", path, sizeof path);
   for (size_t i = 0; i < sizeof headers / sizeof headers[0]; ++i) {
     for (int k = 0; k < 7; ++k) put_i32(file + 4 * k, headers[i][k]);
     for (int via_file = 0; via_file < 2; ++via_file) {
@@ -139,10 +139,7 @@ static void test_huge_header_refused_before_allocating(void **state) {
       okv_model_t *m = (okv_model_t *)(uintptr_t)1;
       okv_status_t s;
       if (via_file) {
-        FILE *f = fopen(path, "wb");
-        assert_non_null(f);
-        assert_int_equal(fwrite(file, 1, sizeof file, f), sizeof file);
-        fclose(f);
+        okv_mtest_write_file(path, file, sizeof file);
         s = okv_model_load(path, &a, &m);
       } else {
         s = okv_model_load_memory(file, sizeof file, "huge", &a, &m);
@@ -271,16 +268,7 @@ static void test_long_text_encodes_fast(void **state) {
   /* Round trip. */
   char *back = malloc(n + 64);
   assert_non_null(back);
-  size_t w = 0;
-  for (size_t i = 1; i < k; ++i) {
-    char piece[64];
-    size_t nb = 0;
-    OKV_ASSERT_OK(okv_tokenizer_piece(t, ids[i - 1], ids[i], piece, sizeof piece, &nb));
-    assert_true(w + nb <= n);
-    memcpy(back + w, piece, nb);
-    w += nb;
-  }
-  assert_int_equal(w, n);
+  assert_int_equal(okv_mtest_decode(t, ids, k, back, n + 64), n);
   assert_memory_equal(back, text, n);
   free(back);
   free(ids);

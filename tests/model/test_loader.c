@@ -8,17 +8,14 @@
 #include <unistd.h>
 
 #include "tests/common/test_common.h"
+#include "tests/model/model_test_util.h"
 #include "tests/model/reference.h"
 
 static const char *g_shared;
 
 static void test_load_stories(void **state) {
   (void)state;
-  okv_allocator_t a = okv_test_allocator();
-  char path[4096];
-  okv_ref_shared_path(g_shared, "models/stories260K.bin", path, sizeof path);
-  okv_model_t *m = NULL;
-  OKV_ASSERT_OK(okv_model_load(path, &a, &m));
+  okv_model_t *m = okv_mtest_load_model(g_shared, "models/stories260K.bin");
   const okv_model_config_t *c = &m->config;
   assert_int_equal(c->dim, 64);
   assert_int_equal(c->hidden_dim, 172);
@@ -44,37 +41,13 @@ static void test_load_stories(void **state) {
 
 static void test_load_aidreams(void **state) {
   (void)state;
-  okv_allocator_t a = okv_test_allocator();
-  char path[4096];
-  okv_ref_shared_path(g_shared, "models/aidreams260K.bin", path, sizeof path);
-  okv_model_t *m = NULL;
-  OKV_ASSERT_OK(okv_model_load(path, &a, &m));
+  okv_model_t *m = okv_mtest_load_model(g_shared, "models/aidreams260K.bin");
   assert_int_equal(m->config.n_layers, 4);
   assert_int_equal(m->config.n_q_heads, 4);
   assert_int_equal(m->config.n_kv_heads, 4);
   assert_int_equal(m->config.seq_len, 128);
   assert_int_equal(m->config.vocab_size, 512);
   okv_model_free(m);
-}
-
-static void *read_file(const char *path, size_t *out_n) {
-  FILE *fp = fopen(path, "rb");
-  assert_non_null(fp);
-  fseek(fp, 0, SEEK_END);
-  long n = ftell(fp);
-  fseek(fp, 0, SEEK_SET);
-  void *d = malloc((size_t)n + 64);
-  assert_int_equal(fread(d, 1, (size_t)n, fp), (size_t)n);
-  fclose(fp);
-  *out_n = (size_t)n;
-  return d;
-}
-
-static void write_file(const char *path, const void *data, size_t n) {
-  FILE *fp = fopen(path, "wb");
-  assert_non_null(fp);
-  assert_int_equal(fwrite(data, 1, n, fp), n);
-  fclose(fp);
 }
 
 static void expect_load_code(const char *path, okv_status_code_t code) {
@@ -90,18 +63,17 @@ static void test_bad_checkpoints(void **state) {
   okv_ref_shared_path(g_shared, "models/stories260K.bin", path, sizeof path);
   expect_load_code("/nonexistent/model.bin", OKV_STATUS_NOT_FOUND);
   size_t n = 0;
-  unsigned char *d = read_file(path, &n);
+  unsigned char *d = okv_mtest_read_file(path, &n);
   char dir[] = "/tmp/okv-ckpt-XXXXXX";
-  assert_non_null(mkdtemp(dir));
   char bad[4200];
-  snprintf(bad, sizeof bad, "%s/bad.bin", dir);
-  write_file(bad, d, 10); /* shorter than the header */
+  okv_mtest_temp_path(dir, "bad.bin", bad, sizeof bad);
+  okv_mtest_write_file(bad, d, 10); /* shorter than the header */
   expect_load_code(bad, OKV_STATUS_INVALID_ARGUMENT);
-  write_file(bad, d, n - 100); /* truncated weights */
+  okv_mtest_write_file(bad, d, n - 100); /* truncated weights */
   expect_load_code(bad, OKV_STATUS_INVALID_ARGUMENT);
   unsigned char *big = calloc(n + 4, 1);
   memcpy(big, d, n);
-  write_file(bad, big, n + 4); /* trailing bytes: size does not match the header */
+  okv_mtest_write_file(bad, big, n + 4); /* trailing bytes: size does not match the header */
   expect_load_code(bad, OKV_STATUS_INVALID_ARGUMENT);
   free(big);
   static const int32_t wild[][2] = {{0, 0}, {0, -5}, {2, 0}, {3, 3}, {4, 7}, {6, 0}, {5, 2}, {1, -1}};
@@ -109,7 +81,7 @@ static void test_bad_checkpoints(void **state) {
     unsigned char *c = malloc(n);
     memcpy(c, d, n);
     memcpy(c + 4 * wild[i][0], &wild[i][1], 4); /* a header field out of range or inconsistent */
-    write_file(bad, c, n);
+    okv_mtest_write_file(bad, c, n);
     expect_load_code(bad, OKV_STATUS_INVALID_ARGUMENT);
     free(c);
   }
@@ -118,7 +90,7 @@ static void test_bad_checkpoints(void **state) {
   memcpy(c, d, n);
   float nan_value = NAN;
   memcpy(c + 28 + 4 * 1000, &nan_value, 4);
-  write_file(bad, c, n);
+  okv_mtest_write_file(bad, c, n);
   expect_load_code(bad, OKV_STATUS_INVALID_ARGUMENT);
   free(c);
   unlink(bad);
@@ -126,37 +98,21 @@ static void test_bad_checkpoints(void **state) {
   free(d);
 }
 
-/* Top-5 dense logits of "Once upon a time" from the known answers file. */
-static const struct {
-  uint32_t token;
-  uint32_t top_ids[5];
-  double top_logits[5];
-} k_top5[5] = {
-    {1, {403, 385, 410, 317, 407}, {17.02352, 15.40621, 13.10826, 12.76917, 12.41809}},
-    {403, {407, 383, 261, 403, 432}, {18.45999, 14.29106, 10.89797, 10.66205, 10.31380}},
-    {407, {261, 407, 383, 286, 272}, {17.13696, 11.71021, 11.16944, 10.21106, 9.92219}},
-    {261, {378, 276, 328, 323, 376}, {18.87440, 11.02817, 9.88017, 8.78938, 8.19414}},
-    {378, {432, 383, 322, 353, 323}, {17.79940, 14.28126, 9.70965, 9.58729, 9.13424}},
-};
-
+/* The double reference reproduces the known answers' top-5 logits. */
 static void test_reference_known_answers(void **state) {
   (void)state;
-  okv_allocator_t a = okv_test_allocator();
-  char path[4096];
-  okv_ref_shared_path(g_shared, "models/stories260K.bin", path, sizeof path);
-  okv_model_t *m = NULL;
-  OKV_ASSERT_OK(okv_model_load(path, &a, &m));
+  okv_model_t *m = okv_mtest_load_model(g_shared, "models/stories260K.bin");
   okv_ref_state_t rs;
   assert_int_equal(okv_ref_init(&rs, m), 0);
   double logits[512];
   for (uint32_t p = 0; p < 5; ++p) {
-    okv_ref_forward(&rs, k_top5[p].token, p, logits);
+    okv_ref_forward(&rs, okv_mtest_top5[p].token, p, logits);
     for (int r = 0; r < 5; ++r) {
       uint32_t best = 0;
       for (uint32_t v = 1; v < 512; ++v)
         if (logits[v] > logits[best]) best = v;
-      assert_int_equal(best, k_top5[p].top_ids[r]);
-      assert_float_equal(logits[best], k_top5[p].top_logits[r], 1e-4);
+      assert_int_equal(best, okv_mtest_top5[p].top_ids[r]);
+      assert_float_equal(logits[best], okv_mtest_top5[p].top_logits[r], 1e-4);
       logits[best] = -INFINITY;
     }
   }
@@ -215,9 +171,7 @@ static void test_path_resolve(void **state) {
 }
 
 int main(int argc, char **argv) {
-  g_shared = argc > 1 ? argv[1] : "../shared";
-  char path[4096];
-  okv_ref_shared_path(g_shared, "models/stories260K.bin", path, sizeof path);
+  g_shared = okv_mtest_shared_dir(argc, argv, 1, "models/stories260K.bin");
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_load_stories),    cmocka_unit_test(test_load_aidreams),
       cmocka_unit_test(test_bad_checkpoints), cmocka_unit_test(test_reference_known_answers),

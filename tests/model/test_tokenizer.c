@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "tests/common/test_common.h"
+#include "tests/model/model_test_util.h"
 #include "tests/model/reference.h"
 
 static const char *g_shared;
@@ -93,20 +94,6 @@ static void test_no_bos_and_capacity(void **state) {
   assert_int_equal(ids[0], OKV_TOKEN_BOS);
 }
 
-static size_t decode_all(const okv_tokenizer_t *t, const uint32_t *ids, size_t n, char *out, size_t cap) {
-  size_t w = 0;
-  for (size_t i = 1; i < n; ++i) {
-    char piece[128];
-    size_t nb = 0;
-    OKV_ASSERT_OK(okv_tokenizer_piece(t, ids[i - 1], ids[i], piece, sizeof piece, &nb));
-    assert_true(w + nb < cap);
-    memcpy(out + w, piece, nb);
-    w += nb;
-  }
-  out[w] = '\0';
-  return w;
-}
-
 static void test_round_trip(void **state) {
   tok_fixture_t *f = *state;
   char path[4096];
@@ -126,7 +113,7 @@ static void test_round_trip(void **state) {
     OKV_ASSERT_OK(okv_tokenizer_encode(f->tok, line, len, true, ids, 8192, &n));
     assert_true(n <= 8192);
     assert_int_equal(ids[0], OKV_TOKEN_BOS);
-    size_t nb = decode_all(f->tok, ids, n, back, sizeof back);
+    size_t nb = okv_mtest_decode(f->tok, ids, n, back, sizeof back);
     if (nb != len || memcmp(back, line, len) != 0) print_error("round trip failed:\n  %s\n  %s\n", line, back);
     assert_int_equal(nb, len);
     assert_memory_equal(back, line, len);
@@ -173,26 +160,6 @@ static void test_bad_text(void **state) {
   OKV_ASSERT_CODE(okv_tokenizer_encode(f->tok, "a\0b", 3, true, ids, 16, &n), OKV_STATUS_INVALID_ARGUMENT);
 }
 
-static void write_file(const char *path, const void *data, size_t n) {
-  FILE *fp = fopen(path, "wb");
-  assert_non_null(fp);
-  assert_int_equal(fwrite(data, 1, n, fp), n);
-  fclose(fp);
-}
-
-static void *read_file(const char *path, size_t *out_n) {
-  FILE *fp = fopen(path, "rb");
-  assert_non_null(fp);
-  fseek(fp, 0, SEEK_END);
-  long n = ftell(fp);
-  fseek(fp, 0, SEEK_SET);
-  void *d = malloc((size_t)n + 64);
-  assert_int_equal(fread(d, 1, (size_t)n, fp), (size_t)n);
-  fclose(fp);
-  *out_n = (size_t)n;
-  return d;
-}
-
 static void test_bad_files(void **state) {
   (void)state;
   okv_allocator_t a = okv_test_allocator();
@@ -205,19 +172,18 @@ static void test_bad_files(void **state) {
   assert_null(t);
   OKV_ASSERT_CODE(okv_tokenizer_load("/nonexistent/tok.bin", 512, &a, &t), OKV_STATUS_NOT_FOUND);
   size_t n = 0;
-  unsigned char *d = read_file(path, &n);
+  unsigned char *d = okv_mtest_read_file(path, &n);
   char tmpl[] = "/tmp/okv-tok-XXXXXX";
-  assert_non_null(mkdtemp(tmpl));
   char bad[4200];
-  snprintf(bad, sizeof bad, "%s/bad.bin", tmpl);
-  write_file(bad, d, n - 7); /* truncated inside the last token */
+  okv_mtest_temp_path(tmpl, "bad.bin", bad, sizeof bad);
+  okv_mtest_write_file(bad, d, n - 7); /* truncated inside the last token */
   OKV_ASSERT_CODE(okv_tokenizer_load(bad, 512, &a, &t), OKV_STATUS_INVALID_ARGUMENT);
-  write_file(bad, d, 2); /* not even a header */
+  okv_mtest_write_file(bad, d, 2); /* not even a header */
   OKV_ASSERT_CODE(okv_tokenizer_load(bad, 512, &a, &t), OKV_STATUS_INVALID_ARGUMENT);
   /* A token length beyond max_token_length. */
   int32_t big = 100000;
   memcpy(d + 4 + 4, &big, 4);
-  write_file(bad, d, n);
+  okv_mtest_write_file(bad, d, n);
   OKV_ASSERT_CODE(okv_tokenizer_load(bad, 512, &a, &t), OKV_STATUS_INVALID_ARGUMENT);
   assert_null(t);
   unlink(bad);
@@ -226,9 +192,7 @@ static void test_bad_files(void **state) {
 }
 
 int main(int argc, char **argv) {
-  g_shared = argc > 1 ? argv[1] : "../shared";
-  char path[4096];
-  okv_ref_shared_path(g_shared, "models/tok512.bin", path, sizeof path);
+  g_shared = okv_mtest_shared_dir(argc, argv, 1, "models/tok512.bin");
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_known_encodings, setup, teardown),
       cmocka_unit_test_setup_teardown(test_no_bos_and_capacity, setup, teardown),

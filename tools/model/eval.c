@@ -61,13 +61,7 @@ okv_status_t okv_eval_run(const okv_model_t *model, okv_hal_device_t *device, co
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_eval_run: the dense reference was made on other windows");
 
   okv_runtime_config_t rc;
-  okv_runtime_config_init(&rc);
-  rc.n_layers = mc->n_layers;
-  rc.n_q_heads = mc->n_q_heads;
-  rc.n_kv_heads = mc->n_kv_heads;
-  rc.head_dim = mc->head_dim;
-  rc.kv_dtype = OKV_DTYPE_F32;
-  rc.block_tokens = OKV_BLOCK_TOKENS;
+  okv_model_runtime_config(mc, &rc);
   rc.mode = config->mode;
   uint32_t ctx_blocks = (mc->seq_len + OKV_BLOCK_TOKENS - 1) / OKV_BLOCK_TOKENS;
   /* Dense keeps everything resident: size its working set to the whole context. */

@@ -79,6 +79,16 @@ void okv_engine_destroy(okv_engine_t *e) {
   okv_free(&a, e);
 }
 
+void okv_model_runtime_config(const okv_model_config_t *mc, okv_runtime_config_t *out) {
+  okv_runtime_config_init(out);
+  out->n_layers = mc->n_layers;
+  out->n_q_heads = mc->n_q_heads;
+  out->n_kv_heads = mc->n_kv_heads;
+  out->head_dim = mc->head_dim;
+  out->kv_dtype = OKV_DTYPE_F32;
+  out->block_tokens = OKV_BLOCK_TOKENS;
+}
+
 okv_status_t okv_engine_create(const okv_model_t *model, okv_runtime_t *runtime, uint32_t max_seqs, uint32_t max_drafts,
                                const okv_allocator_t *allocator, okv_engine_t **out_engine) {
   if (!model || !runtime || !out_engine)

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "model/model.h"
+#include "model/model_internal.h"
 
 #ifndef OKV_SHARED_DIR
 #define OKV_SHARED_DIR "../shared"
@@ -72,6 +72,29 @@ static bool add_product(uint64_t *acc, uint64_t a, uint64_t b) {
 
 #define OKV_CKPT_HEADER_BYTES 28u
 
+void okv_model_config_from_header(const int32_t h[7], okv_model_config_t *out) {
+  okv_model_config_t c;
+  memset(&c, 0, sizeof c);
+  c.dim = (uint32_t)h[0];
+  c.hidden_dim = (uint32_t)h[1];
+  c.n_layers = (uint32_t)h[2];
+  c.n_q_heads = (uint32_t)h[3];
+  c.n_kv_heads = (uint32_t)h[4];
+  c.shared_classifier = h[5] > 0;
+  c.vocab_size = (uint32_t)(h[5] > 0 ? h[5] : -h[5]);
+  c.seq_len = (uint32_t)h[6];
+  c.head_dim = c.dim / c.n_q_heads;
+  *out = c;
+}
+
+okv_status_t okv_model_open_file(const char *what, const char *path, FILE **out_file) {
+  *out_file = fopen(path, "rb");
+  if (*out_file) return OKV_OK;
+  int e = errno;
+  return okv_status_make(e == ENOENT ? OKV_STATUS_NOT_FOUND : OKV_STATUS_IO_ERROR, "%s '%s': %s", what, path,
+                         strerror(e));
+}
+
 /* Validates the 7-field header against the file size: every field in range,
  * the shapes consistent, and header + weights exactly file_bytes, computed
  * overflow-safe. Nothing is allocated before this passes, so a header that
@@ -96,16 +119,7 @@ static okv_status_t parse_header(const char *name, const unsigned char *hdr, uin
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
                            "checkpoint '%s': n_heads %d is not a multiple of n_kv_heads %d", name, h[3], h[4]);
   okv_model_config_t c;
-  memset(&c, 0, sizeof c);
-  c.dim = (uint32_t)h[0];
-  c.hidden_dim = (uint32_t)h[1];
-  c.n_layers = (uint32_t)h[2];
-  c.n_q_heads = (uint32_t)h[3];
-  c.n_kv_heads = (uint32_t)h[4];
-  c.shared_classifier = h[5] > 0;
-  c.vocab_size = (uint32_t)(h[5] > 0 ? h[5] : -h[5]);
-  c.seq_len = (uint32_t)h[6];
-  c.head_dim = c.dim / c.n_q_heads;
+  okv_model_config_from_header(h, &c);
   if (c.head_dim % 2 != 0 || c.head_dim > 256)
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "checkpoint '%s': head_dim %u must be even and <= 256", name,
                            c.head_dim);
@@ -173,33 +187,20 @@ static okv_status_t model_finish(const char *name, okv_model_t *m, uint64_t n_fl
   const okv_model_config_t *c = &m->config;
   uint64_t D = c->dim, H = c->hidden_dim, L = c->n_layers, V = c->vocab_size;
   uint64_t kvd = (uint64_t)c->n_kv_heads * c->head_dim;
+  const uint64_t rope = (uint64_t)c->seq_len * c->head_dim / 2;
+  /* The tensors in file order, each with its size in floats. */
+  const struct {
+    const float **tensor;
+    uint64_t n;
+  } layout[] = {{&m->token_embedding, V * D}, {&m->rms_att, L * D}, {&m->wq, L * D * D},  {&m->wk, L * kvd * D},
+                {&m->wv, L * kvd * D},        {&m->wo, L * D * D},  {&m->rms_ffn, L * D}, {&m->w1, L * H * D},
+                {&m->w2, L * D * H},          {&m->w3, L * H * D},  {&m->rms_final, D},   {&m->rope_cos, rope},
+                {&m->rope_sin, rope}};
   const float *p = w;
-  m->token_embedding = p;
-  p += V * D;
-  m->rms_att = p;
-  p += L * D;
-  m->wq = p;
-  p += L * D * D;
-  m->wk = p;
-  p += L * kvd * D;
-  m->wv = p;
-  p += L * kvd * D;
-  m->wo = p;
-  p += L * D * D;
-  m->rms_ffn = p;
-  p += L * D;
-  m->w1 = p;
-  p += L * H * D;
-  m->w2 = p;
-  p += L * D * H;
-  m->w3 = p;
-  p += L * H * D;
-  m->rms_final = p;
-  p += D;
-  m->rope_cos = p;
-  p += (uint64_t)c->seq_len * c->head_dim / 2;
-  m->rope_sin = p;
-  p += (uint64_t)c->seq_len * c->head_dim / 2;
+  for (size_t i = 0; i < sizeof layout / sizeof layout[0]; ++i) {
+    *layout[i].tensor = p;
+    p += layout[i].n;
+  }
   m->classifier = c->shared_classifier ? m->token_embedding : p;
   return OKV_OK;
 }
@@ -234,12 +235,8 @@ okv_status_t okv_model_load(const char *path, const okv_allocator_t *allocator, 
   if (!path || !out_model)
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_model_load: NULL path or out_model");
   okv_allocator_t alloc = allocator ? *allocator : okv_allocator_system();
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    int e = errno;
-    return okv_status_make(e == ENOENT ? OKV_STATUS_NOT_FOUND : OKV_STATUS_IO_ERROR, "checkpoint '%s': %s", path,
-                           strerror(e));
-  }
+  FILE *f = NULL;
+  OKV_RETURN_IF_ERROR(okv_model_open_file("checkpoint", path, &f));
   okv_status_t st = OKV_OK;
   okv_model_t *m = NULL;
   unsigned char hdr[OKV_CKPT_HEADER_BYTES];

@@ -164,6 +164,10 @@ okv_status_t okv_engine_create(const okv_model_t *model, okv_runtime_t *runtime,
                                const okv_allocator_t *allocator, okv_engine_t **out_engine);
 /* NULL is accepted. */
 void okv_engine_destroy(okv_engine_t *engine);
+/* Starts a runtime config an engine on `model_config` accepts: its shape
+ * (n_layers, n_q_heads, n_kv_heads, head_dim), f32 K/V in blocks of
+ * OKV_BLOCK_TOKENS, okv_runtime_config_init's defaults for the rest. */
+void okv_model_runtime_config(const okv_model_config_t *model_config, okv_runtime_config_t *out);
 
 /* One decode step for a batch: sequence seq_ids[i] takes its real token
  * tokens[i] at position = its current length (committed: its K/V is appended

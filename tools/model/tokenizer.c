@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/model.h"
+#include "model/model_internal.h"
 
 typedef struct sorted_entry_t {
   const char *str;
@@ -162,12 +162,8 @@ okv_status_t okv_tokenizer_load(const char *path, uint32_t vocab_size, const okv
   if (!path || !out_tokenizer || vocab_size == 0)
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_tokenizer_load: NULL path/out_tokenizer or vocab_size 0");
   okv_allocator_t alloc = allocator ? *allocator : okv_allocator_system();
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    int e = errno;
-    return okv_status_make(e == ENOENT ? OKV_STATUS_NOT_FOUND : OKV_STATUS_IO_ERROR, "tokenizer '%s': %s", path,
-                           strerror(e));
-  }
+  FILE *f = NULL;
+  OKV_RETURN_IF_ERROR(okv_model_open_file("tokenizer", path, &f));
   okv_status_t st = OKV_OK;
   unsigned char *data = NULL;
   long fsize = -1;
