@@ -9,8 +9,8 @@ okv_status_t okv_block_map_init(okv_block_map_t *map, const okv_allocator_t *a, 
 }
 
 void okv_block_map_free(okv_block_map_t *map, const okv_allocator_t *a) {
-  void *arrs[] = {map->slot_of,  map->res_last,   map->res_pos,     map->res_bits,     map->pred_bits,
-                  map->resident, map->free_slots, map->slot_tokens, map->summary_stale};
+  void *arrs[] = {map->slot_of,  map->res_last,   map->res_pos,  map->res_bits, map->pred_bits,
+                  map->resident, map->free_slots, map->res_slot, map->res_tok,  map->summary_stale};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++)
     if (arrs[i] != NULL) okv_free(a, arrs[i]);
   memset(map, 0, sizeof *map);
@@ -56,7 +56,8 @@ okv_status_t okv_block_map_reserve(okv_block_map_t *map, const okv_allocator_t *
   OKV_RETURN_IF_ERROR(grow_u64(a, &map->pred_bits, map->cap_blocks / 64u + 1u, cap / 64u + 1u));
   OKV_RETURN_IF_ERROR(grow_u32(a, &map->res_pos, map->cap_blocks, cap, 0));
   OKV_RETURN_IF_ERROR(grow_u32(a, &map->resident, map->cap_blocks, cap, 0));
-  OKV_RETURN_IF_ERROR(grow_u8(a, &map->slot_tokens, map->cap_blocks, cap));
+  OKV_RETURN_IF_ERROR(grow_u32(a, &map->res_slot, map->cap_blocks, cap, 0));
+  OKV_RETURN_IF_ERROR(grow_u8(a, &map->res_tok, map->cap_blocks, cap));
   OKV_RETURN_IF_ERROR(grow_u8(a, &map->summary_stale, map->cap_blocks, cap));
   map->cap_blocks = cap;
   return OKV_OK;
@@ -71,9 +72,10 @@ okv_status_t okv_block_map_reserve_free(okv_block_map_t *map, const okv_allocato
 
 void okv_block_map_map(okv_block_map_t *map, uint32_t block, uint32_t slot, uint32_t step) {
   map->slot_of[block] = slot;
-  map->slot_tokens[block] = 0;
   map->res_pos[block] = map->n_resident;
   map->res_last[map->n_resident] = step;
+  map->res_slot[map->n_resident] = slot;
+  map->res_tok[map->n_resident] = 0; /* unreadable until a write completes */
   map->resident[map->n_resident++] = block;
   map->res_bits[block >> 6] |= 1ull << (block & 63u);
 }
@@ -85,6 +87,8 @@ uint32_t okv_block_map_unmap(okv_block_map_t *map, uint32_t block) {
   uint32_t last = map->resident[n];
   map->resident[pos] = last;
   map->res_last[pos] = map->res_last[n];
+  map->res_slot[pos] = map->res_slot[n];
+  map->res_tok[pos] = map->res_tok[n];
   map->res_pos[last] = pos;
   map->slot_of[block] = OKV_NO_SLOT;
   map->res_bits[block >> 6] &= ~(1ull << (block & 63u));
@@ -117,7 +121,8 @@ okv_status_t okv_block_map_check(const okv_block_map_t *map) {
   for (uint32_t b = 0; b < map->n_blocks; b++) {
     if (map->slot_of[b] == OKV_NO_SLOT) continue;
     n_mapped++;
-    if (map->res_pos[b] >= map->n_resident || map->resident[map->res_pos[b]] != b)
+    if (map->res_pos[b] >= map->n_resident || map->resident[map->res_pos[b]] != b ||
+        map->res_slot[map->res_pos[b]] != map->slot_of[b])
       return okv_status_make(OKV_STATUS_INTERNAL, "block map: block %u is mapped but not listed as resident", b);
   }
   for (uint32_t b = map->n_blocks; b < map->cap_blocks; b++)

@@ -36,9 +36,10 @@ typedef struct okv_block_map_t {
   uint32_t n_free, cap_free;
   /* Slot currency (the COPY_FAILED contract, docs/api.md "Faults"): a slot is
    * read by attention only for the leading tokens a successful write put there. */
-  uint8_t *slot_tokens;   /* [cap] tokens of the block current in its slot, 0 = unreadable (valid while resident) */
+  uint32_t *res_slot;     /* [cap] res_slot[i]: slot of resident[i] (attention reads these three in order) */
+  uint8_t *res_tok;       /* [cap] res_tok[i]: tokens of resident[i] current in its slot, 0 = unreadable */
   uint8_t *summary_stale; /* [cap] 1: the block's min/max summary missed a write; rebuild it from the HOST tier */
-  bool needs_repair;      /* some block of the head has slot_tokens short of its tokens, or a stale summary */
+  bool needs_repair;      /* some block of the head has res_tok short of its tokens, or a stale summary */
 } okv_block_map_t;
 
 /* Zero-initialises `map` and reserves room for `cap_free_slots` free slots.
@@ -70,7 +71,7 @@ static inline void okv_block_map_touch(okv_block_map_t *map, uint32_t block, uin
 }
 
 /* Maps non-resident `block` (< n_blocks) to `slot`, last selected at `step`.
- * The slot is unreadable (slot_tokens = 0) until okv_block_map_set_current
+ * The slot is unreadable (res_tok = 0) until okv_block_map_set_current
  * records a successful write: a slot's previous content is never reachable. */
 void okv_block_map_map(okv_block_map_t *map, uint32_t block, uint32_t slot, uint32_t step);
 /* Unmaps resident `block`; returns its slot. */
@@ -78,7 +79,11 @@ uint32_t okv_block_map_unmap(okv_block_map_t *map, uint32_t block);
 
 /* Records that the first `n_tokens` tokens of resident `block` are current in its slot. */
 static inline void okv_block_map_set_current(okv_block_map_t *map, uint32_t block, uint32_t n_tokens) {
-  map->slot_tokens[block] = (uint8_t)n_tokens;
+  map->res_tok[map->res_pos[block]] = (uint8_t)n_tokens;
+}
+/* Tokens of `block` current in its slot; 0 when not resident or unreadable. */
+static inline uint32_t okv_block_map_tokens(const okv_block_map_t *map, uint32_t block) {
+  return block < map->n_blocks && map->slot_of[block] != OKV_NO_SLOT ? map->res_tok[map->res_pos[block]] : 0u;
 }
 
 /* Free-slot stack of the head (capacity reserved beforehand). */

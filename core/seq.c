@@ -267,7 +267,7 @@ okv_status_t okv_runtime_seq_resident(const okv_runtime_t *rt, uint32_t seq_id, 
   const okv_block_map_t *m = &seq_head(rt, s, layer, kv_head)->map;
   uint32_t n = 0;
   for (uint32_t b = 0; b < m->n_blocks; b++)
-    if (m->slot_of[b] != OKV_NO_SLOT && m->slot_tokens[b] > 0) { /* readable blocks only */
+    if (okv_block_map_tokens(m, b) > 0) { /* readable blocks only */
       if (n < capacity) out_blocks[n] = b;
       n++;
     }

@@ -56,15 +56,15 @@ static uint32_t build_ws(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t *const *s
       rt->ws_offsets[s * H + h] = k;
       if (seq == NULL) continue;
       const okv_block_map_t *m = &seq_head(rt, seq, layer, h)->map;
-      for (uint32_t i = 0; i < m->n_resident; i++) {
+      for (uint32_t i = 0; i < m->n_resident; i++) { /* resident[], res_tok[], res_slot[]: read in order */
         uint32_t b = m->resident[i];
         uint32_t valid = b + 1u < nb ? OKV_BLOCK_TOKENS : n_tok - b * OKV_BLOCK_TOKENS;
-        if (m->slot_tokens[b] < valid) { /* only what a completed write put there */
+        if (m->res_tok[i] < valid) { /* only what a completed write put there */
           if (b + 1u == nb && stale == UINT32_MAX) stale = s;
-          valid = m->slot_tokens[b];
+          valid = m->res_tok[i];
         }
         if (valid == 0) continue;
-        rt->ws_slots[k] = m->slot_of[b];
+        rt->ws_slots[k] = m->res_slot[i];
         rt->ws_valid[k] = (uint8_t)valid;
         k++;
       }

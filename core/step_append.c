@@ -1,6 +1,6 @@
 /* The append of a decode step: the real token's K/V into the HOST tier
  * (authoritative), its block summary, and the refresh of the active block's
- * DEVICE slot, with the write-currency bookkeeping (slot_tokens, stale
+ * DEVICE slot, with the write-currency bookkeeping (res_tok, stale
  * summaries, repairs) that keeps attention from reading a slot whose last
  * write failed (docs/api.md "Faults"). */
 #include "runtime_internal.h"
@@ -132,7 +132,7 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
               m->needs_repair = true;
             }
           }
-          if (m->slot_of[j] != OKV_NO_SLOT && m->slot_tokens[j] < OKV_BLOCK_TOKENS) {
+          if (m->slot_of[j] != OKV_NO_SLOT && okv_block_map_tokens(m, j) < OKV_BLOCK_TOKENS) {
             if (n_cp < cap_cp) {
               rt->append_pairs[n_cp].src_offset = host_block_of(rt, head, j) * rt->block_bytes;
               rt->append_pairs[n_cp].dst_offset = (uint64_t)m->slot_of[j] * rt->block_bytes;
