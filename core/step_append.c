@@ -54,7 +54,7 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
     for (uint32_t h = 0; h < H; h++)
       OKV_RETURN_IF_ERROR(okv_block_map_reserve(&seq_head(rt, s, layer, h)->map, &rt->alloc, nb));
   }
-  uint32_t n = 0;     /* (sequence, KV head) entries == active-block refresh pairs */
+  uint32_t n = 0;     /* (sequence, KV head) entries; each adds its refresh pair, then its repairs */
   uint32_t n_cp = 0;  /* copy pairs: the n refreshes, then repairs */
   uint32_t n_app = 0; /* incremental summary updates */
   uint32_t n_reb = 0; /* summaries rebuilt from the HOST tier */
@@ -203,7 +203,10 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
       okv_block_map_t *m = rt->wr_map[k];
       okv_block_map_set_current(m, rt->wr_block[k], 0); /* whatever the failed copy left is not read */
       m->needs_repair = true;
-      if (k < n) m->summary_stale[rt->wr_block[k]] = 1; /* its update may be missing: rebuild next time */
+      /* Pairs of a head are its active block then its repairs, so index alone does not tell which summary
+       * update the batch carried: mark every block it covered stale (a rebuild from the HOST tier is
+       * always right, repaired blocks being full). */
+      m->summary_stale[rt->wr_block[k]] = 1;
     }
     for (uint32_t k = 0; k < n_reb; k++) rt->reb_map[k]->needs_repair = true;
   }
