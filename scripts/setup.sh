@@ -4,7 +4,10 @@
 set -euo pipefail
 
 pkgs=(meson ninja-build pkg-config gcc libc6-dev libcmocka-dev libjson-c-dev gnuplot-nox
-      clang-format clang libclang-rt-14-dev binutils)  # style check, libFuzzer harnesses, nm
+      clang-format clang libclang-rt-14-dev binutils  # style check, libFuzzer harnesses, nm
+      libucx-dev ucx-utils   # remote tier (UCX) and ucx_perftest for bench remote
+      libpcre2-dev           # Unicode-aware pre-tokenizer split rules (GGUF byte-level BPE)
+      iproute2)              # ip netns for the two-host remote test
 # HIP toolchain for compiling the HIP backend (no AMD GPU is needed to compile).
 if [ "${OKV_WITH_HIP:-1}" = "1" ]; then
   pkgs+=(hipcc libamdhip64-dev)
