@@ -22,6 +22,7 @@
 
 #include "oasiskv/oasiskv.h"
 #include "cli.h"
+#include "cli_model.h"
 
 typedef struct bench_opts_t {
   const char *backend;
@@ -126,7 +127,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
     else if (strcmp(a, "--host-gib") == 0)
       ok = parse_f64(v, &o->host_gib) && o->host_gib > 0;
     else if (strcmp(a, "--fetch-ratio") == 0)
-      ok = parse_f64(v, &o->fetch_ratio);
+      ok = okv_cli_parse_fetch_ratio("oasiskv bench runtime", v, &o->fetch_ratio); /* auto[:MAX] -> -MAX */
     else if (strcmp(a, "--project") == 0)
       o->project = v;
     else if (strcmp(a, "--noise") == 0)
@@ -264,14 +265,14 @@ int okv_cli_bench_runtime(int argc, char **argv) {
   cfg.kv_dtype = dt;
   cfg.mode = OKV_MODE_OASIS;
   cfg.budget_blocks = o.budget_blocks;
-  cfg.fetch_ratio = o.fetch_ratio;
+  okv_cli_apply_fetch_ratio(o.fetch_ratio, &cfg);
   cfg.max_seqs = o.n_seqs;
   cfg.max_context_tokens = max_ctx;
   cfg.host_capacity_bytes = host_bytes;
   cfg.track_recall = o.recall;
   okv_status_t st = okv_runtime_config_validate(&cfg);
   if (st != OKV_OK) return fail_status("config", st);
-  uint32_t C = (uint32_t)ceil(o.fetch_ratio * o.budget_blocks - 1e-9);
+  uint32_t C = (uint32_t)ceil(cfg.fetch_ratio * o.budget_blocks - 1e-9); /* with auto: the maximum */
   if (C < 1) C = 1;
 
   okv_hal_device_params_t params;

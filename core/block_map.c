@@ -9,7 +9,7 @@ okv_status_t okv_block_map_init(okv_block_map_t *map, const okv_allocator_t *a, 
 }
 
 void okv_block_map_free(okv_block_map_t *map, const okv_allocator_t *a) {
-  void *arrs[] = {map->slot_of,  map->res_last,   map->res_pos,  map->res_bits, map->pred_bits,
+  void *arrs[] = {map->slot_of,  map->res_last,   map->res_pos,  map->res_bits, map->pred_bits,    map->pred_prev,
                   map->resident, map->free_slots, map->res_slot, map->res_tok,  map->summary_stale};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++)
     if (arrs[i] != NULL) okv_free(a, arrs[i]);
@@ -54,6 +54,7 @@ okv_status_t okv_block_map_reserve(okv_block_map_t *map, const okv_allocator_t *
   OKV_RETURN_IF_ERROR(grow_u32(a, &map->res_last, map->cap_blocks, cap, 0));
   OKV_RETURN_IF_ERROR(grow_u64(a, &map->res_bits, map->cap_blocks / 64u + 1u, cap / 64u + 1u));
   OKV_RETURN_IF_ERROR(grow_u64(a, &map->pred_bits, map->cap_blocks / 64u + 1u, cap / 64u + 1u));
+  OKV_RETURN_IF_ERROR(grow_u64(a, &map->pred_prev, map->cap_blocks / 64u + 1u, cap / 64u + 1u));
   OKV_RETURN_IF_ERROR(grow_u32(a, &map->res_pos, map->cap_blocks, cap, 0));
   OKV_RETURN_IF_ERROR(grow_u32(a, &map->resident, map->cap_blocks, cap, 0));
   OKV_RETURN_IF_ERROR(grow_u32(a, &map->res_slot, map->cap_blocks, cap, 0));
@@ -106,7 +107,7 @@ bool okv_block_map_pop_free(okv_block_map_t *map, uint32_t *out_slot) {
 uint32_t okv_block_map_lru(const okv_block_map_t *map, uint32_t except) {
   uint32_t best = OKV_NO_BLOCK, best_last = 0;
   for (uint32_t i = 0; i < map->n_resident; i++) {
-    uint32_t b = map->resident[i], t = map->res_last[i];
+    uint32_t b = map->resident[i], t = okv_block_map_res_last(map, i);
     if (b == except) continue;
     if (best == OKV_NO_BLOCK || t < best_last || (t == best_last && b < best)) {
       best = b;

@@ -30,8 +30,15 @@ typedef struct okv_block_map_t {
   uint32_t *resident; /* [cap] resident logical blocks */
   uint32_t *res_last; /* [cap] res_last[i]: step resident[i] was last selected */
   uint32_t n_resident;
-  uint64_t *res_bits;   /* [cap / 64] residency bitmap */
-  uint64_t *pred_bits;  /* [cap / 64] scratch of selection (all zero between calls) */
+  uint64_t *res_bits;  /* [cap / 64] residency bitmap */
+  uint64_t *pred_bits; /* [cap / 64] scratch of selection (all zero between calls) */
+  /* The previous selection's predicted set: a block in it was selected at
+   * prev_step, so hits cost no per-block write (select.c folds the step into
+   * res_last only for blocks that drop out of the prediction). The effective
+   * last-selected step of resident[i] is okv_block_map_res_last(map, i). */
+  uint64_t *pred_prev; /* [cap / 64] */
+  uint32_t prev_step;
+  bool has_prev;
   uint32_t *free_slots; /* stack of the head's free slots */
   uint32_t n_free, cap_free;
   /* Slot currency (the COPY_FAILED contract, docs/api.md "Faults"): a slot is
@@ -61,9 +68,16 @@ static inline bool okv_block_map_bit(const uint64_t *bits, uint32_t block) {
   return (bits[block >> 6] >> (block & 63u)) & 1u;
 }
 
+/* Step resident[i] was last selected (res_last[i], or the previous
+ * selection's step when that selection predicted it). */
+static inline uint32_t okv_block_map_res_last(const okv_block_map_t *map, uint32_t i) {
+  uint32_t t = map->res_last[i];
+  if (map->has_prev && map->prev_step > t && okv_block_map_bit(map->pred_prev, map->resident[i])) t = map->prev_step;
+  return t;
+}
 /* Step resident `block` was last selected. */
 static inline uint32_t okv_block_map_last(const okv_block_map_t *map, uint32_t block) {
-  return map->res_last[map->res_pos[block]];
+  return okv_block_map_res_last(map, map->res_pos[block]);
 }
 /* Marks resident `block` as selected at `step`. */
 static inline void okv_block_map_touch(okv_block_map_t *map, uint32_t block, uint32_t step) {

@@ -19,7 +19,7 @@
  * contiguous host extents; one scoring launch per run index. */
 okv_status_t okv_rt_predict_topk(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream, uint32_t n_seqs,
                                  uint32_t layer, uint32_t T, uint32_t t_begin, uint32_t t_end, double *bk_s) {
-  double t0 = okv_rt_cpu_s();
+  double t0 = okv_rt_bk_s();
   uint32_t H = rt->cfg.n_kv_heads, E = rt->extent_blocks;
   uint32_t n_seg = n_seqs * H;
   for (uint32_t u = 0; u < n_seg; u++) ctx->seg_cursor[u] = 0;
@@ -67,9 +67,9 @@ okv_status_t okv_rt_predict_topk(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_
       }
     }
     if (!any) break;
-    *bk_s += okv_rt_cpu_s() - t0;
+    *bk_s += okv_rt_bk_s() - t0;
     st = okv_hal_score_blocks_async(stream, &sd);
-    t0 = okv_rt_cpu_s();
+    t0 = okv_rt_bk_s();
     if (st != OKV_OK) return okv_status_annotate(st, "runtime: scoring layer %u", layer);
   }
   uint32_t n_excl = 0;
@@ -96,7 +96,7 @@ okv_status_t okv_rt_predict_topk(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_
                         .out_offset = 0,
                         .out_counts = ctx->counts,
                         .counts_offset = 0};
-  *bk_s += okv_rt_cpu_s() - t0;
+  *bk_s += okv_rt_bk_s() - t0;
   st = okv_hal_topk_async(stream, &td);
   if (st != OKV_OK) return okv_status_annotate(st, "runtime: top-K layer %u", layer);
   st = okv_hal_stream_synchronize(stream);
@@ -112,7 +112,7 @@ okv_status_t okv_rt_predict_topk(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_
 static void job_run(okv_runtime_t *rt, uint32_t layer) {
   okv_layer_job_t *job = &rt->jobs[layer];
   okv_predict_ctx_t *ctx = &rt->wk;
-  double bk = 0, t0 = okv_rt_cpu_s();
+  double bk = 0, t0 = okv_rt_bk_s();
   uint32_t H = rt->cfg.n_kv_heads, K = rt->cfg.budget_blocks;
   memset(&job->stats, 0, sizeof job->stats);
   job->n_plan = 0;
@@ -123,20 +123,20 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
     ctx->seqs[s] = seq;
     any |= seq != NULL;
   }
-  bk += okv_rt_cpu_s() - t0;
+  bk += okv_rt_bk_s() - t0;
   if (!any) goto done;
   uint32_t T = job->n_query_tokens;
   okv_status_t st = okv_hal_buffer_write(
       ctx->q, 0, job->q_host, (uint64_t)job->n_seqs * T * rt->cfg.n_q_heads * rt->cfg.head_dim * sizeof(float));
-  if (st == OKV_OK)
+  if (st == OKV_OK) /* the query copy above is a transfer, not bookkeeping */
     st = okv_rt_predict_topk(rt, ctx, rt->predict, job->n_seqs, layer, T, job->t_begin, job->t_end, &bk);
   if (st != OKV_OK) {
     OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->predict)); /* no pending error left for the next job */
     job->error = st;
     goto done;
   }
-  t0 = okv_rt_cpu_s();
-  okv_select_params_t p = {.budget_blocks = K, .cap_blocks = rt->cap_blocks, .step = job->step};
+  t0 = okv_rt_bk_s();
+  okv_select_params_t p = {.budget_blocks = K, .cap_blocks = job->cap, .step = job->step};
   for (uint32_t s = 0; s < job->n_seqs; s++) {
     okv_seq_t *seq = ctx->seqs[s];
     if (seq == NULL) continue;
@@ -177,9 +177,16 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
     if (job->error != OKV_OK) break;
   }
   job->stats.deferred_steps = job->stats.deferred > 0;
-  bk += okv_rt_cpu_s() - t0;
+  bk += okv_rt_bk_s() - t0;
   if (job->n_plan > 0) {
-    st = okv_hal_copy_blocks_async(rt->copy, rt->host.kv, rt->pool, rt->block_bytes, job->n_plan, job->pairs);
+    st = OKV_OK;
+    job->start_recorded = false;
+    if (rt->cfg.fetch_ratio_auto) { /* the batch's duration measures the link */
+      st = okv_hal_event_record(rt->copy_start_events[layer], rt->copy);
+      job->start_recorded = st == OKV_OK;
+    }
+    if (st == OKV_OK)
+      st = okv_hal_copy_blocks_async(rt->copy, rt->host.kv, rt->pool, rt->block_bytes, job->n_plan, job->pairs);
     if (st == OKV_OK) st = okv_hal_event_record(rt->layer_events[layer], rt->copy);
     if (st == OKV_OK) {
       job->event_recorded = true;
@@ -248,6 +255,67 @@ double okv_rt_job_wait_event(okv_runtime_t *rt, uint32_t layer) {
   return okv_rt_wall_s() - t0;
 }
 
+/* ---- self-tuning cap (cfg.fetch_ratio_auto; docs/api.md "Fetch ratio") ---- */
+
+#define CAP_EWMA_WEIGHT 0.3 /* weight of a new measurement in the running estimates */
+#define CAP_LINK_SHARE  0.8 /* share of a step the background transfers may fill */
+
+/* One link measurement: `bytes` moved between the layer's copy-start event and
+ * its transfer event (both done). A failed elapsed query just skips the sample. */
+static void link_sample(okv_runtime_t *rt, uint32_t layer, uint64_t bytes) {
+  double secs = 0;
+  okv_status_t st = okv_hal_event_elapsed(rt->copy_start_events[layer], rt->layer_events[layer], &secs);
+  if (st != OKV_OK) {
+    okv_status_free(st);
+    return;
+  }
+  if (secs <= 0) return;
+  double bps = (double)bytes / secs;
+  rt->link_bps = rt->link_bps > 0 ? (1.0 - CAP_EWMA_WEIGHT) * rt->link_bps + CAP_EWMA_WEIGHT * bps : bps;
+}
+
+void okv_rt_note_layer_use(okv_runtime_t *rt, uint32_t layer) {
+  if (!rt->cfg.fetch_ratio_auto) return;
+  double now = okv_rt_wall_s();
+  double prev = rt->last_use_s[layer];
+  rt->last_use_s[layer] = now;
+  if (prev <= 0 || now <= prev) return;
+  double dt = now - prev;
+  rt->layer_interval_s =
+      rt->layer_interval_s > 0 ? (1.0 - CAP_EWMA_WEIGHT) * rt->layer_interval_s + CAP_EWMA_WEIGHT * dt : dt;
+}
+
+/* C for a job of `n_seqs` sequences: the configured cap, or with
+ * fetch_ratio_auto the largest C whose transfers, for every layer, fit in
+ * CAP_LINK_SHARE of the time between a layer's uses at the measured bandwidth:
+ *   C = floor(share * link_bps * interval / (n_layers * n_seqs * n_kv_heads * block_bytes)),
+ * clamped to 1..ceil(fetch_ratio * K). Until both are measured: the paper's
+ * 0.05 * K (at most the maximum). */
+uint32_t okv_rt_choose_cap(const okv_runtime_t *rt, uint32_t n_seqs) {
+  uint32_t cmax = rt->cap_blocks;
+  if (!rt->cfg.fetch_ratio_auto) return cmax;
+  if (rt->link_bps <= 0 || rt->layer_interval_s <= 0) {
+    uint32_t c0 = (uint32_t)ceil(0.05 * (double)rt->cfg.budget_blocks - 1e-9);
+    return c0 < 1 ? 1 : c0 > cmax ? cmax : c0;
+  }
+  double heads = (double)n_seqs * rt->cfg.n_kv_heads * rt->cfg.n_layers;
+  double c = CAP_LINK_SHARE * rt->link_bps * rt->layer_interval_s / (heads * (double)rt->block_bytes);
+  if (!(c >= 1.0)) return 1; /* NaN-safe */
+  return c >= (double)cmax ? cmax : (uint32_t)c;
+}
+
+okv_status_t okv_runtime_cap_state(const okv_runtime_t *rt, okv_cap_state_t *out) {
+  if (rt == NULL || out == NULL) return OKV_RT_INVALID("okv_runtime_cap_state: runtime or out_state is NULL");
+  memset(out, 0, sizeof *out);
+  out->cap_max_blocks = rt->cap_blocks;
+  out->link_bytes_per_second = rt->link_bps;
+  out->layer_interval_seconds = rt->layer_interval_s;
+  double sum = 0;
+  for (uint32_t l = 0; l < rt->cfg.n_layers; l++) sum += rt->jobs ? rt->jobs[l].cap : rt->cap_blocks;
+  out->cap_blocks = sum / rt->cfg.n_layers;
+  return OKV_OK;
+}
+
 /* Layer-local sync: waits for the layer's previous plan and commits it into the
  * maps. A failed transfer maps nothing (its slots go back to the heads' free
  * stacks, victims stay mapped); a failed transfer or prediction is absorbed and
@@ -260,7 +328,7 @@ void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
   okv_rt_job_wait_selected(rt, layer);
   ls->stall_seconds += okv_rt_wall_s() - t0;
   ls->stall_seconds += okv_rt_job_wait_event(rt, layer);
-  t0 = okv_rt_cpu_s();
+  t0 = okv_rt_bk_s();
   okv_status_t st = job->event_status;
   job->event_status = OKV_OK;
   bool ok = st == OKV_OK;
@@ -288,6 +356,8 @@ void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
       ls->failed_blocks++;
     }
   }
+  if (ok && job->start_recorded && job->n_plan > 0) link_sample(rt, layer, (uint64_t)job->n_plan * rt->block_bytes);
+  job->start_recorded = false;
   job->n_plan = 0;
   job->event_recorded = false;
   job->event_waited = false;
@@ -297,10 +367,10 @@ void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
   okv_status_free(st);
   okv_status_free(job->error);
   job->error = OKV_OK;
-  *bk_s += okv_rt_cpu_s() - t0;
+  *bk_s += okv_rt_bk_s() - t0;
 }
 
-void okv_rt_job_submit(okv_runtime_t *rt, uint32_t layer, const float *q) {
+void okv_rt_job_submit(okv_runtime_t *rt, uint32_t layer, const float *q, double *q_s) {
   okv_layer_job_t *job = &rt->jobs[layer];
   const okv_runtime_config_t *c = &rt->cfg;
   uint32_t T = rt->step_T;
@@ -311,8 +381,12 @@ void okv_rt_job_submit(okv_runtime_t *rt, uint32_t layer, const float *q) {
   job->n_query_tokens = T;
   job->t_begin = c->mode == OKV_MODE_OASIS ? 1u : 0u;
   job->t_end = c->mode == OKV_MODE_OASIS ? T : 1u;
-  memcpy(job->q_host, q, (size_t)rt->step_n_seqs * T * c->n_q_heads * c->head_dim * sizeof(float));
+  job->cap = okv_rt_choose_cap(rt, rt->step_n_seqs);
   job->stats_pending = true;
+  /* Moving the queries is a transfer (device-side on a GPU), not bookkeeping. */
+  double t0 = okv_rt_bk_s();
+  memcpy(job->q_host, q, (size_t)rt->step_n_seqs * T * c->n_q_heads * c->head_dim * sizeof(float));
+  *q_s += okv_rt_bk_s() - t0;
   pthread_mutex_lock(&rt->mutex);
   job->state = OKV_JOB_QUEUED;
   rt->queue[(rt->q_head + rt->q_len) % c->n_layers] = layer;

@@ -111,8 +111,11 @@ void okv_runtime_destroy(okv_runtime_t *rt) {
       if (rt->seqs[i].live) okv_rt_seq_release(rt, &rt->seqs[i]);
   }
   if (rt->layer_events) {
-    for (uint32_t l = 0; l < rt->cfg.n_layers; l++)
-      if (rt->layer_events[l]) OKV_IGNORE_ERROR(okv_hal_event_release(rt->layer_events[l]));
+    for (uint32_t l = 0; l < rt->cfg.n_layers; l++) {
+      if (rt->layer_events[l]) OKV_IGNORE_ERROR(okv_hal_event_release(rt->layer_events[l])); /* cleanup */
+      if (rt->copy_start_events && rt->copy_start_events[l])
+        OKV_IGNORE_ERROR(okv_hal_event_release(rt->copy_start_events[l])); /* cleanup */
+    }
   }
   if (rt->append_event) OKV_IGNORE_ERROR(okv_hal_event_release(rt->append_event));
   okv_hal_stream_t *streams[] = {rt->compute, rt->predict, rt->copy};
@@ -124,12 +127,12 @@ void okv_runtime_destroy(okv_runtime_t *rt) {
   okv_hal_buffer_t *bufs[] = {rt->summaries, rt->pool, rt->fg_inflight, rt->fg_out};
   for (int i = 0; i < 4; i++)
     if (bufs[i]) OKV_IGNORE_ERROR(okv_hal_buffer_release(bufs[i]));
-  void *arrs[] = {rt->free_slots,   rt->ws_offsets,     rt->ws_slots,    rt->ws_valid,     rt->append_pairs,
-                  rt->append_index, rt->append_first,   rt->append_keys, rt->od_pairs,     rt->od_plan,
-                  rt->seqs,         rt->step_seq_index, rt->step_seq_id, rt->layer_step,   rt->batch_seqs,
-                  rt->layer_cum,    rt->jobs,           rt->queue,       rt->layer_events, rt->wr_map,
-                  rt->wr_block,     rt->wr_tokens,      rt->tok_block,   rt->reb_index,    rt->reb_valid,
-                  rt->reb_map,      rt->reb_block};
+  void *arrs[] = {rt->free_slots,        rt->ws_offsets,   rt->ws_slots,       rt->ws_valid,    rt->append_pairs,
+                  rt->append_index,      rt->append_first, rt->append_keys,    rt->append_src,  rt->od_pairs,
+                  rt->od_plan,           rt->seqs,         rt->step_seq_index, rt->step_seq_id, rt->layer_step,
+                  rt->batch_seqs,        rt->layer_cum,    rt->jobs,           rt->queue,       rt->layer_events,
+                  rt->copy_start_events, rt->last_use_s,   rt->wr_map,         rt->wr_block,    rt->wr_tokens,
+                  rt->tok_block,         rt->reb_index,    rt->reb_valid,      rt->reb_map,     rt->reb_block};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) okv_rt_free(&rt->alloc, arrs[i]);
   pthread_mutex_destroy(&rt->mutex);
   pthread_cond_destroy(&rt->work_cv);
@@ -270,6 +273,7 @@ okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_conf
   ALLOC_ARR(rt->append_index, n_seg);
   ALLOC_ARR(rt->append_first, n_seg);
   ALLOC_ARR(rt->append_keys, n_seg * c->head_dim);
+  ALLOC_ARR(rt->append_src, n_seg);
   if (c->mode == OKV_MODE_ONDEMAND) {
     ALLOC_ARR(rt->od_pairs, n_seg * c->budget_blocks);
     ALLOC_ARR(rt->od_plan, n_seg * c->budget_blocks);
@@ -281,6 +285,8 @@ okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_conf
   ALLOC_ARR(rt->layer_step, c->n_layers);
   ALLOC_ARR(rt->layer_cum, c->n_layers);
   ALLOC_ARR(rt->layer_events, c->n_layers);
+  ALLOC_ARR(rt->copy_start_events, c->n_layers);
+  ALLOC_ARR(rt->last_use_s, c->n_layers);
 
   st = okv_hal_stream_create(device, &rt->compute);
   if (st) goto fail;
@@ -294,6 +300,10 @@ okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_conf
     for (uint32_t l = 0; l < c->n_layers; l++) {
       st = okv_hal_event_create(device, &rt->layer_events[l]);
       if (st) goto fail;
+      if (c->fetch_ratio_auto) {
+        st = okv_hal_event_create(device, &rt->copy_start_events[l]);
+        if (st) goto fail;
+      }
     }
     ALLOC_ARR(rt->jobs, c->n_layers);
     ALLOC_ARR(rt->queue, c->n_layers);

@@ -73,10 +73,12 @@ typedef struct okv_layer_job_t {
   uint32_t n_query_tokens, t_begin, t_end;
   float *q_host; /* [max_seqs][4][n_q_heads][head_dim] */
   /* Results of the background pipeline (read by the foreground once DONE). */
+  uint32_t cap;           /* C this job admits at most per head (rt->cap_blocks, or the self-tuning choice) */
   okv_plan_entry_t *plan; /* [max_seqs * n_kv_heads * C] */
   uint32_t n_plan;
   okv_block_copy_t *pairs;
   bool event_recorded, event_waited;
+  bool start_recorded;       /* copy_start_events[layer] precedes this plan's copy (auto cap) */
   okv_status_t event_status; /* cached result of waiting on the event */
   okv_status_t error;        /* a predict-stage failure (no plan) */
   okv_step_stats_t stats;    /* selection stats of the job */
@@ -108,6 +110,10 @@ struct okv_runtime_t {
 
   okv_hal_stream_t *compute, *predict, *copy;
   okv_hal_event_t **layer_events;
+  /* Self-tuning cap (cfg.fetch_ratio_auto): copy-start events per layer and the running estimates. */
+  okv_hal_event_t **copy_start_events; /* [n_layers], auto only */
+  double link_bps, layer_interval_s;   /* 0 = not measured yet */
+  double *last_use_s;                  /* [n_layers] wall time of the layer's latest step_layer */
   okv_hal_event_t *append_event;
 
   /* Foreground scratch */
@@ -128,6 +134,7 @@ struct okv_runtime_t {
   uint64_t *append_index;
   uint8_t *append_first;
   float *append_keys;
+  uint32_t *append_src;       /* [max_seqs * n_kv_heads] k_new row of each summary update */
   okv_block_copy_t *od_pairs; /* ondemand fetch pairs */
   okv_plan_entry_t *od_plan;
 
@@ -168,12 +175,13 @@ static inline double okv_rt_wall_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Bookkeeping is timed in the calling thread's CPU time, so that time the
- * thread spends preempted (other processes, kernel worker threads) does not
- * count as runtime overhead. */
-static inline double okv_rt_cpu_s(void) {
+/* Clock of bookkeeping intervals. CLOCK_MONOTONIC is read from the vDSO
+ * (about 30 ns here); the thread CPU clock is a system call (about 1.3 us on
+ * this VM, ~20 reads per layer-step) and so cost more than much of what it
+ * timed. Wall time counts preemption too: measure on a quiet machine. */
+static inline double okv_rt_bk_s(void) {
   struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -232,7 +240,9 @@ void okv_rt_job_wait_selected(okv_runtime_t *rt, uint32_t layer);
 void okv_rt_jobs_drain(okv_runtime_t *rt);
 double okv_rt_job_wait_event(okv_runtime_t *rt, uint32_t layer);
 void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s);
-void okv_rt_job_submit(okv_runtime_t *rt, uint32_t layer, const float *q);
+void okv_rt_job_submit(okv_runtime_t *rt, uint32_t layer, const float *q, double *q_s);
+void okv_rt_note_layer_use(okv_runtime_t *rt, uint32_t layer);
+uint32_t okv_rt_choose_cap(const okv_runtime_t *rt, uint32_t n_seqs);
 /* step_append.c */
 okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float *k_new, const float *v_new,
                                  double *bk_s, bool *out_committed);

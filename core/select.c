@@ -3,6 +3,7 @@
 
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Victim candidates are positions i into map->resident[] / map->res_last[]
  * (both contiguous, K + 1 long), so ranking them reads no per-block array. */
@@ -39,12 +40,30 @@ static inline void clear_pred(okv_block_map_t *map, const uint32_t *predicted, u
   for (uint32_t i = 0; i < n; i++) map->pred_bits[predicted[i] >> 6] = 0;
 }
 
+/* Folds the previous selection's step into res_last for the resident blocks
+ * that drop out of the prediction now (pred_bits holds the new prediction):
+ * afterwards every resident block outside pred_bits has its exact
+ * last-selected step in res_last. Work is proportional to the blocks that
+ * changed, not to K. */
+static void fold_dropped(okv_block_map_t *map) {
+  if (!map->has_prev) return;
+  uint32_t n_words = (map->n_blocks + 63u) / 64u;
+  for (uint32_t w = 0; w < n_words; w++) {
+    uint64_t d = map->res_bits[w] & map->pred_prev[w] & ~map->pred_bits[w];
+    while (d != 0) {
+      uint32_t b = w * 64u + (uint32_t)__builtin_ctzll(d);
+      d &= d - 1u;
+      uint32_t pos = map->res_pos[b];
+      if (map->res_last[pos] < map->prev_step) map->res_last[pos] = map->prev_step;
+    }
+  }
+}
+
 okv_status_t okv_select_head(okv_block_map_t *map, const okv_select_params_t *params, const uint32_t *predicted,
                              uint32_t n_predicted, uint32_t *scratch, uint32_t *out_admitted, uint32_t *out_victims,
                              okv_select_result_t *out_result) {
   okv_select_result_t r = {0, 0, 0, 0, 0};
-  /* 1. Predicted set as a bitmap; hits stamped, misses counted (residency from the bitmap). */
-  uint32_t n_miss_total = 0;
+  /* 1. Predicted set as a bitmap; hits counted from the residency bitmap. */
   for (uint32_t i = 0; i < n_predicted; i++) {
     uint32_t b = predicted[i];
     if (b >= map->n_blocks || b == params->active_block) {
@@ -54,9 +73,13 @@ okv_status_t okv_select_head(okv_block_map_t *map, const okv_select_params_t *pa
                              map->n_blocks);
     }
     map->pred_bits[b >> 6] |= 1ull << (b & 63u);
-    n_miss_total += !okv_block_map_bit(map->res_bits, b);
+    r.n_hits += okv_block_map_bit(map->res_bits, b);
   }
-  /* 2. Victim candidates: resident, not predicted, not active (positions, LRU order). */
+  r.n_misses = n_predicted - r.n_hits;
+  /* 2. Exact LRU keys for the blocks leaving the prediction; hits need none:
+   * the new prediction becomes pred_prev at `step` (step 5). */
+  fold_dropped(map);
+  /* 3. Victim candidates: resident, not predicted, not active (positions, LRU order). */
   uint32_t n_cand = 0;
   bool active_resident = false;
   for (uint32_t i = 0; i < map->n_resident; i++) {
@@ -67,23 +90,16 @@ okv_status_t okv_select_head(okv_block_map_t *map, const okv_select_params_t *pa
     }
     if (!okv_block_map_bit(map->pred_bits, b)) scratch[n_cand++] = i;
   }
-  clear_pred(map, predicted, n_predicted);
   uint32_t held = map->n_resident - (active_resident ? 1u : 0u);
   uint32_t room = held < params->budget_blocks ? params->budget_blocks - held : 0;
   /* Victims needed: admissions beyond the free room, at most the cap. */
-  uint32_t n_admit_max = n_miss_total < params->cap_blocks ? n_miss_total : params->cap_blocks;
+  uint32_t n_admit_max = r.n_misses < params->cap_blocks ? r.n_misses : params->cap_blocks;
   select_lru(map, scratch, n_cand, n_admit_max > room ? n_admit_max - room : 0);
-  /* 3. In predicted (score) order: hits refreshed, the first misses admitted. */
+  /* 4. In predicted (score) order, the first misses are admitted. */
   uint32_t next_victim = 0;
-  for (uint32_t i = 0; i < n_predicted; i++) {
+  for (uint32_t i = 0; i < n_predicted && r.n_admitted < n_admit_max; i++) {
     uint32_t b = predicted[i];
-    if (okv_block_map_bit(map->res_bits, b)) {
-      r.n_hits++;
-      okv_block_map_touch(map, b, params->step);
-      continue;
-    }
-    r.n_misses++;
-    if (r.n_admitted >= params->cap_blocks) continue;
+    if (okv_block_map_bit(map->res_bits, b)) continue;
     uint32_t victim;
     if (room > 0) {
       room--;
@@ -92,13 +108,21 @@ okv_status_t okv_select_head(okv_block_map_t *map, const okv_select_params_t *pa
       victim = map->resident[scratch[next_victim++]];
       r.n_victims++;
     } else {
-      continue; /* no place: cannot happen with n_predicted <= budget_blocks */
+      break; /* no place: cannot happen with n_predicted <= budget_blocks */
     }
     out_admitted[r.n_admitted] = b;
     out_victims[r.n_admitted] = victim;
     r.n_admitted++;
   }
   r.n_deferred = r.n_misses - r.n_admitted;
+  /* 5. The prediction becomes pred_prev, selected at `step`; the old one is
+   * cleared (pred_bits is all zero between calls). */
+  uint64_t *old = map->pred_prev;
+  map->pred_prev = map->pred_bits;
+  map->pred_bits = old;
+  if (map->has_prev) memset(old, 0, ((size_t)map->n_blocks / 64u + 1u) * sizeof(uint64_t));
+  map->prev_step = params->step;
+  map->has_prev = true;
   *out_result = r;
   return OKV_OK;
 }

@@ -78,9 +78,9 @@ static okv_status_t run_attention(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t 
                                   uint32_t T, const float *q, uint32_t n_inflight, const float *inflight, float *out,
                                   double *bk_s, double *att_s) {
   const okv_runtime_config_t *c = &rt->cfg;
-  double t0 = okv_rt_cpu_s();
+  double t0 = okv_rt_bk_s();
   uint32_t stale = build_ws(rt, n_seqs, seqs, layer);
-  *bk_s += okv_rt_cpu_s() - t0;
+  *bk_s += okv_rt_bk_s() - t0;
   if (stale != UINT32_MAX) /* peek after a failed refresh: the committed tokens of the active block are not readable */
     return okv_status_make(OKV_STATUS_COPY_FAILED,
                            "runtime: layer %u: the active block of sequence %u is not readable after a failed write "
@@ -147,7 +147,7 @@ static void fg_predict_and_fetch(okv_runtime_t *rt, uint32_t layer, const float 
     ls->pipeline_errors++;
     return;
   }
-  double t0 = okv_rt_cpu_s();
+  double t0 = okv_rt_bk_s();
   bool ondemand = c->mode == OKV_MODE_ONDEMAND;
   uint32_t n_plan = 0;
   for (uint32_t s = 0; s < n_seqs; s++) {
@@ -199,7 +199,7 @@ static void fg_predict_and_fetch(okv_runtime_t *rt, uint32_t layer, const float 
       }
     }
   }
-  *bk_s += okv_rt_cpu_s() - t0;
+  *bk_s += okv_rt_bk_s() - t0;
   if (n_plan == 0) return;
   t0 = okv_rt_wall_s();
   st = okv_hal_copy_blocks_async(rt->compute, rt->host.kv, rt->pool, rt->block_bytes, n_plan, rt->od_pairs);
@@ -210,7 +210,7 @@ static void fg_predict_and_fetch(okv_runtime_t *rt, uint32_t layer, const float 
     okv_status_free(st2);
   if (st != OKV_OK) OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->compute)); /* drained, no pending error */
   ls->stall_seconds += okv_rt_wall_s() - t0;
-  double t1 = okv_rt_cpu_s();
+  double t1 = okv_rt_bk_s();
   for (uint32_t i = 0; i < n_plan; i++) {
     okv_plan_entry_t *e = &rt->od_plan[i];
     okv_block_map_t *m = &seq_head(rt, &rt->seqs[e->seq_index], layer, e->kv_head)->map;
@@ -226,7 +226,7 @@ static void fg_predict_and_fetch(okv_runtime_t *rt, uint32_t layer, const float 
   }
   if (st != OKV_OK) ls->pipeline_errors++;
   okv_status_free(st);
-  *bk_s += okv_rt_cpu_s() - t1;
+  *bk_s += okv_rt_bk_s() - t1;
 }
 
 /* A failed step_layer / peek_layer marks its output invalid: every element a
@@ -259,6 +259,7 @@ okv_status_t okv_runtime_step_layer(okv_runtime_t *rt, uint32_t layer, const flo
   }
   double bk = 0, att = 0;
   okv_step_stats_t *ls = &rt->layer_step[layer];
+  okv_rt_note_layer_use(rt, layer);
   /* 1. Layer-local sync and commit of the previous step's transfer (before the
    * append so that the new active block finds >= C free slots). Failures are absorbed. */
   okv_rt_layer_commit(rt, layer, &bk);
@@ -282,9 +283,9 @@ okv_status_t okv_runtime_step_layer(okv_runtime_t *rt, uint32_t layer, const flo
   }
   /* 5. Hand the layer to the background pipeline (the token is committed either way). */
   if (has_pipeline(rt)) {
-    double t0 = okv_rt_cpu_s();
-    okv_rt_job_submit(rt, layer, q);
-    bk += okv_rt_cpu_s() - t0;
+    double t0 = okv_rt_bk_s(), q_s = 0;
+    okv_rt_job_submit(rt, layer, q, &q_s);
+    bk += okv_rt_bk_s() - t0 - q_s;
   }
   ls->bookkeeping_seconds += bk;
   if (append_st != OKV_OK) {

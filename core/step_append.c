@@ -22,7 +22,7 @@
 okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float *k_new, const float *v_new,
                                  double *bk_s, bool *out_committed) {
   *out_committed = false;
-  double t0 = okv_rt_cpu_s();
+  double t0 = okv_rt_bk_s();
   const okv_runtime_config_t *c = &rt->cfg;
   uint32_t H = c->n_kv_heads, hd = c->head_dim, E = rt->extent_blocks;
   uint32_t need_ext = 0, need_slots = 0;
@@ -54,10 +54,11 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
     for (uint32_t h = 0; h < H; h++)
       OKV_RETURN_IF_ERROR(okv_block_map_reserve(&seq_head(rt, s, layer, h)->map, &rt->alloc, nb));
   }
-  uint32_t n = 0;     /* (sequence, KV head) entries; each adds its refresh pair, then its repairs */
-  uint32_t n_cp = 0;  /* copy pairs: the n refreshes, then repairs */
-  uint32_t n_app = 0; /* incremental summary updates */
-  uint32_t n_reb = 0; /* summaries rebuilt from the HOST tier */
+  uint32_t n = 0;            /* (sequence, KV head) entries; each adds its refresh pair, then its repairs */
+  uint32_t n_cp = 0;         /* copy pairs: the n refreshes, then repairs */
+  uint32_t n_app = 0;        /* incremental summary updates */
+  uint32_t n_reb = 0;        /* summaries rebuilt from the HOST tier */
+  bool keys_in_place = true; /* the updates' keys are k_new's first n_app rows, in order */
   uint32_t cap_cp = rt->wr_capacity, cap_reb = rt->reb_capacity;
   okv_step_stats_t *ls = &rt->layer_step[layer];
   for (uint32_t i = 0; i < rt->step_n_seqs; i++) {
@@ -114,7 +115,9 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
       } else {
         rt->append_index[n_app] = hb;
         rt->append_first[n_app] = off == 0;
-        memcpy(rt->append_keys + (size_t)n_app * hd, k_new + ((size_t)i * H + h) * hd, hd * sizeof(float));
+        /* The key is k_new's row i * H + h; rows are gathered below only when some are skipped. */
+        keys_in_place &= n_app == i * H + h;
+        rt->append_src[n_app] = i * H + h;
         n_app++;
       }
       if (m->needs_repair) {
@@ -150,10 +153,16 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
     s->n_tokens[layer] = pos + 1u;
   }
   *out_committed = true;
-  *bk_s += okv_rt_cpu_s() - t0;
+  const float *keys = k_new;
+  if (!keys_in_place) {
+    for (uint32_t k = 0; k < n_app; k++)
+      memcpy(rt->append_keys + (size_t)k * hd, k_new + (size_t)rt->append_src[k] * hd, hd * sizeof(float));
+    keys = rt->append_keys;
+  }
+  *bk_s += okv_rt_bk_s() - t0;
   if (n == 0) return OKV_OK;
   /* Write the tokens into their HOST blocks (same order as the entries above). */
-  t0 = okv_rt_cpu_s();
+  t0 = okv_rt_bk_s();
   for (uint32_t i = 0, e = 0; i < rt->step_n_seqs; i++) {
     const okv_seq_t *s = step_seq(rt, i);
     if (s == NULL) continue;
@@ -162,14 +171,14 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
       okv_host_store_write_token(&rt->host, rt->tok_block[e], off, k_new + ((size_t)i * H + h) * hd,
                                  v_new + ((size_t)i * H + h) * hd);
   }
-  ls->append_seconds += okv_rt_cpu_s() - t0;
+  ls->append_seconds += okv_rt_bk_s() - t0;
   /* Summaries, then the slot refreshes, on the compute stream; one event.
    * Every operation is idempotent (min/max with the same key, whole-block
    * copies from the HOST tier), so a failed batch is retried once whole. */
   okv_status_t st = OKV_OK;
   for (int attempt = 0; attempt < 2; attempt++) {
-    st = okv_hal_summary_append_async(rt->compute, rt->summaries, hd, c->kv_dtype, n_app, rt->append_index,
-                                      rt->append_keys, rt->append_first);
+    st = okv_hal_summary_append_async(rt->compute, rt->summaries, hd, c->kv_dtype, n_app, rt->append_index, keys,
+                                      rt->append_first);
     if (st == OKV_OK && n_reb > 0) {
       okv_summary_desc_t sd = {.head_dim = hd,
                                .kv_dtype = c->kv_dtype,
@@ -194,7 +203,7 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
     OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->compute));
     if (attempt == 0) okv_status_free(st);
   }
-  t0 = okv_rt_cpu_s();
+  t0 = okv_rt_bk_s();
   if (st == OKV_OK) {
     for (uint32_t k = 0; k < n_cp; k++) okv_block_map_set_current(rt->wr_map[k], rt->wr_block[k], rt->wr_tokens[k]);
     for (uint32_t k = 0; k < n_reb; k++) rt->reb_map[k]->summary_stale[rt->reb_block[k]] = 0;
@@ -210,7 +219,7 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
     }
     for (uint32_t k = 0; k < n_reb; k++) rt->reb_map[k]->needs_repair = true;
   }
-  *bk_s += okv_rt_cpu_s() - t0;
+  *bk_s += okv_rt_bk_s() - t0;
   return st ? okv_status_annotate(st,
                                   "runtime: refreshing the active blocks of layer %u (the token is committed to the "
                                   "host tier; attention did not run, out is not valid)",

@@ -29,7 +29,8 @@ static void usage(FILE *f) {
           "  --mode M           dense|oasis|proxy|ondemand|all (default all; dense always runs as the reference)\n"
           "  --drafter D        oracle|self|ngram, the look-ahead token of mode oasis (default self)\n"
           "  --budget K         working-set blocks per KV head (default 8)\n"
-          "  --fetch-ratio R    cap C = ceil(R*K) new blocks per KV head per step, R in (0,1] (default 0.05)\n"
+          "  --fetch-ratio R    cap C = ceil(R*K) new blocks per KV head per step, R in (0,1] (default 0.05);\n"
+          "                     auto[:MAX]: chosen per step from the measured link, at most MAX (default 0.25)\n"
           "  --sweep            K in {1,2,4,8,16} x modes; writes results/sweep.{json,csv,png} unless overridden\n"
           "  --json FILE        JSON array of results ('-' = stdout instead of the table)\n"
           "  --csv FILE         CSV of results ('-' = stdout instead of the table)\n"
@@ -109,7 +110,8 @@ static json_object *result_json(const okv_eval_result_t *r) {
   json_object_object_add(o, "mode", json_object_new_string(okv_cli_mode_name(r->mode)));
   json_object_object_add(o, "drafter", json_object_new_string(okv_drafter_name(r->drafter)));
   json_object_object_add(o, "budget_blocks", json_object_new_int64(r->budget_blocks));
-  json_add_num(o, "fetch_ratio", r->fetch_ratio);
+  json_add_num(o, "fetch_ratio", fabs(r->fetch_ratio)); /* with auto: the maximum */
+  json_object_object_add(o, "fetch_ratio_auto", json_object_new_boolean(r->fetch_ratio < 0));
   json_object_object_add(o, "tokens_evaluated", json_object_new_int64((int64_t)r->tokens_evaluated));
   json_add_num(o, "mean_nll", r->mean_nll);
   json_add_num(o, "perplexity", r->perplexity);
@@ -147,9 +149,10 @@ static void print_csv(FILE *f, const okv_eval_result_t *rs, size_t n) {
     fmt_num(kl, sizeof kl, "%.6g", r->kl_vs_dense);
     fmt_num(rec, sizeof rec, "%.6f", r->recall);
     fprintf(f, "%s,%s,%u,%g,%llu,%.6f,%.6f,%s,%s,%s,%llu,%.4f,%llu,%.6f,%.1f,", okv_cli_mode_name(r->mode),
-            okv_drafter_name(r->drafter), r->budget_blocks, r->fetch_ratio, (unsigned long long)r->tokens_evaluated,
-            r->mean_nll, r->perplexity, top1, kl, rec, (unsigned long long)r->bytes_moved, r->blocks_moved_per_token,
-            (unsigned long long)r->deferred_steps, r->stall_seconds, r->tokens_per_second);
+            okv_drafter_name(r->drafter), r->budget_blocks, fabs(r->fetch_ratio),
+            (unsigned long long)r->tokens_evaluated, r->mean_nll, r->perplexity, top1, kl, rec,
+            (unsigned long long)r->bytes_moved, r->blocks_moved_per_token, (unsigned long long)r->deferred_steps,
+            r->stall_seconds, r->tokens_per_second);
     for (uint32_t l = 0; l < r->n_layers && l < 64; ++l) {
       char b[32];
       fmt_num(b, sizeof b, "%.4f", r->recall_per_layer[l]);
@@ -171,7 +174,7 @@ static void print_table(FILE *f, const okv_eval_result_t *rs, size_t n, double d
     fmt_num(rec, sizeof rec, "%.4f", r->recall);
     fmt_num(dn, sizeof dn, "%+.3f", 100.0 * (r->mean_nll - dense_nll) / dense_nll);
     fprintf(f, "%-9s %-7s %4u %6.3f %7llu %9.5f %8s %9.4f %7s %10s %7s %8.3f %9.3f %8llu %9.4f %9.0f  ",
-            okv_cli_mode_name(r->mode), okv_drafter_name(r->drafter), r->budget_blocks, r->fetch_ratio,
+            okv_cli_mode_name(r->mode), okv_drafter_name(r->drafter), r->budget_blocks, fabs(r->fetch_ratio),
             (unsigned long long)r->tokens_evaluated, r->mean_nll, dn, r->perplexity, top1, kl, rec,
             r->blocks_moved_per_token, (double)r->bytes_moved / 1e6, (unsigned long long)r->deferred_steps,
             r->stall_seconds, r->tokens_per_second);

@@ -74,6 +74,17 @@ bool okv_cli_parse_double(const char *cmd, const char *flag, const char *s, doub
 
 bool okv_cli_parse_fetch_ratio(const char *cmd, const char *s, double *out) {
   double v;
+  if (s != NULL && strncmp(s, "auto", 4) == 0 && (s[4] == '\0' || s[4] == ':')) {
+    /* Self-tuning cap: encoded as minus its maximum ratio (okv_cli_apply_fetch_ratio decodes it). */
+    v = OKV_CLI_AUTO_FETCH_RATIO_MAX;
+    if (s[4] == ':' && !okv_cli_parse_double(cmd, "--fetch-ratio auto:MAX", s + 5, &v)) return false;
+    if (!(v > 0.0 && v <= 1.0)) {
+      fprintf(stderr, "%s: --fetch-ratio auto:MAX needs MAX in (0, 1], got %s\n", cmd, s + 5);
+      return false;
+    }
+    *out = -v;
+    return true;
+  }
   if (!okv_cli_parse_double(cmd, "--fetch-ratio", s, &v)) return false;
   if (!(v > 0.0 && v <= 1.0)) {
     fprintf(stderr, "%s: --fetch-ratio must be in (0, 1], got %s\n", cmd, s);
@@ -105,6 +116,11 @@ bool okv_cli_parse_device(const char *cmd, const char *s) {
   return false;
 }
 
+void okv_cli_apply_fetch_ratio(double fetch_ratio, okv_runtime_config_t *out) {
+  out->fetch_ratio_auto = fetch_ratio < 0;
+  out->fetch_ratio = fetch_ratio < 0 ? -fetch_ratio : fetch_ratio;
+}
+
 void okv_cli_runtime_config(const okv_model_config_t *mc, okv_mode_t mode, uint32_t budget, double fetch_ratio,
                             uint32_t max_seqs, okv_runtime_config_t *out) {
   okv_model_runtime_config(mc, out); /* the model's shape, f32 K/V, 16-token blocks */
@@ -112,7 +128,7 @@ void okv_cli_runtime_config(const okv_model_config_t *mc, okv_mode_t mode, uint3
   const uint32_t ctx_blocks = (mc->seq_len + OKV_BLOCK_TOKENS - 1) / OKV_BLOCK_TOKENS;
   out->budget_blocks = mode == OKV_MODE_DENSE ? ctx_blocks : budget;
   out->dense_threshold_blocks = out->budget_blocks;
-  out->fetch_ratio = fetch_ratio;
+  okv_cli_apply_fetch_ratio(fetch_ratio, out);
   out->max_seqs = max_seqs;
   out->max_context_tokens = ctx_blocks * OKV_BLOCK_TOKENS;
 }

@@ -42,8 +42,13 @@ bool okv_cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_
 /* A finite double; the error says whether the text is not a number, is out
  * of range (strtod's ERANGE: "overflows" or "underflows") or is inf/nan. */
 bool okv_cli_parse_double(const char *cmd, const char *flag, const char *s, double *out);
-/* --fetch-ratio: a number in (0, 1]. */
+/* --fetch-ratio: a number in (0, 1], or `auto` / `auto:MAX` (the runtime's
+ * self-tuning cap, fetch_ratio_auto, with maximum ratio MAX, default
+ * OKV_CLI_AUTO_FETCH_RATIO_MAX), which is returned as -MAX. */
+#define OKV_CLI_AUTO_FETCH_RATIO_MAX 0.25
 bool okv_cli_parse_fetch_ratio(const char *cmd, const char *s, double *out);
+/* Sets config->fetch_ratio and fetch_ratio_auto from a parsed --fetch-ratio value. */
+void okv_cli_apply_fetch_ratio(double fetch_ratio, okv_runtime_config_t *out);
 /* --mode for one mode; "all" is handled by the caller. */
 bool okv_cli_parse_mode(const char *cmd, const char *s, okv_mode_t *out);
 /* --device: cpu, cuda or hip (whether compiled in is checked at creation). */
@@ -70,10 +75,16 @@ typedef struct okv_cli_model_t {
 } okv_cli_model_t;
 
 /* Resolves the paths (flag > env > ../shared > source tree), loads the model
- * and its tokenizer and creates the device; prints one error line and returns
+ * (llama2.c checkpoint or GGUF) and its tokenizer and creates the device; prints one error line and returns
  * false on failure (nothing left allocated). */
 bool okv_cli_model_open(const char *cmd, const char *model_flag, const char *tokenizer_flag, const char *device_name,
                         okv_cli_model_t *out);
+/* The same with a context length (0 = the model's; see
+ * okv_model_load_options_t). A GGUF model (first bytes "GGUF") takes its
+ * tokenizer from its own metadata unless tokenizer_flag is given; then
+ * tokenizer_path is the model's path. */
+bool okv_cli_model_open_ex(const char *cmd, const char *model_flag, const char *tokenizer_flag, const char *device_name,
+                           uint32_t context_length, okv_cli_model_t *out);
 void okv_cli_model_close(okv_cli_model_t *m);
 
 /* Prints "<cmd>: <message>" for a status and frees it. */

@@ -62,7 +62,12 @@ typedef struct okv_runtime_config_t {
   /* Policy. */
   okv_mode_t mode;        /* default OKV_MODE_OASIS */
   uint32_t budget_blocks; /* K: blocks per KV head in the working set, besides the active block; default 128 */
-  double fetch_ratio;     /* in (0, 1]; cap C = ceil(fetch_ratio * K) new blocks per KV head per step; default 0.05 */
+  double fetch_ratio;     /* in (0, 1]; cap C = ceil(fetch_ratio * K) new blocks per KV head per step; default 0.05.
+                             With fetch_ratio_auto it is the maximum the self-tuning cap may choose. */
+  bool fetch_ratio_auto;  /* self-tuning cap (beyond the paper, which tunes the ratio by hand): each layer's C is
+                             chosen per step from the measured HOST->DEVICE link bandwidth and the measured time
+                             between a layer's uses, so that a step's transfers fit in 80% of the step at that
+                             bandwidth; 1 <= C <= ceil(fetch_ratio * K). Default false. docs/api.md "Fetch ratio". */
   uint32_t dense_threshold_blocks; /* a sequence keeps all its KV resident until its context exceeds this
                                       many blocks; default = budget_blocks (must be <= budget_blocks) */
   /* Sizing. */
@@ -215,6 +220,25 @@ struct okv_step_stats_t {
 OKV_API okv_status_t okv_runtime_stats(const okv_runtime_t *runtime, uint32_t layer, okv_step_stats_t *out_stats);
 /* Clears cumulative stats. */
 OKV_API void okv_runtime_stats_reset(okv_runtime_t *runtime);
+
+/* State of the cap (docs/api.md "Fetch ratio"). link_bytes_per_second and
+ * layer_interval_seconds are the self-tuning cap's running estimates (0 until
+ * measured, and always 0 without fetch_ratio_auto): HOST->DEVICE bytes per second
+ * of the background transfers (bytes of a layer's batch / its duration between two
+ * events on the copy stream, exponentially averaged with weight 0.3) and the wall
+ * time between two uses of the same layer (step_layer calls). cap_blocks is the C
+ * the latest job of each layer used, averaged over layers; cap_max_blocks is
+ * ceil(fetch_ratio * K). */
+typedef struct okv_cap_state_t {
+  double link_bytes_per_second;
+  double layer_interval_seconds;
+  double cap_blocks;
+  uint32_t cap_max_blocks;
+} okv_cap_state_t;
+
+/* Reads the cap state. Call from the engine thread between calls (not thread-safe
+ * against a concurrent step). Errors: INVALID_ARGUMENT (NULL runtime or out_state). */
+OKV_API okv_status_t okv_runtime_cap_state(const okv_runtime_t *runtime, okv_cap_state_t *out_state);
 
 /* ---- Capacity ---- */
 

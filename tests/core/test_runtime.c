@@ -331,6 +331,59 @@ static void test_sparse_ondemand(void **state) {
   run_sparse(OKV_MODE_ONDEMAND, 9, 60, true);
 }
 
+/* Self-tuning cap (fetch_ratio_auto): the formula on hand-computed cases, and a
+ * run in which every step's admissions stay within the maximum C while the
+ * link and the layer interval get measured. */
+static void test_auto_cap(void **state) {
+  (void)state;
+  okv_runtime_config_t c;
+  budget_config(&c, 8, 0.5); /* C_max = 4 */
+  c.fetch_ratio_auto = true;
+  c.mode = OKV_MODE_OASIS;
+  okv_hal_device_params_t p = small_params();
+  drv_t d;
+  drv_open(&d, g_backend, &c, &p, 11, 1024);
+  okv_runtime_t *rt = d.rt;
+  assert_int_equal(rt->cap_blocks, 4);
+  /* Nothing measured: the paper's 0.05 * K = 0.4 -> 1. */
+  assert_int_equal(okv_rt_choose_cap(rt, 2), 1);
+  /* 2 layers x 2 KV heads x 3 seqs = 12 heads; block_bytes = 2 * 16 * 16 * 4 = 2048.
+   * 0.8 * 1e6 B/s * 0.0768 s / (12 * 2048) = 2.5 -> 2. */
+  uint64_t bb = okv_block_bytes(c.kv_dtype, c.head_dim);
+  assert_int_equal(bb, 2048);
+  rt->link_bps = 1e6;
+  rt->layer_interval_s = 0.0768;
+  assert_int_equal(okv_rt_choose_cap(rt, 3), 2);
+  rt->link_bps = 0.5e6; /* half the link: 1.25 -> 1 */
+  assert_int_equal(okv_rt_choose_cap(rt, 3), 1);
+  rt->link_bps = 0.1e6; /* below one block per head: never below 1 */
+  assert_int_equal(okv_rt_choose_cap(rt, 3), 1);
+  rt->link_bps = 1e9; /* never above the maximum */
+  assert_int_equal(okv_rt_choose_cap(rt, 3), 4);
+  rt->link_bps = NAN;
+  assert_int_equal(okv_rt_choose_cap(rt, 3), 1);
+  rt->link_bps = 0;
+  rt->layer_interval_s = 0;
+  drv_add(&d, 300);
+  drv_add(&d, 200);
+  okv_cap_state_t cs;
+  for (uint32_t step = 0; step < 30; step++) {
+    drv_step(&d, 2, 2.0f);
+    assert_int_equal(d.last_layer_code, OKV_STATUS_OK);
+    uint64_t heads = (uint64_t)d.n_seqs * c.n_layers * c.n_kv_heads;
+    assert_true(d.last_stats.admitted <= 4u * heads);
+    OKV_ASSERT_OK(okv_runtime_cap_state(rt, &cs));
+    assert_true(cs.cap_blocks >= 1.0 && cs.cap_blocks <= 4.0);
+    assert_int_equal(cs.cap_max_blocks, 4);
+  }
+  assert_true(cs.layer_interval_seconds > 0);
+  assert_true(cs.link_bytes_per_second > 0); /* transfers happened and were timed */
+  okv_status_t st = okv_runtime_cap_state(rt, NULL);
+  assert_int_equal(okv_status_code(st), OKV_STATUS_INVALID_ARGUMENT);
+  okv_status_free(st);
+  drv_close(&d);
+}
+
 /* Slot reservation at seq_add: OUT_OF_MEMORY leaves nothing allocated; capacity reports it. */
 static void test_capacity_and_oom(void **state) {
   (void)state;
@@ -475,6 +528,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_capacity_and_oom),
       cmocka_unit_test(test_dense_pool_exhaustion),
       cmocka_unit_test(test_peek),
+      cmocka_unit_test(test_auto_cap),
   };
   return cmocka_run_group_tests_name("core_runtime", tests, NULL, NULL);
 }

@@ -67,7 +67,8 @@ okv_status_t okv_eval_run(const okv_model_t *model, okv_hal_device_t *device, co
   /* Dense keeps everything resident: size its working set to the whole context. */
   rc.budget_blocks = config->mode == OKV_MODE_DENSE ? ctx_blocks : config->budget_blocks;
   rc.dense_threshold_blocks = rc.budget_blocks;
-  rc.fetch_ratio = config->fetch_ratio;
+  rc.fetch_ratio_auto = config->fetch_ratio < 0; /* negative: self-tuning cap with that maximum */
+  rc.fetch_ratio = config->fetch_ratio < 0 ? -config->fetch_ratio : config->fetch_ratio;
   rc.max_seqs = n_windows;
   rc.max_context_tokens = ctx_blocks * OKV_BLOCK_TOKENS;
   rc.track_recall = config->mode != OKV_MODE_DENSE;
