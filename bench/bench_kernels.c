@@ -12,7 +12,8 @@
  *    effective GB/s, GFLOP/s and
  *      attention_roofline_fraction = max(bytes / stream_bw, flops / fma_peak) / time,
  *  - Quest scoring of a 16K-token context (summary bytes / time vs stream
- *    bandwidth: scoring_roofline_fraction) and scoring + top-K (K = 128 blocks)
+ *    bandwidth: scoring_roofline_fraction), the same on bf16 summaries
+ *    (scoring_bf16_time_s, scoring_bf16_gbps), and scoring + top-K (K = 128 blocks)
  *    time as a fraction of sparse attention over K = 128 blocks
  *    (scoring_fraction).
  * Kernels are timed through the HAL (stream + events), as users get them.
@@ -348,7 +349,23 @@ static void bench_score_free(okv_bench_score_t *c) {
   memset(c, 0, sizeof *c);
 }
 
-static okv_status_t bench_score_make(okv_bench_t *b, uint32_t batch, uint32_t n_blocks, okv_bench_score_t *c) {
+/* Random bf16 or f16 values in [-1, 1) (n elements). */
+static okv_status_t bench_fill_half(okv_hal_buffer_t *buf, okv_dtype_t dtype, size_t n, uint64_t seed) {
+  uint16_t *tmp = malloc(n * sizeof(uint16_t));
+  if (!tmp) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: bench staging");
+  uint64_t s = seed | 1u;
+  for (size_t i = 0; i < n; i++) {
+    float x = (float)((double)(okv_cli_rng_next(&s) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+    tmp[i] = dtype == OKV_DTYPE_BF16 ? okv_f32_to_bf16(x) : okv_f32_to_f16(x);
+  }
+  okv_status_t st = okv_hal_buffer_write(buf, 0, tmp, n * sizeof(uint16_t));
+  free(tmp);
+  return st;
+}
+
+/* Scoring (+ top-K) of n_blocks blocks per KV head, summaries in summary_dtype. */
+static okv_status_t bench_score_make(okv_bench_t *b, uint32_t batch, uint32_t n_blocks, okv_dtype_t summary_dtype,
+                                     okv_bench_score_t *c) {
   memset(c, 0, sizeof *c);
   const uint32_t H = 8, G = 4, D = 128, T = 2, U = batch * H;
   c->sfirst = malloc(8u * U);
@@ -357,12 +374,16 @@ static okv_status_t bench_score_make(okv_bench_t *b, uint32_t batch, uint32_t n_
   if (!c->sfirst || !c->scfirst || !c->segn) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: bench scoring");
   for (uint32_t u = 0; u < U; u++) c->sfirst[u] = c->scfirst[u] = (uint64_t)u * n_blocks, c->segn[u] = n_blocks;
   const size_t n_summ = (size_t)U * n_blocks;
-  OKV_RETURN_IF_ERROR(okv_hal_buffer_alloc(b->dev, OKV_TIER_DEVICE, n_summ * okv_summary_bytes(D), &c->summ));
+  OKV_RETURN_IF_ERROR(
+      okv_hal_buffer_alloc(b->dev, OKV_TIER_DEVICE, n_summ * okv_summary_bytes_ex(summary_dtype, D), &c->summ));
   OKV_RETURN_IF_ERROR(okv_hal_buffer_alloc(b->dev, OKV_TIER_DEVICE, n_summ * 4u, &c->scores));
   OKV_RETURN_IF_ERROR(okv_hal_buffer_alloc(b->dev, OKV_TIER_DEVICE, (size_t)U * 128u * 4u, &c->idx));
   const size_t q_floats = (size_t)batch * T * H * G * D;
   OKV_RETURN_IF_ERROR(okv_hal_buffer_alloc(b->dev, OKV_TIER_DEVICE, q_floats * 4u, &c->q));
-  OKV_RETURN_IF_ERROR(bench_fill_f32(c->summ, n_summ * 2u * D, 11));
+  if (summary_dtype == OKV_DTYPE_F32)
+    OKV_RETURN_IF_ERROR(bench_fill_f32(c->summ, n_summ * 2u * D, 11));
+  else
+    OKV_RETURN_IF_ERROR(bench_fill_half(c->summ, summary_dtype, n_summ * 2u * D, 11));
   OKV_RETURN_IF_ERROR(bench_fill_f32(c->q, q_floats, 13));
   c->sdesc = (okv_score_desc_t){.n_seqs = batch,
                                 .n_kv_heads = H,
@@ -376,7 +397,8 @@ static okv_status_t bench_score_make(okv_bench_t *b, uint32_t batch, uint32_t n_
                                 .seg_summary_first = c->sfirst,
                                 .seg_n_blocks = c->segn,
                                 .scores = c->scores,
-                                .seg_score_first = c->scfirst};
+                                .seg_score_first = c->scfirst,
+                                .summary_dtype = summary_dtype};
   c->tdesc = (okv_topk_desc_t){.n_segments = U,
                                .k = 128,
                                .scores = c->scores,
@@ -544,7 +566,7 @@ int okv_cli_bench_kernels(int argc, char **argv) {
 
   /* Scoring of a 16K-token context (1,024 blocks per KV head) + top-K 128. */
   const uint32_t score_blocks = 16384u / 16u;
-  BENCH_CHECK(bench_score_make(&b, score_batch, score_blocks, &sc));
+  BENCH_CHECK(bench_score_make(&b, score_batch, score_blocks, OKV_DTYPE_F32, &sc));
   double t_score = 0, t_topk = 0, stream_sc = 0;
   BENCH_CHECK(bench_time(&b, bench_launch_score, &sc, quick ? 0.05 : 0.2, &t_score));
   BENCH_CHECK(bench_time(&b, bench_launch_topk, &sc, quick ? 0.05 : 0.2, &t_topk));
@@ -558,9 +580,16 @@ int okv_cli_bench_kernels(int argc, char **argv) {
   double score_roof = summ_bytes / t_score / 1e9 / stream_sc;
   double score_frac = (t_score + t_topk) / attn_k128_s;
   bench_score_free(&sc);
+  /* The same scoring on bf16 summaries (half the bytes; exact for bf16 KV, docs/kernels.md). */
+  double t_score_bf16 = 0;
+  BENCH_CHECK(bench_score_make(&b, score_batch, score_blocks, OKV_DTYPE_BF16, &sc));
+  BENCH_CHECK(bench_time(&b, bench_launch_score, &sc, quick ? 0.05 : 0.2, &t_score_bf16));
+  bench_score_free(&sc);
   if (!as_json) {
     printf("scoring 16K context, batch %u: %.3f ms (%.1f GB/s of summaries, stream %.1f GB/s) -> roofline %.2f\n",
            score_batch, t_score * 1e3, summ_bytes / t_score / 1e9, stream_sc, score_roof);
+    printf("scoring 16K context on bf16 summaries: %.3f ms (%.1f GB/s of summaries) -> %.2fx the f32 speed\n",
+           t_score_bf16 * 1e3, summ_bytes / 2.0 / t_score_bf16 / 1e9, t_score / t_score_bf16);
     printf("top-K 128 of 1024 blocks x %u segments: %.3f ms; attention over K=128 blocks: %.3f ms\n", score_batch * 8u,
            t_topk * 1e3, attn_k128_s * 1e3);
     printf(
@@ -580,6 +609,9 @@ int okv_cli_bench_kernels(int argc, char **argv) {
       {"scoring_roofline_fraction", score_roof},
       {"scoring_fraction", score_frac},
       {"scoring_time_s", t_score},
+      {"scoring_gbps", summ_bytes / t_score / 1e9},
+      {"scoring_bf16_time_s", t_score_bf16},
+      {"scoring_bf16_gbps", summ_bytes / 2.0 / t_score_bf16 / 1e9},
       {"topk_time_s", t_topk},
       {"attention_k128_time_s", attn_k128_s},
   };

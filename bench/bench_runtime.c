@@ -30,6 +30,10 @@ typedef struct bench_opts_t {
   double host_gib, fetch_ratio, noise;
   bool json, recall;
   const char *project; /* --project SHAPE: project the measured cost onto a model's shape */
+  okv_scoring_t scoring;
+  okv_dtype_t summary_dtype;
+  uint32_t groups;
+  double locality; /* 0 = i.i.d. keys; > 0: keys drift slowly along the context (docs/kernels.md) */
 } bench_opts_t;
 
 static double bench_now(void) {
@@ -49,6 +53,8 @@ static void usage(void) {
           "usage: oasiskv bench runtime [--backend NAME] [--seqs N] [--context TOKENS] [--layers N]\n"
           "                             [--host-gib G] [--budget K] [--fetch-ratio R] [--steps N]\n"
           "                             [--warmup N] [--noise X] [--recall] [--project SHAPE] [--json]\n"
+          "                             [--scoring flat|two-level] [--groups N] [--summary-dtype auto|f32|bf16|f16]\n"
+          "                             [--locality X]\n"
           "  Defaults: cpu, 8 sequences x 16384 tokens, layers that fit in 4 GiB of host tier,\n"
           "  K = 128, fetch ratio 0.05, 4 measured steps after 2 warm-up steps.\n");
 }
@@ -82,6 +88,10 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
   o->noise = 0.5;
   o->json = false;
   o->recall = false;
+  o->scoring = OKV_SCORING_FLAT;
+  o->summary_dtype = OKV_SUMMARY_DTYPE_AUTO; /* as the KV (bf16 here) */
+  o->groups = 0;
+  o->locality = 0;
   o->project = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -98,7 +108,8 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
       return 1;
     }
     static const char *const valued[] = {"--backend", "--seqs",     "--context",     "--layers", "--budget", "--steps",
-                                         "--warmup",  "--host-gib", "--fetch-ratio", "--noise",  "--project"};
+                                         "--warmup",  "--host-gib", "--fetch-ratio", "--noise",  "--project",
+                                         "--scoring", "--groups",   "--summary-dtype", "--locality"};
     bool known = false;
     for (size_t j = 0; j < sizeof valued / sizeof valued[0]; j++) known |= strcmp(a, valued[j]) == 0;
     if (!known) {
@@ -130,6 +141,26 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
       ok = okv_cli_parse_fetch_ratio("oasiskv bench runtime", v, &o->fetch_ratio); /* auto[:MAX] -> -MAX */
     else if (strcmp(a, "--project") == 0)
       o->project = v;
+    else if (strcmp(a, "--scoring") == 0) {
+      okv_status_t ps = okv_scoring_parse(v, &o->scoring);
+      ok = ps == OKV_OK;
+      okv_status_free(ps);
+    } else if (strcmp(a, "--groups") == 0)
+      ok = parse_u32(v, &o->groups) && o->groups > 0;
+    else if (strcmp(a, "--summary-dtype") == 0) {
+      ok = true;
+      if (strcmp(v, "auto") == 0)
+        o->summary_dtype = OKV_SUMMARY_DTYPE_AUTO;
+      else if (strcmp(v, "f32") == 0)
+        o->summary_dtype = OKV_DTYPE_F32;
+      else if (strcmp(v, "bf16") == 0)
+        o->summary_dtype = OKV_DTYPE_BF16;
+      else if (strcmp(v, "f16") == 0)
+        o->summary_dtype = OKV_DTYPE_F16;
+      else
+        ok = false;
+    } else if (strcmp(a, "--locality") == 0)
+      ok = parse_f64(v, &o->locality) && o->locality >= 0 && o->locality <= 1;
     else if (strcmp(a, "--noise") == 0)
       ok = parse_f64(v, &o->noise) && o->noise >= 0;
     else {
@@ -270,6 +301,9 @@ int okv_cli_bench_runtime(int argc, char **argv) {
   cfg.max_context_tokens = max_ctx;
   cfg.host_capacity_bytes = host_bytes;
   cfg.track_recall = o.recall;
+  cfg.scoring = o.scoring;
+  cfg.scoring_groups = o.groups;
+  cfg.summary_dtype = o.summary_dtype;
   okv_status_t st = okv_runtime_config_validate(&cfg);
   if (st != OKV_OK) return fail_status("config", st);
   uint32_t C = (uint32_t)ceil(cfg.fetch_ratio * o.budget_blocks - 1e-9); /* with auto: the maximum */
@@ -312,6 +346,24 @@ int okv_cli_bench_runtime(int argc, char **argv) {
   for (size_t i = 0; i < layer_elems; i++) {
     pk[i] = bench_rand();
     pv[i] = bench_rand();
+  }
+  if (o.locality > 0) {
+    /* Keys with locality: each head's key is a slow random walk along the context plus i.i.d. noise,
+     * k_t = a * w_t + (1 - a) * u_t with w_t = 0.98 w_{t-1} + 0.2 u'_t, a = --locality, so neighbouring blocks
+     * (and a block's 16 keys) are alike, as in real attention; queries stay i.i.d. */
+    float *w = calloc(kv, sizeof(float));
+    if (w == NULL) {
+      fprintf(stderr, "oasiskv bench runtime: out of host memory for inputs\n");
+      rc = 1;
+      goto done;
+    }
+    float a = (float)o.locality;
+    for (size_t t = 0; t < o.context_tokens; t++)
+      for (size_t j = 0; j < kv; j++) {
+        w[j] = 0.98f * w[j] + 0.2f * bench_rand();
+        pk[t * kv + j] = a * 4.0f * w[j] + (1.0f - a) * pk[t * kv + j];
+      }
+    free(w);
   }
   for (uint32_t l = 1; l < L; l++) {
     memcpy(pk + l * layer_elems, pk, layer_elems * sizeof(float));
@@ -365,6 +417,7 @@ int okv_cli_bench_runtime(int argc, char **argv) {
   }
   double n_steps = (double)o.steps;
   double overhead = cum.attention_seconds > 0 ? cum.bookkeeping_seconds / cum.attention_seconds : 0.0;
+  double scoring_fraction = cum.attention_seconds > 0 ? cum.predict_seconds / cum.attention_seconds : 0.0;
   double ns_per_head = cum.bookkeeping_seconds / n_steps * 1e9 / ((double)o.n_seqs * L * H);
   double bytes_per_step = (double)cum.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE] / n_steps;
   double cap_bytes = (double)C * H * L * (double)block_bytes * o.n_seqs;
@@ -392,6 +445,13 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     json_object_object_add(jout, "attention_seconds_per_step", json_object_new_double(cum.attention_seconds / n_steps));
     json_object_object_add(jout, "stall_seconds_per_step", json_object_new_double(cum.stall_seconds / n_steps));
     json_object_object_add(jout, "overhead_fraction", json_object_new_double(overhead));
+    json_object_object_add(jout, "scoring_fraction", json_object_new_double(scoring_fraction));
+    json_object_object_add(jout, "predict_seconds_per_step", json_object_new_double(cum.predict_seconds / n_steps));
+    json_object_object_add(jout, "scoring", json_object_new_string(okv_scoring_name(o.scoring)));
+    json_object_object_add(jout, "scoring_groups", json_object_new_int64(o.groups));
+    json_object_object_add(jout, "summary_dtype",
+                           json_object_new_string(okv_dtype_name(okv_runtime_config(rt)->summary_dtype)));
+    json_object_object_add(jout, "locality", json_object_new_double(o.locality));
     json_object_object_add(
         jout, "bookkeeping_ns_per_head",
         json_object_new_double(cum.bookkeeping_seconds / n_steps * 1e9 / ((double)o.n_seqs * L * H)));
@@ -447,6 +507,10 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     printf("\noverhead_fraction %.4f (target <= 0.05); bytes/step %.0f <= cap %.0f: %s\n", overhead, bytes_per_step,
            cap_bytes, bytes_per_step <= cap_bytes ? "yes" : "NO");
     printf("bookkeeping %.0f ns per KV head per step (target <= 500)\n", ns_per_head);
+    printf("scoring %s, %s summaries%s: prediction %.2f ms/step, scoring_fraction %.3f (target <= 1.0)\n",
+           okv_scoring_name(o.scoring), okv_dtype_name(okv_runtime_config(rt)->summary_dtype),
+           o.scoring == OKV_SCORING_TWO_LEVEL ? " (two-level)" : "", 1e3 * cum.predict_seconds / n_steps,
+           scoring_fraction);
     if (proj) proj_report(proj, ns_per_head, o.budget_blocks, NULL);
   }
 done:

@@ -19,6 +19,7 @@
  * contiguous host extents; one scoring launch per run index. */
 okv_status_t okv_rt_predict_topk(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream, uint32_t n_seqs,
                                  uint32_t layer, uint32_t T, uint32_t t_begin, uint32_t t_end, double *bk_s) {
+  if (rt->groups_kept > 0) return okv_rt_predict_two_level(rt, ctx, stream, n_seqs, layer, T, t_begin, t_end, bk_s);
   double t0 = okv_rt_bk_s();
   uint32_t H = rt->cfg.n_kv_heads, E = rt->extent_blocks;
   uint32_t n_seg = n_seqs * H;
@@ -36,7 +37,8 @@ okv_status_t okv_rt_predict_topk(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_
                          .seg_summary_first = ctx->seg_summary_first,
                          .seg_n_blocks = ctx->seg_n,
                          .scores = ctx->scores,
-                         .seg_score_first = ctx->seg_score_first};
+                         .seg_score_first = ctx->seg_score_first,
+                         .summary_dtype = rt->cfg.summary_dtype};
   okv_status_t st = OKV_OK;
   for (;;) {
     bool any = false;
@@ -116,10 +118,11 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
   uint32_t H = rt->cfg.n_kv_heads, K = rt->cfg.budget_blocks;
   memset(&job->stats, 0, sizeof job->stats);
   job->n_plan = 0;
+  job->remote_t0 = job->remote_t1 = 0;
   bool any = false;
   for (uint32_t s = 0; s < job->n_seqs; s++) {
     okv_seq_t *seq = &rt->seqs[job->seq_index[s]];
-    if (!seq->live || seq->id != job->seq_id[s] || !seq_layer_sparse(rt, seq, layer)) seq = NULL;
+    if (!seq->live || seq->id != job->seq_id[s] || !seq_layer_sparse(rt, seq, layer) || seq->lost) seq = NULL;
     ctx->seqs[s] = seq;
     any |= seq != NULL;
   }
@@ -128,8 +131,11 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
   uint32_t T = job->n_query_tokens;
   okv_status_t st = okv_hal_buffer_write(
       ctx->q, 0, job->q_host, (uint64_t)job->n_seqs * T * rt->cfg.n_q_heads * rt->cfg.head_dim * sizeof(float));
-  if (st == OKV_OK) /* the query copy above is a transfer, not bookkeeping */
+  if (st == OKV_OK) { /* the query copy above is a transfer, not bookkeeping */
+    double tp = okv_rt_wall_s();
     st = okv_rt_predict_topk(rt, ctx, rt->predict, job->n_seqs, layer, T, job->t_begin, job->t_end, &bk);
+    job->stats.predict_seconds = okv_rt_wall_s() - tp;
+  }
   if (st != OKV_OK) {
     OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->predict)); /* no pending error left for the next job */
     job->error = st;
@@ -178,6 +184,9 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
   }
   job->stats.deferred_steps = job->stats.deferred > 0;
   bk += okv_rt_bk_s() - t0;
+  /* Remote sequences: blocks not in the HOST tier yet are read through their source first (remote_seq.c). */
+  job->n_plan = okv_rt_remote_fill(rt, layer, ctx, job->plan, job->pairs, job->n_plan, &job->stats, &job->remote_t0,
+                                   &job->remote_t1);
   if (job->n_plan > 0) {
     st = OKV_OK;
     job->start_recorded = false;

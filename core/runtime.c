@@ -47,6 +47,9 @@ static okv_status_t predict_ctx_init(okv_runtime_t *rt, okv_predict_ctx_t *c, bo
     ALLOC_ARR(c->sel_scratch, rt->slots_per_head + 1u);
     ALLOC_ARR(c->sel_admitted, K);
     ALLOC_ARR(c->sel_victims, K);
+    ALLOC_ARR(c->rd, rt->cfg.n_kv_heads * K); /* remote reads: one sequence's plan entries at most */
+    ALLOC_ARR(c->rd_index, rt->cfg.n_kv_heads * K);
+    ALLOC_ARR(c->rd_dst, rt->cfg.n_kv_heads * K);
   }
   return OKV_OK;
 fail:
@@ -61,6 +64,9 @@ static void predict_ctx_free(okv_runtime_t *rt, okv_predict_ctx_t *c) {
                   c->excl_offsets,      c->excl_blocks,     c->host_topk,  c->host_counts, c->seqs,
                   c->sel_scratch,       c->sel_admitted,    c->sel_victims};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) okv_rt_free(&rt->alloc, arrs[i]);
+  okv_rt_free(&rt->alloc, c->rd);
+  okv_rt_free(&rt->alloc, c->rd_index);
+  okv_rt_free(&rt->alloc, c->rd_dst);
   memset(c, 0, sizeof *c);
 }
 
@@ -121,11 +127,15 @@ void okv_runtime_destroy(okv_runtime_t *rt) {
   okv_hal_stream_t *streams[] = {rt->compute, rt->predict, rt->copy};
   for (int i = 0; i < 3; i++)
     if (streams[i]) OKV_IGNORE_ERROR(okv_hal_stream_release(streams[i]));
+  okv_rt_scoring_ctx_free(rt, &rt->fg);
+  okv_rt_scoring_ctx_free(rt, &rt->wk);
   predict_ctx_free(rt, &rt->fg);
   predict_ctx_free(rt, &rt->wk);
+  okv_rt_free(&rt->alloc, rt->append_gindex);
+  okv_rt_free(&rt->alloc, rt->append_gfirst);
   okv_host_store_free(&rt->host, &rt->alloc);
-  okv_hal_buffer_t *bufs[] = {rt->summaries, rt->pool, rt->fg_inflight, rt->fg_out};
-  for (int i = 0; i < 4; i++)
+  okv_hal_buffer_t *bufs[] = {rt->summaries, rt->group_summaries, rt->pool, rt->fg_inflight, rt->fg_out};
+  for (int i = 0; i < 5; i++)
     if (bufs[i]) OKV_IGNORE_ERROR(okv_hal_buffer_release(bufs[i]));
   void *arrs[] = {rt->free_slots,        rt->ws_offsets,   rt->ws_slots,       rt->ws_valid,    rt->append_pairs,
                   rt->append_index,      rt->append_first, rt->append_keys,    rt->append_src,  rt->od_pairs,
@@ -164,9 +174,10 @@ okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_conf
   okv_runtime_config_t *c = &rt->cfg;
   *c = *config;
   if (c->dense_threshold_blocks == OKV_DENSE_THRESHOLD_DEFAULT) c->dense_threshold_blocks = c->budget_blocks;
+  if (c->summary_dtype == OKV_SUMMARY_DTYPE_AUTO) c->summary_dtype = c->kv_dtype;
   rt->group_size = c->n_q_heads / c->n_kv_heads;
   rt->block_bytes = okv_block_bytes(c->kv_dtype, c->head_dim);
-  rt->summary_bytes = okv_summary_bytes(c->head_dim);
+  rt->summary_bytes = okv_summary_bytes_ex(c->summary_dtype, c->head_dim);
   rt->max_blocks = n_blocks_of(c->max_context_tokens);
   rt->extent_blocks = rt->max_blocks < OKV_CORE_EXTENT_BLOCKS ? rt->max_blocks : OKV_CORE_EXTENT_BLOCKS;
   rt->cap_blocks = (uint32_t)ceil(c->fetch_ratio * (double)c->budget_blocks - 1e-9);
@@ -208,6 +219,8 @@ okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_conf
   if (st) goto fail;
   st = alloc_dev(rt, OKV_TIER_DEVICE, n_host_blocks * rt->summary_bytes, &rt->summaries, "block summaries");
   if (st) goto fail;
+  st = okv_rt_scoring_init(rt, n_host_blocks);
+  if (st) goto fail;
 
   /* DEVICE staging. */
   st = alloc_dev(rt, OKV_TIER_DEVICE, c->max_seqs * T4 * 2u * c->n_kv_heads * c->head_dim * 4u, &rt->fg_inflight,
@@ -219,12 +232,14 @@ okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_conf
   rt->fg_predict = true; /* the foreground q staging lives in fg.q */
   if (c->track_recall || c->mode == OKV_MODE_ONDEMAND) {
     st = predict_ctx_init(rt, &rt->fg, c->mode == OKV_MODE_ONDEMAND);
+    if (st == OKV_OK) st = okv_rt_scoring_ctx_init(rt, &rt->fg);
   } else {
     st = alloc_dev(rt, OKV_TIER_DEVICE, c->max_seqs * T4 * c->n_q_heads * c->head_dim * 4u, &rt->fg.q, "query staging");
   }
   if (st) goto fail;
   if (has_pipeline(rt)) {
     st = predict_ctx_init(rt, &rt->wk, true);
+    if (st == OKV_OK) st = okv_rt_scoring_ctx_init(rt, &rt->wk);
     if (st) goto fail;
   }
 

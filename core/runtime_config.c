@@ -24,6 +24,24 @@ okv_status_t okv_mode_parse(const char *name, okv_mode_t *out_mode) {
   return OKV_RT_INVALID("okv_mode_parse: unknown mode '%s' (dense, oasis, proxy, ondemand)", name);
 }
 
+/* ---- scoring ---- */
+
+static const char *const k_scoring_names[OKV_SCORING_COUNT] = {"flat", "two-level"};
+
+const char *okv_scoring_name(okv_scoring_t scoring) {
+  return (unsigned)scoring < OKV_SCORING_COUNT ? k_scoring_names[scoring] : NULL;
+}
+
+okv_status_t okv_scoring_parse(const char *name, okv_scoring_t *out_scoring) {
+  if (name == NULL || out_scoring == NULL) return OKV_RT_INVALID("okv_scoring_parse: name or out_scoring is NULL");
+  for (int i = 0; i < OKV_SCORING_COUNT; i++)
+    if (strcmp(name, k_scoring_names[i]) == 0) {
+      *out_scoring = (okv_scoring_t)i;
+      return OKV_OK;
+    }
+  return OKV_RT_INVALID("okv_scoring_parse: unknown scoring '%s' (flat, two-level)", name);
+}
+
 /* ---- config ---- */
 
 void okv_runtime_config_init(okv_runtime_config_t *config) {
@@ -37,6 +55,7 @@ void okv_runtime_config_init(okv_runtime_config_t *config) {
   config->dense_threshold_blocks = OKV_DENSE_THRESHOLD_DEFAULT;
   config->max_seqs = 64;
   config->max_context_tokens = 131072;
+  config->summary_dtype = OKV_SUMMARY_DTYPE_AUTO;
 }
 
 okv_status_t okv_runtime_config_validate(const okv_runtime_config_t *c) {
@@ -61,6 +80,13 @@ okv_status_t okv_runtime_config_validate(const okv_runtime_config_t *c) {
     return OKV_RT_INVALID("runtime config: budget_blocks = %u must be in 1..%u", c->budget_blocks, OKV_TOPK_MAX);
   if (!(c->fetch_ratio > 0.0 && c->fetch_ratio <= 1.0))
     return OKV_RT_INVALID("runtime config: fetch_ratio = %g must be in (0, 1]", c->fetch_ratio);
+  if ((unsigned)c->summary_dtype > OKV_SUMMARY_DTYPE_AUTO)
+    return OKV_RT_INVALID("runtime config: summary_dtype = %d is not a dtype", (int)c->summary_dtype);
+  if ((unsigned)c->scoring >= OKV_SCORING_COUNT)
+    return OKV_RT_INVALID("runtime config: scoring = %d is not a scoring (flat, two-level)", (int)c->scoring);
+  if (c->scoring_groups > c->budget_blocks)
+    return OKV_RT_INVALID("runtime config: scoring_groups = %u must be <= budget_blocks = %u", c->scoring_groups,
+                          c->budget_blocks);
   if (c->dense_threshold_blocks != OKV_DENSE_THRESHOLD_DEFAULT && c->dense_threshold_blocks > c->budget_blocks)
     return OKV_RT_INVALID("runtime config: dense_threshold_blocks = %u must be <= budget_blocks = %u",
                           c->dense_threshold_blocks, c->budget_blocks);
@@ -93,10 +119,15 @@ void okv_rt_stats_add(okv_step_stats_t *d, const okv_step_stats_t *s) {
   d->deferred_steps += s->deferred_steps;
   d->bookkeeping_seconds += s->bookkeeping_seconds;
   d->attention_seconds += s->attention_seconds;
+  d->predict_seconds += s->predict_seconds;
   d->append_bytes += s->append_bytes;
   d->append_seconds += s->append_seconds;
   d->pipeline_errors += s->pipeline_errors;
   d->retried_writes += s->retried_writes;
+  d->remote_blocks += s->remote_blocks;
+  d->remote_bytes += s->remote_bytes;
+  d->remote_seconds += s->remote_seconds;
+  d->remote_stall_seconds += s->remote_stall_seconds;
 }
 
 okv_status_t okv_runtime_stats(const okv_runtime_t *runtime, uint32_t layer, okv_step_stats_t *out_stats) {

@@ -5,6 +5,7 @@
  *   pipeline.c        background pipeline: predict, select, transfer; layer-local commit
  *   step.c            the decode step: begin, layer, end, peek; working sets; on-demand fetch
  *   step_append.c     the append and its write-currency bookkeeping
+ *   remote_seq.c      remote sequences: admission, reads through a KV source, read_kv
  *   runtime.c         create / destroy
  * Not installed. Exposed to tests/core so property tests can check the maps directly. */
 #ifndef OASISKV_CORE_RUNTIME_INTERNAL_H
@@ -37,6 +38,10 @@ typedef struct okv_head_t {
   uint32_t n_extents, cap_extents;
   uint32_t *owned; /* sparse modes: the K + 1 + C slots reserved for this head */
   uint32_t n_owned;
+  /* Remote sequences: bit b set = prefill block b (< seq->n_remote_blocks) is in the HOST tier (admitted or
+   * read through the source). NULL for a local sequence: every block is present. Written by the thread that
+   * reads the source (the worker for its layer's job, the engine thread in ONDEMAND). */
+  uint64_t *present;
 } okv_head_t;
 
 typedef struct okv_seq_t {
@@ -44,11 +49,25 @@ typedef struct okv_seq_t {
   uint32_t id;
   uint32_t *n_tokens; /* [n_layers] tokens committed per layer */
   okv_head_t *heads;  /* [n_layers * n_kv_heads], layer-major */
+  /* Remote sequences (remote_seq.c): prefill blocks [0, n_remote_blocks) of every head are authoritative at
+   * `source`. `lost` is the first failed read (then okv_runtime_step_begin refuses the sequence); it is
+   * written by the thread that reads the source and read by the engine thread after the jobs drained. */
+  bool remote;
+  uint32_t n_remote_blocks;
+  okv_kv_source_t source; /* source.name points at source_name */
+  char *source_name;
+  okv_status_t lost;
 } okv_seq_t;
 
 typedef struct okv_plan_entry_t {
   uint32_t seq_index, seq_id, kv_head, block, slot, victim;
 } okv_plan_entry_t;
+
+/* One block to read through a KV source: its source index and its plan entry. */
+typedef struct okv_rt_read_t {
+  uint64_t index;
+  uint32_t entry;
+} okv_rt_read_t;
 
 /* Host scratch for one scoring + top-K pass. */
 typedef struct okv_predict_ctx_t {
@@ -61,6 +80,14 @@ typedef struct okv_predict_ctx_t {
   uint32_t *host_topk, *host_counts;
   uint32_t *sel_scratch, *sel_admitted, *sel_victims;
   okv_seq_t **seqs; /* [max_seqs] segment owners (NULL = skip) */
+  /* Two-level scoring (core/scoring.c): ranges of the second level and the candidates' block ids. */
+  uint32_t *r_seg, *r_n;         /* [n_seg * groups_kept] */
+  uint64_t *r_sfirst, *r_cfirst; /* [n_seg * groups_kept] */
+  uint32_t *cand_block;          /* [n_seg * groups_kept * 16] index map of the candidate scores */
+  /* Reads through a KV source (remote_seq.c), [n_kv_heads * K] (one sequence's plan entries at most). */
+  okv_rt_read_t *rd;
+  uint64_t *rd_index;
+  void **rd_dst;
 } okv_predict_ctx_t;
 
 enum { OKV_JOB_IDLE = 0, OKV_JOB_QUEUED = 1, OKV_JOB_DONE = 2 };
@@ -83,6 +110,7 @@ typedef struct okv_layer_job_t {
   okv_status_t error;        /* a predict-stage failure (no plan) */
   okv_step_stats_t stats;    /* selection stats of the job */
   bool stats_pending;
+  double remote_t0, remote_t1; /* wall span of the job's reads through KV sources (remote_t1 > 0: some) */
 } okv_layer_job_t;
 
 struct okv_runtime_t {
@@ -99,7 +127,11 @@ struct okv_runtime_t {
   okv_host_store_t host; /* HOST tier: the authoritative full KV */
 
   /* DEVICE tier */
-  okv_hal_buffer_t *summaries; /* f32 per host block */
+  okv_hal_buffer_t *summaries; /* cfg.summary_dtype, one per host block */
+  /* Two-level scoring: one summary per group of OKV_SCORING_GROUP_BLOCKS host blocks (host group g = host
+   * blocks 16g..16g+15, one head's consecutive logical blocks since extents hold multiples of 16), NULL in flat. */
+  okv_hal_buffer_t *group_summaries;
+  uint32_t groups_kept; /* two-level: groups scored in full per head; 0 = flat scoring */
   okv_hal_buffer_t *pool;      /* slots */
   uint64_t n_slots;
   uint32_t *free_slots; /* global stack */
@@ -135,6 +167,8 @@ struct okv_runtime_t {
   uint8_t *append_first;
   float *append_keys;
   uint32_t *append_src;       /* [max_seqs * n_kv_heads] k_new row of each summary update */
+  uint64_t *append_gindex;    /* two-level: group summary of each update */
+  uint8_t *append_gfirst;     /* two-level: 1 = the group's first token */
   okv_block_copy_t *od_pairs; /* ondemand fetch pairs */
   okv_plan_entry_t *od_plan;
 
@@ -175,13 +209,16 @@ static inline double okv_rt_wall_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Clock of bookkeeping intervals. CLOCK_MONOTONIC is read from the vDSO
- * (about 30 ns here); the thread CPU clock is a system call (about 1.3 us on
- * this VM, ~20 reads per layer-step) and so cost more than much of what it
- * timed. Wall time counts preemption too: measure on a quiet machine. */
+/* Clock of bookkeeping intervals: the calling thread's CPU time, so that time
+ * the thread spends preempted (the kernels' own threads, other processes) does
+ * not count as runtime overhead. On this VM a read is a system call of about
+ * 1.3 us (the vDSO wall clock costs 30 ns but, with kernels running on every
+ * core during the background prediction, charged preemption to bookkeeping:
+ * 250 us per KV head at 128K); the runtime reads it about 20 times per
+ * layer-step, which bounds what bookkeeping_ns_per_head can show. */
 static inline double okv_rt_bk_s(void) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -232,6 +269,16 @@ void okv_rt_stats_add(okv_step_stats_t *dst, const okv_step_stats_t *src);
 /* seq.c */
 okv_seq_t *okv_rt_seq_find(const okv_runtime_t *rt, uint32_t id);
 void okv_rt_seq_release(okv_runtime_t *rt, okv_seq_t *s);
+okv_status_t okv_rt_seq_reserve(okv_runtime_t *rt, uint32_t n_tokens, const char *fn, okv_seq_t **out_seq);
+void okv_rt_seq_map_initial(okv_runtime_t *rt, okv_head_t *head, uint32_t block, okv_block_copy_t *out_pair);
+okv_status_t okv_rt_seq_load_initial(okv_runtime_t *rt, okv_seq_t *s, okv_status_t st, const okv_block_copy_t *pairs,
+                                     uint64_t n_pairs, const char *fn);
+void okv_rt_seq_publish(okv_runtime_t *rt, okv_seq_t *s, uint32_t *out_seq_id);
+/* remote_seq.c */
+uint32_t okv_rt_remote_fill(okv_runtime_t *rt, uint32_t layer, okv_predict_ctx_t *ctx, okv_plan_entry_t *plan,
+                            okv_block_copy_t *pairs, uint32_t n_plan, okv_step_stats_t *stats, double *out_t0,
+                            double *out_t1);
+void okv_rt_remote_stall(okv_runtime_t *rt);
 /* pipeline.c */
 okv_status_t okv_rt_predict_topk(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream, uint32_t n_seqs,
                                  uint32_t layer, uint32_t T, uint32_t t_begin, uint32_t t_end, double *bk_s);
@@ -243,6 +290,20 @@ void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s);
 void okv_rt_job_submit(okv_runtime_t *rt, uint32_t layer, const float *q, double *q_s);
 void okv_rt_note_layer_use(okv_runtime_t *rt, uint32_t layer);
 uint32_t okv_rt_choose_cap(const okv_runtime_t *rt, uint32_t n_seqs);
+/* scoring.c */
+okv_status_t okv_rt_scoring_init(okv_runtime_t *rt, uint64_t n_host_blocks);
+okv_status_t okv_rt_scoring_ctx_init(okv_runtime_t *rt, okv_predict_ctx_t *ctx);
+void okv_rt_scoring_ctx_free(okv_runtime_t *rt, okv_predict_ctx_t *ctx);
+okv_status_t okv_rt_predict_two_level(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream,
+                                      uint32_t n_seqs, uint32_t layer, uint32_t T, uint32_t t_begin, uint32_t t_end,
+                                      double *bk_s);
+/* Enqueues on `stream` the rebuild of group summaries from block summaries: entry i is group groups[i] of the
+ * head whose map is maps[i] (the map is the first member of okv_head_t), over its first map->n_blocks blocks.
+ * No-op in flat scoring. Errors: OUT_OF_MEMORY (host scratch), the kernel's enqueue error. */
+okv_status_t okv_rt_groups_rebuild(okv_runtime_t *rt, okv_hal_stream_t *stream, uint32_t n,
+                                   okv_block_map_t *const *maps, const uint32_t *groups);
+/* Every group of one head (after its block summaries were built). */
+okv_status_t okv_rt_groups_rebuild_head(okv_runtime_t *rt, okv_hal_stream_t *stream, okv_head_t *head);
 /* step_append.c */
 okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float *k_new, const float *v_new,
                                  double *bk_s, bool *out_committed);

@@ -32,13 +32,19 @@ void okv_rt_seq_release(okv_runtime_t *rt, okv_seq_t *s) {
       okv_host_store_free_extents(&rt->host, h->extents, h->n_extents);
       okv_rt_free(&rt->alloc, h->extents);
       okv_rt_free(&rt->alloc, h->owned);
+      okv_rt_free(&rt->alloc, h->present);
       okv_block_map_free(&h->map, &rt->alloc);
     }
     okv_rt_free(&rt->alloc, s->heads);
   }
   okv_rt_free(&rt->alloc, s->n_tokens);
+  okv_rt_free(&rt->alloc, s->source_name);
+  okv_status_free(s->lost);
   s->heads = NULL;
   s->n_tokens = NULL;
+  s->source_name = NULL;
+  s->lost = OKV_OK;
+  s->remote = false;
   s->live = false;
 }
 
@@ -62,16 +68,12 @@ okv_status_t okv_runtime_seq_capacity(const okv_runtime_t *rt, uint32_t n_tokens
   return OKV_OK;
 }
 
-okv_status_t okv_runtime_seq_add(okv_runtime_t *rt, const okv_prefill_t *prefill, uint32_t *out_seq_id) {
-  if (rt == NULL) return OKV_RT_INVALID("okv_runtime_seq_add: runtime is NULL");
-  if (out_seq_id == NULL) return OKV_RT_INVALID("okv_runtime_seq_add: out_seq_id is NULL");
+/* Takes a free sequence entry for a context of `n_tokens` prefill tokens: checks the slot pool and the HOST
+ * tier first (OUT_OF_MEMORY naming them, with `fn` as the message's prefix), then creates every head's map,
+ * hands out its HOST extents (the prefill's) and, in the sparse modes, its K + 1 + C owned slots. The entry
+ * is not live yet (okv_rt_seq_publish). On error nothing stays allocated. */
+okv_status_t okv_rt_seq_reserve(okv_runtime_t *rt, uint32_t n_tokens, const char *fn, okv_seq_t **out_seq) {
   const okv_runtime_config_t *c = &rt->cfg;
-  uint32_t n_tokens = prefill ? prefill->n_tokens : 0;
-  if (n_tokens > c->max_context_tokens)
-    return OKV_RT_INVALID("okv_runtime_seq_add: prefill n_tokens = %u exceeds max_context_tokens = %u", n_tokens,
-                          c->max_context_tokens);
-  if (n_tokens > 0 && (prefill->k == NULL || prefill->v == NULL))
-    return OKV_RT_INVALID("okv_runtime_seq_add: prefill k or v is NULL with n_tokens = %u", n_tokens);
   okv_seq_t *s = NULL;
   for (uint32_t i = 0; i < c->max_seqs; i++)
     if (!rt->seqs[i].live && rt->seqs[i].heads == NULL) {
@@ -79,8 +81,7 @@ okv_status_t okv_runtime_seq_add(okv_runtime_t *rt, const okv_prefill_t *prefill
       break;
     }
   if (s == NULL)
-    return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_runtime_seq_add: max_seqs = %u sequences are alive",
-                           c->max_seqs);
+    return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "%s: max_seqs = %u sequences are alive", fn, c->max_seqs);
   uint32_t L = c->n_layers, H = c->n_kv_heads, E = rt->extent_blocks;
   uint32_t nb = n_blocks_of(n_tokens);
   uint32_t n_ext = ceil_div_u32(nb, E);
@@ -88,25 +89,17 @@ okv_status_t okv_runtime_seq_add(okv_runtime_t *rt, const okv_prefill_t *prefill
   uint64_t slots_needed = is_sparse_mode(rt) ? LH * rt->slots_per_head : LH * nb;
   if (slots_needed > rt->n_free_slots)
     return okv_status_make(OKV_STATUS_OUT_OF_MEMORY,
-                           "okv_runtime_seq_add: the slot pool (device tier) has %llu free slots, the sequence needs "
-                           "%llu",
+                           "%s: the slot pool (device tier) has %llu free slots, the sequence needs %llu", fn,
                            (unsigned long long)rt->n_free_slots, (unsigned long long)slots_needed);
   if (LH * n_ext > rt->host.n_free)
     return okv_status_make(OKV_STATUS_OUT_OF_MEMORY,
-                           "okv_runtime_seq_add: the host tier has %u free extents of %u blocks, the prefill needs "
-                           "%llu",
+                           "%s: the host tier has %u free extents of %u blocks, the prefill needs %llu", fn,
                            rt->host.n_free, E, (unsigned long long)(LH * n_ext));
   okv_status_t st = OKV_OK;
   memset(s, 0, sizeof *s);
-  uint64_t *blk_index = NULL, *sum_index = NULL;
-  uint8_t *valid = NULL;
-  okv_block_copy_t *pairs = NULL;
   ALLOC_ARR(s->n_tokens, L);
   ALLOC_ARR(s->heads, LH);
   uint32_t cap_ext = ceil_div_u32(rt->max_blocks, E);
-  uint32_t init_first = 0; /* first logical block of the initial working set */
-  bool sparse_now = is_sparse_mode(rt) && nb > c->dense_threshold_blocks;
-  if (sparse_now && nb > c->budget_blocks + 1u) init_first = nb - c->budget_blocks - 1u;
   for (uint64_t i = 0; i < LH; i++) {
     okv_head_t *h = &s->heads[i];
     st = okv_block_map_init(&h->map, &rt->alloc, is_sparse_mode(rt) ? rt->slots_per_head : 0);
@@ -127,6 +120,82 @@ okv_status_t okv_runtime_seq_add(okv_runtime_t *rt, const okv_prefill_t *prefill
     }
   }
   for (uint32_t l = 0; l < L; l++) s->n_tokens[l] = n_tokens;
+  *out_seq = s;
+  return OKV_OK;
+fail:
+  okv_rt_seq_release(rt, s); /* returns owned slots and the extents */
+  return st;
+}
+
+/* Maps logical `block` of a head being admitted (step 0) to a slot — one of its owned slots in the sparse
+ * modes, one from the pool in OKV_MODE_DENSE (counted by okv_rt_seq_reserve) — and writes the block's
+ * HOST->DEVICE copy pair. The slot is unreadable until okv_rt_seq_load_initial. */
+void okv_rt_seq_map_initial(okv_runtime_t *rt, okv_head_t *head, uint32_t block, okv_block_copy_t *out_pair) {
+  uint32_t slot;
+  if (is_sparse_mode(rt)) {
+    okv_block_map_pop_free(&head->map, &slot);
+  } else {
+    slot = rt->free_slots[--rt->n_free_slots];
+  }
+  okv_block_map_map(&head->map, block, slot, 0);
+  out_pair->src_offset = host_block_of(rt, head, block) * rt->block_bytes;
+  out_pair->dst_offset = (uint64_t)slot * rt->block_bytes;
+}
+
+/* After `st` (what the caller enqueued on the compute stream before, e.g. the summaries): enqueues the
+ * initial working set's copy, waits for the stream and marks every mapped block current (readable). Errors:
+ * the first failure, annotated "<fn>: loading the prefill"; then nothing is readable. */
+okv_status_t okv_rt_seq_load_initial(okv_runtime_t *rt, okv_seq_t *s, okv_status_t st, const okv_block_copy_t *pairs,
+                                     uint64_t n_pairs, const char *fn) {
+  if (st == OKV_OK) st = okv_hal_copy_blocks_async(rt->compute, rt->host.kv, rt->pool, rt->block_bytes, n_pairs, pairs);
+  okv_status_t st2 = okv_hal_stream_synchronize(rt->compute);
+  if (st == OKV_OK)
+    st = st2;
+  else
+    okv_status_free(st2);
+  if (st != OKV_OK) return okv_status_annotate(st, "%s: loading the prefill", fn);
+  /* The initial working set is now current in its slots (readable). */
+  uint64_t LH = (uint64_t)rt->cfg.n_layers * rt->cfg.n_kv_heads;
+  uint32_t n_tokens = s->n_tokens[0], nb = n_blocks_of(n_tokens);
+  for (uint64_t i = 0; i < LH; i++) {
+    okv_block_map_t *m = &s->heads[i].map;
+    for (uint32_t j = 0; j < m->n_resident; j++) {
+      uint32_t b = m->resident[j];
+      okv_block_map_set_current(m, b, b + 1u < nb ? OKV_BLOCK_TOKENS : n_tokens - b * OKV_BLOCK_TOKENS);
+    }
+  }
+  return OKV_OK;
+}
+
+/* Makes a reserved and loaded sequence live under a new id. */
+void okv_rt_seq_publish(okv_runtime_t *rt, okv_seq_t *s, uint32_t *out_seq_id) {
+  s->id = rt->next_id++;
+  s->live = true;
+  *out_seq_id = s->id;
+}
+
+okv_status_t okv_runtime_seq_add(okv_runtime_t *rt, const okv_prefill_t *prefill, uint32_t *out_seq_id) {
+  if (rt == NULL) return OKV_RT_INVALID("okv_runtime_seq_add: runtime is NULL");
+  if (out_seq_id == NULL) return OKV_RT_INVALID("okv_runtime_seq_add: out_seq_id is NULL");
+  const okv_runtime_config_t *c = &rt->cfg;
+  uint32_t n_tokens = prefill ? prefill->n_tokens : 0;
+  if (n_tokens > c->max_context_tokens)
+    return OKV_RT_INVALID("okv_runtime_seq_add: prefill n_tokens = %u exceeds max_context_tokens = %u", n_tokens,
+                          c->max_context_tokens);
+  if (n_tokens > 0 && (prefill->k == NULL || prefill->v == NULL))
+    return OKV_RT_INVALID("okv_runtime_seq_add: prefill k or v is NULL with n_tokens = %u", n_tokens);
+  okv_seq_t *s = NULL;
+  OKV_RETURN_IF_ERROR(okv_rt_seq_reserve(rt, n_tokens, "okv_runtime_seq_add", &s));
+  uint32_t H = c->n_kv_heads;
+  uint64_t LH = (uint64_t)c->n_layers * H;
+  uint32_t nb = n_blocks_of(n_tokens);
+  okv_status_t st = OKV_OK;
+  uint64_t *blk_index = NULL, *sum_index = NULL;
+  uint8_t *valid = NULL;
+  okv_block_copy_t *pairs = NULL;
+  uint32_t init_first = 0; /* first logical block of the initial working set */
+  bool sparse_now = is_sparse_mode(rt) && nb > c->dense_threshold_blocks;
+  if (sparse_now && nb > c->budget_blocks + 1u) init_first = nb - c->budget_blocks - 1u;
   if (nb > 0) {
     uint64_t n_blk = LH * nb;
     uint64_t n_init = LH * (nb - init_first);
@@ -158,18 +227,7 @@ okv_status_t okv_runtime_seq_add(okv_runtime_t *rt, const okv_prefill_t *prefill
         sum_index[k] = hb;
         valid[k] = (uint8_t)(b + 1u < nb ? OKV_BLOCK_TOKENS : n_tokens - b * OKV_BLOCK_TOKENS);
         k++;
-        if (b >= init_first) {
-          uint32_t slot;
-          if (is_sparse_mode(rt)) {
-            okv_block_map_pop_free(&head->map, &slot);
-          } else {
-            slot = rt->free_slots[--rt->n_free_slots];
-          }
-          okv_block_map_map(&head->map, b, slot, 0);
-          pairs[p].src_offset = hb * rt->block_bytes;
-          pairs[p].dst_offset = (uint64_t)slot * rt->block_bytes;
-          p++;
-        }
+        if (b >= init_first) okv_rt_seq_map_initial(rt, head, b, &pairs[p++]);
       }
     }
     /* Summaries in chunks (the kernel takes a uint32 count). */
@@ -182,35 +240,19 @@ okv_status_t okv_runtime_seq_add(okv_runtime_t *rt, const okv_prefill_t *prefill
                                .n_blocks = (uint32_t)n,
                                .block_index = blk_index + off,
                                .valid = valid + off,
-                               .summary_index = sum_index + off};
+                               .summary_index = sum_index + off,
+                               .summary_dtype = c->summary_dtype};
       st = okv_hal_summarize_blocks_async(rt->compute, &sd);
     }
-    if (st == OKV_OK) st = okv_hal_copy_blocks_async(rt->compute, rt->host.kv, rt->pool, rt->block_bytes, p, pairs);
-    okv_status_t st2 = okv_hal_stream_synchronize(rt->compute);
-    if (st == OKV_OK)
-      st = st2;
-    else
-      okv_status_free(st2);
-    if (st != OKV_OK) {
-      st = okv_status_annotate(st, "okv_runtime_seq_add: loading the prefill");
-      goto fail;
-    }
-    /* The initial working set is now current in its slots (readable). */
-    for (uint64_t i = 0; i < LH; i++) {
-      okv_block_map_t *m = &s->heads[i].map;
-      for (uint32_t j = 0; j < m->n_resident; j++) {
-        uint32_t b = m->resident[j];
-        okv_block_map_set_current(m, b, b + 1u < nb ? OKV_BLOCK_TOKENS : n_tokens - b * OKV_BLOCK_TOKENS);
-      }
-    }
+    for (uint64_t i = 0; i < LH && st == OKV_OK; i++) st = okv_rt_groups_rebuild_head(rt, rt->compute, &s->heads[i]);
+    st = okv_rt_seq_load_initial(rt, s, st, pairs, p, "okv_runtime_seq_add");
+    if (st != OKV_OK) goto fail;
   }
   okv_rt_free(&rt->alloc, blk_index);
   okv_rt_free(&rt->alloc, sum_index);
   okv_rt_free(&rt->alloc, valid);
   okv_rt_free(&rt->alloc, pairs);
-  s->id = rt->next_id++;
-  s->live = true;
-  *out_seq_id = s->id;
+  okv_rt_seq_publish(rt, s, out_seq_id);
   return OKV_OK;
 fail:
   okv_rt_free(&rt->alloc, blk_index);

@@ -29,6 +29,10 @@ okv_status_t okv_runtime_step_begin(okv_runtime_t *rt, uint32_t n_seqs, const ui
     for (uint32_t j = 0; j < i; j++)
       if (seq_ids[j] == seq_ids[i])
         return OKV_RT_INVALID("okv_runtime_step_begin: seq_ids[%u] = %u is listed twice", i, seq_ids[i]);
+    if (s->lost != OKV_OK) /* a read through its KV source failed (docs/api.md "Remote sequences") */
+      return okv_status_make(OKV_STATUS_UNAVAILABLE,
+                             "okv_runtime_step_begin: seq_ids[%u] = %u lost its KV source '%s' (%s); remove it", i,
+                             seq_ids[i], s->source_name, okv_status_message(s->lost));
     if (s->n_tokens[0] >= rt->cfg.max_context_tokens)
       return okv_status_make(OKV_STATUS_OUT_OF_MEMORY,
                              "okv_runtime_step_begin: sequence %u is at max_context_tokens = %u", seq_ids[i],
@@ -134,7 +138,7 @@ static void fg_predict_and_fetch(okv_runtime_t *rt, uint32_t layer, const float 
   bool any = false;
   for (uint32_t s = 0; s < n_seqs; s++) {
     okv_seq_t *seq = step_seq(rt, s);
-    if (seq && !seq_layer_sparse(rt, seq, layer)) seq = NULL;
+    if (seq && (!seq_layer_sparse(rt, seq, layer) || seq->lost)) seq = NULL;
     ctx->seqs[s] = seq;
     any |= seq != NULL;
   }
@@ -200,6 +204,10 @@ static void fg_predict_and_fetch(okv_runtime_t *rt, uint32_t layer, const float 
     }
   }
   *bk_s += okv_rt_bk_s() - t0;
+  /* Remote sequences: read missing HOST blocks through their source first; the foreground waits for it all. */
+  double r0 = ls->remote_seconds, rt0 = 0, rt1 = 0;
+  n_plan = okv_rt_remote_fill(rt, layer, ctx, rt->od_plan, rt->od_pairs, n_plan, ls, &rt0, &rt1);
+  ls->remote_stall_seconds += ls->remote_seconds - r0;
   if (n_plan == 0) return;
   t0 = okv_rt_wall_s();
   st = okv_hal_copy_blocks_async(rt->compute, rt->host.kv, rt->pool, rt->block_bytes, n_plan, rt->od_pairs);
@@ -304,6 +312,7 @@ okv_status_t okv_runtime_step_end(okv_runtime_t *rt, okv_step_stats_t *out_stats
     st = OKV_RT_INVALID("okv_runtime_step_end: only %u of %u layers ran this step", rt->next_layer, rt->cfg.n_layers);
   okv_step_stats_t step;
   memset(&step, 0, sizeof step);
+  okv_rt_remote_stall(rt); /* waits for the step's jobs; books the wait on remote reads */
   double stall = 0;
   for (uint32_t l = 0; l < rt->cfg.n_layers; l++) {
     okv_step_stats_t *ls = &rt->layer_step[l];

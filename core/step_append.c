@@ -115,6 +115,10 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
       } else {
         rt->append_index[n_app] = hb;
         rt->append_first[n_app] = off == 0;
+        if (rt->groups_kept > 0) { /* the group's summary takes the same key */
+          rt->append_gindex[n_app] = hb / OKV_SCORING_GROUP_BLOCKS;
+          rt->append_gfirst[n_app] = off == 0 && b % OKV_SCORING_GROUP_BLOCKS == 0;
+        }
         /* The key is k_new's row i * H + h; rows are gathered below only when some are skipped. */
         keys_in_place &= n_app == i * H + h;
         rt->append_src[n_app] = i * H + h;
@@ -177,8 +181,15 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
    * copies from the HOST tier), so a failed batch is retried once whole. */
   okv_status_t st = OKV_OK;
   for (int attempt = 0; attempt < 2; attempt++) {
-    st = okv_hal_summary_append_async(rt->compute, rt->summaries, hd, c->kv_dtype, n_app, rt->append_index, keys,
-                                      rt->append_first);
+    okv_summary_append_desc_t ad = {.summaries = rt->summaries,
+                                     .head_dim = hd,
+                                     .kv_dtype = c->kv_dtype,
+                                     .n = n_app,
+                                     .summary_index = rt->append_index,
+                                     .keys = keys,
+                                     .first = rt->append_first,
+                                     .summary_dtype = c->summary_dtype};
+    st = okv_hal_summary_append_ex_async(rt->compute, &ad);
     if (st == OKV_OK && n_reb > 0) {
       okv_summary_desc_t sd = {.head_dim = hd,
                                .kv_dtype = c->kv_dtype,
@@ -187,8 +198,16 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
                                .n_blocks = n_reb,
                                .block_index = rt->reb_index,
                                .valid = rt->reb_valid,
-                               .summary_index = rt->reb_index};
+                               .summary_index = rt->reb_index,
+                               .summary_dtype = c->summary_dtype};
       st = okv_hal_summarize_blocks_async(rt->compute, &sd);
+    }
+    if (st == OKV_OK && rt->groups_kept > 0) { /* group summaries: appended keys, then groups of rebuilt blocks */
+      ad.summaries = rt->group_summaries;
+      ad.summary_index = rt->append_gindex;
+      ad.first = rt->append_gfirst;
+      st = okv_hal_summary_append_ex_async(rt->compute, &ad);
+      if (st == OKV_OK) st = okv_rt_groups_rebuild(rt, rt->compute, n_reb, rt->reb_map, rt->reb_block);
     }
     if (st == OKV_OK)
       st = okv_hal_copy_blocks_async(rt->compute, rt->host.kv, rt->pool, rt->block_bytes, n_cp, rt->append_pairs);

@@ -1,11 +1,14 @@
-/* Devices: creation (through the backend registry), reference counting,
- * destruction, and the device queries (info, tier usage, allocator).
+/* Devices: parameter checks, creation (through the backend registry),
+ * reference counting, destruction, the device queries (info, tier usage,
+ * allocator) and the emulated link's run-time setting.
  * Owns: the hal/ part of okv_hal_device_t (base, fault_hooks reset, allocator,
- * capacity_bytes, used_bytes reset, usage_mutex, n_threads); see the field
- * ownership note at the end of hal/hal_impl.h.
- * May touch: the backend's create / device_destroy hooks, the live-handle
+ * capacity_bytes, used_bytes reset, usage_mutex, n_threads) and the link fields
+ * of info after creation (written under usage_mutex); see the field ownership
+ * note at the end of hal/hal_impl.h.
+ * May touch: the backend's create / device_destroy / set_link hooks, the live-handle
  * registry (hal_live.c); reads used_bytes under usage_mutex (written by
  * hal_buffer.c). Never touches buffers, streams or events. */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
@@ -24,6 +27,33 @@ static int hal_online_cpus(void) {
   return n > 0 ? (int)n : 1;
 }
 
+/* A link value: finite and >= 0. */
+static okv_status_t link_value_check(const char *field, double v) {
+  if (!isfinite(v) || v < 0.0)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "%s: %g must be finite and >= 0 (0 = unpaced)", field, v);
+  return OKV_OK;
+}
+
+/* Non-zero link values on a backend whose link is real. */
+static okv_status_t link_refused(const char *backend, const char *field) {
+  return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                         "%s: the %s backend's HOST<->DEVICE link is real; link emulation is a cpu-backend feature",
+                         field, backend);
+}
+
+okv_status_t okv_hal_device_params_check(const okv_hal_backend_t *b, const okv_hal_device_params_t *params) {
+  if (params->ordinal < 0)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "params->ordinal: %d is negative", params->ordinal);
+  if (params->n_threads < 0)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "params->n_threads: %d is negative", params->n_threads);
+  OKV_RETURN_IF_ERROR(link_value_check("params->link_bytes_per_s", params->link_bytes_per_s));
+  OKV_RETURN_IF_ERROR(link_value_check("params->link_latency_s", params->link_latency_s));
+  if (!b->link_emulation && (params->link_bytes_per_s != 0.0 || params->link_latency_s != 0.0))
+    return link_refused(b->name,
+                        params->link_bytes_per_s != 0.0 ? "params->link_bytes_per_s" : "params->link_latency_s");
+  return OKV_OK;
+}
+
 okv_status_t okv_hal_device_create(const char *backend_name, const okv_hal_device_params_t *params,
                                    const okv_allocator_t *allocator, okv_hal_device_t **out_device) {
   if (!out_device) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "out_device: NULL");
@@ -31,14 +61,11 @@ okv_status_t okv_hal_device_create(const char *backend_name, const okv_hal_devic
   okv_hal_device_params_t defaults;
   okv_hal_device_params_init(&defaults);
   if (!params) params = &defaults;
-  if (params->ordinal < 0)
-    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "params->ordinal: %d is negative", params->ordinal);
-  if (params->n_threads < 0)
-    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "params->n_threads: %d is negative", params->n_threads);
   if (allocator && (!allocator->malloc_fn || !allocator->free_fn))
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "allocator: malloc_fn and free_fn are required");
   const okv_hal_backend_t *b = NULL;
   OKV_RETURN_IF_ERROR(okv_hal_backend_lookup(backend_name, &b));
+  OKV_RETURN_IF_ERROR(okv_hal_device_params_check(b, params));
 
   okv_allocator_t alloc = allocator ? *allocator : okv_allocator_system();
   okv_hal_device_t *dev = NULL;
@@ -81,7 +108,23 @@ OKV_HAL_DEFINE_REFCOUNT(device, okv_hal_device_t, OKV_HAL_KIND_DEVICE, okv_hal_d
 okv_status_t okv_hal_device_info(const okv_hal_device_t *device, okv_hal_device_info_t *out_info) {
   OKV_HAL_CHECK(device, OKV_HAL_KIND_DEVICE, "device");
   if (!out_info) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "out_info: NULL");
+  okv_hal_device_t *dev = (okv_hal_device_t *)device;
+  pthread_mutex_lock(&dev->usage_mutex); /* okv_hal_device_set_link may update the link fields */
   *out_info = device->info;
+  pthread_mutex_unlock(&dev->usage_mutex);
+  return OKV_OK;
+}
+
+okv_status_t okv_hal_device_set_link(okv_hal_device_t *device, double bytes_per_s, double latency_s) {
+  OKV_HAL_CHECK(device, OKV_HAL_KIND_DEVICE, "device");
+  OKV_RETURN_IF_ERROR(link_value_check("bytes_per_s", bytes_per_s));
+  OKV_RETURN_IF_ERROR(link_value_check("latency_s", latency_s));
+  if (!device->vtable->set_link) return link_refused(device->info.backend, "device");
+  device->vtable->set_link(device, bytes_per_s, latency_s);
+  pthread_mutex_lock(&device->usage_mutex);
+  device->info.link_bytes_per_s = bytes_per_s;
+  device->info.link_latency_s = latency_s;
+  pthread_mutex_unlock(&device->usage_mutex);
   return OKV_OK;
 }
 

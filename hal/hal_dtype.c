@@ -31,6 +31,10 @@ uint64_t okv_block_bytes(okv_dtype_t dtype, uint32_t head_dim) {
 
 uint64_t okv_summary_bytes(uint32_t head_dim) { return 2ull * (uint64_t)head_dim * 4ull; }
 
+uint64_t okv_summary_bytes_ex(okv_dtype_t summary_dtype, uint32_t head_dim) {
+  return 2ull * (uint64_t)head_dim * (uint64_t)okv_dtype_size(summary_dtype);
+}
+
 /* ---- conversions (round to nearest even) ---- */
 
 static uint32_t f32_bits(float x) {
@@ -90,3 +94,30 @@ float okv_f16_to_f32(uint16_t x) {
   }
   return bits_f32(sign | ((e + 112u) << 23) | (m << 13));
 }
+
+/* ---- directed narrowing (summaries) ----
+ * Round to nearest even first, then step one unit in the last place toward
+ * the wanted side when the nearest value lies on the other side of x. The
+ * 16-bit patterns of f16 and bf16 are both sign-magnitude, so a step is +-1 on
+ * the pattern, with the zero crossing handled apart. */
+
+/* The pattern one step above (up) or below (!up) h, for a sign-magnitude
+ * 16-bit float pattern. */
+static uint16_t step16(uint16_t h, bool up) {
+  const bool neg = (h & 0x8000u) != 0;
+  if ((h & 0x7FFFu) == 0) return up ? 0x0001u : 0x8001u; /* from +-0: the smallest subnormal of that side */
+  return (uint16_t)(neg == up ? h - 1u : h + 1u);        /* toward zero: magnitude - 1; away: + 1 */
+}
+
+static uint16_t narrow_dir(float x, bool up, uint16_t (*to)(float), float (*from)(uint16_t)) {
+  uint16_t h = to(x);
+  float v = from(h);
+  if (x != x || v == x) return h; /* NaN, or exact (-0 stays -0) */
+  if (up ? v < x : v > x) h = step16(h, up);
+  return h;
+}
+
+uint16_t okv_f32_to_bf16_down(float x) { return narrow_dir(x, false, okv_f32_to_bf16, okv_bf16_to_f32); }
+uint16_t okv_f32_to_bf16_up(float x) { return narrow_dir(x, true, okv_f32_to_bf16, okv_bf16_to_f32); }
+uint16_t okv_f32_to_f16_down(float x) { return narrow_dir(x, false, okv_f32_to_f16, okv_f16_to_f32); }
+uint16_t okv_f32_to_f16_up(float x) { return narrow_dir(x, true, okv_f32_to_f16, okv_f16_to_f32); }

@@ -111,6 +111,15 @@ struct okv_hal_device_vtable_t {
                                  const uint8_t *first);
   okv_status_t (*score_blocks)(okv_hal_stream_t *stream, const okv_score_desc_t *desc);
   okv_status_t (*topk)(okv_hal_stream_t *stream, const okv_topk_desc_t *desc);
+  /* Append with any summary dtype (okv_hal_summary_append_ex_async). Optional: without it hal/ sends
+   * f32-summary appends to summary_append and answers UNAVAILABLE for narrowed ones. */
+  okv_status_t (*summary_append_ex)(okv_hal_stream_t *stream, const okv_summary_append_desc_t *desc);
+  /* Group summaries (okv_hal_summary_reduce_async); UNAVAILABLE when NULL. */
+  okv_status_t (*summary_reduce)(okv_hal_stream_t *stream, const okv_summary_reduce_desc_t *desc);
+
+  /* Emulated link (okv_hal_device_set_link; values already validated by hal/, which also updates
+   * device->info). NULL on backends whose link is real. */
+  void (*set_link)(okv_hal_device_t *device, double bytes_per_s, double latency_s);
 };
 
 /* Registry entry: one per backend compiled in (hal/hal_backend_registry.c holds
@@ -123,6 +132,9 @@ typedef struct okv_hal_backend_t {
    * `allocator`, and hal/ then initialises base, allocator, capacities. */
   okv_status_t (*create)(const okv_hal_device_params_t *params, const okv_allocator_t *allocator,
                          okv_hal_device_t **out_device);
+  /* True when the backend emulates its HOST<->DEVICE link (params link_*; cpu). A backend whose link is
+   * real leaves it false and hal/ refuses non-zero link parameters before create is called. */
+  bool link_emulation;
 } okv_hal_backend_t;
 
 extern const okv_hal_backend_t okv_cpu_backend;
@@ -148,6 +160,15 @@ okv_status_t okv_score_desc_clone(const okv_allocator_t *a, const okv_score_desc
 void okv_score_desc_free(const okv_allocator_t *a, okv_score_desc_t *d);
 okv_status_t okv_topk_desc_clone(const okv_allocator_t *a, const okv_topk_desc_t *d, okv_topk_desc_t **out);
 void okv_topk_desc_free(const okv_allocator_t *a, okv_topk_desc_t *d);
+okv_status_t okv_summary_append_desc_clone(const okv_allocator_t *a, const okv_summary_append_desc_t *d,
+                                           okv_summary_append_desc_t **out);
+void okv_summary_append_desc_free(const okv_allocator_t *a, okv_summary_append_desc_t *d);
+okv_status_t okv_summary_reduce_desc_clone(const okv_allocator_t *a, const okv_summary_reduce_desc_t *d,
+                                           okv_summary_reduce_desc_t **out);
+void okv_summary_reduce_desc_free(const okv_allocator_t *a, okv_summary_reduce_desc_t *d);
+/* Entries of a top-K descriptor's index_map that the kernel may read (and a clone copies):
+ * max over segments with seg_n > 0 of seg_score_first + seg_n; 0 without a map. Needs a validated desc. */
+uint64_t okv_topk_index_map_len(const okv_topk_desc_t *d);
 
 /* ---- Handle checks ---- */
 

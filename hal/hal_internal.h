@@ -122,6 +122,13 @@ const char *okv_hal_kind_name(okv_hal_kind_t kind);
  * backends of this build (and *out_backend = NULL). */
 OKV_HAL_HIDDEN okv_status_t okv_hal_backend_lookup(const char *name, const okv_hal_backend_t **out_backend);
 
+/* Checks device parameters for backend `b` before anything is created:
+ * INVALID_ARGUMENT naming the field for a negative ordinal or n_threads, a
+ * link value that is negative or not finite, or non-zero link values on a
+ * backend without link emulation (its link is real). */
+OKV_HAL_HIDDEN okv_status_t okv_hal_device_params_check(const okv_hal_backend_t *b,
+                                                        const okv_hal_device_params_t *params);
+
 /* Destroys a device whose last reference was dropped (hal_device.c). */
 void okv_hal_device_destroy(okv_hal_device_t *device);
 
@@ -149,11 +156,11 @@ OKV_HAL_HIDDEN okv_status_t okv_hal_stream_same_device(const okv_hal_stream_t *s
 OKV_HAL_HIDDEN okv_status_t okv_hal_validate_attention(const okv_hal_stream_t *stream,
                                                        const okv_attention_desc_t *desc);
 OKV_HAL_HIDDEN okv_status_t okv_hal_validate_summary(const okv_hal_stream_t *stream, const okv_summary_desc_t *desc);
+/* `fn` names the entry point in messages (the _ex one or the f32 wrapper). */
 OKV_HAL_HIDDEN okv_status_t okv_hal_validate_summary_append(const okv_hal_stream_t *stream,
-                                                            const okv_hal_buffer_t *summaries, uint32_t head_dim,
-                                                            okv_dtype_t kv_dtype, uint32_t n,
-                                                            const uint64_t *summary_index, const float *keys,
-                                                            const uint8_t *first);
+                                                            const okv_summary_append_desc_t *desc, const char *fn);
+OKV_HAL_HIDDEN okv_status_t okv_hal_validate_summary_reduce(const okv_hal_stream_t *stream,
+                                                            const okv_summary_reduce_desc_t *desc);
 OKV_HAL_HIDDEN okv_status_t okv_hal_validate_score(const okv_hal_stream_t *stream, const okv_score_desc_t *desc);
 OKV_HAL_HIDDEN okv_status_t okv_hal_validate_topk(const okv_hal_stream_t *stream, const okv_topk_desc_t *desc);
 

@@ -82,35 +82,89 @@ okv_status_t okv_summary_desc_clone(const okv_allocator_t *a, const okv_summary_
 void okv_summary_desc_free(const okv_allocator_t *a, okv_summary_desc_t *d) { okv_free(a, d); }
 
 okv_status_t okv_score_desc_clone(const okv_allocator_t *a, const okv_score_desc_t *d, okv_score_desc_t **out) {
-  size_t n = d ? (size_t)d->n_seqs * d->n_kv_heads : 0;
+  /* Range mode copies the range arrays only (the segment arrays are ignored and may be NULL). */
+  const bool ranges = d && d->n_ranges > 0;
+  size_t n = d && !ranges ? (size_t)d->n_seqs * d->n_kv_heads : 0, nr = ranges ? d->n_ranges : 0;
   clone_arena_t ar;
   okv_status_t st = OKV_OK;
-  okv_score_desc_t *c = clone_start(a, d, out, sizeof *d, 2u * round8(n * 8u) + round8(n * 4u), "score", &ar, &st);
+  okv_score_desc_t *c = clone_start(a, d, out, sizeof *d,
+                                    2u * round8(n * 8u) + round8(n * 4u) + 2u * round8(nr * 8u) + 2u * round8(nr * 4u),
+                                    "score", &ar, &st);
   if (c == NULL) return st;
-  c->seg_summary_first = arena_copy(&ar, d->seg_summary_first, n * 8u);
-  c->seg_score_first = arena_copy(&ar, d->seg_score_first, n * 8u);
-  c->seg_n_blocks = arena_copy(&ar, d->seg_n_blocks, n * 4u);
+  c->seg_summary_first = arena_copy(&ar, n ? d->seg_summary_first : NULL, n * 8u);
+  c->seg_score_first = arena_copy(&ar, n ? d->seg_score_first : NULL, n * 8u);
+  c->seg_n_blocks = arena_copy(&ar, n ? d->seg_n_blocks : NULL, n * 4u);
+  c->range_summary_first = arena_copy(&ar, nr ? d->range_summary_first : NULL, nr * 8u);
+  c->range_score_first = arena_copy(&ar, nr ? d->range_score_first : NULL, nr * 8u);
+  c->range_seg = arena_copy(&ar, nr ? d->range_seg : NULL, nr * 4u);
+  c->range_n_blocks = arena_copy(&ar, nr ? d->range_n_blocks : NULL, nr * 4u);
   *out = c;
   return OKV_OK;
 }
 
 void okv_score_desc_free(const okv_allocator_t *a, okv_score_desc_t *d) { okv_free(a, d); }
 
+uint64_t okv_topk_index_map_len(const okv_topk_desc_t *d) {
+  uint64_t len = 0;
+  if (d == NULL || d->index_map == NULL) return 0;
+  for (uint32_t u = 0; u < d->n_segments; u++)
+    if (d->seg_n[u] > 0 && d->seg_score_first[u] + d->seg_n[u] > len) len = d->seg_score_first[u] + d->seg_n[u];
+  return len;
+}
+
 okv_status_t okv_topk_desc_clone(const okv_allocator_t *a, const okv_topk_desc_t *d, okv_topk_desc_t **out) {
   size_t n = d ? d->n_segments : 0;
   size_t n_excl = d && d->excl_offsets ? d->excl_offsets[n] : 0;
+  size_t n_map = (size_t)okv_topk_index_map_len(d);
   clone_arena_t ar;
   okv_status_t st = OKV_OK;
   okv_topk_desc_t *c =
-      clone_start(a, d, out, sizeof *d, round8(n * 8u) + round8(n * 4u) + round8((n + 1) * 4u) + round8(n_excl * 4u),
+      clone_start(a, d, out, sizeof *d,
+                  round8(n * 8u) + round8(n * 4u) + round8((n + 1) * 4u) + round8(n_excl * 4u) + round8(n_map * 4u),
                   "topk", &ar, &st);
   if (c == NULL) return st;
   c->seg_score_first = arena_copy(&ar, d->seg_score_first, n * 8u);
   c->seg_n = arena_copy(&ar, d->seg_n, n * 4u);
   c->excl_offsets = arena_copy(&ar, d->excl_offsets, (n + 1) * 4u);
   c->excl_blocks = arena_copy(&ar, (d->excl_offsets && n_excl) ? d->excl_blocks : NULL, n_excl * 4u);
+  /* a map that no segment reads (every seg_n 0) is dropped: nothing to copy */
+  c->index_map = arena_copy(&ar, n_map ? d->index_map : NULL, n_map * 4u);
   *out = c;
   return OKV_OK;
 }
 
 void okv_topk_desc_free(const okv_allocator_t *a, okv_topk_desc_t *d) { okv_free(a, d); }
+
+okv_status_t okv_summary_append_desc_clone(const okv_allocator_t *a, const okv_summary_append_desc_t *d,
+                                           okv_summary_append_desc_t **out) {
+  size_t n = d ? d->n : 0, n_keys = d ? (size_t)d->n * d->head_dim : 0;
+  clone_arena_t ar;
+  okv_status_t st = OKV_OK;
+  okv_summary_append_desc_t *c =
+      clone_start(a, d, out, sizeof *d, round8(n * 8u) + round8(n_keys * 4u) + round8(n), "summary_append", &ar, &st);
+  if (c == NULL) return st;
+  c->summary_index = arena_copy(&ar, n ? d->summary_index : NULL, n * 8u);
+  c->keys = arena_copy(&ar, n ? d->keys : NULL, n_keys * 4u);
+  c->first = arena_copy(&ar, n ? d->first : NULL, n);
+  *out = c;
+  return OKV_OK;
+}
+
+void okv_summary_append_desc_free(const okv_allocator_t *a, okv_summary_append_desc_t *d) { okv_free(a, d); }
+
+okv_status_t okv_summary_reduce_desc_clone(const okv_allocator_t *a, const okv_summary_reduce_desc_t *d,
+                                           okv_summary_reduce_desc_t **out) {
+  size_t n = d ? d->n : 0;
+  clone_arena_t ar;
+  okv_status_t st = OKV_OK;
+  okv_summary_reduce_desc_t *c =
+      clone_start(a, d, out, sizeof *d, 2u * round8(n * 8u) + round8(n * 4u), "summary_reduce", &ar, &st);
+  if (c == NULL) return st;
+  c->src_first = arena_copy(&ar, n ? d->src_first : NULL, n * 8u);
+  c->dst_index = arena_copy(&ar, n ? d->dst_index : NULL, n * 8u);
+  c->src_n = arena_copy(&ar, n ? d->src_n : NULL, n * 4u);
+  *out = c;
+  return OKV_OK;
+}
+
+void okv_summary_reduce_desc_free(const okv_allocator_t *a, okv_summary_reduce_desc_t *d) { okv_free(a, d); }

@@ -62,10 +62,16 @@ static okv_status_t check_head_dim(uint32_t head_dim, const char *fn) {
   return OKV_OK;
 }
 
-static okv_status_t check_dtype(okv_dtype_t dtype, const char *fn) {
-  if ((unsigned)dtype >= (unsigned)OKV_DTYPE_COUNT) return INVALID("%s: kv_dtype %d is not a dtype", fn, (int)dtype);
+/* INVALID_ARGUMENT "<fn>: <name> <value> is not a dtype" unless `dtype` is one. */
+static okv_status_t check_dtype_of(okv_dtype_t dtype, const char *fn, const char *name) {
+  if ((unsigned)dtype >= (unsigned)OKV_DTYPE_COUNT) return INVALID("%s: %s %d is not a dtype", fn, name, (int)dtype);
   return OKV_OK;
 }
+
+static okv_status_t check_dtype(okv_dtype_t dtype, const char *fn) { return check_dtype_of(dtype, fn, "kv_dtype"); }
+
+/* Checks that [first, first + n) lies within [0, total) without overflow. */
+static bool span_ok(uint64_t first, uint64_t n, uint64_t total) { return first <= total && n <= total - first; }
 
 /* The shape fields attention and scoring share. */
 static okv_status_t check_shape(uint32_t n_seqs, uint32_t n_kv_heads, uint32_t group_size, uint32_t head_dim,
@@ -155,6 +161,7 @@ okv_status_t okv_hal_validate_summary(const okv_hal_stream_t *stream, const okv_
   OKV_RETURN_IF_ERROR(check_call(stream, d, fn));
   OKV_RETURN_IF_ERROR(check_head_dim(d->head_dim, fn));
   OKV_RETURN_IF_ERROR(check_dtype(d->kv_dtype, fn));
+  OKV_RETURN_IF_ERROR(check_dtype_of(d->summary_dtype, fn, "summary_dtype"));
   OKV_RETURN_IF_ERROR(check_range(stream, d->kv, 0, 0, false, fn, "kv"));
   OKV_RETURN_IF_ERROR(check_range(stream, d->summaries, 0, 0, false, fn, "summaries"));
   if (d->n_blocks == 0) return OKV_OK;
@@ -162,7 +169,7 @@ okv_status_t okv_hal_validate_summary(const okv_hal_stream_t *stream, const okv_
   REQUIRE_NONNULL(d->valid, "valid");
   REQUIRE_NONNULL(d->summary_index, "summary_index");
   uint64_t n_kv_blocks = items_in(d->kv, okv_block_bytes(d->kv_dtype, d->head_dim));
-  uint64_t n_summaries = items_in(d->summaries, okv_summary_bytes(d->head_dim));
+  uint64_t n_summaries = items_in(d->summaries, okv_summary_bytes_ex(d->summary_dtype, d->head_dim));
   for (uint32_t i = 0; i < d->n_blocks; i++) {
     if (d->block_index[i] >= n_kv_blocks)
       return INVALID("%s: block_index[%u] = %llu: block outside kv (%llu blocks)", fn, i,
@@ -176,23 +183,48 @@ okv_status_t okv_hal_validate_summary(const okv_hal_stream_t *stream, const okv_
   return OKV_OK;
 }
 
-okv_status_t okv_hal_validate_summary_append(const okv_hal_stream_t *stream, const okv_hal_buffer_t *summaries,
-                                             uint32_t head_dim, okv_dtype_t kv_dtype, uint32_t n,
-                                             const uint64_t *summary_index, const float *keys, const uint8_t *first) {
-  static const char fn[] = "okv_hal_summary_append_async";
-  OKV_RETURN_IF_ERROR(check_stream(stream, fn));
-  OKV_RETURN_IF_ERROR(check_head_dim(head_dim, fn));
-  OKV_RETURN_IF_ERROR(check_dtype(kv_dtype, fn));
-  OKV_RETURN_IF_ERROR(check_range(stream, summaries, 0, 0, false, fn, "summaries"));
-  if (n == 0) return OKV_OK;
-  REQUIRE_NONNULL(summary_index, "summary_index");
-  REQUIRE_NONNULL(keys, "keys");
-  REQUIRE_NONNULL(first, "first");
-  uint64_t n_summaries = items_in(summaries, okv_summary_bytes(head_dim));
-  for (uint32_t i = 0; i < n; i++)
-    if (summary_index[i] >= n_summaries)
+okv_status_t okv_hal_validate_summary_append(const okv_hal_stream_t *stream, const okv_summary_append_desc_t *d,
+                                             const char *fn) {
+  OKV_RETURN_IF_ERROR(check_call(stream, d, fn));
+  OKV_RETURN_IF_ERROR(check_head_dim(d->head_dim, fn));
+  OKV_RETURN_IF_ERROR(check_dtype(d->kv_dtype, fn));
+  OKV_RETURN_IF_ERROR(check_dtype_of(d->summary_dtype, fn, "summary_dtype"));
+  OKV_RETURN_IF_ERROR(check_range(stream, d->summaries, 0, 0, false, fn, "summaries"));
+  if (d->n == 0) return OKV_OK;
+  REQUIRE_NONNULL(d->summary_index, "summary_index");
+  REQUIRE_NONNULL(d->keys, "keys");
+  REQUIRE_NONNULL(d->first, "first");
+  uint64_t n_summaries = items_in(d->summaries, okv_summary_bytes_ex(d->summary_dtype, d->head_dim));
+  for (uint32_t i = 0; i < d->n; i++)
+    if (d->summary_index[i] >= n_summaries)
       return INVALID("%s: summary_index[%u] = %llu outside summaries (%llu summaries)", fn, i,
-                     (unsigned long long)summary_index[i], (unsigned long long)n_summaries);
+                     (unsigned long long)d->summary_index[i], (unsigned long long)n_summaries);
+  return OKV_OK;
+}
+
+okv_status_t okv_hal_validate_summary_reduce(const okv_hal_stream_t *stream, const okv_summary_reduce_desc_t *d) {
+  static const char fn[] = "okv_hal_summary_reduce_async";
+  OKV_RETURN_IF_ERROR(check_call(stream, d, fn));
+  OKV_RETURN_IF_ERROR(check_head_dim(d->head_dim, fn));
+  OKV_RETURN_IF_ERROR(check_dtype_of(d->src_dtype, fn, "src_dtype"));
+  OKV_RETURN_IF_ERROR(check_dtype_of(d->dst_dtype, fn, "dst_dtype"));
+  OKV_RETURN_IF_ERROR(check_range(stream, d->src, 0, 0, false, fn, "src"));
+  OKV_RETURN_IF_ERROR(check_range(stream, d->dst, 0, 0, false, fn, "dst"));
+  if (d->n == 0) return OKV_OK;
+  REQUIRE_NONNULL(d->src_first, "src_first");
+  REQUIRE_NONNULL(d->src_n, "src_n");
+  REQUIRE_NONNULL(d->dst_index, "dst_index");
+  uint64_t n_src = items_in(d->src, okv_summary_bytes_ex(d->src_dtype, d->head_dim));
+  uint64_t n_dst = items_in(d->dst, okv_summary_bytes_ex(d->dst_dtype, d->head_dim));
+  for (uint32_t i = 0; i < d->n; i++) {
+    if (d->src_n[i] == 0) return INVALID("%s: src_n[%u] is 0 (a summary needs at least one source)", fn, i);
+    if (!span_ok(d->src_first[i], d->src_n[i], n_src))
+      return INVALID("%s: entry %u: source summaries [%llu, +%u) outside src (%llu summaries)", fn, i,
+                     (unsigned long long)d->src_first[i], d->src_n[i], (unsigned long long)n_src);
+    if (d->dst_index[i] >= n_dst)
+      return INVALID("%s: dst_index[%u] = %llu outside dst (%llu summaries)", fn, i,
+                     (unsigned long long)d->dst_index[i], (unsigned long long)n_dst);
+  }
   return OKV_OK;
 }
 
@@ -212,14 +244,37 @@ okv_status_t okv_hal_validate_score(const okv_hal_stream_t *stream, const okv_sc
       !mul_u64(n_q_heads, (uint64_t)d->head_dim * 4u * d->n_query_tokens, &q_bytes) ||
       !mul_u64(q_bytes, d->n_seqs, &q_bytes))
     return INVALID("%s: q size overflows", fn);
+  OKV_RETURN_IF_ERROR(check_dtype_of(d->summary_dtype, fn, "summary_dtype"));
   OKV_RETURN_IF_ERROR(check_range(stream, d->q, d->q_offset, q_bytes, true, fn, "q"));
   OKV_RETURN_IF_ERROR(check_range(stream, d->summaries, 0, 0, false, fn, "summaries"));
   OKV_RETURN_IF_ERROR(check_range(stream, d->scores, 0, 0, false, fn, "scores"));
+  uint64_t n_summaries = items_in(d->summaries, okv_summary_bytes_ex(d->summary_dtype, d->head_dim));
+  uint64_t n_scores = items_in(d->scores, 4u);
+  if (d->n_ranges > 0) {
+    REQUIRE_NONNULL(d->range_seg, "range_seg");
+    REQUIRE_NONNULL(d->range_summary_first, "range_summary_first");
+    REQUIRE_NONNULL(d->range_n_blocks, "range_n_blocks");
+    REQUIRE_NONNULL(d->range_score_first, "range_score_first");
+    for (uint32_t r = 0; r < d->n_ranges; r++) {
+      if (d->range_seg[r] >= n_units)
+        return INVALID("%s: range_seg[%u] = %u is not < n_seqs * n_kv_heads = %llu", fn, r, d->range_seg[r],
+                       (unsigned long long)n_units);
+      uint64_t nb = d->range_n_blocks[r];
+      if (nb == 0) continue;
+      if (!span_ok(d->range_summary_first[r], nb, n_summaries))
+        return INVALID("%s: range %u: summaries [%llu, +%llu) outside summaries (%llu)", fn, r,
+                       (unsigned long long)d->range_summary_first[r], (unsigned long long)nb,
+                       (unsigned long long)n_summaries);
+      if (!span_ok(d->range_score_first[r], nb, n_scores))
+        return INVALID("%s: range %u: scores [%llu, +%llu) outside scores (%llu floats)", fn, r,
+                       (unsigned long long)d->range_score_first[r], (unsigned long long)nb,
+                       (unsigned long long)n_scores);
+    }
+    return OKV_OK;
+  }
   REQUIRE_NONNULL(d->seg_summary_first, "seg_summary_first");
   REQUIRE_NONNULL(d->seg_n_blocks, "seg_n_blocks");
   REQUIRE_NONNULL(d->seg_score_first, "seg_score_first");
-  uint64_t n_summaries = items_in(d->summaries, okv_summary_bytes(d->head_dim));
-  uint64_t n_scores = items_in(d->scores, 4u);
   for (uint64_t u = 0; u < n_units; u++) {
     uint64_t nb = d->seg_n_blocks[u];
     if (nb == 0) continue;

@@ -45,13 +45,42 @@ okv_status_t okv_hal_summarize_blocks_async(okv_hal_stream_t *stream, const okv_
   DISPATCH_KERNEL(stream, summarize_blocks, desc);
 }
 
+/* The append of a validated, non-empty desc: the backend's summary_append_ex,
+ * or its f32-only summary_append for f32 summaries. */
+static okv_status_t summary_append_dispatch(okv_hal_stream_t *stream, const okv_summary_append_desc_t *d) {
+  if (stream->device->vtable->summary_append_ex == NULL && d->summary_dtype == OKV_DTYPE_F32) {
+    DISPATCH_KERNEL(stream, summary_append, d->summaries, d->head_dim, d->kv_dtype, d->n, d->summary_index, d->keys,
+                    d->first);
+  }
+  DISPATCH_KERNEL(stream, summary_append_ex, d);
+}
+
+okv_status_t okv_hal_summary_append_ex_async(okv_hal_stream_t *stream, const okv_summary_append_desc_t *desc) {
+  OKV_RETURN_IF_ERROR(okv_hal_validate_summary_append(stream, desc, "okv_hal_summary_append_ex_async"));
+  if (desc->n == 0) return OKV_OK;
+  return summary_append_dispatch(stream, desc);
+}
+
 okv_status_t okv_hal_summary_append_async(okv_hal_stream_t *stream, okv_hal_buffer_t *summaries, uint32_t head_dim,
                                           okv_dtype_t kv_dtype, uint32_t n, const uint64_t *summary_index,
                                           const float *keys, const uint8_t *first) {
-  OKV_RETURN_IF_ERROR(
-      okv_hal_validate_summary_append(stream, summaries, head_dim, kv_dtype, n, summary_index, keys, first));
+  const okv_summary_append_desc_t d = {.summaries = summaries,
+                                       .head_dim = head_dim,
+                                       .kv_dtype = kv_dtype,
+                                       .n = n,
+                                       .summary_index = summary_index,
+                                       .keys = keys,
+                                       .first = first,
+                                       .summary_dtype = OKV_DTYPE_F32};
+  OKV_RETURN_IF_ERROR(okv_hal_validate_summary_append(stream, &d, "okv_hal_summary_append_async"));
   if (n == 0) return OKV_OK;
-  DISPATCH_KERNEL(stream, summary_append, summaries, head_dim, kv_dtype, n, summary_index, keys, first);
+  return summary_append_dispatch(stream, &d);
+}
+
+okv_status_t okv_hal_summary_reduce_async(okv_hal_stream_t *stream, const okv_summary_reduce_desc_t *desc) {
+  OKV_RETURN_IF_ERROR(okv_hal_validate_summary_reduce(stream, desc));
+  if (desc->n == 0) return OKV_OK;
+  DISPATCH_KERNEL(stream, summary_reduce, desc);
 }
 
 okv_status_t okv_hal_score_blocks_async(okv_hal_stream_t *stream, const okv_score_desc_t *desc) {

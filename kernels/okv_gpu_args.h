@@ -77,26 +77,38 @@ typedef struct okv_gpu_attention_args_t {
 typedef struct okv_gpu_summary_args_t {
   uint64_t kv; /* block 0 of the source, slot layout */
   uint64_t block_bytes;
-  uint64_t summaries;     /* f32 [*][2][head_dim] */
+  uint64_t summaries;     /* summary_dtype [*][2][head_dim] */
   uint64_t block_index;   /* u64 [n_blocks] */
   uint64_t valid;         /* u8  [n_blocks] */
   uint64_t summary_index; /* u64 [n_blocks] */
-  uint32_t n_blocks, head_dim, kv_dtype, pad_;
+  uint32_t n_blocks, head_dim, kv_dtype, summary_dtype;
 } okv_gpu_summary_args_t;
 
 /* okv_gpu_summary_append: grid-stride over entries i < n (grid 1 = strictly in order). */
 typedef struct okv_gpu_append_args_t {
-  uint64_t summaries;     /* f32 [*][2][head_dim] */
+  uint64_t summaries;     /* summary_dtype [*][2][head_dim] */
   uint64_t summary_index; /* u64 [n] */
   uint64_t keys;          /* f32 [n][head_dim], already rounded through the KV dtype */
   uint64_t first;         /* u8 [n] */
   uint32_t n, head_dim;
+  uint32_t summary_dtype, pad_;
 } okv_gpu_append_args_t;
 
-/* okv_gpu_score_blocks: grid (n_seqs*n_kv_heads, ceil(max_n / OKV_GPU_SCORE_BLOCKS_PER_CTA)). */
+/* okv_gpu_summary_reduce: grid-stride over entries i < n, threads over head_dim. */
+typedef struct okv_gpu_reduce_args_t {
+  uint64_t src;       /* src_dtype [*][2][head_dim] */
+  uint64_t dst;       /* dst_dtype [*][2][head_dim] */
+  uint64_t src_first; /* u64 [n] */
+  uint64_t src_n;     /* u32 [n], each >= 1 */
+  uint64_t dst_index; /* u64 [n] */
+  uint32_t n, head_dim, src_dtype, dst_dtype;
+} okv_gpu_reduce_args_t;
+
+/* okv_gpu_score_blocks: grid (n_seqs*n_kv_heads, or n_ranges when > 0,
+ * ceil(max_n / OKV_GPU_SCORE_BLOCKS_PER_CTA)). */
 typedef struct okv_gpu_score_args_t {
   uint64_t q;                 /* f32 [n_seqs][T][n_q_heads][head_dim] */
-  uint64_t summaries;         /* f32 [*][2][head_dim] */
+  uint64_t summaries;         /* summary_dtype [*][2][head_dim] */
   uint64_t scores;            /* f32 */
   uint64_t seg_summary_first; /* u64 [n_seqs*n_kv_heads] */
   uint64_t seg_n_blocks;      /* u32 [n_seqs*n_kv_heads] */
@@ -104,6 +116,11 @@ typedef struct okv_gpu_score_args_t {
   uint32_t n_seqs, n_kv_heads, group_size, head_dim;
   uint32_t n_query_tokens, t_begin, t_end;
   float scale;
+  uint64_t range_seg;           /* u32 [n_ranges] or 0 */
+  uint64_t range_summary_first; /* u64 [n_ranges] */
+  uint64_t range_n_blocks;      /* u32 [n_ranges] */
+  uint64_t range_score_first;   /* u64 [n_ranges] */
+  uint32_t n_ranges, summary_dtype;
 } okv_gpu_score_args_t;
 
 /* okv_gpu_topk: grid n_segments; dynamic shared memory = 4 * ceil(max_n / 32) bytes. */
@@ -116,6 +133,7 @@ typedef struct okv_gpu_topk_args_t {
   uint64_t out_indices;     /* u32 [n_segments][k] */
   uint64_t out_counts;      /* u32 [n_segments] or 0 */
   uint32_t n_segments, k;
+  uint64_t index_map; /* u32 addressed like the scores, or 0 (positions) */
 } okv_gpu_topk_args_t;
 
 /* ---- Layout pins ----
@@ -127,79 +145,98 @@ typedef struct okv_gpu_topk_args_t {
  * side, or a compiler laying a struct out differently, fails the build
  * instead of corrupting a launch.
  * OKV_GPU_ARGS_LAYOUT(SIZE, FIELD): SIZE(type, bytes), FIELD(type, field, offset). */
-#define OKV_GPU_ARGS_LAYOUT(SIZE, FIELD)              \
-  SIZE(okv_block_copy_t, 16)                          \
-  FIELD(okv_block_copy_t, src_offset, 0)              \
-  FIELD(okv_block_copy_t, dst_offset, 8)              \
-  SIZE(okv_gpu_gather_args_t, 48)                     \
-  FIELD(okv_gpu_gather_args_t, src, 0)                \
-  FIELD(okv_gpu_gather_args_t, dst, 8)                \
-  FIELD(okv_gpu_gather_args_t, pairs, 16)             \
-  FIELD(okv_gpu_gather_args_t, n_blocks, 24)          \
-  FIELD(okv_gpu_gather_args_t, block_bytes, 32)       \
-  FIELD(okv_gpu_gather_args_t, vec_bytes, 40)         \
-  SIZE(okv_gpu_attention_args_t, 120)                 \
-  FIELD(okv_gpu_attention_args_t, kv_pool, 0)         \
-  FIELD(okv_gpu_attention_args_t, block_bytes, 8)     \
-  FIELD(okv_gpu_attention_args_t, ws_offsets, 16)     \
-  FIELD(okv_gpu_attention_args_t, ws_slots, 24)       \
-  FIELD(okv_gpu_attention_args_t, ws_valid, 32)       \
-  FIELD(okv_gpu_attention_args_t, q, 40)              \
-  FIELD(okv_gpu_attention_args_t, inflight_kv, 48)    \
-  FIELD(okv_gpu_attention_args_t, out, 56)            \
-  FIELD(okv_gpu_attention_args_t, lse, 64)            \
-  FIELD(okv_gpu_attention_args_t, block_mass, 72)     \
-  FIELD(okv_gpu_attention_args_t, n_seqs, 80)         \
-  FIELD(okv_gpu_attention_args_t, n_kv_heads, 84)     \
-  FIELD(okv_gpu_attention_args_t, group_size, 88)     \
-  FIELD(okv_gpu_attention_args_t, head_dim, 92)       \
-  FIELD(okv_gpu_attention_args_t, n_query_tokens, 96) \
-  FIELD(okv_gpu_attention_args_t, kv_dtype, 100)      \
-  FIELD(okv_gpu_attention_args_t, n_inflight, 104)    \
-  FIELD(okv_gpu_attention_args_t, rows_per_cta, 108)  \
-  FIELD(okv_gpu_attention_args_t, scale, 112)         \
-  SIZE(okv_gpu_summary_args_t, 64)                    \
-  FIELD(okv_gpu_summary_args_t, kv, 0)                \
-  FIELD(okv_gpu_summary_args_t, block_bytes, 8)       \
-  FIELD(okv_gpu_summary_args_t, summaries, 16)        \
-  FIELD(okv_gpu_summary_args_t, block_index, 24)      \
-  FIELD(okv_gpu_summary_args_t, valid, 32)            \
-  FIELD(okv_gpu_summary_args_t, summary_index, 40)    \
-  FIELD(okv_gpu_summary_args_t, n_blocks, 48)         \
-  FIELD(okv_gpu_summary_args_t, head_dim, 52)         \
-  FIELD(okv_gpu_summary_args_t, kv_dtype, 56)         \
-  SIZE(okv_gpu_append_args_t, 40)                     \
-  FIELD(okv_gpu_append_args_t, summaries, 0)          \
-  FIELD(okv_gpu_append_args_t, summary_index, 8)      \
-  FIELD(okv_gpu_append_args_t, keys, 16)              \
-  FIELD(okv_gpu_append_args_t, first, 24)             \
-  FIELD(okv_gpu_append_args_t, n, 32)                 \
-  FIELD(okv_gpu_append_args_t, head_dim, 36)          \
-  SIZE(okv_gpu_score_args_t, 80)                      \
-  FIELD(okv_gpu_score_args_t, q, 0)                   \
-  FIELD(okv_gpu_score_args_t, summaries, 8)           \
-  FIELD(okv_gpu_score_args_t, scores, 16)             \
-  FIELD(okv_gpu_score_args_t, seg_summary_first, 24)  \
-  FIELD(okv_gpu_score_args_t, seg_n_blocks, 32)       \
-  FIELD(okv_gpu_score_args_t, seg_score_first, 40)    \
-  FIELD(okv_gpu_score_args_t, n_seqs, 48)             \
-  FIELD(okv_gpu_score_args_t, n_kv_heads, 52)         \
-  FIELD(okv_gpu_score_args_t, group_size, 56)         \
-  FIELD(okv_gpu_score_args_t, head_dim, 60)           \
-  FIELD(okv_gpu_score_args_t, n_query_tokens, 64)     \
-  FIELD(okv_gpu_score_args_t, t_begin, 68)            \
-  FIELD(okv_gpu_score_args_t, t_end, 72)              \
-  FIELD(okv_gpu_score_args_t, scale, 76)              \
-  SIZE(okv_gpu_topk_args_t, 64)                       \
-  FIELD(okv_gpu_topk_args_t, scores, 0)               \
-  FIELD(okv_gpu_topk_args_t, seg_score_first, 8)      \
-  FIELD(okv_gpu_topk_args_t, seg_n, 16)               \
-  FIELD(okv_gpu_topk_args_t, excl_offsets, 24)        \
-  FIELD(okv_gpu_topk_args_t, excl_blocks, 32)         \
-  FIELD(okv_gpu_topk_args_t, out_indices, 40)         \
-  FIELD(okv_gpu_topk_args_t, out_counts, 48)          \
-  FIELD(okv_gpu_topk_args_t, n_segments, 56)          \
-  FIELD(okv_gpu_topk_args_t, k, 60)
+#define OKV_GPU_ARGS_LAYOUT(SIZE, FIELD)               \
+  SIZE(okv_block_copy_t, 16)                           \
+  FIELD(okv_block_copy_t, src_offset, 0)               \
+  FIELD(okv_block_copy_t, dst_offset, 8)               \
+  SIZE(okv_gpu_gather_args_t, 48)                      \
+  FIELD(okv_gpu_gather_args_t, src, 0)                 \
+  FIELD(okv_gpu_gather_args_t, dst, 8)                 \
+  FIELD(okv_gpu_gather_args_t, pairs, 16)              \
+  FIELD(okv_gpu_gather_args_t, n_blocks, 24)           \
+  FIELD(okv_gpu_gather_args_t, block_bytes, 32)        \
+  FIELD(okv_gpu_gather_args_t, vec_bytes, 40)          \
+  SIZE(okv_gpu_attention_args_t, 120)                  \
+  FIELD(okv_gpu_attention_args_t, kv_pool, 0)          \
+  FIELD(okv_gpu_attention_args_t, block_bytes, 8)      \
+  FIELD(okv_gpu_attention_args_t, ws_offsets, 16)      \
+  FIELD(okv_gpu_attention_args_t, ws_slots, 24)        \
+  FIELD(okv_gpu_attention_args_t, ws_valid, 32)        \
+  FIELD(okv_gpu_attention_args_t, q, 40)               \
+  FIELD(okv_gpu_attention_args_t, inflight_kv, 48)     \
+  FIELD(okv_gpu_attention_args_t, out, 56)             \
+  FIELD(okv_gpu_attention_args_t, lse, 64)             \
+  FIELD(okv_gpu_attention_args_t, block_mass, 72)      \
+  FIELD(okv_gpu_attention_args_t, n_seqs, 80)          \
+  FIELD(okv_gpu_attention_args_t, n_kv_heads, 84)      \
+  FIELD(okv_gpu_attention_args_t, group_size, 88)      \
+  FIELD(okv_gpu_attention_args_t, head_dim, 92)        \
+  FIELD(okv_gpu_attention_args_t, n_query_tokens, 96)  \
+  FIELD(okv_gpu_attention_args_t, kv_dtype, 100)       \
+  FIELD(okv_gpu_attention_args_t, n_inflight, 104)     \
+  FIELD(okv_gpu_attention_args_t, rows_per_cta, 108)   \
+  FIELD(okv_gpu_attention_args_t, scale, 112)          \
+  SIZE(okv_gpu_summary_args_t, 64)                     \
+  FIELD(okv_gpu_summary_args_t, kv, 0)                 \
+  FIELD(okv_gpu_summary_args_t, block_bytes, 8)        \
+  FIELD(okv_gpu_summary_args_t, summaries, 16)         \
+  FIELD(okv_gpu_summary_args_t, block_index, 24)       \
+  FIELD(okv_gpu_summary_args_t, valid, 32)             \
+  FIELD(okv_gpu_summary_args_t, summary_index, 40)     \
+  FIELD(okv_gpu_summary_args_t, n_blocks, 48)          \
+  FIELD(okv_gpu_summary_args_t, head_dim, 52)          \
+  FIELD(okv_gpu_summary_args_t, kv_dtype, 56)          \
+  FIELD(okv_gpu_summary_args_t, summary_dtype, 60)     \
+  SIZE(okv_gpu_append_args_t, 48)                      \
+  FIELD(okv_gpu_append_args_t, summaries, 0)           \
+  FIELD(okv_gpu_append_args_t, summary_index, 8)       \
+  FIELD(okv_gpu_append_args_t, keys, 16)               \
+  FIELD(okv_gpu_append_args_t, first, 24)              \
+  FIELD(okv_gpu_append_args_t, n, 32)                  \
+  FIELD(okv_gpu_append_args_t, head_dim, 36)           \
+  FIELD(okv_gpu_append_args_t, summary_dtype, 40)      \
+  SIZE(okv_gpu_reduce_args_t, 56)                      \
+  FIELD(okv_gpu_reduce_args_t, src, 0)                 \
+  FIELD(okv_gpu_reduce_args_t, dst, 8)                 \
+  FIELD(okv_gpu_reduce_args_t, src_first, 16)          \
+  FIELD(okv_gpu_reduce_args_t, src_n, 24)              \
+  FIELD(okv_gpu_reduce_args_t, dst_index, 32)          \
+  FIELD(okv_gpu_reduce_args_t, n, 40)                  \
+  FIELD(okv_gpu_reduce_args_t, head_dim, 44)           \
+  FIELD(okv_gpu_reduce_args_t, src_dtype, 48)          \
+  FIELD(okv_gpu_reduce_args_t, dst_dtype, 52)          \
+  SIZE(okv_gpu_score_args_t, 120)                      \
+  FIELD(okv_gpu_score_args_t, q, 0)                    \
+  FIELD(okv_gpu_score_args_t, summaries, 8)            \
+  FIELD(okv_gpu_score_args_t, scores, 16)              \
+  FIELD(okv_gpu_score_args_t, seg_summary_first, 24)   \
+  FIELD(okv_gpu_score_args_t, seg_n_blocks, 32)        \
+  FIELD(okv_gpu_score_args_t, seg_score_first, 40)     \
+  FIELD(okv_gpu_score_args_t, n_seqs, 48)              \
+  FIELD(okv_gpu_score_args_t, n_kv_heads, 52)          \
+  FIELD(okv_gpu_score_args_t, group_size, 56)          \
+  FIELD(okv_gpu_score_args_t, head_dim, 60)            \
+  FIELD(okv_gpu_score_args_t, n_query_tokens, 64)      \
+  FIELD(okv_gpu_score_args_t, t_begin, 68)             \
+  FIELD(okv_gpu_score_args_t, t_end, 72)               \
+  FIELD(okv_gpu_score_args_t, scale, 76)               \
+  FIELD(okv_gpu_score_args_t, range_seg, 80)           \
+  FIELD(okv_gpu_score_args_t, range_summary_first, 88) \
+  FIELD(okv_gpu_score_args_t, range_n_blocks, 96)      \
+  FIELD(okv_gpu_score_args_t, range_score_first, 104)  \
+  FIELD(okv_gpu_score_args_t, n_ranges, 112)           \
+  FIELD(okv_gpu_score_args_t, summary_dtype, 116)      \
+  SIZE(okv_gpu_topk_args_t, 72)                        \
+  FIELD(okv_gpu_topk_args_t, scores, 0)                \
+  FIELD(okv_gpu_topk_args_t, seg_score_first, 8)       \
+  FIELD(okv_gpu_topk_args_t, seg_n, 16)                \
+  FIELD(okv_gpu_topk_args_t, excl_offsets, 24)         \
+  FIELD(okv_gpu_topk_args_t, excl_blocks, 32)          \
+  FIELD(okv_gpu_topk_args_t, out_indices, 40)          \
+  FIELD(okv_gpu_topk_args_t, out_counts, 48)           \
+  FIELD(okv_gpu_topk_args_t, n_segments, 56)           \
+  FIELD(okv_gpu_topk_args_t, k, 60)                    \
+  FIELD(okv_gpu_topk_args_t, index_map, 64)
 
 /* The table as static assertions (C11 _Static_assert on the host, C++
  * static_assert in the kernels and the emulator); expanded once per side. */

@@ -37,6 +37,60 @@ OKV_DEVICE float okv_load_elem(const unsigned char *base, uint64_t i, uint32_t d
   return okv_f16_bits_to_f32(bits);
 }
 
+// Directed narrowing of a summary bound to f16 / bf16 bits (dtype), toward
+// +infinity when `up`, else toward -infinity, so a narrowed min stays <= and a
+// narrowed max >= every key it bounds. Computed by truncating the magnitude
+// and stepping one unit away from zero when inexact and the direction asks
+// for it (the host library steps from round-to-nearest instead: two
+// independent paths that the tests compare). NaN stays NaN, -0 stays -0.
+OKV_DEVICE uint32_t okv_narrow_bits(float x, uint32_t dtype, bool up) {
+  const uint32_t u = __float_as_uint(x), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return dtype == (uint32_t)OKV_DTYPE_BF16 ? ((u >> 16) | 0x0040u) : (sign | 0x7e00u);
+  uint32_t m; /* magnitude truncated toward zero */
+  bool inexact;
+  if (dtype == (uint32_t)OKV_DTYPE_BF16) {
+    m = a >> 16;
+    inexact = (a & 0xffffu) != 0;
+  } else if (a == 0x7f800000u) {
+    m = 0x7c00u;
+    inexact = false;
+  } else if (a >= 0x47800000u) { /* >= 65536: beyond the largest finite f16 (65504) */
+    m = 0x7bffu;
+    inexact = true;
+  } else if (a >= 0x38800000u) { /* f16 normal: rebias the exponent, drop 13 mantissa bits */
+    const uint32_t r = a - 0x38000000u;
+    m = r >> 13;
+    inexact = (r & 0x1fffu) != 0;
+  } else { /* f16 subnormal or zero: m * 2^-24 */
+    const uint32_t e = a >> 23;
+    if (a == 0) {
+      m = 0;
+      inexact = false;
+    } else if (e <= 94u) { /* below 2^-32 (f32 subnormals included) */
+      m = 0;
+      inexact = true;
+    } else {
+      const uint32_t mant = (a & 0x7fffffu) | 0x800000u, shift = 126u - e; /* 14..31 */
+      m = mant >> shift;
+      inexact = (mant & ((1u << shift) - 1u)) != 0;
+    }
+  }
+  const bool away = inexact && (sign ? !up : up); /* a larger magnitude is the wanted side */
+  return sign | (m + (away ? 1u : 0u));
+}
+
+// Stores bound x as element i of a summary array of `dtype` (f32: exact).
+OKV_DEVICE void okv_store_bound(unsigned char *base, uint64_t i, uint32_t dtype, float x, bool up) {
+  if (dtype == (uint32_t)OKV_DTYPE_F32) {
+    ((float *)base)[i] = x;
+  } else {
+    ((uint16_t *)base)[i] = (uint16_t)okv_narrow_bits(x, dtype, up);
+  }
+}
+
+// Bytes per element of a dtype code.
+OKV_DEVICE uint32_t okv_elem_bytes(uint32_t dtype) { return dtype == (uint32_t)OKV_DTYPE_F32 ? 4u : 2u; }
+
 // Total-order key of a score: larger score -> larger key. NaN counts as
 // -infinity and -0 as +0, so equal scores tie and fall back to the index.
 OKV_DEVICE uint32_t okv_score_key(float f) {
@@ -248,18 +302,19 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_MASS_THREADS) okv_gpu_atten
   }
 }
 
-/* ---- 3. Block key summaries (Quest): min/max of the valid keys of each block. ---- */
+/* ---- 3. Block key summaries (Quest): min/max of the valid keys of each block, ---- */
+// stored in the summary dtype (narrowed min toward -inf, max toward +inf).
 
 extern "C" __global__ void __launch_bounds__(OKV_GPU_SUMMARY_THREADS)
     okv_gpu_summarize_blocks(okv_gpu_summary_args_t a) {
-  const uint32_t D = a.head_dim;
+  const uint32_t D = a.head_dim, sdt = a.summary_dtype;
   const uint64_t *block_index = (const uint64_t *)a.block_index;
   const uint8_t *valid = (const uint8_t *)a.valid;
   const uint64_t *summary_index = (const uint64_t *)a.summary_index;
   for (uint64_t i = blockIdx.x; i < a.n_blocks; i += gridDim.x) {
     const unsigned char *base = (const unsigned char *)a.kv + block_index[i] * a.block_bytes;
     const uint32_t n_tok = valid[i];
-    float *out = (float *)a.summaries + summary_index[i] * 2 * D;
+    unsigned char *out = (unsigned char *)a.summaries + summary_index[i] * 2 * D * okv_elem_bytes(sdt);
     for (uint32_t d = threadIdx.x; d < D; d += blockDim.x) {
       float mn = OKV_POS_INF, mx = OKV_NEG_INF;
       for (uint32_t j = 0; j < n_tok; ++j) {
@@ -267,38 +322,68 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_SUMMARY_THREADS)
         mn = k < mn ? k : mn;
         mx = k > mx ? k : mx;
       }
-      out[d] = mn;
-      out[D + d] = mx;
+      okv_store_bound(out, d, sdt, mn, false);
+      okv_store_bound(out, D + d, sdt, mx, true);
     }
   }
 }
 
 // Incremental update for one appended token per entry. Each thread owns fixed
 // elements d, so with a grid of one block entries apply strictly in order
-// (the host uses that when a summary index repeats within one call).
+// (the host uses that when a summary index repeats within one call). Keys
+// arrive rounded through the KV dtype; the stored bounds are values of the
+// summary dtype, so min/max with them and then narrowing is exact on their side.
 extern "C" __global__ void __launch_bounds__(OKV_GPU_SUMMARY_THREADS) okv_gpu_summary_append(okv_gpu_append_args_t a) {
-  const uint32_t D = a.head_dim;
+  const uint32_t D = a.head_dim, sdt = a.summary_dtype;
   const uint64_t *summary_index = (const uint64_t *)a.summary_index;
   const float *keys = (const float *)a.keys;
   const uint8_t *first = (const uint8_t *)a.first;
   for (uint32_t i = blockIdx.x; i < a.n; i += gridDim.x) {
-    float *sm = (float *)a.summaries + summary_index[i] * 2 * D;
+    unsigned char *sm = (unsigned char *)a.summaries + summary_index[i] * 2 * D * okv_elem_bytes(sdt);
     const float *k = keys + (uint64_t)i * D;
     for (uint32_t d = threadIdx.x; d < D; d += blockDim.x) {
       const float kd = k[d];
-      if (first[i]) {
-        sm[d] = kd;
-        sm[D + d] = kd;
-      } else {
-        sm[d] = kd < sm[d] ? kd : sm[d];
-        sm[D + d] = kd > sm[D + d] ? kd : sm[D + d];
+      float mn = kd, mx = kd;
+      if (!first[i]) {
+        const float cmn = okv_load_elem(sm, d, sdt), cmx = okv_load_elem(sm, D + d, sdt);
+        mn = kd < cmn ? kd : cmn;
+        mx = kd > cmx ? kd : cmx;
       }
+      okv_store_bound(sm, d, sdt, mn, false);
+      okv_store_bound(sm, D + d, sdt, mx, true);
+    }
+  }
+}
+
+// Group summaries: dst[dst_index[i]] = (min of the mins, max of the maxes) of
+// src[src_first[i] .. + src_n[i]); grid-stride over entries, threads over d.
+extern "C" __global__ void __launch_bounds__(OKV_GPU_SUMMARY_THREADS) okv_gpu_summary_reduce(okv_gpu_reduce_args_t a) {
+  const uint32_t D = a.head_dim;
+  const uint64_t *src_first = (const uint64_t *)a.src_first;
+  const uint32_t *src_n = (const uint32_t *)a.src_n;
+  const uint64_t *dst_index = (const uint64_t *)a.dst_index;
+  const uint64_t ssb = 2ull * D * okv_elem_bytes(a.src_dtype), dsb = 2ull * D * okv_elem_bytes(a.dst_dtype);
+  for (uint32_t i = blockIdx.x; i < a.n; i += gridDim.x) {
+    const unsigned char *src = (const unsigned char *)a.src + src_first[i] * ssb;
+    unsigned char *dst = (unsigned char *)a.dst + dst_index[i] * dsb;
+    for (uint32_t d = threadIdx.x; d < D; d += blockDim.x) {
+      float mn = OKV_POS_INF, mx = OKV_NEG_INF;
+      for (uint32_t j = 0; j < src_n[i]; ++j) {
+        const float x = okv_load_elem(src + j * ssb, d, a.src_dtype),
+                    y = okv_load_elem(src + j * ssb, D + d, a.src_dtype);
+        mn = x < mn ? x : mn;
+        mx = y > mx ? y : mx;
+      }
+      okv_store_bound(dst, d, a.dst_dtype, mn, false);
+      okv_store_bound(dst, D + d, a.dst_dtype, mx, true);
     }
   }
 }
 
 /* ---- 4. Look-ahead block scoring: one warp per block, lanes over head_dim, ---- */
-//   score = scale * max_{t, g} sum_d max(q_d * min_d, q_d * max_d).
+//   score = scale * max_{t, g} sum_d max(q_d * min_d, q_d * max_d),
+// summaries read in the summary dtype, f32 sums. grid.x: segments, or ranges
+// when n_ranges > 0 (each range names its segment).
 
 OKV_DEVICE float okv_warp_sum(float v) {
   for (int m = OKV_WARP_SIZE / 2; m > 0; m /= 2) v += okv_shfl_xor(v, m, OKV_WARP_SIZE);
@@ -308,22 +393,24 @@ OKV_DEVICE float okv_warp_sum(float v) {
 extern "C" __global__ void __launch_bounds__(OKV_GPU_SCORE_THREADS) okv_gpu_score_blocks(okv_gpu_score_args_t a) {
   const uint32_t D = a.head_dim, G = a.group_size, T = a.n_query_tokens;
   const uint32_t Hkv = a.n_kv_heads, Hq = Hkv * G;
-  const uint32_t u = blockIdx.x, s = u / Hkv, h = u % Hkv;
-  const uint32_t n = ((const uint32_t *)a.seg_n_blocks)[u];
-  const uint64_t sum_first = ((const uint64_t *)a.seg_summary_first)[u];
-  const uint64_t score_first = ((const uint64_t *)a.seg_score_first)[u];
+  const uint32_t j = blockIdx.x;
+  const bool ranges = a.n_ranges > 0;
+  const uint32_t u = ranges ? ((const uint32_t *)a.range_seg)[j] : j, s = u / Hkv, h = u % Hkv;
+  const uint32_t n = ((const uint32_t *)(ranges ? a.range_n_blocks : a.seg_n_blocks))[j];
+  const uint64_t sum_first = ((const uint64_t *)(ranges ? a.range_summary_first : a.seg_summary_first))[j];
+  const uint64_t score_first = ((const uint64_t *)(ranges ? a.range_score_first : a.seg_score_first))[j];
+  const uint32_t sdt = a.summary_dtype;
   const uint32_t b_begin = blockIdx.y * OKV_GPU_SCORE_BLOCKS_PER_CTA;
   if (b_begin >= n) return; /* uniform across the block */
   const uint32_t b_end = min(n, b_begin + OKV_GPU_SCORE_BLOCKS_PER_CTA);
   const uint32_t warp = threadIdx.x / OKV_WARP_SIZE, n_warps = blockDim.x / OKV_WARP_SIZE;
   const uint32_t lane = okv_lane_id();
   const float *q = (const float *)a.q;
-  const float *summ = (const float *)a.summaries;
+  const unsigned char *summ = (const unsigned char *)a.summaries;
   float *scores = (float *)a.scores;
   const uint32_t n_rows = (a.t_end - a.t_begin) * G;
   for (uint32_t b = b_begin + warp; b < b_end; b += n_warps) { /* uniform per warp */
-    const float *mn = summ + (sum_first + b) * 2 * D;
-    const float *mx = mn + D;
+    const unsigned char *sb = summ + (sum_first + b) * 2 * D * okv_elem_bytes(sdt);
     float best = OKV_NEG_INF;
     for (uint32_t r = 0; r < n_rows; ++r) {
       const uint32_t t = a.t_begin + r / G, g = r % G;
@@ -331,7 +418,7 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_SCORE_THREADS) okv_gpu_scor
       float part = 0.0f;
       for (uint32_t d = lane; d < D; d += OKV_WARP_SIZE) {
         const float qd = qr[d];
-        part += fmaxf(qd * mn[d], qd * mx[d]);
+        part += fmaxf(qd * okv_load_elem(sb, d, sdt), qd * okv_load_elem(sb, D + d, sdt));
       }
       best = fmaxf(best, okv_warp_sum(part));
     }
@@ -473,6 +560,10 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_TOPK_THREADS) okv_gpu_topk(
       __syncthreads();
     }
   }
-  for (uint32_t i = tid; i < a.k; i += nt)
-    out_idx[i] = i < kk ? 0xffffffffu - (uint32_t)(sel[i] & 0xffffffffull) : 0xffffffffu;
+  // positions, or with an index map its entries (the map is addressed like the scores)
+  const uint32_t *map = a.index_map != 0 ? (const uint32_t *)a.index_map + ((const uint64_t *)a.seg_score_first)[u] : 0;
+  for (uint32_t i = tid; i < a.k; i += nt) {
+    const uint32_t pos = 0xffffffffu - (uint32_t)(sel[i] & 0xffffffffull);
+    out_idx[i] = i < kk ? (map != 0 ? map[pos] : pos) : 0xffffffffu;
+  }
 }

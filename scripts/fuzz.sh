@@ -10,13 +10,14 @@
 #   bash scripts/fuzz.sh --full          # FUZZ_SECONDS (default 600) per harness
 #   bash scripts/fuzz.sh --replay        # build and replay regressions + seeds only
 #   bash scripts/fuzz.sh [...] NAME...   # only these harnesses (checkpoint,
-#                                        # tokenizer_load, tokenizer_codec, cli_options)
+#                                        # tokenizer_load, tokenizer_codec, cli_options, gguf,
+#                                        # tokenizer_gguf)
 #
 # Environment: FUZZ_SECONDS, FUZZ_JOBS (parallel compile jobs, default 2),
 # CLANG (default clang), OKV_FUZZ_NO_INSTALL=1 (do not apt-get clang and
 # libclang-rt-14-dev when they are missing), OKV_SHARED_DIR (default ../shared:
-# the tokenizer codec harness also fuzzes models/tok512.bin from there, read in
-# place).
+# the tokenizer codec harness also fuzzes models/tok512.bin from there, the
+# GGUF tokenizer harness gguf/ggml-vocab-{llama-spm,gpt-2}.gguf, read in place).
 # Exits non-zero on any finding (crash, leak, timeout, out-of-memory, failed
 # check); the input is saved under build-fuzz/artifacts/.
 set -euo pipefail
@@ -34,7 +35,7 @@ for a in "$@"; do
     *) names+=("$a") ;;
   esac
 done
-all_names=(checkpoint tokenizer_load tokenizer_codec cli_options)
+all_names=(checkpoint tokenizer_load tokenizer_codec cli_options gguf tokenizer_gguf)
 [ "${#names[@]}" -gt 0 ] || names=("${all_names[@]}")
 for n in "${names[@]}"; do
   case " ${all_names[*]} " in *" $n "*) ;; *) echo "fuzz.sh: unknown harness '$n' (${all_names[*]})" >&2; exit 2 ;; esac
@@ -81,7 +82,10 @@ incs="-I$out/include"
 for d in include . hal core kernels backends/cpu backends/gpu tools; do incs+=" -I$root/$d"; done
 cflags+=" -fno-sanitize-recover=all $incs"
 cflags+=" -DOKV_SHARED_DIR=\\\"/nonexistent/okv-fuzz-shared\\\""
-loader_srcs=(tools/model/llama2c.c tools/model/tokenizer.c hal/hal_status.c hal/hal_allocator.c)
+loader_srcs=(tools/model/llama2c.c tools/model/tokenizer.c tools/model/gguf.c tools/model/gguf_model.c
+             hal/hal_status.c hal/hal_allocator.c hal/hal_dtype.c)
+# The GGUF tokenizers' harness also needs the tokenizer and the tests' GGUF writer (and PCRE2).
+tokgguf_srcs=(tools/model/tokenizer_gguf.c tests/model/gguf_writer.c)
 # The whole library and the eval/generate commands (no GPU backends; OpenMP
 # pragmas are ignored): everything tools/cli_*.c needs but cli_info.c (bench).
 cli_srcs=()
@@ -108,7 +112,7 @@ obj_of() { local s=${1%.c}; echo "obj/${s//\//_}.o"; }
   echo "  command = \$cc -fsanitize=fuzzer,address,undefined \$in -o \$out \$libs"
   echo "  description = LINK \$out"
   declare -A seen=()
-  for s in "${cli_srcs[@]}" "${loader_srcs[@]}" tests/fuzz/fuzz_driver.c; do
+  for s in "${cli_srcs[@]}" "${loader_srcs[@]}" "${tokgguf_srcs[@]}" tests/fuzz/fuzz_driver.c; do
     [ -n "${seen[$s]:-}" ] && continue
     seen[$s]=1
     if [ "$s" = backends/cpu/cpu_kernels.c ]; then
@@ -125,7 +129,11 @@ obj_of() { local s=${1%.c}; echo "obj/${s//\//_}.o"; }
     if [ "$n" = cli_options ]; then
       for s in "${cli_srcs[@]}"; do objs+=" $(obj_of "$s")"; done
       echo "build bin/fuzz_$n: link $objs"
-      echo "  libs = -ljson-c -lm -lpthread -ldl"
+      echo "  libs = -ljson-c -lpcre2-8 -lm -lpthread -ldl"
+    elif [ "$n" = tokenizer_gguf ]; then
+      for s in "${loader_srcs[@]}" "${tokgguf_srcs[@]}"; do objs+=" $(obj_of "$s")"; done
+      echo "build bin/fuzz_$n: link $objs"
+      echo "  libs = -lpcre2-8 -lm"
     else
       for s in "${loader_srcs[@]}"; do objs+=" $(obj_of "$s")"; done
       echo "build bin/fuzz_$n: link $objs"
@@ -151,6 +159,14 @@ if [ -f "$shared/models/tok512.bin" ]; then
 else
   unset OKV_FUZZ_TOKENIZER || true
 fi
+# The GGUF tokenizer harness also fuzzes the shared reference vocabularies, read in place.
+for v in SPM:ggml-vocab-llama-spm BPE:ggml-vocab-gpt-2; do
+  if [ -f "$shared/gguf/${v#*:}.gguf" ]; then
+    export "OKV_FUZZ_GGUF_${v%%:*}=$shared/gguf/${v#*:}.gguf"
+  else
+    unset "OKV_FUZZ_GGUF_${v%%:*}" || true
+  fi
+done
 # Leaks are findings; keep ASan's reports symbolized and deterministic.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:symbolize=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
@@ -161,6 +177,8 @@ max_len_of() {
     tokenizer_load) echo 16384 ;;
     tokenizer_codec) echo 8192 ;;
     cli_options) echo 1024 ;;
+    gguf) echo 16384 ;;
+    tokenizer_gguf) echo 4096 ;;
   esac
 }
 

@@ -2,14 +2,20 @@
 #ifndef OASISKV_TOOLS_CLI_H
 #define OASISKV_TOOLS_CLI_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
 
-int okv_cli_info(int argc, char **argv);          /* tools/cli_info.c */
+int okv_cli_info(int argc, char **argv); /* tools/cli_info.c */
+/* `oasiskv info --model FILE [--json]`: a model file's description (tools/cli_info_model.c). */
+int okv_cli_info_model(const char *path, bool as_json);
 int okv_cli_bench_kernels(int argc, char **argv); /* bench/bench_kernels.c */
 int okv_cli_bench_runtime(int argc, char **argv); /* bench/bench_runtime.c */
+int okv_cli_bench_remote(int argc, char **argv);  /* bench/bench_remote.c */
+int okv_cli_bench_serve(int argc, char **argv);   /* bench/bench_serve.c */
 int okv_cli_eval(int argc, char **argv);          /* tools/cli_eval.c */
 int okv_cli_generate(int argc, char **argv);      /* tools/cli_generate.c */
+int okv_cli_tokenize(int argc, char **argv);      /* tools/cli_tokenize.c */
 
 /* Helpers the subcommands share. */
 

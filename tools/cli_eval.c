@@ -12,14 +12,18 @@
 
 #include "cli.h"
 #include "cli_model.h"
+#include "kv_trace.h"
 
 #define CMD "oasiskv eval"
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: oasiskv eval [options]\n"
-          "  --model M          llama2.c checkpoint (default: $OKV_MODEL, ../shared/models/stories260K.bin)\n"
-          "  --tokenizer T      its tokenizer (default: $OKV_TOKENIZER, ../shared/models/tok512.bin)\n"
+          "  --model M          llama2.c checkpoint or GGUF file (llama architecture; default: $OKV_MODEL,\n"
+          "                     ../shared/models/stories260K.bin)\n"
+          "  --tokenizer T      its tokenizer (default: a GGUF model's own, else $OKV_TOKENIZER,\n"
+          "                     ../shared/models/tok512.bin)\n"
+          "  --context N        positions the model covers (default: its seq_len / GGUF context_length)\n"
           "  --text F           UTF-8 text (default: $OKV_TEXT, ../shared/data/tinystories_val.txt)\n"
           "  --offset BYTES     where the first window starts (default 0); inside a multi-byte UTF-8\n"
           "                     character, moved forward to the next character boundary\n"
@@ -35,7 +39,12 @@ static void usage(FILE *f) {
           "  --json FILE        JSON array of results ('-' = stdout instead of the table)\n"
           "  --csv FILE         CSV of results ('-' = stdout instead of the table)\n"
           "  --plot FILE.png    NLL increase vs budget, one line per mode (needs gnuplot)\n"
-          "  --device D         cpu|cuda|hip (default cpu)\n");
+          "  --device D         cpu|cuda|hip (default cpu)\n"
+          "  --trace FILE       record the oasis run's per-layer real and draft queries and keys (format:\n"
+          "                     tools/kv_trace.h; replay: oasiskv bench serve --trace FILE)\n"
+          "  --prefill-tokens P prefill tokens [0, P) of each window densely, admit them into every run as a\n"
+          "                     remote sequence (summaries + top-K initial working set, the rest read through\n"
+          "                     an in-memory KV source), decode and score positions P.. (default 0: none)\n");
 }
 
 typedef struct progress_t {
@@ -127,6 +136,15 @@ static json_object *result_json(const okv_eval_result_t *r) {
   json_object_object_add(o, "deferred_steps", json_object_new_int64((int64_t)r->deferred_steps));
   json_add_num(o, "stall_seconds", r->stall_seconds);
   json_add_num(o, "tokens_per_second", r->tokens_per_second);
+  if (r->prefill_tokens > 0) { /* --prefill-tokens: admission (exact bytes) and reads through the KV source */
+    json_object_object_add(o, "prefill_tokens", json_object_new_int64(r->prefill_tokens));
+    json_object_object_add(o, "admitted_bytes", json_object_new_int64((int64_t)r->admitted_bytes));
+    json_object_object_add(o, "full_kv_bytes", json_object_new_int64((int64_t)r->full_kv_bytes));
+    json_add_num(o, "admission_ratio", r->admission_ratio);
+    json_object_object_add(o, "remote_bytes", json_object_new_int64((int64_t)r->remote_bytes));
+    json_add_num(o, "remote_stall_seconds", r->remote_stall_seconds);
+    json_add_num(o, "remote_gbps", r->remote_gbps);
+  }
   return o;
 }
 
@@ -185,6 +203,21 @@ static void print_table(FILE *f, const okv_eval_result_t *rs, size_t n, double d
       fprintf(f, "%s%s", l ? "/" : "", b);
     }
     fputc('\n', f);
+  }
+}
+
+/* --prefill-tokens: what each run admitted and read through the KV source. */
+static void print_admission(FILE *f, const okv_eval_result_t *rs, size_t n) {
+  fprintf(f, "prefill %u tokens per window, admitted as a remote sequence:\n", rs[0].prefill_tokens);
+  fprintf(f, "%-9s %4s %12s %12s %9s %12s %14s %10s\n", "mode", "K", "admitted_B", "full_kv_B", "ratio", "remote_B",
+          "remote_stall_s", "remote_GB/s");
+  for (size_t i = 0; i < n; ++i) {
+    const okv_eval_result_t *r = &rs[i];
+    char gbps[32];
+    fmt_num(gbps, sizeof gbps, "%.3f", r->remote_gbps);
+    fprintf(f, "%-9s %4u %12llu %12llu %9.3f %12llu %14.6f %10s\n", okv_cli_mode_name(r->mode), r->budget_blocks,
+            (unsigned long long)r->admitted_bytes, (unsigned long long)r->full_kv_bytes, r->admission_ratio,
+            (unsigned long long)r->remote_bytes, r->remote_stall_seconds, gbps);
   }
 }
 
@@ -258,13 +291,33 @@ static bool plot_png(const char *png_path, const okv_eval_result_t *rs, size_t n
   return true;
 }
 
+/* --trace: the writer and the first error of the engine's trace hook (which cannot return one). */
+typedef struct trace_ctx_t {
+  okv_kv_trace_writer_t w;
+  bool open;
+  okv_status_t error;
+} trace_ctx_t;
+
+static void trace_record(void *user, const okv_engine_trace_t *t) {
+  trace_ctx_t *c = user;
+  if (c->error || !c->open) return;
+  const okv_kv_trace_shape_t *sh = &c->w.shape;
+  size_t nk = (size_t)sh->n_kv_heads * sh->head_dim, nq = (size_t)sh->n_q_heads * sh->head_dim;
+  for (uint32_t i = 0; i < t->n_seqs && !c->error; ++i) {
+    const float *q = t->q + (size_t)i * t->n_query_tokens * nq;
+    c->error = okv_kv_trace_write(&c->w, t->seq_ids[i], t->positions[i], t->layer, t->k + (size_t)i * nk, q,
+                                  t->n_query_tokens > 1 ? q + nq : NULL);
+  }
+}
+
 int okv_cli_eval(int argc, char **argv) {
   const char *model_flag = NULL, *tok_flag = NULL, *text_flag = NULL, *json_path = NULL, *csv_path = NULL,
              *plot_path = NULL, *device = "cpu", *mode_s = "all", *drafter_s = "self";
   uint64_t offset = 0;
-  uint32_t bytes = 2000, n_windows = 1, budget = 8;
+  uint32_t bytes = 2000, n_windows = 1, budget = 8, context = 0, prefill_tokens = 0;
   double fetch_ratio = 0.05;
   bool sweep = false;
+  const char *trace_path = NULL;
   for (int i = 1; i < argc; ++i) {
     const char *v = NULL;
     int r;
@@ -282,11 +335,14 @@ int okv_cli_eval(int argc, char **argv) {
     OKV_CLI_OPT_STRING("--device", device)
     OKV_CLI_OPT_STRING("--mode", mode_s)
     OKV_CLI_OPT_STRING("--drafter", drafter_s)
+    OKV_CLI_OPT_STRING("--trace", trace_path)
     OKV_CLI_OPT_PARSED("--offset", okv_cli_parse_u64(CMD, "--offset", v, &offset))
     OKV_CLI_OPT_PARSED("--bytes", okv_cli_parse_u32(CMD, "--bytes", v, 1, 1u << 24, &bytes))
+    OKV_CLI_OPT_PARSED("--context", okv_cli_parse_u32(CMD, "--context", v, 1, 1u << 20, &context))
     OKV_CLI_OPT_PARSED("--windows", okv_cli_parse_u32(CMD, "--windows", v, 1, 1024, &n_windows))
     OKV_CLI_OPT_PARSED("--budget", okv_cli_parse_u32(CMD, "--budget", v, 1, OKV_TOPK_MAX, &budget))
     OKV_CLI_OPT_PARSED("--fetch-ratio", okv_cli_parse_fetch_ratio(CMD, v, &fetch_ratio))
+    OKV_CLI_OPT_PARSED("--prefill-tokens", okv_cli_parse_u32(CMD, "--prefill-tokens", v, 1, 1u << 20, &prefill_tokens))
     fprintf(stderr, CMD ": unknown option '%s' (see --help)\n", argv[i]);
     return 2;
   }
@@ -301,6 +357,10 @@ int okv_cli_eval(int argc, char **argv) {
     return 2;
   }
   if (!okv_cli_parse_device(CMD, device)) return 2;
+  if (trace_path && !all_modes && one_mode != OKV_MODE_OASIS) {
+    fprintf(stderr, CMD ": --trace records the oasis run (its draft queries): use --mode oasis or all\n");
+    return 2;
+  }
   if ((plot_path || sweep) && !find_in_path("gnuplot")) {
     fprintf(stderr, CMD ": --plot needs gnuplot, which is not installed (Debian: apt-get install gnuplot-nox)\n");
     return 1;
@@ -331,7 +391,7 @@ int okv_cli_eval(int argc, char **argv) {
   if (!load_text(text_path, &text, &text_n)) return 1;
 
   okv_cli_model_t cm;
-  if (!okv_cli_model_open(CMD, model_flag, tok_flag, device, &cm)) {
+  if (!okv_cli_model_open_ex(CMD, model_flag, tok_flag, device, context, &cm)) {
     free(text);
     return 1;
   }
@@ -343,8 +403,10 @@ int okv_cli_eval(int argc, char **argv) {
   okv_eval_result_t *results = calloc(1 + 5 * OKV_MODE_COUNT, sizeof *results);
   size_t n_results = 0;
   okv_eval_reference_t dense_ref = {0};
+  okv_eval_prefill_t prefill = {0};
   okv_cli_output_t out_json = {0}, out_csv = {0}, out_png = {0};
   bool have_json = false, have_csv = false, have_png = false;
+  trace_ctx_t tctx = {0};
   if (!windows || !tokbuf || !enc || !results) {
     fprintf(stderr, CMD ": out of memory\n");
     goto done;
@@ -376,6 +438,12 @@ int okv_cli_eval(int argc, char **argv) {
       fprintf(stderr, CMD ": window %u of '%s' encodes to fewer than 2 tokens\n", w, text_path);
       goto done;
     }
+    if (prefill_tokens > 0 && nt < (size_t)prefill_tokens + 2) {
+      fprintf(stderr,
+              CMD ": window %u has %zu tokens (--bytes %u, seq_len %u); --prefill-tokens %u needs at least %u\n", w, nt,
+              bytes, mc->seq_len, prefill_tokens, prefill_tokens + 2);
+      goto done;
+    }
     memcpy(tokbuf + (size_t)w * mc->seq_len, enc, nt * sizeof *enc);
     windows[w].tokens = tokbuf + (size_t)w * mc->seq_len;
     windows[w].n_tokens = (uint32_t)nt;
@@ -385,6 +453,15 @@ int okv_cli_eval(int argc, char **argv) {
   if (json_path && !(have_json = okv_cli_output_open(CMD, json_path, &out_json))) goto done;
   if (csv_path && !(have_csv = okv_cli_output_open(CMD, csv_path, &out_csv))) goto done;
   if (plot_path && !(have_png = okv_cli_output_reserve(CMD, plot_path, &out_png))) goto done;
+  if (trace_path) {
+    okv_kv_trace_shape_t tsh = {mc->n_layers, mc->n_q_heads, mc->n_kv_heads, mc->head_dim, true};
+    s = okv_kv_trace_open(trace_path, &tsh, &tctx.w);
+    if (s) {
+      okv_cli_print_status(CMD, okv_status_annotate(s, "--trace"));
+      goto done;
+    }
+    tctx.open = true;
+  }
 
   /* Runs: dense first (the reference), then each mode x budget. */
   okv_mode_t modes[OKV_MODE_COUNT];
@@ -400,9 +477,19 @@ int okv_cli_eval(int argc, char **argv) {
   size_t n_budgets = sweep ? 5 : 1;
   bool tty = isatty(2);
   progress_t prog;
-  okv_eval_config_t ec = {OKV_MODE_DENSE, OKV_DRAFTER_NONE, budget, fetch_ratio, tty ? progress_cb : NULL, &prog};
+  okv_eval_config_t ec = {
+      OKV_MODE_DENSE, OKV_DRAFTER_NONE, budget, fetch_ratio, tty ? progress_cb : NULL, &prog, NULL, NULL};
+  if (prefill_tokens > 0) { /* once, shared by every run: the prefill node's dense pass */
+    s = okv_eval_prefill(cm.model, cm.device, windows, n_windows, prefill_tokens, NULL, &prefill);
+    if (s) {
+      okv_cli_print_status(CMD, okv_status_annotate(s, "--prefill-tokens %u", prefill_tokens));
+      goto done;
+    }
+  }
+  const okv_eval_prefill_t *pre = prefill_tokens > 0 ? &prefill : NULL;
   snprintf(prog.label, sizeof prog.label, "dense");
-  s = okv_eval_run(cm.model, cm.device, windows, n_windows, &ec, NULL, NULL, &dense_ref, &results[n_results]);
+  s = okv_eval_run_prefilled(cm.model, cm.device, windows, n_windows, &ec, pre, NULL, NULL, &dense_ref,
+                             &results[n_results]);
   if (s) {
     okv_cli_print_status(CMD, okv_status_annotate(s, "mode dense"));
     goto done;
@@ -415,9 +502,12 @@ int okv_cli_eval(int argc, char **argv) {
       ec.mode = modes[m];
       ec.drafter = modes[m] == OKV_MODE_OASIS ? drafter : OKV_DRAFTER_NONE;
       ec.budget_blocks = sweep ? k_sweep[b] : budget;
+      ec.trace = tctx.open && modes[m] == OKV_MODE_OASIS && b == 0 ? trace_record : NULL; /* one oasis run */
+      ec.trace_user = &tctx;
       snprintf(prog.label, sizeof prog.label, "%s%s%s K=%u", okv_cli_mode_name(ec.mode), ec.drafter ? "+" : "",
                ec.drafter ? okv_drafter_name(ec.drafter) : "", ec.budget_blocks);
-      s = okv_eval_run(cm.model, cm.device, windows, n_windows, &ec, &dense_ref, NULL, NULL, &results[n_results]);
+      s = okv_eval_run_prefilled(cm.model, cm.device, windows, n_windows, &ec, pre, &dense_ref, NULL, NULL,
+                                 &results[n_results]);
       if (s) {
         okv_cli_print_status(CMD,
                              okv_status_annotate(s, "mode %s, K %u", okv_cli_mode_name(ec.mode), ec.budget_blocks));
@@ -425,6 +515,17 @@ int okv_cli_eval(int argc, char **argv) {
       }
       ++n_results;
     }
+  if (tctx.open) {
+    s = tctx.error ? tctx.error : okv_kv_trace_close(&tctx.w);
+    tctx.error = OKV_OK;
+    tctx.open = false;
+    if (s) {
+      okv_cli_print_status(CMD, okv_status_annotate(s, "--trace '%s'", trace_path));
+      remove(trace_path);
+      goto done;
+    }
+    fprintf(stderr, CMD ": wrote the trace %s (%llu records)\n", trace_path, (unsigned long long)tctx.w.n_records);
+  }
   double dense_nll = results[0].mean_nll;
   bool to_stdout = (json_path && !strcmp(json_path, "-")) || (csv_path && !strcmp(csv_path, "-"));
   if (!to_stdout) {
@@ -434,6 +535,7 @@ int okv_cli_eval(int argc, char **argv) {
         cm.model_path, mc->dim, mc->n_layers, mc->n_q_heads, mc->n_kv_heads, mc->seq_len, n_windows, bytes,
         (unsigned long long)offset, text_path, device);
     print_table(stdout, results, n_results, dense_nll);
+    if (prefill_tokens > 0) print_admission(stdout, results, n_results);
     fflush(stdout);
   }
   if (have_json) {
@@ -465,10 +567,16 @@ int okv_cli_eval(int argc, char **argv) {
   if (sweep && !to_stdout) fprintf(stderr, CMD ": wrote %s, %s, %s\n", json_path, csv_path, plot_path);
   rc = 0;
 done:
+  if (tctx.open) { /* a failed run: no partial trace is left */
+    OKV_IGNORE_ERROR(okv_kv_trace_close(&tctx.w));
+    remove(trace_path);
+  }
+  okv_status_free(tctx.error);
   if (have_json) okv_cli_output_abort(&out_json);
   if (have_csv) okv_cli_output_abort(&out_csv);
   if (have_png) okv_cli_output_abort(&out_png);
   okv_eval_reference_free(&dense_ref);
+  okv_eval_prefill_free(&prefill);
   free(results);
   free(enc);
   free(tokbuf);

@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "cli_model.h"
+#include "model/tokenizer_gguf.h"
 #include "cli_text.h"
 
 #define CMD "oasiskv generate"
@@ -17,8 +18,11 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: oasiskv generate [options]\n"
-          "  --model M          llama2.c checkpoint (default: $OKV_MODEL, ../shared/models/stories260K.bin)\n"
-          "  --tokenizer T      its tokenizer (default: $OKV_TOKENIZER, ../shared/models/tok512.bin)\n"
+          "  --model M          llama2.c checkpoint or GGUF file (llama architecture; default: $OKV_MODEL,\n"
+          "                     ../shared/models/stories260K.bin)\n"
+          "  --tokenizer T      its tokenizer (default: a GGUF model's own, else $OKV_TOKENIZER,\n"
+          "                     ../shared/models/tok512.bin)\n"
+          "  --context N        positions the model covers (default: its seq_len / GGUF context_length)\n"
           "  --prompt TEXT      text to continue (default: empty, start from BOS)\n"
           "  --steps N          positions including the prompt's (default 256, at most the model's seq_len)\n"
           "  --temperature X    0 = greedy, deterministic (default 0)\n"
@@ -60,7 +64,7 @@ static bool parse_temperature(const char *v, double *out) {
 int okv_cli_generate(int argc, char **argv) {
   const char *model_flag = NULL, *tok_flag = NULL, *prompt = "", *device = "cpu", *mode_s = "oasis",
              *drafter_s = "self";
-  uint32_t steps = 256, budget = 8;
+  uint32_t steps = 256, budget = 8, context = 0;
   uint64_t seed = 1;
   double temperature = 0.0, fetch_ratio = 0.05;
   for (int i = 1; i < argc; ++i) {
@@ -74,6 +78,7 @@ int okv_cli_generate(int argc, char **argv) {
     OKV_CLI_OPT_STRING("--mode", mode_s)
     OKV_CLI_OPT_STRING("--drafter", drafter_s)
     OKV_CLI_OPT_PARSED("--steps", okv_cli_parse_u32(CMD, "--steps", v, 1, 1u << 24, &steps))
+    OKV_CLI_OPT_PARSED("--context", okv_cli_parse_u32(CMD, "--context", v, 1, 1u << 20, &context))
     OKV_CLI_OPT_PARSED("--budget", okv_cli_parse_u32(CMD, "--budget", v, 1, OKV_TOPK_MAX, &budget))
     OKV_CLI_OPT_PARSED("--seed", okv_cli_parse_u64(CMD, "--seed", v, &seed))
     OKV_CLI_OPT_PARSED("--temperature", parse_temperature(v, &temperature))
@@ -97,7 +102,7 @@ int okv_cli_generate(int argc, char **argv) {
   if (mode != OKV_MODE_OASIS) drafter = OKV_DRAFTER_NONE;
 
   okv_cli_model_t cm;
-  if (!okv_cli_model_open(CMD, model_flag, tok_flag, device, &cm)) return 1;
+  if (!okv_cli_model_open_ex(CMD, model_flag, tok_flag, device, context, &cm)) return 1;
   const okv_model_config_t *mc = &cm.model->config;
   int rc = 1;
   size_t prompt_bytes = strlen(prompt), n_prompt = 0;
@@ -159,7 +164,10 @@ int okv_cli_generate(int argc, char **argv) {
     if (s) break;
     ++n_steps;
     uint32_t next = p + 1 < n_prompt ? tokens[p + 1] : sample(logits, mc->vocab_size, temperature, &rng, probs);
-    if (next == OKV_TOKEN_BOS) break;
+    if (next == OKV_TOKEN_BOS && okv_tokenizer_kind(cm.tokenizer) == OKV_TOKENIZER_LLAMA2C) break;
+    if (okv_tokenizer_kind(cm.tokenizer) != OKV_TOKENIZER_LLAMA2C &&
+        (next == okv_tokenizer_eos_id(cm.tokenizer) || next == okv_tokenizer_bos_id(cm.tokenizer)))
+      break; /* a GGUF vocabulary's end (or start) of text */
     if (p + 1 >= n_tokens) tokens[n_tokens++] = next;
     char piece[512], text[sizeof piece + 4];
     size_t nb = 0;

@@ -1,8 +1,11 @@
 /* `oasiskv info`: version, backends compiled in, and for each backend its
  * devices (or why it is unavailable) with per-tier capacities and copy
- * capabilities. `--json` prints the same as one JSON object. */
+ * capabilities. `--json` prints the same as one JSON object. `--link-gbps` /
+ * `--link-latency-us` open the cpu device with an emulated link and show it. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <json-c/json.h>
@@ -32,14 +35,21 @@ static void fmt_bytes(uint64_t bytes, char *out, size_t n) {
 typedef struct tier_view_t {
   bool have_limits;
   uint64_t capacity_bytes[OKV_TIER_COUNT];
+  double link_bytes_per_s, link_latency_s; /* the emulated link of the device instance (0 = unpaced / real) */
   char create_error[256];
 } tier_view_t;
 
-static void load_limits(const char *backend, int ordinal, tier_view_t *v) {
+/* `link`: the emulated link asked for with --link-gbps / --link-latency-us, {bytes per second, seconds}; applied
+ * to the cpu backend only (a GPU's link is real). */
+static void load_limits(const char *backend, int ordinal, const double link[2], tier_view_t *v) {
   memset(v, 0, sizeof(*v));
   okv_hal_device_params_t p;
   okv_hal_device_params_init(&p);
   p.ordinal = ordinal;
+  if (!strcmp(backend, "cpu")) {
+    p.link_bytes_per_s = link[0];
+    p.link_latency_s = link[1];
+  }
   okv_hal_device_t *dev = NULL;
   okv_status_t s = okv_hal_device_create(backend, &p, NULL, &dev);
   if (s != OKV_OK) {
@@ -51,6 +61,11 @@ static void load_limits(const char *backend, int ordinal, tier_view_t *v) {
   for (int t = 0; t < OKV_TIER_COUNT; ++t) {
     uint64_t used = 0;
     OKV_IGNORE_ERROR(okv_hal_device_tier_usage(dev, (okv_tier_t)t, &v->capacity_bytes[t], &used));
+  }
+  okv_hal_device_info_t di;
+  if (okv_status_consume(okv_hal_device_info(dev, &di)) == OKV_STATUS_OK) {
+    v->link_bytes_per_s = di.link_bytes_per_s;
+    v->link_latency_s = di.link_latency_s;
   }
   OKV_IGNORE_ERROR(okv_hal_device_release(dev));
 }
@@ -78,6 +93,9 @@ static void print_device_text(const okv_hal_device_info_t *info, const tier_view
   }
   printf("\n");
   if (info->simd[0]) printf("    simd: %s\n", info->simd);
+  if (v->link_bytes_per_s > 0)
+    printf("    link: EMULATED HOST<->DEVICE, %.3f GB/s per direction, %.1f us per copy\n", v->link_bytes_per_s / 1e9,
+           v->link_latency_s * 1e6);
   if (!v->have_limits) printf("    (could not open the device: %s)\n", v->create_error);
 }
 
@@ -105,23 +123,55 @@ static json_object *device_json(const okv_hal_device_info_t *info, const tier_vi
     json_object_object_add(tiers, okv_tier_name((okv_tier_t)t), jt);
   }
   json_object_object_add(d, "tiers", tiers);
+  if (v->link_bytes_per_s > 0) {
+    json_object *jl = json_object_new_object();
+    json_object_object_add(jl, "emulated", json_object_new_boolean(1));
+    json_object_object_add(jl, "bytes_per_second", json_object_new_double(v->link_bytes_per_s));
+    json_object_object_add(jl, "latency_seconds", json_object_new_double(v->link_latency_s));
+    json_object_object_add(d, "link", jl);
+  }
   if (!v->have_limits) json_object_object_add(d, "open_error", json_object_new_string(v->create_error));
   return d;
 }
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: oasiskv info [--json]\n"
+          "usage: oasiskv info [--json] [--link-gbps G] [--link-latency-us U] [--model FILE]\n"
           "  prints the version, the backends compiled in, and per backend its devices\n"
           "  (or why it is unavailable) with tier capacities and copy capabilities\n"
-          "  --json   one JSON object on stdout\n");
+          "  --json   one JSON object on stdout\n"
+          "  --model FILE\n"
+          "           instead, a model file (GGUF or llama2.c checkpoint): shape (layers, query/KV heads,\n"
+          "           head_dim, ffn, vocab), context length, RoPE theta/scaling, tensor types, tokenizer,\n"
+          "           and whether eval/generate can load it\n"
+          "  --link-gbps G, --link-latency-us U\n"
+          "           open the cpu device with an EMULATED HOST<->DEVICE link of G GB/s (1e9 bytes/s) and U\n"
+          "           microseconds per copy (docs/performance.md) and show it\n");
 }
 
 int okv_cli_info(int argc, char **argv) {
   bool as_json = false;
+  const char *model_path = NULL; /* --model FILE: describe a model file instead (tools/cli_info_model.c) */
+  double link[2] = {0.0, 0.0};   /* bytes per second, seconds */
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--json")) {
       as_json = true;
+    } else if (!strcmp(argv[i], "--model")) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "oasiskv info: option --model needs a value\n");
+        return 2;
+      }
+      model_path = argv[++i];
+    } else if (!strcmp(argv[i], "--link-gbps") || !strcmp(argv[i], "--link-latency-us")) {
+      const bool gbps = !strcmp(argv[i], "--link-gbps");
+      char *end = NULL;
+      double x = i + 1 < argc ? strtod(argv[i + 1], &end) : NAN;
+      if (i + 1 >= argc || end == argv[i + 1] || *end != '\0' || !isfinite(x) || x < 0) {
+        fprintf(stderr, "oasiskv info: %s needs a finite number >= 0\n", argv[i]);
+        return 2;
+      }
+      link[gbps ? 0 : 1] = gbps ? x * 1e9 : x * 1e-6;
+      ++i;
     } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       usage(stdout);
       return 0;
@@ -131,6 +181,8 @@ int okv_cli_info(int argc, char **argv) {
       return 2;
     }
   }
+
+  if (model_path) return okv_cli_info_model(model_path, as_json);
 
   json_object *root = NULL, *jbackends = NULL;
   size_t n_backends = okv_hal_backend_count();
@@ -178,7 +230,7 @@ int okv_cli_info(int argc, char **argv) {
     }
     for (size_t k = 0; k < shown; ++k) {
       tier_view_t v;
-      load_limits(name, infos[k].ordinal, &v);
+      load_limits(name, infos[k].ordinal, link, &v);
       if (as_json) {
         json_object_array_add(jdevs, device_json(&infos[k], &v));
       } else {

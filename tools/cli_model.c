@@ -1,6 +1,9 @@
 /* Helpers shared by the eval and generate commands (see cli_model.h). */
 #include "cli_model.h"
 
+#include "model/gguf.h"
+#include "model/tokenizer_gguf.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -75,7 +78,7 @@ bool okv_cli_parse_double(const char *cmd, const char *flag, const char *s, doub
 bool okv_cli_parse_fetch_ratio(const char *cmd, const char *s, double *out) {
   double v;
   if (s != NULL && strncmp(s, "auto", 4) == 0 && (s[4] == '\0' || s[4] == ':')) {
-    /* Self-tuning cap: encoded as minus its maximum ratio (okv_cli_apply_fetch_ratio decodes it). */
+    /* Self-tuning cap: encoded as minus its maximum ratio (okv_cli_runtime_config decodes it). */
     v = OKV_CLI_AUTO_FETCH_RATIO_MAX;
     if (s[4] == ':' && !okv_cli_parse_double(cmd, "--fetch-ratio auto:MAX", s + 5, &v)) return false;
     if (!(v > 0.0 && v <= 1.0)) {
@@ -138,15 +141,54 @@ void okv_cli_print_status(const char *cmd, okv_status_t s) {
   okv_status_free(s);
 }
 
+/* Whether `path` starts with the GGUF magic (false when it cannot be read:
+ * the loader then reports why). */
+static bool is_gguf_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return false;
+  char magic[4] = {0};
+  bool yes = fread(magic, 1, sizeof magic, f) == sizeof magic && memcmp(magic, "GGUF", 4) == 0;
+  fclose(f);
+  return yes;
+}
+
+/* A GGUF model and, without --tokenizer, its own tokenizer from one mapping. */
+static okv_status_t open_gguf(const char *tokenizer_flag, uint32_t context_length, okv_cli_model_t *out) {
+  okv_gguf_t *g = NULL;
+  OKV_RETURN_IF_ERROR(okv_gguf_open(out->model_path, NULL, &g));
+  okv_model_load_options_t o = {.context_length = context_length};
+  okv_status_t s = okv_model_load_gguf(g, &o, NULL, &out->model);
+  if (!s && !tokenizer_flag) {
+    snprintf(out->tokenizer_path, sizeof out->tokenizer_path, "%s", out->model_path);
+    s = okv_tokenizer_load_gguf(g, NULL, &out->tokenizer);
+    if (!s && okv_tokenizer_vocab_size(out->tokenizer) != out->model->config.vocab_size)
+      s = okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "gguf '%s': its tokenizer has %u tokens, the model %u",
+                          out->model_path, okv_tokenizer_vocab_size(out->tokenizer), out->model->config.vocab_size);
+  }
+  okv_gguf_close(g);
+  return s;
+}
+
 bool okv_cli_model_open(const char *cmd, const char *model_flag, const char *tokenizer_flag, const char *device_name,
                         okv_cli_model_t *out) {
+  return okv_cli_model_open_ex(cmd, model_flag, tokenizer_flag, device_name, 0, out);
+}
+
+bool okv_cli_model_open_ex(const char *cmd, const char *model_flag, const char *tokenizer_flag, const char *device_name,
+                           uint32_t context_length, okv_cli_model_t *out) {
   memset(out, 0, sizeof *out);
   okv_status_t s = okv_model_path_resolve(OKV_MODEL_PATH_MODEL, model_flag, out->model_path, sizeof out->model_path);
-  if (!s)
+  const bool gguf = !s && is_gguf_file(out->model_path);
+  if (!s && gguf) s = open_gguf(tokenizer_flag, context_length, out);
+  if (!s && (!gguf || tokenizer_flag))
     s = okv_model_path_resolve(OKV_MODEL_PATH_TOKENIZER, tokenizer_flag, out->tokenizer_path,
                                sizeof out->tokenizer_path);
-  if (!s) s = okv_model_load(out->model_path, NULL, &out->model);
-  if (!s) s = okv_tokenizer_load(out->tokenizer_path, out->model->config.vocab_size, NULL, &out->tokenizer);
+  if (!s && !gguf) {
+    okv_model_load_options_t o = {.context_length = context_length};
+    s = okv_model_load_ex(out->model_path, &o, NULL, &out->model);
+  }
+  if (!s && !out->tokenizer)
+    s = okv_tokenizer_load(out->tokenizer_path, out->model->config.vocab_size, NULL, &out->tokenizer);
   if (!s) {
     okv_hal_device_params_t p;
     okv_hal_device_params_init(&p);

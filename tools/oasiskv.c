@@ -12,8 +12,11 @@ static void usage(FILE *f) {
           "  info              version, backends compiled in, devices and tiers\n"
           "  eval              teacher-forced evaluation of a model with its KV cache offloaded\n"
           "  generate          generate text with the KV cache offloaded\n"
+          "  tokenize          token ids (or pieces) of standard input, on one line\n"
           "  bench kernels     kernel roofline benchmark\n"
           "  bench runtime     runtime bookkeeping overhead benchmark\n"
+          "  bench remote      remote-tier block reads over UCX against ucx_perftest\n"
+          "  bench serve       decode throughput at equal device memory (emulated link on cpu)\n"
           "  version           print the version\n"
           "run 'oasiskv <command> --help' for a command's options\n");
 }
@@ -27,10 +30,13 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "info")) return okv_cli_info(argc - 1, argv + 1);
   if (!strcmp(cmd, "eval")) return okv_cli_eval(argc - 1, argv + 1);
   if (!strcmp(cmd, "generate")) return okv_cli_generate(argc - 1, argv + 1);
+  if (!strcmp(cmd, "tokenize")) return okv_cli_tokenize(argc - 1, argv + 1);
   if (!strcmp(cmd, "bench")) {
     if (argc >= 3 && !strcmp(argv[2], "kernels")) return okv_cli_bench_kernels(argc - 2, argv + 2);
     if (argc >= 3 && !strcmp(argv[2], "runtime")) return okv_cli_bench_runtime(argc - 2, argv + 2);
-    fprintf(stderr, "oasiskv bench: expected 'kernels' or 'runtime'\n");
+    if (argc >= 3 && !strcmp(argv[2], "remote")) return okv_cli_bench_remote(argc - 2, argv + 2);
+    if (argc >= 3 && !strcmp(argv[2], "serve")) return okv_cli_bench_serve(argc - 2, argv + 2);
+    fprintf(stderr, "oasiskv bench: expected 'kernels', 'runtime', 'serve' or 'remote'\n");
     return 2;
   }
   if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {

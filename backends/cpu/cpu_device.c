@@ -4,6 +4,15 @@
  * records, waits on events, kernel closures, injected failures), so everything
  * enqueued is asynchronous to the caller, like on a GPU.
  *
+ * Emulated link (params link_bytes_per_s / link_latency_s, an EMULATION of a
+ * GPU's PCIe link): a COPY or BLOCKS op between the HOST and DEVICE tiers
+ * reserves its direction's "copy engine" (one per direction per device, shared
+ * by every stream) for latency + bytes / bandwidth seconds, starting when the
+ * op reaches the head of its stream or when the engine is free, whichever is
+ * later; the worker sleeps until that start, copies, and sleeps until the
+ * reserved interval ends. So copies of one direction are serialised, the two
+ * directions overlap, and a stream's later work waits for its copy as on a GPU.
+ *
  * Allocator discipline: the worker thread never calls the device allocator.
  * Finished operations stay on the stream's list and are reclaimed (buffers and
  * events released, payloads freed) by the next API call on that stream:
@@ -31,8 +40,16 @@
 
 /* ---- Objects ---- */
 
+/* Directions of the emulated link: one copy engine each. */
+enum { OKV_CPU_LINK_H2D = 0, OKV_CPU_LINK_D2H = 1, OKV_CPU_LINK_DIRS = 2 };
+
 typedef struct okv_cpu_device_t {
   okv_hal_device_t base;
+  /* Emulated link (see the file comment); guarded by link_mutex. */
+  pthread_mutex_t link_mutex;
+  double link_bytes_per_s;                /* 0 = unpaced */
+  double link_latency_s;                  /* seconds per copy op */
+  double link_free_at[OKV_CPU_LINK_DIRS]; /* CLOCK_MONOTONIC seconds when each direction's engine is free */
 } okv_cpu_device_t;
 
 typedef struct okv_cpu_buffer_t {
@@ -161,23 +178,42 @@ static okv_status_t cpu_create(const okv_hal_device_params_t *params, const okv_
                            params->ordinal);
   okv_cpu_device_t *dev = okv_calloc(allocator, 1, sizeof(*dev));
   if (!dev) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: could not allocate the cpu device");
+  if (pthread_mutex_init(&dev->link_mutex, NULL) != 0) {
+    okv_free(allocator, dev);
+    return okv_status_make(OKV_STATUS_INTERNAL, "device: pthread_mutex_init failed for the emulated link");
+  }
   dev->base.vtable = &cpu_vtable;
   dev->base.allocator = *allocator;
   cpu_fill_info(&dev->base.info, params->n_threads > 0 ? params->n_threads : cpu_online());
   dev->base.capacity_bytes[OKV_TIER_DEVICE] = OKV_CPU_DEFAULT_DEVICE_BYTES;
+  /* hal/ validated the link values (finite, >= 0). */
+  dev->link_bytes_per_s = params->link_bytes_per_s;
+  dev->link_latency_s = params->link_latency_s;
+  dev->base.info.link_bytes_per_s = params->link_bytes_per_s;
+  dev->base.info.link_latency_s = params->link_latency_s;
   *out_device = &dev->base;
   return OKV_OK;
 }
 
 static void cpu_device_destroy(okv_hal_device_t *device) {
   okv_allocator_t a = device->allocator;
+  pthread_mutex_destroy(&((okv_cpu_device_t *)device)->link_mutex);
   okv_free(&a, device);
+}
+
+static void cpu_set_link(okv_hal_device_t *device, double bytes_per_s, double latency_s) {
+  okv_cpu_device_t *d = (okv_cpu_device_t *)device;
+  pthread_mutex_lock(&d->link_mutex);
+  d->link_bytes_per_s = bytes_per_s;
+  d->link_latency_s = latency_s;
+  pthread_mutex_unlock(&d->link_mutex);
 }
 
 const okv_hal_backend_t okv_cpu_backend = {
     .name = "cpu",
     .enumerate = cpu_enumerate,
     .create = cpu_create,
+    .link_emulation = true,
 };
 
 /* ---- Buffers ---- */
@@ -312,6 +348,52 @@ static void cpu_run_wait(okv_cpu_op_t *op) {
   pthread_mutex_unlock(&ev->mutex);
 }
 
+/* ---- Emulated link ---- */
+
+static double cpu_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void cpu_sleep_until(double t) {
+  struct timespec ts;
+  ts.tv_sec = (time_t)t;
+  ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec += 1;
+    ts.tv_nsec -= 1000000000L;
+  }
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+  }
+}
+
+/* The link interval of a copy op: false when the op is not paced (not
+ * HOST<->DEVICE, or the link is unpaced); else reserves the direction's
+ * engine for latency + bytes / bandwidth from max(now, engine free) and
+ * writes that interval. */
+static bool cpu_link_reserve(okv_cpu_stream_t *s, const okv_cpu_op_t *op, uint64_t bytes, double *start, double *end) {
+  okv_tier_t src = op->bufs[0]->tier, dst = op->bufs[1]->tier;
+  int dir;
+  if (src == OKV_TIER_HOST && dst == OKV_TIER_DEVICE)
+    dir = OKV_CPU_LINK_H2D;
+  else if (src == OKV_TIER_DEVICE && dst == OKV_TIER_HOST)
+    dir = OKV_CPU_LINK_D2H;
+  else
+    return false;
+  okv_cpu_device_t *d = (okv_cpu_device_t *)s->base.device;
+  pthread_mutex_lock(&d->link_mutex);
+  bool paced = d->link_bytes_per_s > 0.0;
+  if (paced) {
+    double now = cpu_now_s();
+    *start = d->link_free_at[dir] > now ? d->link_free_at[dir] : now;
+    *end = *start + d->link_latency_s + (double)bytes / d->link_bytes_per_s;
+    d->link_free_at[dir] = *end;
+  }
+  pthread_mutex_unlock(&d->link_mutex);
+  return paced;
+}
+
 static void cpu_run_op(okv_cpu_stream_t *s, okv_cpu_op_t *op) {
   int n_threads = s->base.device->n_threads;
 #if defined(__SANITIZE_THREAD__)
@@ -319,6 +401,13 @@ static void cpu_run_op(okv_cpu_stream_t *s, okv_cpu_op_t *op) {
    * report every OpenMP region's writes as racing with the next reader. */
   n_threads = 1;
 #endif
+  double start = 0.0, end = 0.0;
+  bool paced = false;
+  if (op->kind == OKV_CPU_OP_COPY || op->kind == OKV_CPU_OP_BLOCKS) {
+    uint64_t bytes = op->kind == OKV_CPU_OP_COPY ? op->bytes : (uint64_t)op->n_blocks * op->block_bytes;
+    paced = cpu_link_reserve(s, op, bytes, &start, &end);
+    if (paced) cpu_sleep_until(start); /* another stream's copy holds this direction */
+  }
   switch (op->kind) {
     case OKV_CPU_OP_COPY: {
       const unsigned char *src = cpu_ptr(op->bufs[0], op->src_offset);
@@ -336,6 +425,7 @@ static void cpu_run_op(okv_cpu_stream_t *s, okv_cpu_op_t *op) {
       break;
     case OKV_CPU_OP_KERNEL: op->run(op, n_threads); break;
   }
+  if (paced) cpu_sleep_until(end);
 }
 
 static void *cpu_stream_main(void *arg) {
@@ -734,6 +824,31 @@ static void cpu_run_topk(okv_cpu_op_t *op, int n_threads) {
 }
 OKV_CPU_DESC_KERNEL(topk, "top-K", 3, c->scores, c->out_indices, c->out_counts)
 
+static void cpu_run_summary_reduce(okv_cpu_op_t *op, int n_threads) {
+  const okv_summary_reduce_desc_t *d = op->payload;
+  okv_cpu_summary_reduce(d, cpu_ptr(d->src, 0), cpu_ptr(d->dst, 0), n_threads);
+}
+OKV_CPU_DESC_KERNEL(summary_reduce, "summary reduce", 2, c->src, c->dst)
+
+/* Append with any summary dtype: the descriptor clone (keys included) runs on the worker. */
+static void cpu_run_summary_append_ex(okv_cpu_op_t *op, int n_threads) {
+  (void)n_threads;
+  const okv_summary_append_desc_t *d = op->payload;
+  okv_cpu_summary_append_ex(d, cpu_ptr(d->summaries, 0));
+}
+
+static void cpu_free_summary_append_ex(const okv_allocator_t *a, void *payload) {
+  okv_summary_append_desc_free(a, payload);
+}
+
+static okv_status_t cpu_summary_append_ex_enqueue(okv_hal_stream_t *stream, const okv_summary_append_desc_t *desc) {
+  okv_summary_append_desc_t *c = NULL;
+  OKV_RETURN_IF_ERROR(okv_summary_append_desc_clone(&stream->device->allocator, desc, &c));
+  okv_hal_buffer_t *bufs[1] = {c->summaries};
+  return cpu_kernel_enqueue(stream, "summary append", c, cpu_run_summary_append_ex, cpu_free_summary_append_ex, bufs,
+                            1);
+}
+
 static void cpu_run_summary_append(okv_cpu_op_t *op, int n_threads) {
   (void)n_threads;
   okv_cpu_summary_append((float *)cpu_ptr(op->bufs[0], 0), op->head_dim, op->dtype, op->n,
@@ -789,4 +904,7 @@ static const okv_hal_device_vtable_t cpu_vtable = {
     .summary_append = cpu_summary_append_enqueue,
     .score_blocks = cpu_score_enqueue,
     .topk = cpu_topk_enqueue,
+    .summary_append_ex = cpu_summary_append_ex_enqueue,
+    .summary_reduce = cpu_summary_reduce_enqueue,
+    .set_link = cpu_set_link,
 };

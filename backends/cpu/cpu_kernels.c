@@ -367,16 +367,29 @@ for (long ul = 0; ul < (long)U; ul++) {
 
 /* ---- summaries ---- */
 
-void okv_cpu_summarize_blocks(const okv_summary_desc_t *d, const void *kv, float *summaries, int n_threads) {
+/* Stores bound x at element i of p in dtype dt: rounded up (toward +inf) when
+ * `up`, else down (toward -inf); exact for f32. */
+static inline void store_bound(uint8_t *p, okv_dtype_t dt, size_t i, float x, bool up) {
+  uint16_t h;
+  switch (dt) {
+    case OKV_DTYPE_F16: h = up ? okv_f32_to_f16_up(x) : okv_f32_to_f16_down(x); break;
+    case OKV_DTYPE_BF16: h = up ? okv_f32_to_bf16_up(x) : okv_f32_to_bf16_down(x); break;
+    default: memcpy(p + 4 * i, &x, 4); return;
+  }
+  memcpy(p + 2 * i, &h, 2);
+}
+
+void okv_cpu_summarize_blocks(const okv_summary_desc_t *d, const void *kv, void *summaries, int n_threads) {
   const uint32_t hd = d->head_dim;
-  const size_t bb = (size_t)okv_block_bytes(d->kv_dtype, hd);
+  const okv_dtype_t sdt = d->summary_dtype;
+  const size_t bb = (size_t)okv_block_bytes(d->kv_dtype, hd), sb = (size_t)okv_summary_bytes_ex(sdt, hd);
   const int nt = cpu_threads(n_threads);
   const long n = (long)d->n_blocks;
   okv_unused_threads(nt);
 OKV_OMP(omp parallel for num_threads(nt) schedule(static) if (nt > 1 && n >= 64))
 for (long i = 0; i < n; i++) {
   const uint8_t *kt = (const uint8_t *)kv + (size_t)d->block_index[i] * bb;
-  float *mn = summaries + (size_t)d->summary_index[i] * 2u * hd, *mx = mn + hd;
+  uint8_t *sm = (uint8_t *)summaries + (size_t)d->summary_index[i] * sb;
   uint32_t valid = d->valid[i];
   for (uint32_t e = 0; e < hd; e++) {
     float lo = INFINITY, hi = -INFINITY;
@@ -385,41 +398,114 @@ for (long i = 0; i < n; i++) {
       lo = x < lo ? x : lo;
       hi = x > hi ? x : hi;
     }
-    mn[e] = lo;
-    mx[e] = hi;
+    store_bound(sm, sdt, e, lo, false);
+    store_bound(sm, sdt, (size_t)hd + e, hi, true);
   }
 }
 }
 
-void okv_cpu_summary_append(float *summaries, uint32_t head_dim, okv_dtype_t kv_dtype, uint32_t n,
-                            const uint64_t *summary_index, const float *keys, const uint8_t *first) {
-  for (uint32_t i = 0; i < n; i++) {
-    float *mn = summaries + (size_t)summary_index[i] * 2u * head_dim, *mx = mn + head_dim;
-    const float *k = keys + (size_t)i * head_dim;
-    for (uint32_t e = 0; e < head_dim; e++) {
-      float x = round_dtype(k[e], kv_dtype);
-      if (first[i]) {
-        mn[e] = x;
-        mx[e] = x;
-      } else {
-        mn[e] = x < mn[e] ? x : mn[e];
-        mx[e] = x > mx[e] ? x : mx[e];
+void okv_cpu_summary_append_ex(const okv_summary_append_desc_t *d, void *summaries) {
+  const uint32_t hd = d->head_dim;
+  const okv_dtype_t sdt = d->summary_dtype;
+  const size_t sb = (size_t)okv_summary_bytes_ex(sdt, hd);
+  for (uint32_t i = 0; i < d->n; i++) {
+    uint8_t *sm = (uint8_t *)summaries + (size_t)d->summary_index[i] * sb;
+    const float *k = d->keys + (size_t)i * hd;
+    for (uint32_t e = 0; e < hd; e++) {
+      float x = round_dtype(k[e], d->kv_dtype), lo = x, hi = x;
+      if (!d->first[i]) {
+        /* the stored bounds are values of sdt: min/max with them then narrowing is exact on their side */
+        float mn = elem(sm, sdt, e), mx = elem(sm, sdt, (size_t)hd + e);
+        lo = mn < x ? mn : x;
+        hi = mx > x ? mx : x;
       }
+      store_bound(sm, sdt, e, lo, false);
+      store_bound(sm, sdt, (size_t)hd + e, hi, true);
     }
   }
+}
+
+void okv_cpu_summary_append(float *summaries, uint32_t head_dim, okv_dtype_t kv_dtype, uint32_t n,
+                            const uint64_t *summary_index, const float *keys, const uint8_t *first) {
+  const okv_summary_append_desc_t d = {.head_dim = head_dim,
+                                       .kv_dtype = kv_dtype,
+                                       .n = n,
+                                       .summary_index = summary_index,
+                                       .keys = keys,
+                                       .first = first,
+                                       .summary_dtype = OKV_DTYPE_F32};
+  okv_cpu_summary_append_ex(&d, summaries);
+}
+
+void okv_cpu_summary_reduce(const okv_summary_reduce_desc_t *d, const void *src, void *dst, int n_threads) {
+  const uint32_t hd = d->head_dim;
+  const okv_dtype_t sdt = d->src_dtype, ddt = d->dst_dtype;
+  const size_t ssb = (size_t)okv_summary_bytes_ex(sdt, hd), dsb = (size_t)okv_summary_bytes_ex(ddt, hd);
+  const int nt = cpu_threads(n_threads);
+  const long n = (long)d->n;
+  okv_unused_threads(nt);
+OKV_OMP(omp parallel for num_threads(nt) schedule(static) if (nt > 1 && n >= 16))
+for (long i = 0; i < n; i++) {
+  float lo[256], hi[256];
+  for (uint32_t e = 0; e < hd; e++) lo[e] = INFINITY, hi[e] = -INFINITY;
+  const uint8_t *sm = (const uint8_t *)src + (size_t)d->src_first[i] * ssb;
+  for (uint32_t j = 0; j < d->src_n[i]; j++, sm += ssb)
+    for (uint32_t e = 0; e < hd; e++) {
+      float mn = elem(sm, sdt, e), mx = elem(sm, sdt, (size_t)hd + e);
+      lo[e] = mn < lo[e] ? mn : lo[e];
+      hi[e] = mx > hi[e] ? mx : hi[e];
+    }
+  uint8_t *dm = (uint8_t *)dst + (size_t)d->dst_index[i] * dsb;
+  for (uint32_t e = 0; e < hd; e++) {
+    store_bound(dm, ddt, e, lo[e], false);
+    store_bound(dm, ddt, (size_t)hd + e, hi[e], true);
+  }
+}
 }
 
 /* ---- scoring ---- */
 
 #define OKV_SCORE_CHUNK 256u /* blocks per work item */
 
-typedef void (*okv_score_fn)(const float *, uint32_t, uint32_t, uint32_t, uint32_t, const float *, const float *,
+typedef void (*okv_score_fn)(const uint8_t *, int, uint32_t, uint32_t, uint32_t, uint32_t, const float *, const float *,
                              float *);
 
-void okv_cpu_score_blocks(const okv_score_desc_t *d, const float *q, const float *summaries, float *scores,
+/* Job j of a scoring call: a segment (seg_* arrays) or, with n_ranges > 0, a
+ * range: its segment u, first summary, block count and first score element. */
+typedef struct score_job_t {
+  uint32_t u, n;
+  uint64_t summary_first, score_first;
+} score_job_t;
+
+static inline score_job_t score_job(const okv_score_desc_t *d, uint32_t j) {
+  if (d->n_ranges > 0)
+    return (score_job_t){d->range_seg[j], d->range_n_blocks[j], d->range_summary_first[j], d->range_score_first[j]};
+  return (score_job_t){j, d->seg_n_blocks[j], d->seg_summary_first[j], d->seg_score_first[j]};
+}
+
+/* Query rows r0..r0+nr of segment (s, h), split into positive and negative
+ * parts scaled by 1/sqrt(head_dim), rows of hdp floats zero padded. */
+static void score_load_rows(const okv_score_desc_t *d, const float *q, uint32_t s, uint32_t h, uint32_t r0, uint32_t nr,
+                            uint32_t hdp, float scale, float *qp, float *qn) {
+  const uint32_t G = d->group_size, hd = d->head_dim, nq = d->n_kv_heads * G;
+  for (uint32_t i = 0; i < nr; i++) {
+    uint32_t r = r0 + i, t = d->t_begin + r / G, g = r % G;
+    const float *src = q + (((size_t)s * d->n_query_tokens + t) * nq + (size_t)h * G + g) * hd;
+    for (uint32_t e = 0; e < hdp; e++) {
+      float x = e < hd ? src[e] * scale : 0.0f;
+      qp[(size_t)i * hdp + e] = x > 0.0f ? x : 0.0f;
+      qn[(size_t)i * hdp + e] = x < 0.0f ? x : 0.0f;
+    }
+  }
+}
+
+void okv_cpu_score_blocks(const okv_score_desc_t *d, const float *q, const void *summaries, float *scores,
                           int n_threads) {
-  const uint32_t U = d->n_seqs * d->n_kv_heads, G = d->group_size, hd = d->head_dim, hdp = (hd + 15u) & ~15u;
-  const uint32_t nq = d->n_kv_heads * G, rows = (d->t_end - d->t_begin) * G;
+  const uint32_t G = d->group_size, hd = d->head_dim, hdp = (hd + 15u) & ~15u;
+  const uint32_t rows = (d->t_end - d->t_begin) * G;
+  const uint32_t n_jobs = d->n_ranges > 0 ? d->n_ranges : d->n_seqs * d->n_kv_heads;
+  const int sdt = (int)d->summary_dtype;
+  const size_t sb = (size_t)okv_summary_bytes_ex(d->summary_dtype, hd);
   const float scale = (float)(1.0 / sqrt((double)hd));
   okv_score_fn fn = okv_score_range_base;
   switch (okv_cpu_isa_active()) {
@@ -428,42 +514,45 @@ void okv_cpu_score_blocks(const okv_score_desc_t *d, const float *q, const float
     default: break;
   }
   uint32_t max_nb = 0;
-  for (uint32_t u = 0; u < U; u++) max_nb = d->seg_n_blocks[u] > max_nb ? d->seg_n_blocks[u] : max_nb;
+  for (uint32_t j = 0; j < n_jobs; j++) {
+    uint32_t nb = score_job(d, j).n;
+    max_nb = nb > max_nb ? nb : max_nb;
+  }
   const long n_chunks = (long)((max_nb + OKV_SCORE_CHUNK - 1u) / OKV_SCORE_CHUNK);
-  const long n_items = (long)U * n_chunks;
+  const long n_items = (long)n_jobs * n_chunks;
   const int nt = cpu_threads(n_threads);
   okv_unused_threads(nt);
-OKV_OMP(omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && n_items > 1))
+  OKV_OMP(omp parallel num_threads(nt) if (nt > 1 && n_items > 1)) {
+    _Alignas(64) float qp[OKV_PASS_ROWS * 256];
+    _Alignas(64) float qn[OKV_PASS_ROWS * 256];
+    float tmp[OKV_SCORE_CHUNK];
+    /* the query rows of the last segment, kept while a thread scores several
+     * items of one segment in a single pass (rows <= OKV_PASS_ROWS) */
+    uint32_t loaded_u = UINT32_MAX;
+OKV_OMP(omp for schedule(dynamic, 1))
 for (long it = 0; it < n_items; it++) {
-  uint32_t u = (uint32_t)(it / n_chunks), c = (uint32_t)(it % n_chunks);
-  uint32_t nb = d->seg_n_blocks[u], b0 = c * OKV_SCORE_CHUNK;
-  if (b0 >= nb) continue;
-  uint32_t b1 = nb - b0 > OKV_SCORE_CHUNK ? b0 + OKV_SCORE_CHUNK : nb;
-  uint32_t s = u / d->n_kv_heads, h = u % d->n_kv_heads;
-  const float *summ = summaries + (size_t)(d->seg_summary_first[u] + b0) * 2u * hd;
-  float *dst = scores + d->seg_score_first[u] + b0;
-  _Alignas(64) float qp[OKV_PASS_ROWS * 256];
-  _Alignas(64) float qn[OKV_PASS_ROWS * 256];
-  float tmp[OKV_SCORE_CHUNK];
+  const score_job_t job = score_job(d, (uint32_t)(it / n_chunks));
+  uint32_t b0 = (uint32_t)(it % n_chunks) * OKV_SCORE_CHUNK;
+  if (b0 >= job.n) continue;
+  uint32_t b1 = job.n - b0 > OKV_SCORE_CHUNK ? b0 + OKV_SCORE_CHUNK : job.n;
+  uint32_t s = job.u / d->n_kv_heads, h = job.u % d->n_kv_heads;
+  const uint8_t *summ = (const uint8_t *)summaries + (size_t)(job.summary_first + b0) * sb;
+  float *dst = scores + job.score_first + b0;
   for (uint32_t r0 = 0; r0 < rows; r0 += OKV_PASS_ROWS) {
     uint32_t nr = rows - r0 < OKV_PASS_ROWS ? rows - r0 : OKV_PASS_ROWS;
-    for (uint32_t i = 0; i < nr; i++) {
-      uint32_t r = r0 + i, t = d->t_begin + r / G, g = r % G;
-      const float *src = q + (((size_t)s * d->n_query_tokens + t) * nq + (size_t)h * G + g) * hd;
-      for (uint32_t e = 0; e < hdp; e++) {
-        float x = e < hd ? src[e] * scale : 0.0f;
-        qp[(size_t)i * hdp + e] = x > 0.0f ? x : 0.0f;
-        qn[(size_t)i * hdp + e] = x < 0.0f ? x : 0.0f;
-      }
+    if (rows > OKV_PASS_ROWS || job.u != loaded_u) {
+      score_load_rows(d, q, s, h, r0, nr, hdp, scale, qp, qn);
+      loaded_u = rows > OKV_PASS_ROWS ? UINT32_MAX : job.u;
     }
     if (r0 == 0) {
-      fn(summ, hd, hdp, b1 - b0, nr, qp, qn, dst);
+      fn(summ, sdt, hd, hdp, b1 - b0, nr, qp, qn, dst);
     } else {
-      fn(summ, hd, hdp, b1 - b0, nr, qp, qn, tmp);
+      fn(summ, sdt, hd, hdp, b1 - b0, nr, qp, qn, tmp);
       for (uint32_t b = 0; b < b1 - b0; b++) dst[b] = tmp[b] > dst[b] ? tmp[b] : dst[b];
     }
   }
 }
+  }
 }
 
 /* ---- top-K ---- */
@@ -537,7 +626,8 @@ for (long ul = 0; ul < n_seg; ul++) {
     heap_down(heap, m - 1u, 0);
   }
   uint32_t *dst = out_indices + (size_t)u * k;
-  for (uint32_t i = 0; i < cnt; i++) dst[i] = ~(uint32_t)heap[i];
+  const uint32_t *map = d->index_map != NULL ? d->index_map + d->seg_score_first[u] : NULL;
+  for (uint32_t i = 0; i < cnt; i++) dst[i] = map ? map[~(uint32_t)heap[i]] : ~(uint32_t)heap[i];
   for (uint32_t i = cnt; i < k; i++) dst[i] = UINT32_MAX;
   if (out_counts != NULL) out_counts[u] = cnt;
 }

@@ -15,10 +15,17 @@ extern "C" {
  * n_threads: OpenMP threads (0 = runtime default). */
 void okv_cpu_attention(const okv_attention_desc_t *d, const void *kv_pool, const float *q, const float *inflight_kv,
                        float *out, float *block_mass, int n_threads);
-void okv_cpu_summarize_blocks(const okv_summary_desc_t *d, const void *kv, float *summaries, int n_threads);
+/* summaries: d->summary_dtype [*][2][head_dim]. */
+void okv_cpu_summarize_blocks(const okv_summary_desc_t *d, const void *kv, void *summaries, int n_threads);
+/* f32 summaries (okv_cpu_summary_append_ex with summary_dtype F32). */
 void okv_cpu_summary_append(float *summaries, uint32_t head_dim, okv_dtype_t kv_dtype, uint32_t n,
                             const uint64_t *summary_index, const float *keys, const uint8_t *first);
-void okv_cpu_score_blocks(const okv_score_desc_t *d, const float *q, const float *summaries, float *scores,
+/* d->summaries ignored: summaries is its base pointer. Entries in order, one thread. */
+void okv_cpu_summary_append_ex(const okv_summary_append_desc_t *d, void *summaries);
+/* src, dst: base pointers of d->src and d->dst. */
+void okv_cpu_summary_reduce(const okv_summary_reduce_desc_t *d, const void *src, void *dst, int n_threads);
+/* summaries: d->summary_dtype; segments or, with d->n_ranges > 0, ranges. */
+void okv_cpu_score_blocks(const okv_score_desc_t *d, const float *q, const void *summaries, float *scores,
                           int n_threads);
 void okv_cpu_topk(const okv_topk_desc_t *d, const float *scores, uint32_t *out_indices, uint32_t *out_counts,
                   int n_threads);

@@ -581,24 +581,27 @@ static void OKV_ISA(mass_blocks)(const okv_cpu_attn_ctx_t *cx, uint32_t u, uint3
 }
 
 /* Scores of nb blocks for CR query rows (max over the rows; with first ==
- * false, max with what scores[] holds). */
-OKV_AI void OKV_ISA(score_rows)(const int CR, const float *summ, uint32_t hd, uint32_t hdp, uint32_t nb,
+ * false, max with what scores[] holds). Summaries in dtype dt (widened
+ * exactly on load), block b's min at summ + b * 2 * hd elements, its max hd
+ * elements later. */
+OKV_AI void OKV_ISA(score_rows)(const int dt, const int CR, const uint8_t *summ, uint32_t hd, uint32_t hdp, uint32_t nb,
                                 const float *qp, const float *qn, float *scores, bool first) {
+  const size_t es = dt == OKV_DTYPE_F32 ? 4u : 2u;
   const float *p0 = qp, *p1 = qp + hdp, *p2 = qp + 2u * hdp, *p3 = qp + 3u * hdp;
   const float *p4 = qp + 4u * hdp, *p5 = qp + 5u * hdp, *p6 = qp + 6u * hdp, *p7 = qp + 7u * hdp;
   const float *n0 = qn, *n1 = qn + hdp, *n2 = qn + 2u * hdp, *n3 = qn + 3u * hdp;
   const float *n4 = qn + 4u * hdp, *n5 = qn + 5u * hdp, *n6 = qn + 6u * hdp, *n7 = qn + 7u * hdp;
   for (uint32_t b = 0; b < nb; b++) {
-    const float *mn = summ + (size_t)b * 2u * hd, *mx = mn + hd;
+    const uint8_t *mn = summ + (size_t)b * 2u * hd * es, *mx = mn + (size_t)hd * es;
     v16f A0 = okv_v16f_splat(0.0f), A1 = A0, A2 = A0, A3 = A0, A4 = A0, A5 = A0, A6 = A0, A7 = A0;
     for (uint32_t c = 0; c < hdp; c += 16) {
       v16f vmn, vmx;
       if (c + 16 <= hd) {
-        memcpy(&vmn, mn + c, sizeof vmn);
-        memcpy(&vmx, mx + c, sizeof vmx);
+        vmn = OKV_ISA(ld)(mn + (size_t)c * es, dt);
+        vmx = OKV_ISA(ld)(mx + (size_t)c * es, dt);
       } else {
-        vmn = OKV_ISA(ld_part)(mn + c, OKV_DTYPE_F32, hd - c);
-        vmx = OKV_ISA(ld_part)(mx + c, OKV_DTYPE_F32, hd - c);
+        vmn = OKV_ISA(ld_part)(mn + (size_t)c * es, dt, hd - c);
+        vmx = OKV_ISA(ld_part)(mx + (size_t)c * es, dt, hd - c);
       }
 #define OKV_SC(r)                     \
   if (CR > r) {                       \
@@ -630,8 +633,8 @@ OKV_AI void OKV_ISA(score_rows)(const int CR, const float *summ, uint32_t hd, ui
 /* Four query rows x four blocks at once (16 accumulators; the summaries of a
  * block are read once for the four rows, each query chunk once for the four
  * blocks), then the 16 row sums are reduced together with a transpose tree
- * (30 shuffles + 15 adds for 16 sums instead of 8 ops per sum). Writes
- * scores of blocks [0, nb4) with nb4 = nb rounded down to 4. */
+ * (30 shuffles + 15 adds for 16 sums instead of 8 ops per sum). Summaries in
+ * dtype dt. Writes scores of blocks [0, nb4) with nb4 = nb rounded down to 4. */
 #define OKV_FOLD(a, b, lo_, hi_) (__builtin_shufflevector(a, b, lo_) + __builtin_shufflevector(a, b, hi_))
 #define OKV_L8                   0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
 #define OKV_H8                   8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
@@ -641,28 +644,31 @@ OKV_AI void OKV_ISA(score_rows)(const int CR, const float *summ, uint32_t hd, ui
 #define OKV_H2                   2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
 #define OKV_L1                   0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
 #define OKV_H1                   1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
-static uint32_t OKV_ISA(score4x4)(const float *summ, uint32_t hd, uint32_t hdp, uint32_t nb, const float *qp,
-                                  const float *qn, float *scores, bool first) {
-  if (hd % 16u != 0) return 0; /* partial chunks: the generic path */
+OKV_AI uint32_t OKV_ISA(score4x4)(const int dt, const uint8_t *summ, uint32_t hd, uint32_t hdp, uint32_t nb,
+                                  const float *qp, const float *qn, float *scores, bool first) {
+  if (hd % 16u != 0) return 0;                                                /* partial chunks: the generic path */
+  const size_t es = dt == OKV_DTYPE_F32 ? 4u : 2u, bs = 2u * (size_t)hd * es; /* bytes per summary */
   const uint32_t nb4 = nb & ~3u;
   const float *p0 = qp, *p1 = qp + hdp, *p2 = qp + 2u * hdp, *p3 = qp + 3u * hdp;
   const float *n0 = qn, *n1 = qn + hdp, *n2 = qn + 2u * hdp, *n3 = qn + 3u * hdp;
   for (uint32_t b = 0; b < nb4; b += 4) {
     v16f X[16];
-    /* block k's min at s_k, max at s_k + hd */
-    const float *s0 = summ + (size_t)b * 2u * hd, *s1 = s0 + 2u * hd, *s2 = s1 + 2u * hd, *s3 = s2 + 2u * hd;
+    /* block k's min at s_k, max hd elements later */
+    const uint8_t *s0 = summ + (size_t)b * bs, *s1 = s0 + bs, *s2 = s1 + bs, *s3 = s2 + bs;
+    const size_t mo = (size_t)hd * es;
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++) X[i] = okv_v16f_splat(0.0f);
     for (uint32_t c = 0; c < hd; c += 16) {
       v16f mn[4], mx[4], pq[4], nq[4];
-      memcpy(&mn[0], s0 + c, sizeof(v16f));
-      memcpy(&mx[0], s0 + hd + c, sizeof(v16f));
-      memcpy(&mn[1], s1 + c, sizeof(v16f));
-      memcpy(&mx[1], s1 + hd + c, sizeof(v16f));
-      memcpy(&mn[2], s2 + c, sizeof(v16f));
-      memcpy(&mx[2], s2 + hd + c, sizeof(v16f));
-      memcpy(&mn[3], s3 + c, sizeof(v16f));
-      memcpy(&mx[3], s3 + hd + c, sizeof(v16f));
+      const size_t co = (size_t)c * es;
+      mn[0] = OKV_ISA(ld)(s0 + co, dt);
+      mx[0] = OKV_ISA(ld)(s0 + mo + co, dt);
+      mn[1] = OKV_ISA(ld)(s1 + co, dt);
+      mx[1] = OKV_ISA(ld)(s1 + mo + co, dt);
+      mn[2] = OKV_ISA(ld)(s2 + co, dt);
+      mx[2] = OKV_ISA(ld)(s2 + mo + co, dt);
+      mn[3] = OKV_ISA(ld)(s3 + co, dt);
+      mx[3] = OKV_ISA(ld)(s3 + mo + co, dt);
       memcpy(&pq[0], p0 + c, sizeof(v16f));
       memcpy(&nq[0], n0 + c, sizeof(v16f));
       memcpy(&pq[1], p1 + c, sizeof(v16f));
@@ -717,25 +723,35 @@ static uint32_t OKV_ISA(score4x4)(const float *summ, uint32_t hd, uint32_t hdp, 
 /* Quest bound of nb blocks for nr rows: qp = max(q,0) * scale, qn = min(q,0) *
  * scale (rows of hdp floats, zero padded); score[b] = max over rows of
  * sum_i qp_i * max_i + qn_i * min_i (== sum_i max(q_i min_i, q_i max_i)). */
-static void OKV_ISA(score_range)(const float *summ, uint32_t hd, uint32_t hdp, uint32_t nb, uint32_t nr,
-                                 const float *qp, const float *qn, float *scores) {
+OKV_AI void OKV_ISA(score_range_dt)(const int dt, const uint8_t *summ, uint32_t hd, uint32_t hdp, uint32_t nb,
+                                    uint32_t nr, const float *qp, const float *qn, float *scores) {
+  const size_t bs = 2u * (size_t)hd * (dt == OKV_DTYPE_F32 ? 4u : 2u);
   for (uint32_t s = 0; s < nr;) {
     uint32_t left = nr - s, cr = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
     const float *p = qp + (size_t)s * hdp, *n = qn + (size_t)s * hdp;
     switch (cr) {
-      case 1: OKV_ISA(score_rows)(1, summ, hd, hdp, nb, p, n, scores, s == 0); break;
-      case 2: OKV_ISA(score_rows)(2, summ, hd, hdp, nb, p, n, scores, s == 0); break;
+      case 1: OKV_ISA(score_rows)(dt, 1, summ, hd, hdp, nb, p, n, scores, s == 0); break;
+      case 2: OKV_ISA(score_rows)(dt, 2, summ, hd, hdp, nb, p, n, scores, s == 0); break;
       case 4: {
         uint32_t done = 0;
 #if OKV_ISA_LEVEL == 2
-        done = OKV_ISA(score4x4)(summ, hd, hdp, nb, p, n, scores, s == 0);
+        done = OKV_ISA(score4x4)(dt, summ, hd, hdp, nb, p, n, scores, s == 0);
 #endif
-        OKV_ISA(score_rows)(4, summ + (size_t)done * 2u * hd, hd, hdp, nb - done, p, n, scores + done, s == 0);
+        OKV_ISA(score_rows)(dt, 4, summ + (size_t)done * bs, hd, hdp, nb - done, p, n, scores + done, s == 0);
         break;
       }
-      default: OKV_ISA(score_rows)(8, summ, hd, hdp, nb, p, n, scores, s == 0); break;
+      default: OKV_ISA(score_rows)(dt, 8, summ, hd, hdp, nb, p, n, scores, s == 0); break;
     }
     s += cr;
+  }
+}
+
+static void OKV_ISA(score_range)(const uint8_t *summ, int dt, uint32_t hd, uint32_t hdp, uint32_t nb, uint32_t nr,
+                                 const float *qp, const float *qn, float *scores) {
+  switch (dt) {
+    case OKV_DTYPE_F16: OKV_ISA(score_range_dt)(OKV_DTYPE_F16, summ, hd, hdp, nb, nr, qp, qn, scores); break;
+    case OKV_DTYPE_BF16: OKV_ISA(score_range_dt)(OKV_DTYPE_BF16, summ, hd, hdp, nb, nr, qp, qn, scores); break;
+    default: OKV_ISA(score_range_dt)(OKV_DTYPE_F32, summ, hd, hdp, nb, nr, qp, qn, scores); break;
   }
 }
 

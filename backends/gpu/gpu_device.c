@@ -22,6 +22,7 @@ const char *const okv_gpu_kernel_names[OKV_GPU_FN_COUNT] = {
     [OKV_GPU_FN_SUMMARY_APPEND] = "okv_gpu_summary_append",
     [OKV_GPU_FN_SCORE] = "okv_gpu_score_blocks",
     [OKV_GPU_FN_TOPK] = "okv_gpu_topk",
+    [OKV_GPU_FN_SUMMARY_REDUCE] = "okv_gpu_summary_reduce",
 };
 
 static void gpu_fill_info(const okv_gpu_vendor_t *v, int ordinal, okv_hal_device_info_t *info) {
@@ -134,4 +135,6 @@ static const okv_hal_device_vtable_t gpu_vtable = {
     .summary_append = okv_gpu_summary_append,
     .score_blocks = okv_gpu_score_blocks,
     .topk = okv_gpu_topk,
+    .summary_append_ex = okv_gpu_summary_append_ex,
+    .summary_reduce = okv_gpu_summary_reduce,
 };

@@ -2,7 +2,7 @@
  * descriptors' host arrays into the stream's staging area, uploading them,
  * filling the argument structs of kernels/okv_gpu_args.h and launching the
  * kernels of kernels/okv_kernels.cu (attention + block mass, block summaries,
- * summary append, block scoring, top-K); the gather kernel of
+ * summary append and reduce, block scoring, top-K); the gather kernel of
  * okv_gpu_copy_blocks goes through the same helpers.
  * Owns: the argument structs it fills (on the stack, passed by value) and the
  * launch geometry (grid, threads, dynamic shared memory).
@@ -147,6 +147,7 @@ okv_status_t okv_gpu_summarize_blocks(okv_hal_stream_t *stream, const okv_summar
   a.n_blocks = d->n_blocks;
   a.head_dim = d->head_dim;
   a.kv_dtype = (uint32_t)d->kv_dtype;
+  a.summary_dtype = (uint32_t)d->summary_dtype;
   okv_status_t st = okv_gpu_pack_upload(s, &p, upload);
   if (st == OKV_OK)
     st = okv_gpu_launch(s, OKV_GPU_FN_SUMMARIZE, okv_gpu_grid_cap(n), 1, OKV_GPU_SUMMARY_THREADS, 0, &a);
@@ -182,67 +183,117 @@ static bool gpu_has_duplicates(const okv_allocator_t *al, const uint64_t *idx, u
   return dup;
 }
 
-okv_status_t okv_gpu_summary_append(okv_hal_stream_t *stream, okv_hal_buffer_t *summaries, uint32_t head_dim,
-                                    okv_dtype_t kv_dtype, uint32_t n, const uint64_t *summary_index, const float *keys,
-                                    const uint8_t *first) {
+okv_status_t okv_gpu_summary_append_ex(okv_hal_stream_t *stream, const okv_summary_append_desc_t *d) {
   okv_gpu_stream_t *s = (okv_gpu_stream_t *)stream;
+  const uint32_t n = d->n, head_dim = d->head_dim;
   if (n == 0 || head_dim == 0) return OKV_OK;
   const okv_allocator_t *al = &stream->device->allocator;
   bool oom = false;
-  const bool dup = gpu_has_duplicates(al, summary_index, n, &oom);
+  const bool dup = gpu_has_duplicates(al, d->summary_index, n, &oom);
   (void)oom; /* without the table the in-order launch is used: correct, slower */
   const size_t key_bytes = (size_t)n * head_dim * 4u;
   const size_t upload = okv_gpu_align(n * 8u) + okv_gpu_align(key_bytes) + okv_gpu_align(n);
   okv_gpu_pack_t p = {0};
   OKV_RETURN_IF_ERROR(okv_gpu_op_begin(s, upload, &p));
   okv_gpu_append_args_t a = {0};
-  a.summaries = okv_gpu_addr(summaries, 0);
-  a.summary_index = okv_gpu_pack(&p, summary_index, n * 8u);
+  a.summaries = okv_gpu_addr(d->summaries, 0);
+  a.summary_index = okv_gpu_pack(&p, d->summary_index, n * 8u);
   /* Keys rounded through the KV dtype, so the summary bounds the stored key. */
   float *kr = (float *)((unsigned char *)p.st->host + p.used);
   a.keys = okv_gpu_pack(&p, NULL, key_bytes);
   const size_t n_el = (size_t)n * head_dim;
   for (size_t i = 0; i < n_el; ++i) {
-    float k = keys[i];
-    if (kv_dtype == OKV_DTYPE_F16) {
+    float k = d->keys[i];
+    if (d->kv_dtype == OKV_DTYPE_F16) {
       k = okv_f16_to_f32(okv_f32_to_f16(k));
-    } else if (kv_dtype == OKV_DTYPE_BF16) {
+    } else if (d->kv_dtype == OKV_DTYPE_BF16) {
       k = okv_bf16_to_f32(okv_f32_to_bf16(k));
     }
     kr[i] = k;
   }
-  a.first = okv_gpu_pack(&p, first, n);
+  a.first = okv_gpu_pack(&p, d->first, n);
   a.n = n;
   a.head_dim = head_dim;
+  a.summary_dtype = (uint32_t)d->summary_dtype;
   okv_status_t st = okv_gpu_pack_upload(s, &p, upload);
   if (st == OKV_OK)
     st =
         okv_gpu_launch(s, OKV_GPU_FN_SUMMARY_APPEND, dup ? 1u : okv_gpu_grid_cap(n), 1, OKV_GPU_SUMMARY_THREADS, 0, &a);
-  okv_hal_buffer_t *bufs[1] = {summaries};
+  okv_hal_buffer_t *bufs[1] = {d->summaries};
   return okv_gpu_op_end(s, st, p.st, bufs, 1);
+}
+
+okv_status_t okv_gpu_summary_append(okv_hal_stream_t *stream, okv_hal_buffer_t *summaries, uint32_t head_dim,
+                                    okv_dtype_t kv_dtype, uint32_t n, const uint64_t *summary_index, const float *keys,
+                                    const uint8_t *first) {
+  const okv_summary_append_desc_t d = {.summaries = summaries,
+                                       .head_dim = head_dim,
+                                       .kv_dtype = kv_dtype,
+                                       .n = n,
+                                       .summary_index = summary_index,
+                                       .keys = keys,
+                                       .first = first,
+                                       .summary_dtype = OKV_DTYPE_F32};
+  return okv_gpu_summary_append_ex(stream, &d);
+}
+
+okv_status_t okv_gpu_summary_reduce(okv_hal_stream_t *stream, const okv_summary_reduce_desc_t *d) {
+  okv_gpu_stream_t *s = (okv_gpu_stream_t *)stream;
+  const size_t n = d->n;
+  if (n == 0 || d->head_dim == 0) return OKV_OK;
+  const size_t upload = okv_gpu_align(n * 8u) * 2u + okv_gpu_align(n * 4u);
+  okv_gpu_pack_t p = {0};
+  OKV_RETURN_IF_ERROR(okv_gpu_op_begin(s, upload, &p));
+  okv_gpu_reduce_args_t a = {0};
+  a.src = okv_gpu_addr(d->src, 0);
+  a.dst = okv_gpu_addr(d->dst, 0);
+  a.src_first = okv_gpu_pack(&p, d->src_first, n * 8u);
+  a.dst_index = okv_gpu_pack(&p, d->dst_index, n * 8u);
+  a.src_n = okv_gpu_pack(&p, d->src_n, n * 4u);
+  a.n = d->n;
+  a.head_dim = d->head_dim;
+  a.src_dtype = (uint32_t)d->src_dtype;
+  a.dst_dtype = (uint32_t)d->dst_dtype;
+  okv_status_t st = okv_gpu_pack_upload(s, &p, upload);
+  if (st == OKV_OK)
+    st = okv_gpu_launch(s, OKV_GPU_FN_SUMMARY_REDUCE, okv_gpu_grid_cap(n), 1, OKV_GPU_SUMMARY_THREADS, 0, &a);
+  okv_hal_buffer_t *bufs[2] = {d->src, d->dst};
+  return okv_gpu_op_end(s, st, p.st, bufs, 2);
 }
 
 okv_status_t okv_gpu_score_blocks(okv_hal_stream_t *stream, const okv_score_desc_t *d) {
   okv_gpu_stream_t *s = (okv_gpu_stream_t *)stream;
   const uint64_t U = (uint64_t)d->n_seqs * d->n_kv_heads;
   if (U == 0 || d->head_dim == 0 || d->group_size == 0 || d->t_end <= d->t_begin) return OKV_OK;
+  /* Jobs (grid.x): the segments, or the ranges. */
+  const bool ranges = d->n_ranges > 0;
+  const uint64_t J = ranges ? d->n_ranges : U;
+  const uint32_t *job_n = ranges ? d->range_n_blocks : d->seg_n_blocks;
   uint32_t max_n = 0;
-  for (uint64_t u = 0; u < U; ++u) max_n = d->seg_n_blocks[u] > max_n ? d->seg_n_blocks[u] : max_n;
+  for (uint64_t j = 0; j < J; ++j) max_n = job_n[j] > max_n ? job_n[j] : max_n;
   if (max_n == 0) return OKV_OK;
   const uint64_t gy = (max_n + OKV_GPU_SCORE_BLOCKS_PER_CTA - 1) / OKV_GPU_SCORE_BLOCKS_PER_CTA;
-  if (U > 0x7fffffffu || gy > 65535u)
-    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "seg_n_blocks: %u blocks per segment exceed the GPU grid",
-                           max_n);
-  const size_t upload = okv_gpu_align(U * 8u) * 2u + okv_gpu_align(U * 4u);
+  if (J > 0x7fffffffu || gy > 65535u)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "%s: %u blocks per %s exceed the GPU grid",
+                           ranges ? "range_n_blocks" : "seg_n_blocks", max_n, ranges ? "range" : "segment");
+  const size_t upload = okv_gpu_align(J * 8u) * 2u + okv_gpu_align(J * 4u) * (ranges ? 2u : 1u);
   okv_gpu_pack_t p = {0};
   OKV_RETURN_IF_ERROR(okv_gpu_op_begin(s, upload, &p));
   okv_gpu_score_args_t a = {0};
   a.q = okv_gpu_addr(d->q, d->q_offset);
   a.summaries = okv_gpu_addr(d->summaries, 0);
   a.scores = okv_gpu_addr(d->scores, 0);
-  a.seg_summary_first = okv_gpu_pack(&p, d->seg_summary_first, U * 8u);
-  a.seg_score_first = okv_gpu_pack(&p, d->seg_score_first, U * 8u);
-  a.seg_n_blocks = okv_gpu_pack(&p, d->seg_n_blocks, U * 4u);
+  if (ranges) {
+    a.range_summary_first = okv_gpu_pack(&p, d->range_summary_first, J * 8u);
+    a.range_score_first = okv_gpu_pack(&p, d->range_score_first, J * 8u);
+    a.range_n_blocks = okv_gpu_pack(&p, d->range_n_blocks, J * 4u);
+    a.range_seg = okv_gpu_pack(&p, d->range_seg, J * 4u);
+    a.n_ranges = d->n_ranges;
+  } else {
+    a.seg_summary_first = okv_gpu_pack(&p, d->seg_summary_first, U * 8u);
+    a.seg_score_first = okv_gpu_pack(&p, d->seg_score_first, U * 8u);
+    a.seg_n_blocks = okv_gpu_pack(&p, d->seg_n_blocks, U * 4u);
+  }
   a.n_seqs = d->n_seqs;
   a.n_kv_heads = d->n_kv_heads;
   a.group_size = d->group_size;
@@ -251,8 +302,9 @@ okv_status_t okv_gpu_score_blocks(okv_hal_stream_t *stream, const okv_score_desc
   a.t_begin = d->t_begin;
   a.t_end = d->t_end;
   a.scale = 1.0f / sqrtf((float)d->head_dim);
+  a.summary_dtype = (uint32_t)d->summary_dtype;
   okv_status_t st = okv_gpu_pack_upload(s, &p, upload);
-  if (st == OKV_OK) st = okv_gpu_launch(s, OKV_GPU_FN_SCORE, (uint32_t)U, (uint32_t)gy, OKV_GPU_SCORE_THREADS, 0, &a);
+  if (st == OKV_OK) st = okv_gpu_launch(s, OKV_GPU_FN_SCORE, (uint32_t)J, (uint32_t)gy, OKV_GPU_SCORE_THREADS, 0, &a);
   okv_hal_buffer_t *bufs[3] = {d->q, d->summaries, d->scores};
   return okv_gpu_op_end(s, st, p.st, bufs, 3);
 }
@@ -271,8 +323,10 @@ okv_status_t okv_gpu_topk(okv_hal_stream_t *stream, const okv_topk_desc_t *d) {
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "seg_n: %u blocks in one segment exceed the GPU top-K limit",
                            max_n);
   const size_t n_excl = d->excl_offsets ? d->excl_offsets[U] : 0;
+  const size_t n_map = (size_t)okv_topk_index_map_len(d);
   const size_t upload = okv_gpu_align((size_t)U * 8u) + okv_gpu_align((size_t)U * 4u) +
-                        (d->excl_offsets ? okv_gpu_align(((size_t)U + 1) * 4u) + okv_gpu_align(n_excl * 4u) : 0);
+                        (d->excl_offsets ? okv_gpu_align(((size_t)U + 1) * 4u) + okv_gpu_align(n_excl * 4u) : 0) +
+                        okv_gpu_align(n_map * 4u);
   okv_gpu_pack_t p = {0};
   OKV_RETURN_IF_ERROR(okv_gpu_op_begin(s, upload, &p));
   okv_gpu_topk_args_t a = {0};
@@ -283,6 +337,7 @@ okv_status_t okv_gpu_topk(okv_hal_stream_t *stream, const okv_topk_desc_t *d) {
     a.excl_offsets = okv_gpu_pack(&p, d->excl_offsets, ((size_t)U + 1) * 4u);
     a.excl_blocks = okv_gpu_pack(&p, d->excl_blocks, n_excl * 4u);
   }
+  if (n_map > 0) a.index_map = okv_gpu_pack(&p, d->index_map, n_map * 4u);
   a.out_indices = okv_gpu_addr(d->out_indices, d->out_offset);
   a.out_counts = d->out_counts ? okv_gpu_addr(d->out_counts, d->counts_offset) : 0;
   a.n_segments = U;

@@ -75,6 +75,11 @@ typedef struct okv_hal_device_info_t {
    * okv_hal_device_create); "" where kernels do not run on host SIMD (GPU
    * backends). */
   char simd[16];
+  /* The EMULATED link (cpu backend only, see okv_hal_device_params_t): HOST<->DEVICE stream copies paced to
+   * link_bytes_per_s (bytes per second) with link_latency_s (seconds) per copy operation. 0 = unpaced; always 0
+   * on GPU backends, whose link is real. */
+  double link_bytes_per_s;
+  double link_latency_s;
 } okv_hal_device_info_t;
 
 /* Enumerates the devices of backend `backend_name`. Writes up to `capacity`
@@ -92,6 +97,17 @@ typedef struct okv_hal_device_params_t {
   uint64_t capacity_bytes[OKV_TIER_COUNT]; /* per-tier limit in bytes; 0 = default (DEVICE: the
                                                 physical size, CPU: 1 GiB arena; HOST: unlimited) */
   int n_threads;                           /* CPU backend: OpenMP threads for kernels (0 = all) */
+  /* EMULATION of a PCIe-like link, cpu backend only (a GPU's link is real: any non-zero value is refused there
+   * with INVALID_ARGUMENT). With link_bytes_per_s > 0, every stream copy between the HOST and DEVICE tiers
+   * (okv_hal_copy_async, or one okv_hal_copy_blocks_async batch) takes at least
+   *   link_latency_s + bytes / link_bytes_per_s
+   * seconds, timed on the copy's stream worker, and each direction (HOST->DEVICE, DEVICE->HOST) is one
+   * copy engine shared by every stream of the device: copies of one direction run one after the other, the two
+   * directions overlap. DEVICE->DEVICE and HOST->HOST copies, blocking buffer reads/writes and kernels are not
+   * paced. 0 = unpaced (the default). Units: bytes per second, seconds; both finite and >= 0; a latency
+   * without a bandwidth paces nothing. */
+  double link_bytes_per_s;
+  double link_latency_s;
 } okv_hal_device_params_t;
 
 /* Sets every default. Errors: none (NULL is ignored). */
@@ -102,7 +118,9 @@ OKV_API void okv_hal_device_params_init(okv_hal_device_params_t *params);
  * the device keeps a copy of *allocator and frees everything through it.
  * Capacity limits smaller than the physical size emulate a small HBM.
  * Errors: NOT_FOUND (backend not compiled in), UNAVAILABLE (no driver/GPU, or
- * ordinal out of range), INVALID_ARGUMENT, OUT_OF_MEMORY.
+ * ordinal out of range), INVALID_ARGUMENT (negative ordinal or n_threads; a
+ * link value negative or not finite, or non-zero on a backend whose link is
+ * real), OUT_OF_MEMORY.
  * The caller owns *out_device (release with okv_hal_device_release). */
 OKV_API okv_status_t okv_hal_device_create(const char *backend_name, const okv_hal_device_params_t *params,
                                            const okv_allocator_t *allocator, okv_hal_device_t **out_device);
@@ -111,6 +129,13 @@ OKV_API okv_status_t okv_hal_device_create(const char *backend_name, const okv_h
  * Errors: INVALID_ARGUMENT (NULL, dead or double-released handle). */
 OKV_API okv_status_t okv_hal_device_retain(okv_hal_device_t *device);
 OKV_API okv_status_t okv_hal_device_release(okv_hal_device_t *device);
+
+/* Changes the emulated link of a cpu-backend device (see okv_hal_device_params_t) at run time, e.g. to halve it
+ * mid-run: copies that already started keep their pacing, later ones use the new values; the device info
+ * reports them. bytes_per_s 0 = unpaced.
+ * Errors: INVALID_ARGUMENT (dead handle; a value negative, NaN or infinite; a backend whose link is real:
+ * cuda, hip). Thread-safe. */
+OKV_API okv_status_t okv_hal_device_set_link(okv_hal_device_t *device, double bytes_per_s, double latency_s);
 
 /* Copies the device's description into *out_info.
  * Errors: INVALID_ARGUMENT (dead handle, NULL out_info). Thread-safe. */

@@ -7,15 +7,18 @@
  *    for one block: K stored transposed, Kt[head_dim][16], then V[16][head_dim],
  *    both in the KV dtype; okv_block_bytes() bytes. The HOST tier stores the full
  *    KV in the same block format, so a transfer is a plain block copy.
- *  - Summaries: per block, float32 min[head_dim] then max[head_dim] of its
- *    valid keys (okv_summary_bytes() bytes), always float32 so the bound stays
- *    a true upper bound (no rounding of min up / max down).
+ *  - Summaries: per block, min[head_dim] then max[head_dim] of its valid keys,
+ *    stored in a summary dtype (okv_summary_bytes_ex() bytes): f32 by default
+ *    (exact: every key dtype widens to f32), or f16 / bf16 (half the bytes)
+ *    narrowed with directed rounding, min toward -infinity and max toward
+ *    +infinity, so the scores stay true upper bounds.
  *  - Queries are float32 [n_seqs][T][n_q_heads][head_dim], query head
  *    h_q = kv_head * group_size + g (GQA: group_size query heads per KV head).
  *
- * Host index arrays in the descriptors (ws_*, seg_*, excl_*) are copied at
- * enqueue; the caller may free them on return. Buffers are retained until the
- * kernel has run. Every descriptor is validated before anything is enqueued:
+ * Host index arrays in the descriptors (ws_*, seg_*, range_*, excl_*,
+ * index_map, src_*, dst_*, and the keys of an append) are copied at enqueue;
+ * the caller may free them on return. Buffers are retained until the kernel
+ * has run. Every descriptor is validated before anything is enqueued:
  * INVALID_ARGUMENT names the field, and nothing is written.
  */
 #ifndef OASISKV_KERNELS_H
@@ -39,14 +42,26 @@ OKV_API size_t okv_dtype_size(okv_dtype_t dtype);
 OKV_API const char *okv_dtype_name(okv_dtype_t dtype);
 /* Bytes of one slot (K and V of one block of one KV head): 2 * 16 * head_dim * size. */
 OKV_API uint64_t okv_block_bytes(okv_dtype_t dtype, uint32_t head_dim);
-/* Bytes of one block summary: 2 * head_dim * 4. */
+/* Bytes of one f32 block summary: 2 * head_dim * 4 (= okv_summary_bytes_ex(OKV_DTYPE_F32, head_dim)). */
 OKV_API uint64_t okv_summary_bytes(uint32_t head_dim);
+/* Bytes of one block summary stored in summary_dtype: 2 * head_dim * okv_dtype_size(summary_dtype)
+ * (1,024 for f32 at head_dim 128, 512 for f16 / bf16); 0 for an invalid dtype. Pure, thread-safe. */
+OKV_API uint64_t okv_summary_bytes_ex(okv_dtype_t summary_dtype, uint32_t head_dim);
 
 /* Conversions used by every backend and the tests (round to nearest even). */
 OKV_API uint16_t okv_f32_to_bf16(float x);
 OKV_API float okv_bf16_to_f32(uint16_t x);
 OKV_API uint16_t okv_f32_to_f16(float x);
 OKV_API float okv_f16_to_f32(uint16_t x);
+/* Directed narrowing, for summaries: _down gives the largest bf16 / f16 value <= x (toward -infinity),
+ * _up the smallest one >= x (toward +infinity); values the dtype holds are kept exactly, -0 stays -0,
+ * NaN stays NaN. f16 saturates outside its range: _up of x > 65504 is +infinity and _down of
+ * x < -65504 is -infinity (still a bound, but a score built on it is infinite: bf16 has the f32 range).
+ * Pure, thread-safe. */
+OKV_API uint16_t okv_f32_to_bf16_down(float x);
+OKV_API uint16_t okv_f32_to_bf16_up(float x);
+OKV_API uint16_t okv_f32_to_f16_down(float x);
+OKV_API uint16_t okv_f32_to_f16_up(float x);
 
 /* 1. Sparse paged decode attention (paper: attention over the head-wise mapped
  * working set).
@@ -91,28 +106,90 @@ OKV_API okv_status_t okv_hal_attention_async(okv_hal_stream_t *stream, const okv
  * summaries, kept resident").
  * Rebuild: for each listed block, summaries[summary_index] = elementwise
  * min/max over its first `valid` keys read from `kv` (slot layout, any tier the
- * backend can read: HOST or DEVICE). */
+ * backend can read: HOST or DEVICE), stored in summary_dtype (min rounded
+ * toward -infinity, max toward +infinity when narrowed; f32 is exact). */
 typedef struct okv_summary_desc_t {
   uint32_t head_dim;
   okv_dtype_t kv_dtype;
   okv_hal_buffer_t *kv;        /* blocks in slot layout; block i at byte i * okv_block_bytes() */
-  okv_hal_buffer_t *summaries; /* f32 [n][2][head_dim] */
+  okv_hal_buffer_t *summaries; /* summary_dtype [n][2][head_dim] */
   uint32_t n_blocks;
   const uint64_t *block_index;   /* [n_blocks] block within kv */
   const uint8_t *valid;          /* [n_blocks] valid tokens 1..16 */
   const uint64_t *summary_index; /* [n_blocks] summary within summaries */
+  okv_dtype_t summary_dtype;     /* dtype of `summaries`; 0 = OKV_DTYPE_F32 */
 } okv_summary_desc_t;
 
 OKV_API okv_status_t okv_hal_summarize_blocks_async(okv_hal_stream_t *stream, const okv_summary_desc_t *desc);
 
-/* Incremental update when one token is appended: for each i,
- * summaries[summary_index[i]] = first[i] ? (k_i, k_i) : (min(min,k_i), max(max,k_i)).
- * `keys` is host f32 [n][head_dim], copied at enqueue (keys are rounded through
- * kv_dtype first so the summary bounds the stored key exactly). */
+/* Incremental update when one token is appended: for each i, in order,
+ *   summaries[summary_index[i]] = first[i] ? (k_i, k_i) : (min(min, k_i), max(max, k_i))
+ * with k_i = keys[i] rounded through kv_dtype (round to nearest even, as the
+ * KV is stored), then narrowed to summary_dtype with directed rounding (min
+ * toward -infinity, max toward +infinity). So an append-built summary equals
+ * the rebuild of the stored block, bit for bit, in every summary dtype.
+ * A summary index may repeat within one call (entries apply in order). */
+typedef struct okv_summary_append_desc_t {
+  okv_hal_buffer_t *summaries;   /* summary_dtype [*][2][head_dim] */
+  uint32_t head_dim;             /* 1..256 */
+  okv_dtype_t kv_dtype;          /* dtype the keys are stored in */
+  uint32_t n;                    /* entries; 0 = no-op */
+  const uint64_t *summary_index; /* [n] summary within summaries */
+  const float *keys;             /* host f32 [n][head_dim] */
+  const uint8_t *first;          /* [n] 1 = the block's first token (resets the summary) */
+  okv_dtype_t summary_dtype;     /* dtype of `summaries`; 0 = OKV_DTYPE_F32 */
+} okv_summary_append_desc_t;
+
+/* Enqueues the append of `desc` on `stream`. Host arrays (summary_index, keys,
+ * first) are copied before return; the summaries buffer is retained until the
+ * kernel ran. Thread safety: like every enqueue on one stream (callers
+ * serialise per stream).
+ * Errors: INVALID_ARGUMENT naming the field (stream or desc NULL, head_dim not
+ * in 1..256, a dtype out of range, summaries not a live buffer of the stream's
+ * device, an array NULL with n > 0, a summary_index outside the buffer in
+ * okv_summary_bytes_ex(summary_dtype, head_dim) units); UNAVAILABLE when the
+ * backend has no append kernel for a narrowed summary_dtype; OUT_OF_MEMORY
+ * for the host copies; the backend's launch error. Nothing is enqueued on
+ * error. */
+OKV_API okv_status_t okv_hal_summary_append_ex_async(okv_hal_stream_t *stream, const okv_summary_append_desc_t *desc);
+
+/* The f32-summary append of okv_hal_summary_append_ex_async (summary_dtype
+ * OKV_DTYPE_F32), kept for existing callers; same errors, naming this entry
+ * point. */
 OKV_API okv_status_t okv_hal_summary_append_async(okv_hal_stream_t *stream, okv_hal_buffer_t *summaries,
                                                   uint32_t head_dim, okv_dtype_t kv_dtype, uint32_t n,
                                                   const uint64_t *summary_index, const float *keys,
                                                   const uint8_t *first);
+
+/* Group summaries (two-level scoring: a summary over a group of blocks, e.g.
+ * 16 blocks = 256 tokens, bounds every key of the group). For each i < n:
+ *   dst[dst_index[i]] = (min over j of src[src_first[i] + j].min,
+ *                        max over j of src[src_first[i] + j].max),  j < src_n[i]
+ * elementwise, read in src_dtype (exact widening) and stored in dst_dtype
+ * (min toward -infinity, max toward +infinity when narrowed). src and dst may
+ * be the same buffer, but a dst summary of one entry must not be a source of
+ * another entry of the same call (entries may run in parallel; the result is
+ * then unspecified, never out of bounds). */
+typedef struct okv_summary_reduce_desc_t {
+  uint32_t head_dim;         /* 1..256 */
+  okv_hal_buffer_t *src;     /* src_dtype [*][2][head_dim] */
+  okv_dtype_t src_dtype;     /* 0 = OKV_DTYPE_F32 */
+  okv_hal_buffer_t *dst;     /* dst_dtype [*][2][head_dim] */
+  okv_dtype_t dst_dtype;     /* 0 = OKV_DTYPE_F32 */
+  uint32_t n;                /* entries; 0 = no-op */
+  const uint64_t *src_first; /* [n] first source summary within src */
+  const uint32_t *src_n;     /* [n] source summaries, >= 1 */
+  const uint64_t *dst_index; /* [n] summary within dst */
+} okv_summary_reduce_desc_t;
+
+/* Enqueues the reduction of `desc` on `stream`; host arrays copied before
+ * return, buffers retained until it ran. Thread safety: as other enqueues.
+ * Errors: INVALID_ARGUMENT naming the field (stream or desc NULL, head_dim,
+ * a dtype, src / dst not live buffers of the stream's device, an array NULL
+ * with n > 0, src_n[i] == 0, a source range or dst_index outside its buffer,
+ * computed without overflow); UNAVAILABLE when the backend lacks the kernel;
+ * OUT_OF_MEMORY for the host copies; the backend's launch error. */
+OKV_API okv_status_t okv_hal_summary_reduce_async(okv_hal_stream_t *stream, const okv_summary_reduce_desc_t *desc);
 
 /* 3. Look-ahead block scoring (Quest upper bound; paper: "Predict").
  * Segments u = s * n_kv_heads + h. For every block b < seg_n_blocks[u]:
@@ -120,20 +197,42 @@ OKV_API okv_status_t okv_hal_summary_append_async(okv_hal_stream_t *stream, okv_
  *                 sum_i max(q_i * min_i, q_i * max_i)
  * an upper bound of q . k for every key k of the block (scaled by 1/sqrt(head_dim)
  * like attention logits). Max over heads and tokens: a block any of the group's
- * heads may need is kept, which is what attention over the shared KV head needs. */
+ * heads may need is kept, which is what attention over the shared KV head needs.
+ * Summaries are read in summary_dtype (widened exactly) and the sum is
+ * accumulated in f32.
+ * Ranges (two-level scoring: score group summaries first, then only the blocks
+ * of the best groups): with n_ranges > 0, the per-segment arrays are ignored
+ * (may be NULL) and, for each range r, blocks i < range_n_blocks[r] are scored
+ * with the queries of segment u = range_seg[r] (same s, h, G, t_begin..t_end
+ * as above): summary range_summary_first[r] + i into score element
+ * range_score_first[r] + i. Ranges may repeat segments, in any order. */
 typedef struct okv_score_desc_t {
   uint32_t n_seqs, n_kv_heads, group_size, head_dim;
   uint32_t n_query_tokens; /* T of the q layout */
   uint32_t t_begin, t_end; /* query tokens used, 0 <= t_begin < t_end <= T */
   okv_hal_buffer_t *q;
-  uint64_t q_offset;                 /* f32 [n_seqs][T][n_q_heads][head_dim] */
-  okv_hal_buffer_t *summaries;       /* f32 [*][2][head_dim] */
-  const uint64_t *seg_summary_first; /* [n_seqs*n_kv_heads] index of block 0's summary; blocks contiguous */
-  const uint32_t *seg_n_blocks;      /* [n_seqs*n_kv_heads] */
-  okv_hal_buffer_t *scores;          /* f32 */
-  const uint64_t *seg_score_first;   /* [n_seqs*n_kv_heads] element index of score[u][0] */
+  uint64_t q_offset;                   /* f32 [n_seqs][T][n_q_heads][head_dim] */
+  okv_hal_buffer_t *summaries;         /* summary_dtype [*][2][head_dim] */
+  const uint64_t *seg_summary_first;   /* [n_seqs*n_kv_heads] index of block 0's summary; blocks contiguous */
+  const uint32_t *seg_n_blocks;        /* [n_seqs*n_kv_heads] */
+  okv_hal_buffer_t *scores;            /* f32 */
+  const uint64_t *seg_score_first;     /* [n_seqs*n_kv_heads] element index of score[u][0] */
+  okv_dtype_t summary_dtype;           /* dtype of `summaries`; 0 = OKV_DTYPE_F32 */
+  uint32_t n_ranges;                   /* 0 = score per segment (the seg_* arrays) */
+  const uint32_t *range_seg;           /* [n_ranges] segment u < n_seqs*n_kv_heads */
+  const uint64_t *range_summary_first; /* [n_ranges] first summary of the range */
+  const uint32_t *range_n_blocks;      /* [n_ranges] blocks (summaries) of the range; 0 allowed */
+  const uint64_t *range_score_first;   /* [n_ranges] score element of the range's first block */
 } okv_score_desc_t;
 
+/* Enqueues the scoring of `desc` on `stream`; host arrays (seg_* or range_*)
+ * are copied before return, buffers retained until it ran. Thread safety: as
+ * other enqueues. Errors: INVALID_ARGUMENT naming the field (shape, t range,
+ * summary_dtype, q / summaries / scores not live buffers of the device or q
+ * too small, a segment's or range's summaries or scores outside their buffers
+ * (summaries counted in okv_summary_bytes_ex(summary_dtype, head_dim) units),
+ * range_seg[r] >= n_seqs*n_kv_heads, an array NULL, sizes overflowing);
+ * OUT_OF_MEMORY for the copies; the backend's launch error. */
 OKV_API okv_status_t okv_hal_score_blocks_async(okv_hal_stream_t *stream, const okv_score_desc_t *desc);
 
 /* 4. Top-K per segment: the k highest scores' block indices in descending
@@ -141,7 +240,13 @@ OKV_API okv_status_t okv_hal_score_blocks_async(okv_hal_stream_t *stream, const 
  * segment's exclude set are skipped. out_indices[u][0..count_u) are valid,
  * count_u = min(k, n_u - excluded_u); the rest is UINT32_MAX.
  * k in 1..512 (OKV_TOPK_MAX), n_u up to 65,536 blocks. NaN scores are treated
- * as -infinity. */
+ * as -infinity.
+ * Index map (top-K over a candidate list): with index_map != NULL, the output
+ * for position pos of segment u is index_map[seg_score_first[u] + pos] instead
+ * of pos (a block id, say); ranking, tie-breaking (lower pos first) and the
+ * exclude set (positions) are unchanged. index_map is a host array addressed
+ * like the scores, of at least max over segments with seg_n > 0 of
+ * seg_score_first[u] + seg_n[u] entries; that prefix is copied at enqueue. */
 #define OKV_TOPK_MAX 512u
 typedef struct okv_topk_desc_t {
   uint32_t n_segments;
@@ -154,9 +259,17 @@ typedef struct okv_topk_desc_t {
   okv_hal_buffer_t *out_indices;
   uint64_t out_offset; /* u32 [n_segments][k] */
   okv_hal_buffer_t *out_counts;
-  uint64_t counts_offset; /* optional u32 [n_segments] */
+  uint64_t counts_offset;    /* optional u32 [n_segments] */
+  const uint32_t *index_map; /* optional host u32 [max_u seg_score_first[u] + seg_n[u]], NULL = positions */
 } okv_topk_desc_t;
 
+/* Enqueues the top-K of `desc` on `stream`; host arrays (seg_*, excl_*,
+ * index_map) are copied before return, buffers retained until it ran. Thread
+ * safety: as other enqueues. Errors: INVALID_ARGUMENT naming the field
+ * (n_segments 0, k not in 1..512, a segment over 65,536 blocks or outside the
+ * scores, exclude CSR not monotone or an excluded position >= seg_n, outputs
+ * outside their buffers); OUT_OF_MEMORY for the copies; the backend's launch
+ * error. */
 OKV_API okv_status_t okv_hal_topk_async(okv_hal_stream_t *stream, const okv_topk_desc_t *desc);
 
 #ifdef __cplusplus

@@ -51,6 +51,23 @@ OKV_API const char *okv_mode_name(okv_mode_t mode);
  * Errors: INVALID_ARGUMENT for an unknown name or NULL pointers. Thread-safe. */
 OKV_API okv_status_t okv_mode_parse(const char *name, okv_mode_t *out_mode);
 
+/* Block scoring of the prediction (paper: "Predict", Quest-style min/max bound). */
+typedef enum okv_scoring_e {
+  OKV_SCORING_FLAT = 0,      /* every block's summary scored: the reference */
+  OKV_SCORING_TWO_LEVEL = 1, /* group summaries (OKV_SCORING_GROUP_BLOCKS blocks each) scored first, then only the
+                                blocks of each KV head's best scoring_groups groups (an approximation: a block of
+                                a group outside them is not predicted); equal to flat while a head has at most
+                                scoring_groups groups */
+  OKV_SCORING_COUNT
+} okv_scoring_t;
+#define OKV_SCORING_GROUP_BLOCKS 16u
+/* okv_runtime_config_t.summary_dtype: summaries in the KV dtype. */
+#define OKV_SUMMARY_DTYPE_AUTO OKV_DTYPE_COUNT
+/* "flat" / "two-level" (NULL for an invalid value). Pure, thread-safe. */
+OKV_API const char *okv_scoring_name(okv_scoring_t scoring);
+/* Parses a name of okv_scoring_name. Errors: INVALID_ARGUMENT listing the names. */
+OKV_API okv_status_t okv_scoring_parse(const char *name, okv_scoring_t *out_scoring);
+
 typedef struct okv_runtime_config_t {
   /* Model shape. */
   uint32_t n_layers;
@@ -78,6 +95,14 @@ typedef struct okv_runtime_config_t {
                                    max_context_tokens need, capped at half the free HOST bytes and 2 GiB
                                    (docs/api.md) */
   bool track_recall;            /* compute recall: true next-step top-K resident in time (costs a scoring pass) */
+  /* Scoring (paper: "Predict"; docs/kernels.md "Scoring at long context"). */
+  okv_dtype_t summary_dtype; /* block summaries: OKV_SUMMARY_DTYPE_AUTO (okv_runtime_config_init's default: the
+                                KV dtype, which loses nothing: a min/max of stored keys is a stored value), F32,
+                                F16 or BF16 (half the bytes; min rounded toward -inf and max toward +inf, so
+                                scores stay upper bounds) */
+  okv_scoring_t scoring;     /* OKV_SCORING_FLAT (default) or OKV_SCORING_TWO_LEVEL */
+  uint32_t scoring_groups;   /* two-level: groups of OKV_SCORING_GROUP_BLOCKS blocks whose blocks are scored, per
+                                KV head and step; 0 = K / 4 (at least 1); at most K */
 } okv_runtime_config_t;
 
 /* Sets every default (shape fields to 0: the caller must set them). */
@@ -131,6 +156,80 @@ OKV_API okv_status_t okv_runtime_seq_length(const okv_runtime_t *runtime, uint32
 OKV_API okv_status_t okv_runtime_seq_resident(const okv_runtime_t *runtime, uint32_t seq_id, uint32_t layer,
                                               uint32_t kv_head, uint32_t *out_blocks, uint32_t capacity,
                                               uint32_t *out_count);
+
+/* ---- Remote sequences (prefill/decode disaggregation; docs/api.md "Remote sequences") ----
+ * A remote sequence's prefill KV stays authoritative at a KV source (a prefill node, a KV server):
+ * the decode node admits it with the block summaries and an initial working set only, and the
+ * runtime reads further prefill blocks through the source when a plan first needs them, into the
+ * sequence's own HOST blocks, so each block crosses the network at most once per sequence. Tokens
+ * decoded locally are stored locally. Paper arXiv 2608.08097, "PD disaggregation". */
+
+/* A KV source: the authoritative store of a remote sequence's prefill blocks.
+ * read_blocks(user, n, block_index, dst) copies n prefill blocks into host memory:
+ *  - block_index [n]: distinct, ascending; block ((layer * n_kv_heads + kv_head) * n_prefill_blocks + block),
+ *    n_prefill_blocks = ceil(n_tokens / 16) of the okv_remote_prefill_t that admitted the sequence;
+ *  - dst [n]: HOST memory of okv_block_bytes(kv_dtype, head_dim) bytes each, owned by the runtime and valid
+ *    for the call only; block i is written to dst[i] in the runtime's slot layout (K transposed
+ *    [head_dim][16], then V [16][head_dim], in the runtime's kv_dtype), the same bytes the source would
+ *    have handed over as initial_kv.
+ * Returns OK when every block was written; any other status (UNAVAILABLE naming the peer for a lost
+ * server, COPY_FAILED for a failed or short read, ...) leaves dst unspecified: the blocks stay not fetched
+ * and the sequence is marked lost (okv_runtime_step_begin then refuses it).
+ * Called from the runtime's background pipeline thread (OKV_MODE_OASIS, PROXY) or from the engine thread
+ * inside okv_runtime_step_layer (OKV_MODE_ONDEMAND): one call per (sequence, layer job) with all that
+ * sequence's missing blocks of the batch, never two calls at once from one runtime, and only between
+ * okv_runtime_seq_add_remote and the return of okv_runtime_seq_remove (or okv_runtime_destroy) for that
+ * sequence. It must be thread-safe against the caller's own use of `user`, must not call into the runtime,
+ * and blocks the calling thread until done (the runtime times it: stats remote_seconds).
+ * `name` (e.g. "kv server 127.0.0.1:7000") names the source in errors; NULL = "unnamed source". */
+typedef struct okv_kv_source_t {
+  void *user; /* borrowed: must stay valid while the sequence exists */
+  okv_status_t (*read_blocks)(void *user, uint32_t n, const uint64_t *block_index, void *const *dst);
+  const char *name; /* copied at okv_runtime_seq_add_remote */
+} okv_kv_source_t;
+
+/* Admission of a remote sequence (borrowed for the call; the runtime copies what it keeps).
+ * L = n_layers, H = n_kv_heads, hd = head_dim, nb = ceil(n_tokens / 16) prefill blocks per KV head. */
+typedef struct okv_remote_prefill_t {
+  uint32_t n_tokens; /* prefill tokens, 1..max_context_tokens */
+  /* f32 [L][H][nb][2][hd]: per block the elementwise min then max of its valid keys (as stored in kv_dtype,
+   * widened to f32), exactly the summaries the runtime would compute itself; finite, min <= max. */
+  const float *summaries;
+  /* The initial working set, CSR over the heads u = layer * H + kv_head: initial_offsets [L*H + 1],
+   * initial_offsets[0] == 0, non-decreasing; head u lists initial_blocks[initial_offsets[u] ..
+   * initial_offsets[u+1]), strictly ascending, < nb, ending with the active block nb - 1, at most K + 1
+   * (budget_blocks plus the active block). A sequence the runtime keeps whole (OKV_MODE_DENSE, or
+   * nb <= dense_threshold_blocks) must list every block. */
+  const uint32_t *initial_offsets;
+  const uint32_t *initial_blocks;
+  /* The listed blocks' bytes, in CSR order, okv_block_bytes(kv_dtype, head_dim) bytes each, in the slot
+   * layout of okv_kv_source_t (the active block's bytes past its valid tokens are ignored). */
+  const void *initial_kv;
+  okv_kv_source_t source; /* the rest of the prefill blocks */
+} okv_remote_prefill_t;
+
+/* Adds a remote sequence: reserves its HOST extents for the whole context (as okv_runtime_seq_add does),
+ * writes the listed blocks into the HOST tier (marked present) and the summaries of every block, maps the
+ * listed blocks into slots and copies them HOST->DEVICE (the initial working set); every other prefill
+ * block is read through prefill->source when a plan first needs it (docs/api.md "Remote sequences").
+ * Writes the new id. Errors: INVALID_ARGUMENT (one line naming the field: prefill, n_tokens, summaries
+ * (NULL, non-finite, min > max), initial_offsets, initial_blocks (order, range, count, missing active
+ * block), initial_kv, source.read_blocks), OUT_OF_MEMORY (slot pool, HOST tier, max_seqs, host allocator:
+ * nothing stays allocated), COPY_FAILED / INTERNAL (loading the initial working set failed: the sequence is
+ * not added). Not thread-safe (the engine thread). */
+OKV_API okv_status_t okv_runtime_seq_add_remote(okv_runtime_t *runtime, const okv_remote_prefill_t *prefill,
+                                                uint32_t *out_seq_id);
+
+/* Reads the committed K and V of tokens [first_token, first_token + n_tokens) of one layer of a sequence
+ * from the HOST tier, converted to f32: k_out, v_out f32 [n_tokens][n_kv_heads][head_dim] (the layout of
+ * okv_prefill_t's per-layer slice). Used to hand a dense prefill's KV to another runtime or to a KV server.
+ * Waits for the background pipeline to finish its queued selections first. For a remote sequence only
+ * prefill blocks already fetched (or admitted) are readable.
+ * Errors: INVALID_ARGUMENT (NULL runtime or outputs with n_tokens > 0, layer >= n_layers, a range past the
+ * layer's committed tokens), NOT_FOUND (no such sequence; a token in a remote prefill block not fetched
+ * yet: nothing is written then). Not thread-safe (the engine thread; between steps or layers). */
+OKV_API okv_status_t okv_runtime_seq_read_kv(const okv_runtime_t *runtime, uint32_t seq_id, uint32_t layer,
+                                             uint32_t first_token, uint32_t n_tokens, float *k_out, float *v_out);
 
 /* ---- Decode step ----
  * A step processes one real token per sequence of a batch, stacked with
@@ -205,6 +304,8 @@ struct okv_step_stats_t {
                                  plan building), foreground + background thread; excludes kernels, copies and
                                  waits on them */
   double attention_seconds;   /* foreground time from enqueueing attention to its completion */
+  double predict_seconds;     /* background time of the prediction: scoring and top-K from the first launch to the
+                                 indices read back (both levels with two-level scoring); the recall pass excluded */
   uint64_t append_bytes;      /* HOST->DEVICE bytes copied to keep active blocks' slots current (not in
                                  bytes_moved, which counts fetched blocks only) */
   double append_seconds;      /* foreground time writing the real tokens' K/V into the HOST tier (data movement that
@@ -212,6 +313,15 @@ struct okv_step_stats_t {
   uint64_t pipeline_errors;   /* absorbed failures of a fetch batch or of a prediction (background pipeline, or the
                                  on-demand / recall pass): its blocks stayed misses, attention ran without them */
   uint64_t retried_writes;    /* active-block refresh batches that failed once and succeeded when retried */
+  /* Remote sequences (okv_runtime_seq_add_remote; counted by the step that selected). */
+  uint64_t remote_blocks;      /* prefill blocks read through a KV source into the HOST tier (each at most once
+                                  per sequence) */
+  uint64_t remote_bytes;       /* their bytes: remote_blocks x block bytes (also in bytes_moved[REMOTE][HOST]) */
+  double remote_seconds;       /* time inside the sources' read_blocks calls (the background thread's, or the
+                                  engine thread's in OKV_MODE_ONDEMAND) */
+  double remote_stall_seconds; /* foreground time spent waiting while a read_blocks call ran: all of it in
+                                  ONDEMAND, in OASIS / PROXY the overlap of okv_runtime_step_end's wait for the
+                                  background thread with its reads (not in stall_seconds) */
 };
 
 /* Cumulative stats over the runtime's life (layer = UINT32_MAX) or for one layer, since creation

@@ -234,9 +234,76 @@ static uint64_t check_invariants(drv_t *d, prev_t *prev, bool have_prev, uint32_
 
 /* K < context: outputs equal the reference over the reported working set;
  * invariants hold every step; a long random workload; stats are consistent. */
+/* Scoring of run_sparse's runtimes (test_two_level_* set it). */
+static okv_scoring_t g_scoring = OKV_SCORING_FLAT;
+static uint32_t g_scoring_groups = 0;
+static okv_dtype_t g_summary_dtype = OKV_DTYPE_F32;
+
+/* Two-level scoring: every group summary equals the elementwise min/max of
+ * its blocks' summaries (read back from the DEVICE tier), exactly. */
+static void check_group_summaries(drv_t *d) {
+  okv_runtime_t *rt = d->rt;
+  if (rt->group_summaries == NULL) return;
+  uint32_t hd = rt->cfg.head_dim;
+  size_t es = okv_dtype_size(rt->cfg.summary_dtype);
+  uint8_t *blk = test_malloc(rt->summary_bytes), *grp = test_malloc(rt->summary_bytes);
+  for (uint32_t i = 0; i < d->n_seqs; i++) {
+    const okv_seq_t *s = okv_rt_seq_find(rt, d->ids[i]);
+    assert_non_null(s);
+    for (uint32_t l = 0; l < rt->cfg.n_layers; l++)
+      for (uint32_t h = 0; h < rt->cfg.n_kv_heads; h++) {
+        const okv_head_t *head = seq_head(rt, s, l, h);
+        uint32_t nb = head->map.n_blocks;
+        for (uint32_t b0 = 0; b0 < nb; b0 += OKV_SCORING_GROUP_BLOCKS) {
+          uint64_t hb0 = okv_host_store_block(&rt->host, head->extents, b0);
+          OKV_ASSERT_OK(okv_hal_buffer_read(rt->group_summaries, hb0 / OKV_SCORING_GROUP_BLOCKS * rt->summary_bytes,
+                                            grp, rt->summary_bytes));
+          for (uint32_t e = 0; e < 2 * hd; e++) {
+            double want = e < hd ? INFINITY : -INFINITY;
+            for (uint32_t b = b0; b < nb && b < b0 + OKV_SCORING_GROUP_BLOCKS; b++) {
+              OKV_ASSERT_OK(okv_hal_buffer_read(rt->summaries,
+                                                okv_host_store_block(&rt->host, head->extents, b) * rt->summary_bytes,
+                                                blk, rt->summary_bytes));
+              double x;
+              if (es == 4) {
+                float f;
+                memcpy(&f, blk + e * 4, 4);
+                x = f;
+              } else {
+                uint16_t u;
+                memcpy(&u, blk + e * 2, 2);
+                x = rt->cfg.summary_dtype == OKV_DTYPE_BF16 ? okv_bf16_to_f32(u) : okv_f16_to_f32(u);
+              }
+              want = e < hd ? fmin(want, x) : fmax(want, x);
+            }
+            double got;
+            if (es == 4) {
+              float f;
+              memcpy(&f, grp + e * 4, 4);
+              got = f;
+            } else {
+              uint16_t u;
+              memcpy(&u, grp + e * 2, 2);
+              got = rt->cfg.summary_dtype == OKV_DTYPE_BF16 ? okv_bf16_to_f32(u) : okv_f16_to_f32(u);
+            }
+            if (got != want)
+              print_error("group summary: seq %u layer %u head %u group %u elem %u: %g != %g\n", i, l, h,
+                          b0 / OKV_SCORING_GROUP_BLOCKS, e, got, want);
+            assert_true(got == want);
+          }
+        }
+      }
+  }
+  test_free(blk);
+  test_free(grp);
+}
+
 static uint64_t run_sparse(okv_mode_t mode, uint64_t seed, uint32_t n_steps, bool check_outputs) {
   okv_runtime_config_t c;
   budget_config(&c, 4, 0.25); /* C = 1 */
+  c.scoring = g_scoring;
+  c.scoring_groups = g_scoring_groups;
+  c.summary_dtype = g_summary_dtype;
   c.mode = mode;
   c.max_context_tokens = 1024;
   c.track_recall = true;
@@ -261,6 +328,7 @@ static uint64_t run_sparse(okv_mode_t mode, uint64_t seed, uint32_t n_steps, boo
       assert_true(e <= 2e-5);
     }
     hash = hash * 31u + check_invariants(&d, prev, mode != OKV_MODE_ONDEMAND, mode == OKV_MODE_ONDEMAND ? 99 : C);
+    if (step % 10 == 0 || step + 1 == n_steps) check_group_summaries(&d);
     const okv_step_stats_t *s = &d.last_stats;
     uint64_t heads = (uint64_t)d.n_seqs * c.n_layers * c.n_kv_heads;
     if (mode != OKV_MODE_ONDEMAND) assert_true(s->admitted <= C * heads);
@@ -329,6 +397,28 @@ static void test_sparse_proxy(void **state) {
 static void test_sparse_ondemand(void **state) {
   (void)state;
   run_sparse(OKV_MODE_ONDEMAND, 9, 60, true);
+}
+
+/* Two-level scoring: while every head has at most scoring_groups groups, the
+ * selection (and so every output) equals flat scoring's; with fewer groups
+ * kept, outputs still equal the reference over the reported working set, the
+ * invariants hold and the group summaries stay exact (check_group_summaries),
+ * in f32 and bf16 summaries; the recall pass and ondemand use it too. */
+static void test_two_level(void **state) {
+  (void)state;
+  g_scoring = OKV_SCORING_FLAT;
+  uint64_t flat = run_sparse(OKV_MODE_OASIS, 7, 80, false); /* <= 230 tokens: <= 15 blocks */
+  g_scoring = OKV_SCORING_TWO_LEVEL;
+  g_scoring_groups = 1; /* one group of 16 blocks: all of them here */
+  uint64_t two = run_sparse(OKV_MODE_OASIS, 7, 80, false);
+  assert_true(flat == two);
+  run_sparse(OKV_MODE_OASIS, 7, 200, true); /* up to 350 tokens: 22 blocks, 2 groups, 1 kept */
+  run_sparse(OKV_MODE_ONDEMAND, 9, 150, true);
+  g_summary_dtype = OKV_DTYPE_BF16;
+  run_sparse(OKV_MODE_PROXY, 8, 200, true);
+  g_summary_dtype = OKV_DTYPE_F32;
+  g_scoring = OKV_SCORING_FLAT;
+  g_scoring_groups = 0;
 }
 
 /* Self-tuning cap (fetch_ratio_auto): the formula on hand-computed cases, and a
@@ -529,6 +619,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_dense_pool_exhaustion),
       cmocka_unit_test(test_peek),
       cmocka_unit_test(test_auto_cap),
+      cmocka_unit_test(test_two_level),
   };
   return cmocka_run_group_tests_name("core_runtime", tests, NULL, NULL);
 }

@@ -213,11 +213,175 @@ def cli():
     write(h, "opt_value.bin", args(3, "--steps", "5", "--steps=6", "--stepsx", "--model", "--fetch-ratio"))
 
 
+# ---- GGUF files (tools/model/gguf.c, gguf_model.c) ----
+
+GGUF_U32, GGUF_I32, GGUF_F32, GGUF_BOOL, GGUF_STRING, GGUF_ARRAY = 4, 5, 6, 7, 8, 9
+
+
+def gguf_str(s):
+    b = s.encode() if isinstance(s, str) else s
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf_kv(key, typ, value):
+    out = gguf_str(key) + struct.pack("<I", typ)
+    if typ == GGUF_U32:
+        return out + struct.pack("<I", value)
+    if typ == GGUF_I32:
+        return out + struct.pack("<i", value)
+    if typ == GGUF_F32:
+        return out + struct.pack("<f", value)
+    if typ == GGUF_BOOL:
+        return out + bytes([1 if value else 0])
+    if typ == GGUF_STRING:
+        return out + gguf_str(value)
+    elem, items = value
+    out += struct.pack("<IQ", elem, len(items))
+    for it in items:
+        out += gguf_str(it) if elem == GGUF_STRING else struct.pack("<f" if elem == GGUF_F32 else "<i", it)
+    return out
+
+
+def f16_bits(x):
+    return struct.unpack("<H", struct.pack("<e", x))[0]
+
+
+def quantize(typ, vals):
+    """ggml type bytes of f32 values: 0 F32, 1 F16, 30 BF16, 8 Q8_0, 2 Q4_0 (block rules of gguf_writer.h)."""
+    if typ == 0:
+        return struct.pack("<%df" % len(vals), *vals)
+    if typ == 1:
+        return struct.pack("<%de" % len(vals), *vals)
+    if typ == 30:
+        return b"".join(struct.pack("<H", struct.unpack("<I", struct.pack("<f", v))[0] >> 16) for v in vals)
+    out = b""
+    for b in range(0, len(vals), 32):
+        x = vals[b:b + 32]
+        if typ == 8:
+            d = max(abs(v) for v in x) / 127.0
+            out += struct.pack("<H", f16_bits(d)) + bytes((int(round(v / d)) & 0xFF) if d else 0 for v in x)
+        else:
+            m = max(x, key=abs)
+            d = m / -8.0
+            q = [min(15, int(v / d + 8.5)) if d else 8 for v in x]
+            out += struct.pack("<H", f16_bits(d)) + bytes(q[j] | (q[j + 16] << 4) for j in range(16))
+    return out
+
+
+def gguf_file(kvs, tensors, version=3, alignment=32):
+    """kvs: encoded KVs; tensors: (name, dims, type, data bytes)."""
+    out = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs)) + b"".join(kvs)
+    off = 0
+    datas = b""
+    for name, dims, typ, data in tensors:
+        out += gguf_str(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        out += struct.pack("<IQ", typ, off)
+        pad = (-len(data)) % alignment
+        datas += data + b"\0" * pad
+        off += len(data) + pad
+    out += b"\0" * ((-len(out)) % alignment)
+    return out + datas
+
+
+def gguf_llama(dim=8, hidden=8, layers=1, heads=2, kv_heads=1, vocab=8, ctx=8, typ=0, n_tokens=None, arch="llama",
+               tied=False, extra_kvs=(), seed=11):
+    hd = dim // heads
+    kvd = kv_heads * hd
+    r = rng(seed)
+
+    def mat(ne0, ne1):
+        return [next(r) * 0.2 for _ in range(ne0 * ne1)]
+
+    kvs = [gguf_kv("general.architecture", GGUF_STRING, arch),
+           gguf_kv(arch + ".context_length", GGUF_U32, ctx),
+           gguf_kv(arch + ".embedding_length", GGUF_U32, dim),
+           gguf_kv(arch + ".feed_forward_length", GGUF_U32, hidden),
+           gguf_kv(arch + ".block_count", GGUF_U32, layers),
+           gguf_kv(arch + ".attention.head_count", GGUF_U32, heads),
+           gguf_kv(arch + ".attention.head_count_kv", GGUF_U32, kv_heads),
+           gguf_kv(arch + ".rope.dimension_count", GGUF_U32, hd),
+           gguf_kv(arch + ".rope.freq_base", GGUF_F32, 10000.0),
+           gguf_kv(arch + ".attention.layer_norm_rms_epsilon", GGUF_F32, 1e-5)]
+    kvs += list(extra_kvs)
+    n_tokens = vocab if n_tokens is None else n_tokens
+    if n_tokens:
+        kvs.append(gguf_kv("tokenizer.ggml.model", GGUF_STRING, "llama"))
+        kvs.append(gguf_kv("tokenizer.ggml.tokens", GGUF_ARRAY, (GGUF_STRING, ["t%d" % i for i in range(n_tokens)])))
+        kvs.append(gguf_kv("tokenizer.ggml.scores", GGUF_ARRAY, (GGUF_F32, [float(-i) for i in range(n_tokens)])))
+    t = [("token_embd.weight", [dim, vocab], typ, quantize(typ, mat(dim, vocab))),
+         ("output_norm.weight", [dim], 0, quantize(0, [1.0] * dim))]
+    if not tied:
+        t.append(("output.weight", [dim, vocab], typ, quantize(typ, mat(dim, vocab))))
+    for l in range(layers):
+        for name, ne0, ne1 in (("attn_norm", dim, 0), ("attn_q", dim, dim), ("attn_k", dim, kvd), ("attn_v", dim, kvd),
+                               ("attn_output", dim, dim), ("ffn_norm", dim, 0), ("ffn_gate", dim, hidden),
+                               ("ffn_down", hidden, dim), ("ffn_up", dim, hidden)):
+            if ne1:
+                t.append(("blk.%d.%s.weight" % (l, name), [ne0, ne1], typ, quantize(typ, mat(ne0, ne1))))
+            else:
+                t.append(("blk.%d.%s.weight" % (l, name), [ne0], 0, quantize(0, [1.0] * ne0)))
+    return kvs, t
+
+
+def ggufs():
+    """About 20 KB in all: the fuzzer's mutations reach the bad-file paths (tests/model/test_gguf.c lists them)."""
+    h = "gguf"
+    write(h, "llama_f32.gguf", gguf_file(*gguf_llama(typ=0)))
+    write(h, "llama_q8_0.gguf", gguf_file(*gguf_llama(dim=32, hidden=32, heads=4, kv_heads=1, vocab=4, typ=8, tied=True)))
+    write(h, "llama_q4_0.gguf", gguf_file(*gguf_llama(dim=32, hidden=32, heads=4, kv_heads=1, vocab=4, typ=2, tied=True,
+                                                      n_tokens=0)))
+    # F16, version 2, alignment 64, tied classifier, Llama 3 rope_freqs and linear RoPE scaling.
+    kvs, t = gguf_llama(typ=1, tied=True, n_tokens=0,
+                        extra_kvs=[gguf_kv("general.alignment", GGUF_U32, 64),
+                                   gguf_kv("llama.rope.scaling.type", GGUF_STRING, "linear"),
+                                   gguf_kv("llama.rope.scaling.factor", GGUF_F32, 4.0)])
+    t.append(("rope_freqs.weight", [2], 30, quantize(30, [1.0, 2.0])))
+    write(h, "llama_f16_v2_align64_rope.gguf", gguf_file(kvs, t, version=2, alignment=64))
+    good = gguf_file(*gguf_llama())
+    write(h, "truncated_infos.gguf", good[:len(good) // 2])
+    write(h, "header_only.gguf", good[:24])
+    vocab_only = [gguf_kv("general.architecture", GGUF_STRING, "llama"),
+                  gguf_kv("tokenizer.ggml.model", GGUF_STRING, "gpt2"),
+                  gguf_kv("tokenizer.ggml.tokens", GGUF_ARRAY, (GGUF_STRING, ["a", "b", "ab", "\u0120", ""])),
+                  gguf_kv("tokenizer.ggml.merges", GGUF_ARRAY, (GGUF_STRING, ["a b"])),
+                  gguf_kv("tokenizer.ggml.token_type", GGUF_ARRAY, (GGUF_I32, [1, 1, 1, 1, 3])),
+                  gguf_kv("tokenizer.ggml.add_bos_token", GGUF_BOOL, True),
+                  gguf_kv("general.negative", GGUF_I32, -7)]
+    write(h, "vocab_only.gguf", gguf_file(vocab_only, []))
+
+
+# ---- GGUF tokenizers (fuzz_tokenizer_gguf.c): flags byte, then the text ----
+
+def tokenizer_gguf_seeds():
+    h = "tokenizer_gguf"
+    texts = {
+        "english": "Hello world, it's the 2nd time: 1234567 apples!\n\n  \tend ",
+        "cjk": "\u4f60\u597d\u4e16\u754c abc \u3001\u3002 caf\u00e9 \u0416\u0436",
+        "spaces": "   a  \n\r\n b\u0085\u3000 x",
+        "user": "a<ud>b<ud><|eos|> the",
+        "emoji": "\U0001f680 (normal) \U0001f636\u200d\U0001f32b\ufe0f \u2581sp",
+    }
+    for sel in range(8):
+        for name, text in texts.items():
+            write(h, "v%d_%s.bin" % (sel, name), bytes([sel | (16 if sel % 2 else 0)]) + text.encode("utf-8"))
+    write(h, "v7_bpe_shared.bin", bytes([7 | 8 | 16]) + texts["english"].encode("utf-8"))
+    write(h, "invalid_utf8.bin", bytes([0]) + b"ab\xff\xc3")
+    write(h, "nul.bin", bytes([6]) + b"a\0b")
+    write(h, "empty.bin", bytes([16]))
+    # Vocabularies from the input: kind, extra pieces (len, bytes, type), then merge index pairs.
+    write(h, "own_spm_user.bin", bytes([32 | 16, 0, 2, 3]) + b"abc" + bytes([4, 2]) + b"xy" + bytes([1]) + b"abcxy abc")
+    write(h, "own_bpe_merges.bin", bytes([32, 3, 1, 2]) + b"ab" + bytes([1, 1, 97, 98]) + b"ab ab")
+    write(h, "own_bpe_absent_merge.bin", bytes([32, 1, 0, 1, 0, 1]) + b"ab")
+    write(h, "own_bad_type.bin", bytes([32, 0, 1, 1]) + b"q" + bytes([7]) + b"q")
+
+
 def main():
     checkpoints()
     tokenizers()
     codecs()
     cli()
+    ggufs()
+    tokenizer_gguf_seeds()
     total = 0
     for root, _, files in os.walk(CORPUS):
         for f in files:

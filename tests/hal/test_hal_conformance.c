@@ -795,7 +795,14 @@ static void test_kernels_dispatch(void **state) {
   /* Summary 0 rebuilt from the pool; summary 2 built by two appends. */
   uint64_t block_index[1] = {1}, summary_index[1] = {0};
   uint8_t valid[1] = {2};
-  okv_summary_desc_t sd = {D, OKV_DTYPE_F32, kv, summ, 1, block_index, valid, summary_index};
+  okv_summary_desc_t sd = {.head_dim = D,
+                           .kv_dtype = OKV_DTYPE_F32,
+                           .kv = kv,
+                           .summaries = summ,
+                           .n_blocks = 1,
+                           .block_index = block_index,
+                           .valid = valid,
+                           .summary_index = summary_index};
   OKV_ASSERT_OK(okv_hal_summarize_blocks_async(f->stream, &sd));
   const float ka[D] = {2, 2, -2, 0}, kb[D] = {1, 3, -4, 5};
   uint64_t app_index[1] = {2};
@@ -806,7 +813,20 @@ static void test_kernels_dispatch(void **state) {
   /* Score the three summaries with query head 0's q into scores[1..4). */
   uint64_t seg_summary_first[1] = {0}, seg_score_first[1] = {1};
   uint32_t seg_n_blocks[1] = {3};
-  okv_score_desc_t scd = {1, 1, 1, D, 1, 0, 1, qb, 16, summ, seg_summary_first, seg_n_blocks, scores, seg_score_first};
+  okv_score_desc_t scd = {.n_seqs = 1,
+                          .n_kv_heads = 1,
+                          .group_size = 1,
+                          .head_dim = D,
+                          .n_query_tokens = 1,
+                          .t_begin = 0,
+                          .t_end = 1,
+                          .q = qb,
+                          .q_offset = 16,
+                          .summaries = summ,
+                          .seg_summary_first = seg_summary_first,
+                          .seg_n_blocks = seg_n_blocks,
+                          .scores = scores,
+                          .seg_score_first = seg_score_first};
   OKV_ASSERT_OK(okv_hal_score_blocks_async(f->stream, &scd));
   /* The caller may drop its references right away: the stream holds them. */
   buf_free(kv);
@@ -863,7 +883,17 @@ static void test_kernels_dispatch(void **state) {
   okv_hal_buffer_t *cnt = buf_new(f, OKV_TIER_HOST, 4 + 2 * sizeof(uint32_t));
   uint64_t tk_first[2] = {2, 10};
   uint32_t tk_n[2] = {6, 2}, excl_offsets[3] = {0, 1, 1}, excl_blocks[1] = {1};
-  okv_topk_desc_t td = {2, 3, scores, tk_first, tk_n, excl_offsets, excl_blocks, idx, 8, cnt, 4};
+  okv_topk_desc_t td = {.n_segments = 2,
+                        .k = 3,
+                        .scores = scores,
+                        .seg_score_first = tk_first,
+                        .seg_n = tk_n,
+                        .excl_offsets = excl_offsets,
+                        .excl_blocks = excl_blocks,
+                        .out_indices = idx,
+                        .out_offset = 8,
+                        .out_counts = cnt,
+                        .counts_offset = 4};
   OKV_ASSERT_OK(okv_hal_topk_async(f->stream, &td));
   excl_blocks[0] = 3;
   OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));

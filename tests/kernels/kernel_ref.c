@@ -97,27 +97,104 @@ void okv_ref_summary(const void *slot, okv_dtype_t dtype, uint32_t head_dim, uin
   }
 }
 
-void okv_ref_score(const okv_score_desc_t *d, const float *q, const float *summaries, double *scores) {
+/* The scoring jobs of d: segments, or ranges. */
+static void ref_score_job(const okv_score_desc_t *d, uint32_t j, uint32_t *u, uint64_t *sf, uint32_t *n, uint64_t *cf) {
+  if (d->n_ranges > 0) {
+    *u = d->range_seg[j], *sf = d->range_summary_first[j], *n = d->range_n_blocks[j], *cf = d->range_score_first[j];
+  } else {
+    *u = j, *sf = d->seg_summary_first[j], *n = d->seg_n_blocks[j], *cf = d->seg_score_first[j];
+  }
+}
+
+void okv_ref_score(const okv_score_desc_t *d, const float *q, const void *summaries, double *scores) {
   const uint32_t H = d->n_kv_heads, G = d->group_size, D = d->head_dim, T = d->n_query_tokens;
-  for (uint32_t s = 0; s < d->n_seqs; s++)
-    for (uint32_t h = 0; h < H; h++) {
-      uint32_t u = s * H + h;
-      for (uint32_t b = 0; b < d->seg_n_blocks[u]; b++) {
-        const float *mn = summaries + (size_t)(d->seg_summary_first[u] + b) * 2 * D, *mx = mn + D;
-        double best = -INFINITY;
-        for (uint32_t t = d->t_begin; t < d->t_end; t++)
-          for (uint32_t g = 0; g < G; g++) {
-            const float *qr = q + (((size_t)s * T + t) * H * G + h * G + g) * D;
-            double a = 0;
-            for (uint32_t e = 0; e < D; e++) {
-              double x = (double)qr[e] * mn[e], y = (double)qr[e] * mx[e];
-              a += x > y ? x : y;
-            }
-            best = a > best ? a : best;
+  const uint32_t n_jobs = d->n_ranges > 0 ? d->n_ranges : d->n_seqs * H;
+  for (uint32_t j = 0; j < n_jobs; j++) {
+    uint32_t u, nb;
+    uint64_t sf, cf;
+    ref_score_job(d, j, &u, &sf, &nb, &cf);
+    const uint32_t s = u / H, h = u % H;
+    for (uint32_t b = 0; b < nb; b++) {
+      const uint64_t e0 = (sf + b) * 2 * D; /* element index of the block's min */
+      double best = -INFINITY;
+      for (uint32_t t = d->t_begin; t < d->t_end; t++)
+        for (uint32_t g = 0; g < G; g++) {
+          const float *qr = q + (((size_t)s * T + t) * H * G + h * G + g) * D;
+          double a = 0;
+          for (uint32_t e = 0; e < D; e++) {
+            double mn = okv_ref_elem(summaries, d->summary_dtype, e0 + e);
+            double mx = okv_ref_elem(summaries, d->summary_dtype, e0 + D + e);
+            double x = (double)qr[e] * mn, y = (double)qr[e] * mx;
+            a += x > y ? x : y;
           }
-        scores[d->seg_score_first[u] + b] = best / sqrt((double)D);
-      }
+          best = a > best ? a : best;
+        }
+      scores[cf + b] = best / sqrt((double)D);
     }
+  }
+}
+
+/* Sorted values of every non-NaN 16-bit pattern of a dtype (+-0 collapse to
+ * one entry each, -0 first), built once. */
+typedef struct ref_table_t {
+  float v[65536];
+  uint32_t n;
+} ref_table_t;
+
+static int ref_float_cmp(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  if (x != y) return x < y ? -1 : 1;
+  return (signbit(y) != 0) - (signbit(x) != 0); /* -0 before +0 */
+}
+
+static const ref_table_t *ref_table(okv_dtype_t dtype) {
+  static ref_table_t tables[2];
+  static bool built[2];
+  const int i = dtype == OKV_DTYPE_BF16;
+  ref_table_t *t = &tables[i];
+  if (!built[i]) {
+    t->n = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+      float x = i ? okv_bf16_to_f32((uint16_t)h) : okv_f16_to_f32((uint16_t)h);
+      if (x == x) t->v[t->n++] = x;
+    }
+    qsort(t->v, t->n, sizeof(float), ref_float_cmp);
+    built[i] = true;
+  }
+  return t;
+}
+
+float okv_ref_narrow(float x, okv_dtype_t dtype, bool up) {
+  if (dtype == OKV_DTYPE_F32 || x != x) return x;
+  const ref_table_t *t = ref_table(dtype);
+  if (x == 0.0f) return x; /* +-0 are values of both dtypes */
+  /* first index with v >= x (binary search) */
+  uint32_t lo = 0, hi = t->n;
+  while (lo < hi) {
+    uint32_t mid = (lo + hi) / 2;
+    if (t->v[mid] < x)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  if (lo < t->n && t->v[lo] == x) return x; /* exact */
+  /* t->v[lo - 1] < x < t->v[lo]; both exist because the table holds -inf and +inf */
+  return up ? t->v[lo] : t->v[lo - 1];
+}
+
+void okv_ref_summary_reduce(const void *src, okv_dtype_t src_dtype, uint32_t n, uint32_t head_dim,
+                            okv_dtype_t dst_dtype, float *dst) {
+  for (uint32_t e = 0; e < head_dim; e++) {
+    double lo = INFINITY, hi = -INFINITY;
+    for (uint32_t j = 0; j < n; j++) {
+      double mn = okv_ref_elem(src, src_dtype, (uint64_t)j * 2 * head_dim + e);
+      double mx = okv_ref_elem(src, src_dtype, (uint64_t)j * 2 * head_dim + head_dim + e);
+      lo = mn < lo ? mn : lo;
+      hi = mx > hi ? mx : hi;
+    }
+    dst[e] = okv_ref_narrow((float)lo, dst_dtype, false); /* (float): exact, the values are floats */
+    dst[head_dim + e] = okv_ref_narrow((float)hi, dst_dtype, true);
+  }
 }
 
 typedef struct ref_item_t {
@@ -147,7 +224,9 @@ void okv_ref_topk(const okv_topk_desc_t *d, const float *scores, uint32_t *out_i
     }
     qsort(items, m, sizeof *items, ref_item_cmp);
     uint32_t count = m < d->k ? m : d->k;
-    for (uint32_t i = 0; i < d->k; i++) out_indices[(size_t)u * d->k + i] = i < count ? items[i].index : UINT32_MAX;
+    const uint32_t *map = d->index_map ? d->index_map + d->seg_score_first[u] : NULL;
+    for (uint32_t i = 0; i < d->k; i++)
+      out_indices[(size_t)u * d->k + i] = i >= count ? UINT32_MAX : map ? map[items[i].index] : items[i].index;
     if (out_counts) out_counts[u] = count;
     free(items);
   }

@@ -5,6 +5,7 @@
 #ifndef OASISKV_TESTS_KERNEL_REF_H
 #define OASISKV_TESTS_KERNEL_REF_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "oasiskv/kernels.h"
@@ -24,12 +25,25 @@ void okv_ref_attention(const okv_attention_desc_t *d, const void *kv_pool, const
  * out [2][head_dim]. */
 void okv_ref_summary(const void *slot, okv_dtype_t dtype, uint32_t head_dim, uint32_t valid, float *out);
 
-/* Quest bound of every block of every segment: scores indexed like the kernel's
- * score buffer (element seg_score_first[u] + b); other entries untouched. */
-void okv_ref_score(const okv_score_desc_t *d, const float *q, const float *summaries, double *scores);
+/* Quest bound of every block of every segment (or, with d->n_ranges > 0, of
+ * every range): scores indexed like the kernel's score buffer (element
+ * seg_score_first[u] + b, or range_score_first[r] + i); other entries
+ * untouched. Summaries in d->summary_dtype. */
+void okv_ref_score(const okv_score_desc_t *d, const float *q, const void *summaries, double *scores);
 
 /* Sort-based top-K: out_indices [n_segments][k] (UINT32_MAX padding),
- * out_counts [n_segments]. */
+ * out_counts [n_segments]; positions mapped through d->index_map when set. */
 void okv_ref_topk(const okv_topk_desc_t *d, const float *scores, uint32_t *out_indices, uint32_t *out_counts);
+
+/* Directed narrowing oracle, by search in the sorted table of every value of
+ * `dtype` (f16 or bf16; f32 returns x): the largest value <= x (up false) or
+ * the smallest value >= x (up true), as a float. NaN returns NaN. */
+float okv_ref_narrow(float x, okv_dtype_t dtype, bool up);
+
+/* Group summary reference: dst [2][head_dim] floats = elementwise min of the
+ * mins / max of the maxes of n summaries of src_dtype starting at src, each
+ * narrowed to dst_dtype by okv_ref_narrow. */
+void okv_ref_summary_reduce(const void *src, okv_dtype_t src_dtype, uint32_t n, uint32_t head_dim,
+                            okv_dtype_t dst_dtype, float *dst);
 
 #endif

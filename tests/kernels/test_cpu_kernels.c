@@ -364,6 +364,416 @@ static void test_scoring(void **state) {
   }
 }
 
+/* ---- narrowed summaries (bf16 / f16) ---- */
+
+/* Element i of a summary array of dtype dt, widened. */
+static float summ_elem(const void *p, okv_dtype_t dt, size_t i) { return (float)okv_ref_elem(p, dt, i); }
+
+/* Directed narrowing against the table-search oracle: edge values, every
+ * 16-bit pattern (exact: kept), and random floats of many magnitudes. */
+static void test_directed_rounding(void **state) {
+  (void)state;
+  typedef uint16_t (*narrow_fn)(float);
+  static const narrow_fn down[2] = {okv_f32_to_f16_down, okv_f32_to_bf16_down};
+  static const narrow_fn up[2] = {okv_f32_to_f16_up, okv_f32_to_bf16_up};
+  static const okv_dtype_t dts[2] = {OKV_DTYPE_F16, OKV_DTYPE_BF16};
+  okv_test_rng_t rng;
+  okv_test_rng_seed(&rng, 616);
+  const float edges[] = {0.0f,     -0.0f,      1.0f,     -1.0f,     1.0f + 0x1p-20f, -1.0f - 0x1p-20f, 65504.0f,
+                         65505.0f, 65520.0f,   70000.0f, -70000.0f, 0x1p-24f,        0x1p-25f,         -0x1p-25f,
+                         0x1p-30f, -0x1p-140f, 3e38f,    -3e38f,    INFINITY,        -INFINITY,        0x1.0101p-14f};
+  for (int k = 0; k < 2; k++) {
+    const okv_dtype_t dt = dts[k];
+    float (*from)(uint16_t) = dt == OKV_DTYPE_BF16 ? okv_bf16_to_f32 : okv_f16_to_f32;
+    for (uint32_t n = 0; n < sizeof edges / sizeof edges[0] + 200000u; n++) {
+      float x;
+      if (n < sizeof edges / sizeof edges[0]) {
+        x = edges[n];
+      } else {
+        uint32_t u = (uint32_t)okv_test_rng_u64(&rng);
+        if (n % 2) u = (u & 0x80FFFFFFu) | ((100u + okv_test_rng_below(&rng, 50)) << 23); /* around f16's range */
+        memcpy(&x, &u, 4);
+        if (x != x) continue;
+      }
+      float d = from(down[k](x)), u = from(up[k](x));
+      float want_d = okv_ref_narrow(x, dt, false), want_u = okv_ref_narrow(x, dt, true);
+      if (!(d == want_d && u == want_u && signbit(d) == signbit(want_d) && signbit(u) == signbit(want_u))) {
+        print_error("%s narrowing of %a: down %a (want %a), up %a (want %a)\n", okv_dtype_name(dt), (double)x,
+                    (double)d, (double)want_d, (double)u, (double)want_u);
+        fail();
+      }
+      assert_true(d <= x && u >= x);
+    }
+    /* values of the dtype are kept, bit for bit */
+    for (uint32_t h = 0; h < 65536; h++) {
+      float x = from((uint16_t)h);
+      if (x != x) {
+        assert_true(isnan(from(down[k](x))) && isnan(from(up[k](x))));
+        continue;
+      }
+      assert_int_equal(down[k](x), h);
+      assert_int_equal(up[k](x), h);
+    }
+  }
+  assert_int_equal(okv_summary_bytes_ex(OKV_DTYPE_BF16, 128), 512);
+  assert_int_equal(okv_summary_bytes_ex(OKV_DTYPE_F16, 100), 400);
+  assert_int_equal(okv_summary_bytes_ex(OKV_DTYPE_F32, 128), okv_summary_bytes(128));
+  assert_int_equal(okv_summary_bytes_ex(OKV_DTYPE_COUNT, 128), 0);
+}
+
+/* Rebuilt summaries in f16 / bf16 are the directed narrowing of the f32 ones
+ * (min down, max up), for every KV dtype; append-built ones equal them bit
+ * for bit. */
+static void test_summaries_narrow(void **state) {
+  (void)state;
+  for (int sdt = 1; sdt < 3; sdt++)
+    for (int kdt = 0; kdt < 3; kdt++) {
+      okv_kcase_t c;
+      okv_kcase_build_blocks(&c, 40, (okv_dtype_t)kdt, 30, 3.0f, 1200 + (uint64_t)(sdt * 3 + kdt));
+      const uint32_t n = c.ws_total, D = c.p.head_dim;
+      const size_t sb = (size_t)okv_summary_bytes_ex((okv_dtype_t)sdt, D);
+      uint64_t *bi = test_malloc(8 * n), *si = test_malloc(8 * n);
+      for (uint32_t i = 0; i < n; i++) bi[i] = c.ws_slots[i], si[i] = (i * 7u) % n;
+      okv_summary_desc_t sd = {.head_dim = D,
+                               .kv_dtype = c.p.dtype,
+                               .n_blocks = n,
+                               .block_index = bi,
+                               .valid = c.ws_valid,
+                               .summary_index = si,
+                               .summary_dtype = (okv_dtype_t)sdt};
+      uint8_t *summ = test_malloc(sb * n), *app = test_malloc(sb * n);
+      okv_cpu_summarize_blocks(&sd, c.pool, summ, MAX_THREADS);
+      float *ref = test_malloc(sizeof(float) * 2 * D);
+      uint32_t narrowed = 0;
+      for (uint32_t i = 0; i < n; i++) {
+        okv_ref_summary(okv_kcase_slot(&c, bi[i]), c.p.dtype, D, c.ws_valid[i], ref);
+        for (uint32_t e = 0; e < 2 * D; e++) {
+          float got = summ_elem(summ + si[i] * sb, (okv_dtype_t)sdt, e);
+          float want = okv_ref_narrow(ref[e], (okv_dtype_t)sdt, e >= D);
+          assert_true(got == want);
+          narrowed += got != ref[e];
+          assert_true(e < D ? got <= ref[e] : got >= ref[e]);
+        }
+      }
+      /* the case does exercise rounding (bf16 keys of this magnitude are f16 values: nothing to round) */
+      if (kdt != sdt && !(kdt == OKV_DTYPE_BF16 && sdt == OKV_DTYPE_F16)) assert_true(narrowed > 0);
+      float *key = test_malloc(sizeof(float) * D);
+      for (uint32_t i = 0; i < n; i++)
+        for (uint32_t j = 0; j < c.ws_valid[i]; j++) {
+          okv_kcase_key(&c, bi[i], j, key);
+          uint8_t first = j == 0;
+          okv_summary_append_desc_t ad = {.head_dim = D,
+                                          .kv_dtype = c.p.dtype,
+                                          .n = 1,
+                                          .summary_index = &si[i],
+                                          .keys = key,
+                                          .first = &first,
+                                          .summary_dtype = (okv_dtype_t)sdt};
+          okv_cpu_summary_append_ex(&ad, app);
+        }
+      assert_memory_equal(app, summ, sb * n);
+      test_free(key);
+      test_free(ref);
+      test_free(bi);
+      test_free(si);
+      test_free(summ);
+      test_free(app);
+      okv_kcase_free(&c);
+    }
+}
+
+/* Scoring on narrowed summaries: equals the reference on the same narrowed
+ * summaries at every ISA level; bounds q.k of every key of every block (the
+ * Quest property survives the narrowing); and is within the dtype's relative
+ * step of the f32 score, never below it. */
+static void test_scoring_narrow(void **state) {
+  (void)state;
+  okv_test_rng_t rng;
+  okv_test_rng_seed(&rng, 2025);
+  static const uint32_t dims[] = {64, 128, 20};
+  for (int di = 0; di < 3; di++)
+    for (int sdt = 1; sdt < 3; sdt++) {
+      const uint32_t S = 2, H = 2, G = 4, D = dims[di], T = 2, NQ = H * G, nb = 41, U = S * H;
+      okv_kcase_params_t p = okv_kcase_params(1, 1, 1, D, 1, 0, (okv_dtype_t)(di % 3), U * nb);
+      p.partial_last = false;
+      p.key_scale = di == 2 ? 100.0f : 1.0f;
+      okv_kcase_t c;
+      okv_kcase_build(&c, &p, 5000 + (uint64_t)(di * 3 + sdt));
+      for (uint32_t w = 0; w < c.ws_total; w++) c.ws_valid[w] = (uint8_t)(1 + okv_test_rng_below(&rng, 16));
+      const size_t sb32 = (size_t)okv_summary_bytes_ex(OKV_DTYPE_F32, D), sbn = (size_t)okv_summary_bytes_ex(sdt, D);
+      uint64_t *bi = test_malloc(8 * c.ws_total), *si = test_malloc(8 * c.ws_total);
+      for (uint32_t w = 0; w < c.ws_total; w++) bi[w] = c.ws_slots[w], si[w] = w;
+      okv_summary_desc_t sd = {.head_dim = D,
+                               .kv_dtype = p.dtype,
+                               .n_blocks = c.ws_total,
+                               .block_index = bi,
+                               .valid = c.ws_valid,
+                               .summary_index = si};
+      uint8_t *s32 = test_malloc(sb32 * c.ws_total), *sn = test_malloc(sbn * c.ws_total);
+      okv_cpu_summarize_blocks(&sd, c.pool, s32, 1);
+      sd.summary_dtype = (okv_dtype_t)sdt;
+      okv_cpu_summarize_blocks(&sd, c.pool, sn, 1);
+      float *q = test_malloc(sizeof(float) * S * T * NQ * D);
+      for (size_t i = 0; i < (size_t)S * T * NQ * D; i++) q[i] = okv_test_rng_normal(&rng);
+      uint64_t sfirst[4], scfirst[4];
+      uint32_t segn[4];
+      for (uint32_t u = 0; u < U; u++) sfirst[u] = (uint64_t)u * nb, scfirst[u] = (uint64_t)u * nb, segn[u] = nb;
+      okv_score_desc_t scd = okv_kcase_score_desc(S, H, G, D, T, sfirst, segn, scfirst);
+      float *f32s = test_malloc(sizeof(float) * U * nb), *ns = test_malloc(sizeof(float) * U * nb);
+      double *ref = test_malloc(sizeof(double) * U * nb);
+      okv_cpu_score_blocks(&scd, q, s32, f32s, 1);
+      scd.summary_dtype = (okv_dtype_t)sdt;
+      okv_ref_score(&scd, q, sn, ref);
+      okv_cpu_isa_t top = okv_cpu_isa_detected();
+      for (int isa = 0; isa <= (int)top; isa++) {
+        okv_cpu_isa_limit((okv_cpu_isa_t)isa);
+        for (int nt = 1; nt <= MAX_THREADS; nt++) {
+          for (uint32_t i = 0; i < U * nb; i++) ns[i] = -777.0f;
+          okv_cpu_score_blocks(&scd, q, sn, ns, nt);
+          for (uint32_t i = 0; i < U * nb; i++) assert_true(fabs(ns[i] - ref[i]) <= 1e-5 * (1.0 + fabs(ref[i])));
+        }
+      }
+      okv_cpu_isa_limit(OKV_CPU_ISA_AVX512);
+      const double step = sdt == OKV_DTYPE_BF16 ? 0x1p-7 : 0x1p-10; /* relative size of one unit in the last place */
+      double loose = 0, f32_sum = 0;
+      for (uint32_t u = 0; u < U; u++) {
+        const uint32_t s = u / H, h = u % H;
+        for (uint32_t b = 0; b < nb; b++) {
+          const uint32_t w = u * nb + b;
+          const uint8_t *slot = okv_kcase_slot(&c, c.ws_slots[w]);
+          double m_b = 0, best_dot = -INFINITY, best_mag = 0;
+          for (uint32_t t = 0; t < T; t++)
+            for (uint32_t g = 0; g < G; g++) {
+              const float *qr = q + (((size_t)s * T + t) * NQ + h * G + g) * D;
+              double m = 0;
+              for (uint32_t e = 0; e < D; e++) {
+                double a = fabs(summ_elem(sn + w * sbn, sdt, e)), z = fabs(summ_elem(sn + w * sbn, sdt, D + e));
+                m += fabs(qr[e]) * (a > z ? a : z);
+              }
+              m_b = m > m_b ? m : m_b;
+              for (uint32_t j = 0; j < c.ws_valid[w]; j++) {
+                double dot = 0, mag = 0;
+                for (uint32_t e = 0; e < D; e++) {
+                  double k = okv_ref_elem(slot, p.dtype, (uint64_t)e * 16 + j);
+                  dot += qr[e] * k;
+                  mag += fabs(qr[e] * k);
+                }
+                if (dot > best_dot) best_dot = dot, best_mag = mag;
+              }
+            }
+          m_b /= sqrt((double)D);
+          best_dot /= sqrt((double)D);
+          best_mag /= sqrt((double)D);
+          /* the bound: >= the exact max of q.k over the block's keys and the used rows */
+          assert_true(ns[w] >= best_dot - 1e-6 * (1.0 + best_mag));
+          /* never below the f32 bound, at most one step per element above it */
+          const double tol = 1e-5 * (1.0 + fabs(f32s[w]));
+          assert_true(ns[w] >= f32s[w] - tol);
+          assert_true(ns[w] - f32s[w] <= step * m_b + tol);
+          /* keys stored in the summary dtype: their min/max are values of it, nothing is rounded, and the
+           * scores are the f32 ones bit for bit */
+          if (p.dtype == (okv_dtype_t)sdt) assert_true(ns[w] == f32s[w]);
+          loose += ns[w] - f32s[w];
+          f32_sum += fabs(f32s[w]);
+        }
+      }
+      if (g_verbose)
+        printf("  %s summaries, head_dim %u: mean score increase %.3g of mean |f32 score|\n",
+               okv_dtype_name((okv_dtype_t)sdt), D, loose / f32_sum);
+      test_free(bi);
+      test_free(si);
+      test_free(s32);
+      test_free(sn);
+      test_free(q);
+      test_free(f32s);
+      test_free(ns);
+      test_free(ref);
+      okv_kcase_free(&c);
+    }
+}
+
+/* Ranges: the same blocks scored through a range list (out of order, a
+ * segment twice, an empty range, ranges not aligned to 4 blocks) give the
+ * flat kernel's scores and the reference's, and nothing else is written. */
+static void test_scoring_ranges(void **state) {
+  (void)state;
+  okv_test_rng_t rng;
+  okv_test_rng_seed(&rng, 31);
+  for (int sdt = 0; sdt < 3; sdt += 2) { /* f32 and bf16 summaries */
+    const uint32_t S = 2, H = 2, G = 2, D = 64, T = 2, NQ = H * G, nb = 300, U = S * H;
+    const size_t sb = (size_t)okv_summary_bytes_ex((okv_dtype_t)sdt, D);
+    uint8_t *summ = test_malloc(sb * U * nb);
+    for (uint32_t b = 0; b < U * nb; b++)
+      for (uint32_t e = 0; e < D; e++) {
+        float a = okv_test_rng_normal(&rng), z = okv_test_rng_normal(&rng);
+        okv_kcase_store(summ + b * sb, (okv_dtype_t)sdt, e, a < z ? a : z);
+        okv_kcase_store(summ + b * sb, (okv_dtype_t)sdt, D + e, a < z ? z : a);
+      }
+    float *q = test_malloc(sizeof(float) * S * T * NQ * D);
+    for (size_t i = 0; i < (size_t)S * T * NQ * D; i++) q[i] = okv_test_rng_normal(&rng);
+    uint64_t sfirst[4], scfirst[4];
+    uint32_t segn[4];
+    for (uint32_t u = 0; u < U; u++) sfirst[u] = scfirst[u] = (uint64_t)u * nb, segn[u] = nb;
+    okv_score_desc_t flat = okv_kcase_score_desc(S, H, G, D, T, sfirst, segn, scfirst);
+    flat.summary_dtype = (okv_dtype_t)sdt;
+    flat.t_begin = 1;
+    float *fs = test_malloc(sizeof(float) * U * nb);
+    okv_cpu_score_blocks(&flat, q, summ, fs, 1);
+    /* ranges r: (segment, first block within it, blocks, output offset) */
+    const uint32_t rseg[7] = {3, 0, 2, 0, 1, 3, 2}, rb0[7] = {5, 17, 0, 290, 20, 200, 0};
+    const uint32_t rn[7] = {33, 16, 0, 10, 270, 1, 16}; /* 270: more than one 256-block chunk */
+    uint64_t rsf[7], rcf[7];
+    uint32_t out = 3;
+    for (int r = 0; r < 7; r++) rsf[r] = (uint64_t)rseg[r] * nb + rb0[r], rcf[r] = out, out += rn[r] + 2;
+    okv_score_desc_t rd = flat;
+    rd.seg_summary_first = NULL; /* ignored in range mode */
+    rd.seg_n_blocks = NULL;
+    rd.seg_score_first = NULL;
+    rd.n_ranges = 7;
+    rd.range_seg = rseg;
+    rd.range_summary_first = rsf;
+    rd.range_n_blocks = rn;
+    rd.range_score_first = rcf;
+    float *rs = test_malloc(sizeof(float) * out);
+    double *ref = test_malloc(sizeof(double) * out);
+    okv_ref_score(&rd, q, summ, ref);
+    okv_cpu_isa_t top = okv_cpu_isa_detected();
+    for (int isa = 0; isa <= (int)top; isa++) {
+      okv_cpu_isa_limit((okv_cpu_isa_t)isa);
+      for (int nt = 1; nt <= MAX_THREADS; nt++) {
+        for (uint32_t i = 0; i < out; i++) rs[i] = -777.0f;
+        okv_cpu_score_blocks(&rd, q, summ, rs, nt);
+        okv_cpu_score_blocks(&flat, q, summ, fs, nt);
+        uint32_t written = 0;
+        for (int r = 0; r < 7; r++) {
+          for (uint32_t i = 0; i < rn[r]; i++) {
+            float x = rs[rcf[r] + i], y = fs[rseg[r] * nb + rb0[r] + i];
+            double z = ref[rcf[r] + i];
+            if (!(fabs(x - y) <= 1e-6 * (1.0 + fabs(y)))) {
+              print_error("range %d block %u: %.9g vs flat %.9g (ref %.9g)\n", r, i, x, y, z);
+              fail();
+            }
+            assert_true(fabs(x - z) <= 1e-5 * (1.0 + fabs(z)));
+          }
+          written += rn[r];
+          assert_true(rs[rcf[r] + rn[r]] == -777.0f && rs[rcf[r] + rn[r] + 1] == -777.0f);
+        }
+        uint32_t untouched = 0;
+        for (uint32_t i = 0; i < out; i++) untouched += rs[i] == -777.0f;
+        assert_int_equal(untouched, out - written);
+      }
+    }
+    okv_cpu_isa_limit(OKV_CPU_ISA_AVX512);
+    test_free(summ);
+    test_free(q);
+    test_free(fs);
+    test_free(rs);
+    test_free(ref);
+  }
+}
+
+/* Group summaries: a hand case (f32 -> bf16 with rounding in both
+ * directions), then random groups in every dtype pair against the reference,
+ * with the group property: the group bounds each member's summary, so its
+ * score bounds every member block's score. */
+static void test_summary_reduce(void **state) {
+  (void)state;
+  {
+    /* three f32 summaries of head_dim 2: min/max per element */
+    const float src[3][4] = {{1.0f, -2.0f, 3.0f, 0.5f},
+                             {0.25f, 1.0f + 0x1p-10f, 0.5f, 1.0f + 0x1p-10f},
+                             {-1.0f - 0x1p-10f, -3.0f, 2.0f, -1.0f}};
+    uint64_t first[2] = {0, 1}, dst_index[2] = {1, 0};
+    uint32_t n[2] = {3, 1};
+    okv_summary_reduce_desc_t d = {.head_dim = 2,
+                                   .src_dtype = OKV_DTYPE_F32,
+                                   .dst_dtype = OKV_DTYPE_BF16,
+                                   .n = 2,
+                                   .src_first = first,
+                                   .src_n = n,
+                                   .dst_index = dst_index};
+    uint16_t dst[2][4];
+    memset(dst, 0xEE, sizeof dst);
+    okv_cpu_summary_reduce(&d, src, dst, 1);
+    /* entry 0 -> dst 1: min(1, 0.25, -1-2^-10) = -1-2^-10 -> down to -1-2^-7; min(-2, 1+2^-10, -3) = -3;
+     * max(3, 0.5, 2) = 3; max(0.5, 1+2^-10, -1) = 1+2^-10 -> up to 1+2^-7 */
+    assert_true(okv_bf16_to_f32(dst[1][0]) == -1.0f - 0x1p-7f);
+    assert_true(okv_bf16_to_f32(dst[1][1]) == -3.0f);
+    assert_true(okv_bf16_to_f32(dst[1][2]) == 3.0f);
+    assert_true(okv_bf16_to_f32(dst[1][3]) == 1.0f + 0x1p-7f);
+    /* entry 1 -> dst 0: summary 1 alone: 0.25, 1+2^-10 -> down 1, 0.5, 1+2^-10 -> up 1+2^-7 */
+    assert_true(okv_bf16_to_f32(dst[0][0]) == 0.25f);
+    assert_true(okv_bf16_to_f32(dst[0][1]) == 1.0f);
+    assert_true(okv_bf16_to_f32(dst[0][2]) == 0.5f);
+    assert_true(okv_bf16_to_f32(dst[0][3]) == 1.0f + 0x1p-7f);
+  }
+  okv_test_rng_t rng;
+  okv_test_rng_seed(&rng, 4242);
+  const uint32_t D = 48, n_src = 200, n_groups = 12;
+  for (int sdt = 0; sdt < 3; sdt++)
+    for (int ddt = 0; ddt < 3; ddt++) {
+      const size_t ssb = (size_t)okv_summary_bytes_ex((okv_dtype_t)sdt, D);
+      const size_t dsb = (size_t)okv_summary_bytes_ex((okv_dtype_t)ddt, D);
+      uint8_t *src = test_malloc(ssb * n_src), *dst = test_malloc(dsb * (n_groups + 1));
+      for (uint32_t b = 0; b < n_src; b++)
+        for (uint32_t e = 0; e < D; e++) {
+          float a = okv_test_rng_normal(&rng) * 10.0f, z = okv_test_rng_normal(&rng) * 10.0f;
+          okv_kcase_store(src + b * ssb, (okv_dtype_t)sdt, e, a < z ? a : z);
+          okv_kcase_store(src + b * ssb, (okv_dtype_t)sdt, D + e, a < z ? z : a);
+        }
+      uint64_t first[12], di[12];
+      uint32_t n[12];
+      for (uint32_t i = 0; i < n_groups; i++) {
+        n[i] = 1 + okv_test_rng_below(&rng, 16);
+        first[i] = okv_test_rng_below(&rng, n_src - n[i] + 1);
+        di[i] = (i * 5u + 3u) % n_groups;
+      }
+      okv_summary_reduce_desc_t d = {.head_dim = D,
+                                     .src_dtype = (okv_dtype_t)sdt,
+                                     .dst_dtype = (okv_dtype_t)ddt,
+                                     .n = n_groups,
+                                     .src_first = first,
+                                     .src_n = n,
+                                     .dst_index = di};
+      memset(dst, 0x7F, dsb * (n_groups + 1));
+      okv_cpu_summary_reduce(&d, src, dst, MAX_THREADS);
+      float *ref = test_malloc(sizeof(float) * 2 * D);
+      for (uint32_t i = 0; i < n_groups; i++) {
+        okv_ref_summary_reduce(src + first[i] * ssb, (okv_dtype_t)sdt, n[i], D, (okv_dtype_t)ddt, ref);
+        const uint8_t *g = dst + di[i] * dsb;
+        for (uint32_t e = 0; e < 2 * D; e++) {
+          float x = summ_elem(g, (okv_dtype_t)ddt, e);
+          assert_true(x == ref[e]);
+          for (uint32_t j = 0; j < n[i]; j++) {
+            float m = summ_elem(src + (first[i] + j) * ssb, (okv_dtype_t)sdt, e);
+            assert_true(e < D ? x <= m : x >= m);
+          }
+        }
+      }
+      for (uint32_t e = 0; e < dsb; e++) assert_int_equal(dst[n_groups * dsb + e], 0x7F); /* past the last: untouched */
+      /* scores: group score >= every member block's score (same query) */
+      float q[2 * 48];
+      for (uint32_t e = 0; e < 2 * D; e++) q[e] = okv_test_rng_normal(&rng);
+      uint64_t zero = 0, gfirst = 0;
+      uint32_t nsrc = n_src, ngrp = n_groups;
+      float *bs = test_malloc(sizeof(float) * n_src), *gs = test_malloc(sizeof(float) * n_groups);
+      okv_score_desc_t sd = okv_kcase_score_desc(1, 1, 2, D, 1, &zero, &nsrc, &zero);
+      sd.summary_dtype = (okv_dtype_t)sdt;
+      okv_cpu_score_blocks(&sd, q, src, bs, 1);
+      sd = okv_kcase_score_desc(1, 1, 2, D, 1, &gfirst, &ngrp, &gfirst);
+      sd.summary_dtype = (okv_dtype_t)ddt;
+      okv_cpu_score_blocks(&sd, q, dst, gs, 1);
+      for (uint32_t i = 0; i < n_groups; i++)
+        for (uint32_t j = 0; j < n[i]; j++)
+          assert_true(gs[di[i]] >= bs[first[i] + j] - 1e-5f * (1.0f + fabsf(bs[first[i] + j])));
+      test_free(bs);
+      test_free(gs);
+      test_free(ref);
+      test_free(src);
+      test_free(dst);
+    }
+}
+
 /* ---- top-K ---- */
 
 static void check_topk(const okv_topk_desc_t *d, const float *scores) {
@@ -400,6 +810,23 @@ static void test_topk(void **state) {
     assert_memory_equal(out, expect, sizeof expect);
     check_topk(&d, sc);
   }
+  /* index map: the same ranking, output mapped; ties by lower position, the exclude set by position */
+  {
+    const float sc[] = {9.0f, 9.0f, 1.0f, 3.0f, 3.0f, NAN, 2.0f, 3.0f, 0.5f};
+    const uint32_t map[] = {7, 7, 500, 40, 30, 600, 20, 10, 700};
+    uint64_t first[2] = {2, 0};
+    uint32_t n[2] = {7, 2}, eo[3] = {0, 1, 1}, eb[1] = {2}; /* segment 0 excludes position 2 (score 3, map 30) */
+    okv_topk_desc_t d = okv_kcase_topk_desc(2, 4, first, n, eo, eb);
+    d.index_map = map;
+    uint32_t out[8], cnt[2];
+    okv_cpu_topk(&d, sc, out, cnt, 1);
+    /* segment 0: positions 0..6 = scores {1, 3, 3x, NaN, 2, 3, 0.5} -> 1 (3), 5 (3), 4 (2), 0 (1) */
+    const uint32_t expect[8] = {40, 10, 20, 500, 7, 7, UINT32_MAX, UINT32_MAX};
+    assert_memory_equal(out, expect, sizeof expect);
+    assert_int_equal(cnt[0], 4);
+    assert_int_equal(cnt[1], 2);
+    check_topk(&d, sc);
+  }
   /* random: many segments, heavy ties (scores from a small set), exclude sets */
   const uint32_t n_seg = 6;
   uint32_t segn[6] = {0, 1, 100, 1000, 5000, 65536};
@@ -426,6 +853,13 @@ static void test_topk(void **state) {
     d.excl_offsets = NULL;
     check_topk(&d, sc);
   }
+  /* with an index map (a permutation of the score elements) */
+  uint32_t *map = test_malloc(sizeof(uint32_t) * total);
+  for (size_t i = 0; i < total; i++) map[i] = (uint32_t)(total - 1 - i) * 3u + 1u;
+  okv_topk_desc_t dm = okv_kcase_topk_desc(n_seg, 128, first, segn, eo, eb);
+  dm.index_map = map;
+  check_topk(&dm, sc);
+  test_free(map);
   test_free(sc);
   test_free(eb);
 }
@@ -446,6 +880,11 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_attention_empty),
       cmocka_unit_test(test_summaries),
       cmocka_unit_test(test_scoring),
+      cmocka_unit_test(test_directed_rounding),
+      cmocka_unit_test(test_summaries_narrow),
+      cmocka_unit_test(test_scoring_narrow),
+      cmocka_unit_test(test_scoring_ranges),
+      cmocka_unit_test(test_summary_reduce),
       cmocka_unit_test(test_topk),
   };
   return cmocka_run_group_tests_name("cpu_kernels", tests, setup, teardown);

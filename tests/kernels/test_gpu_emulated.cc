@@ -446,10 +446,293 @@ void test_scores(void **state) {
   }
 }
 
+/* ---- 4b. Narrowed summaries (f16 / bf16), ranges, group summaries ---- */
+
+/* Exact value of a 16-bit pattern of dtype (1 f16, 2 bf16), inf and NaN included. */
+double half_value(uint32_t dtype, uint16_t h) {
+  if (dtype == 2) return bf16_value(h);
+  const int e = (h >> 10) & 31, m = h & 1023;
+  if (e == 31) return m ? NAN : ((h & 0x8000) ? -INFINITY : INFINITY);
+  return f16_value(h);
+}
+
+/* The oracle of directed narrowing: search in the sorted values of the dtype. */
+struct NarrowOracle {
+  std::vector<double> v[3];
+  NarrowOracle() {
+    for (uint32_t dt = 1; dt < 3; ++dt) {
+      for (uint32_t h = 0; h < 65536; ++h) {
+        const double x = half_value(dt, (uint16_t)h);
+        if (!std::isnan(x)) v[dt].push_back(x);
+      }
+      std::sort(v[dt].begin(), v[dt].end());
+    }
+  }
+  /* largest value <= x (up false) or smallest >= x (up true) */
+  double narrow(double x, uint32_t dt, bool up) const {
+    if (dt == 0 || std::isnan(x)) return x;
+    const std::vector<double> &t = v[dt];
+    auto it = std::lower_bound(t.begin(), t.end(), x);
+    if (it != t.end() && *it == x) return x;
+    return up ? *it : *(it - 1);
+  }
+};
+const NarrowOracle &oracle() {
+  static NarrowOracle o;
+  return o;
+}
+
+/* Element i of a summary array of dtype dt (exact). */
+double summ_value(const std::vector<unsigned char> &b, uint32_t dt, size_t i) {
+  if (dt == 0) {
+    float f;
+    memcpy(&f, &b[i * 4], 4);
+    return f;
+  }
+  uint16_t h;
+  memcpy(&h, &b[i * 2], 2);
+  return half_value(dt, h);
+}
+
+void test_narrow_bits(void **state) {
+  (void)state;
+  Rng r(21);
+  const float edges[] = {0.0f,      -0.0f,         1.0f,          65504.0f, 65505.0f, 65536.0f,
+                         -70000.0f, 5.9604645e-8f, 2.9802322e-8f, -1e-30f,  1e-45f,   3.4e38f,
+                         -3.4e38f,  INFINITY,      -INFINITY,     1.00001f, -1.00001f};
+  for (uint32_t dt = 1; dt < 3; ++dt)
+    for (uint32_t n = 0; n < 200000; ++n) {
+      float x;
+      if (n < sizeof edges / sizeof edges[0]) {
+        x = edges[n];
+      } else {
+        uint32_t u = (uint32_t)r.next();
+        if (n % 2) u = (u & 0x80ffffffu) | ((100u + r.below(50)) << 23);
+        memcpy(&x, &u, 4);
+        if (x != x) continue;
+      }
+      for (int up = 0; up < 2; ++up) {
+        const double got = half_value(dt, (uint16_t)okv_narrow_bits(x, dt, up != 0));
+        const double want = oracle().narrow(x, dt, up != 0);
+        if (!(got == want && std::signbit(got) == std::signbit(want))) {
+          fprintf(stderr, "dtype %u narrowing %s of %a: got %a want %a\n", dt, up ? "up" : "down", (double)x, got,
+                  want);
+          fail();
+        }
+      }
+    }
+}
+
+void test_summaries_narrow(void **state) {
+  (void)state;
+  Rng r(22);
+  for (uint32_t sdt = 1; sdt < 3; ++sdt)
+    for (uint32_t kdt = 0; kdt < 3; ++kdt) {
+      const uint32_t D = 24, n_kv_blocks = 7, n = 5, n_summ = 6, es = sdt == 0 ? 4 : 2;
+      const size_t slot_elems = 2 * BT * D;
+      Elems kv(kdt, n_kv_blocks * slot_elems);
+      for (size_t i = 0; i < kv.value.size(); ++i) kv.set(i, 3.0f * r.normal());
+      std::vector<uint64_t> bidx(n), sidx(n);
+      std::vector<uint8_t> valid(n);
+      for (uint32_t i = 0; i < n; ++i) {
+        bidx[i] = r.below(n_kv_blocks);
+        sidx[i] = (i * 5 + 1) % n_summ;
+        valid[i] = (uint8_t)(1 + r.below(16));
+      }
+      std::vector<unsigned char> summ((size_t)n_summ * 2 * D * es, 0x33);
+      okv_gpu_summary_args_t a = {};
+      a.kv = addr(kv.bytes.data());
+      a.block_bytes = slot_elems * (kdt == 0 ? 4 : 2);
+      a.summaries = addr(summ.data());
+      a.block_index = addr(bidx.data());
+      a.valid = addr(valid.data());
+      a.summary_index = addr(sidx.data());
+      a.n_blocks = n;
+      a.head_dim = D;
+      a.kv_dtype = kdt;
+      a.summary_dtype = sdt;
+      assert_true(okv_emu::launch(okv_gpu_summarize_blocks, {n, 1, 1}, OKV_GPU_SUMMARY_THREADS, 0, a));
+      for (uint32_t i = 0; i < n; ++i)
+        for (uint32_t d = 0; d < D; ++d) {
+          double mn = INFINITY, mx = -INFINITY;
+          for (uint32_t j = 0; j < valid[i]; ++j) {
+            const double k = kv.value[bidx[i] * slot_elems + d * BT + j];
+            mn = std::min(mn, k);
+            mx = std::max(mx, k);
+          }
+          assert_true(summ_value(summ, sdt, sidx[i] * 2 * D + d) == oracle().narrow(mn, sdt, false));
+          assert_true(summ_value(summ, sdt, sidx[i] * 2 * D + D + d) == oracle().narrow(mx, sdt, true));
+        }
+    }
+}
+
+void test_summary_append_narrow(void **state) {
+  (void)state;
+  Rng r(23);
+  const uint32_t D = 20, n_summ = 4;
+  for (uint32_t sdt = 1; sdt < 3; ++sdt) {
+    const uint32_t n = 11; /* repeats: applied in order with a grid of 1 */
+    std::vector<uint64_t> sidx(n);
+    std::vector<uint8_t> first(n);
+    std::vector<float> keys((size_t)n * D);
+    for (uint32_t i = 0; i < n; ++i) {
+      sidx[i] = r.below(3);
+      first[i] = (uint8_t)(i < 3 ? 1 : r.below(5) == 0);
+    }
+    for (auto &k : keys) k = r.normal();
+    std::vector<unsigned char> summ((size_t)n_summ * 2 * D * 2, 0x11);
+    std::vector<double> want(n_summ * 2 * D, 0.0);
+    for (size_t i = 0; i < want.size(); ++i) want[i] = summ_value(summ, sdt, i);
+    for (uint32_t i = 0; i < n; ++i)
+      for (uint32_t d = 0; d < D; ++d) {
+        double *mn = &want[sidx[i] * 2 * D + d], *mx = mn + D;
+        const double k = keys[(size_t)i * D + d];
+        *mn = oracle().narrow(first[i] ? k : std::min(*mn, k), sdt, false);
+        *mx = oracle().narrow(first[i] ? k : std::max(*mx, k), sdt, true);
+      }
+    okv_gpu_append_args_t a = {};
+    a.summaries = addr(summ.data());
+    a.summary_index = addr(sidx.data());
+    a.keys = addr(keys.data());
+    a.first = addr(first.data());
+    a.n = n;
+    a.head_dim = D;
+    a.summary_dtype = sdt;
+    assert_true(okv_emu::launch(okv_gpu_summary_append, {1, 1, 1}, OKV_GPU_SUMMARY_THREADS, 0, a));
+    for (size_t i = 0; i < want.size(); ++i) assert_true(summ_value(summ, sdt, i) == want[i]);
+  }
+}
+
+void test_summary_reduce(void **state) {
+  (void)state;
+  Rng r(24);
+  const uint32_t D = 36, n_src = 40, n = 5, n_dst = 6;
+  for (uint32_t sdt = 0; sdt < 3; ++sdt)
+    for (uint32_t ddt = 0; ddt < 3; ++ddt) {
+      Elems src(sdt, (size_t)n_src * 2 * D);
+      for (uint32_t b = 0; b < n_src; ++b)
+        for (uint32_t d = 0; d < D; ++d) {
+          const float x = 4.0f * r.normal(), y = 4.0f * r.normal();
+          src.set((size_t)b * 2 * D + d, std::min(x, y));
+          src.set((size_t)b * 2 * D + D + d, std::max(x, y));
+        }
+      std::vector<uint64_t> first(n), di(n);
+      std::vector<uint32_t> cnt(n);
+      for (uint32_t i = 0; i < n; ++i) {
+        cnt[i] = 1 + r.below(16);
+        first[i] = r.below(n_src - cnt[i] + 1);
+        di[i] = (i * 5 + 1) % n_dst; /* distinct */
+      }
+      std::vector<unsigned char> dst((size_t)n_dst * 2 * D * (ddt == 0 ? 4 : 2), 0x44);
+      const std::vector<unsigned char> before = dst;
+      okv_gpu_reduce_args_t a = {};
+      a.src = addr(src.bytes.data());
+      a.dst = addr(dst.data());
+      a.src_first = addr(first.data());
+      a.src_n = addr(cnt.data());
+      a.dst_index = addr(di.data());
+      a.n = n;
+      a.head_dim = D;
+      a.src_dtype = sdt;
+      a.dst_dtype = ddt;
+      assert_true(okv_emu::launch(okv_gpu_summary_reduce, {3, 1, 1}, OKV_GPU_SUMMARY_THREADS, 0, a)); /* grid < n */
+      std::vector<bool> hit(n_dst, false);
+      for (uint32_t i = 0; i < n; ++i) {
+        hit[di[i]] = true;
+        for (uint32_t d = 0; d < D; ++d) {
+          double mn = INFINITY, mx = -INFINITY;
+          for (uint32_t j = 0; j < cnt[i]; ++j) {
+            mn = std::min(mn, src.value[(first[i] + j) * 2 * D + d]);
+            mx = std::max(mx, src.value[(first[i] + j) * 2 * D + D + d]);
+          }
+          const double got_mn = summ_value(dst, ddt, di[i] * 2 * D + d),
+                       got_mx = summ_value(dst, ddt, di[i] * 2 * D + D + d);
+          if (!(got_mn == oracle().narrow(mn, ddt, false) && got_mx == oracle().narrow(mx, ddt, true))) {
+            fprintf(stderr, "reduce %u -> %u entry %u d %u: min %a (want %a of %a), max %a (want %a of %a)\n", sdt, ddt,
+                    i, d, got_mn, oracle().narrow(mn, ddt, false), mn, got_mx, oracle().narrow(mx, ddt, true), mx);
+            fail();
+          }
+        }
+      }
+      for (uint32_t k = 0; k < n_dst; ++k) /* others untouched */
+        if (!hit[k]) {
+          const size_t sb = (size_t)2 * D * (ddt == 0 ? 4 : 2);
+          assert_memory_equal(&dst[k * sb], &before[k * sb], sb);
+        }
+    }
+}
+
+/* Scores on bf16 summaries through a range list (a segment twice, an empty
+ * range, a range of more than one thread block of blocks). */
+void test_scores_ranges_bf16(void **state) {
+  (void)state;
+  Rng r(25);
+  const uint32_t n_seqs = 1, n_kv = 3, G = 2, D = 40, T = 2, Hq = n_kv * G, n_summ = OKV_EMU_BIG(200, 100);
+  const uint32_t sdt = 2;
+  Elems summ(sdt, (size_t)n_summ * 2 * D);
+  for (uint32_t b = 0; b < n_summ; ++b)
+    for (uint32_t d = 0; d < D; ++d) {
+      const float x = r.normal(), y = r.normal();
+      summ.set((size_t)b * 2 * D + d, std::min(x, y));
+      summ.set((size_t)b * 2 * D + D + d, std::max(x, y));
+    }
+  std::vector<float> q((size_t)n_seqs * T * Hq * D);
+  for (auto &x : q) x = r.normal();
+  const uint32_t nr = 4;
+  const uint32_t rseg[nr] = {2, 0, 2, 1}, rn[nr] = {5, OKV_EMU_BIG(130u, 70u), 0, 16};
+  const uint64_t rsf[nr] = {3, 20, 0, n_summ - 16};
+  std::vector<uint64_t> rcf(nr);
+  uint64_t total = 1;
+  for (uint32_t k = 0; k < nr; ++k) rcf[k] = total, total += rn[k] + 1;
+  std::vector<float> scores(total + 1, 42.0f);
+  okv_gpu_score_args_t a = {};
+  a.q = addr(q.data());
+  a.summaries = addr(summ.bytes.data());
+  a.scores = addr(scores.data());
+  a.n_seqs = n_seqs;
+  a.n_kv_heads = n_kv;
+  a.group_size = G;
+  a.head_dim = D;
+  a.n_query_tokens = T;
+  a.t_begin = 0;
+  a.t_end = T;
+  a.scale = 1.0f / std::sqrt((float)D);
+  a.range_seg = addr(rseg);
+  a.range_summary_first = addr(rsf);
+  a.range_n_blocks = addr(rn);
+  a.range_score_first = addr(rcf.data());
+  a.n_ranges = nr;
+  a.summary_dtype = sdt;
+  const uint32_t gy = (rn[1] + OKV_GPU_SCORE_BLOCKS_PER_CTA - 1) / OKV_GPU_SCORE_BLOCKS_PER_CTA;
+  assert_true(okv_emu::launch(okv_gpu_score_blocks, {nr, gy, 1}, OKV_GPU_SCORE_THREADS, 0, a));
+  std::vector<float> want(total + 1, 42.0f);
+  for (uint32_t k = 0; k < nr; ++k) {
+    const uint32_t h = rseg[k];
+    for (uint32_t b = 0; b < rn[k]; ++b) {
+      double best = -INFINITY;
+      for (uint32_t t = 0; t < T; ++t)
+        for (uint32_t g = 0; g < G; ++g) {
+          const float *qr = &q[((size_t)t * Hq + h * G + g) * D];
+          const size_t e0 = (rsf[k] + b) * 2 * D;
+          double sum = 0;
+          for (uint32_t d = 0; d < D; ++d)
+            sum += std::max((double)qr[d] * summ.value[e0 + d], (double)qr[d] * summ.value[e0 + D + d]);
+          best = std::max(best, sum);
+        }
+      want[rcf[k] + b] = (float)(best / std::sqrt((double)D));
+    }
+  }
+  for (size_t i = 0; i < want.size(); ++i)
+    if (!(std::fabs(scores[i] - want[i]) <= 1e-4 + 1e-5 * std::fabs(want[i]))) {
+      fprintf(stderr, "range score[%zu]: got %.7f want %.7f\n", i, scores[i], want[i]);
+      fail();
+    }
+}
+
 /* ---- 5. Top-K ---- */
 
 void check_topk(const std::vector<std::vector<float>> &segs, const std::vector<std::vector<uint32_t>> &excl, uint32_t k,
-                bool with_excl) {
+                bool with_excl, bool with_map = false) {
   const uint32_t U = (uint32_t)segs.size();
   std::vector<float> scores;
   std::vector<uint64_t> first(U);
@@ -464,7 +747,8 @@ void check_topk(const std::vector<std::vector<float>> &segs, const std::vector<s
     if (with_excl) eblocks.insert(eblocks.end(), excl[u].begin(), excl[u].end());
     eoff[u + 1] = (uint32_t)eblocks.size();
   }
-  std::vector<uint32_t> out((size_t)U * k, 77u), counts(U, 77u);
+  std::vector<uint32_t> out((size_t)U * k, 77u), counts(U, 77u), map(scores.size());
+  for (size_t i = 0; i < map.size(); ++i) map[i] = (uint32_t)(i * 2654435761u) ^ 0x5bd1e995u; /* arbitrary ids */
   okv_gpu_topk_args_t a = {};
   a.scores = addr(scores.data());
   a.seg_score_first = addr(first.data());
@@ -475,6 +759,7 @@ void check_topk(const std::vector<std::vector<float>> &segs, const std::vector<s
   a.out_counts = addr(counts.data());
   a.n_segments = U;
   a.k = k;
+  a.index_map = with_map ? addr(map.data()) : 0;
   assert_true(okv_emu::launch(okv_gpu_topk, {U, 1, 1}, OKV_GPU_TOPK_THREADS, 4 * ((max_n + 31) / 32), a));
   for (uint32_t u = 0; u < U; ++u) {
     std::vector<bool> excluded(seg_n[u], false);
@@ -492,7 +777,7 @@ void check_topk(const std::vector<std::vector<float>> &segs, const std::vector<s
     const uint32_t cnt = std::min<uint32_t>(k, (uint32_t)cand.size());
     assert_int_equal(counts[u], cnt);
     for (uint32_t i = 0; i < k; ++i) {
-      const uint32_t want = i < cnt ? cand[i] : 0xffffffffu;
+      const uint32_t want = i < cnt ? (with_map ? map[first[u] + cand[i]] : cand[i]) : 0xffffffffu;
       if (out[(size_t)u * k + i] != want) {
         fprintf(stderr, "topk seg %u (n=%u k=%u) rank %u: got %u want %u\n", u, seg_n[u], k, i, out[(size_t)u * k + i],
                 want);
@@ -531,6 +816,7 @@ void test_topk(void **state) {
   for (uint32_t k : OKV_EMU_BIG((std::vector<uint32_t>{1u, 7u, 64u, 512u}), (std::vector<uint32_t>{7u, 512u}))) {
     check_topk(segs, excl, k, false);
     check_topk(segs, excl, k, true);
+    check_topk(segs, excl, k, true, true);
   }
 }
 
@@ -553,6 +839,11 @@ int main(void) {
       cmocka_unit_test(test_summaries),
       cmocka_unit_test(test_summary_append),
       cmocka_unit_test(test_scores),
+      cmocka_unit_test(test_narrow_bits),
+      cmocka_unit_test(test_summaries_narrow),
+      cmocka_unit_test(test_summary_append_narrow),
+      cmocka_unit_test(test_summary_reduce),
+      cmocka_unit_test(test_scores_ranges_bf16),
       cmocka_unit_test(test_topk),
       cmocka_unit_test(test_topk_all_excluded),
   };

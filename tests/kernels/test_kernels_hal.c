@@ -326,6 +326,252 @@ static void test_score_topk(void **state) {
   release(bcnt);
 }
 
+/* ---- narrowed summaries, ranges, index map, group summaries ---- */
+
+/* True (after printing why) when `s` is UNAVAILABLE: the backend lacks the
+ * kernel; the caller skips. Any other non-OK status fails the test. */
+static bool kernel_unavailable(okv_status_t s, const char *what) {
+  if (okv_status_code(s) == OKV_STATUS_UNAVAILABLE) {
+    print_message("# %s: %s (backend '%s' lacks the hook): skipped\n", what, okv_status_message(s), g_backend);
+    okv_status_free(s);
+    return true;
+  }
+  OKV_ASSERT_OK(s);
+  return false;
+}
+
+/* Rebuilt f16 / bf16 summaries (from the HOST tier) are the directed
+ * narrowing of the exact ones; append-built ones equal them. */
+static void test_summaries_narrow(void **state) {
+  fixture_t *f = *state;
+  bool append_missing = false;
+  for (int sdt = 1; sdt < 3; sdt++) {
+    okv_kcase_t c;
+    okv_kcase_build_blocks(&c, 32, OKV_DTYPE_F32, 24, 2.0f, 700 + (uint64_t)sdt);
+    const uint32_t n = c.ws_total, D = c.p.head_dim;
+    const uint64_t sb = okv_summary_bytes_ex((okv_dtype_t)sdt, D);
+    uint64_t *bi = test_malloc(8 * n), *si = test_malloc(8 * n);
+    for (uint32_t i = 0; i < n; i++) bi[i] = c.ws_slots[i], si[i] = (i * 5u) % n;
+    okv_hal_buffer_t *kv = buf_with(f->dev, OKV_TIER_HOST, c.pool, c.pool_bytes);
+    okv_hal_buffer_t *summ = buf_with(f->dev, OKV_TIER_DEVICE, NULL, sb * n);
+    okv_hal_buffer_t *app = buf_with(f->dev, OKV_TIER_DEVICE, NULL, sb * n);
+    okv_summary_desc_t sd = {.head_dim = D,
+                             .kv_dtype = c.p.dtype,
+                             .kv = kv,
+                             .summaries = summ,
+                             .n_blocks = n,
+                             .block_index = bi,
+                             .valid = c.ws_valid,
+                             .summary_index = si,
+                             .summary_dtype = (okv_dtype_t)sdt};
+    OKV_ASSERT_OK(okv_hal_summarize_blocks_async(f->stream, &sd));
+    OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+    uint8_t *got = test_malloc(sb * n);
+    OKV_ASSERT_OK(okv_hal_buffer_read(summ, 0, got, sb * n));
+    float *ref = test_malloc(sizeof(float) * 2 * D);
+    for (uint32_t i = 0; i < n; i++) {
+      okv_ref_summary(okv_kcase_slot(&c, bi[i]), c.p.dtype, D, c.ws_valid[i], ref);
+      for (uint32_t e = 0; e < 2 * D; e++)
+        assert_true(okv_ref_elem(got + si[i] * sb, (okv_dtype_t)sdt, e) ==
+                    (double)okv_ref_narrow(ref[e], (okv_dtype_t)sdt, e >= D));
+    }
+    /* append-built: token j of every block per call */
+    float *keys = test_malloc(sizeof(float) * D * n);
+    uint8_t *first = test_malloc(n);
+    uint64_t *idx = test_malloc(8 * n);
+    for (uint32_t j = 0; j < 16 && !append_missing; j++) {
+      uint32_t m = 0;
+      for (uint32_t i = 0; i < n; i++) {
+        if (j >= c.ws_valid[i]) continue;
+        okv_kcase_key(&c, bi[i], j, keys + (size_t)m * D);
+        first[m] = j == 0;
+        idx[m++] = si[i];
+      }
+      okv_summary_append_desc_t ad = {.summaries = app,
+                                      .head_dim = D,
+                                      .kv_dtype = c.p.dtype,
+                                      .n = m,
+                                      .summary_index = idx,
+                                      .keys = keys,
+                                      .first = first,
+                                      .summary_dtype = (okv_dtype_t)sdt};
+      append_missing = kernel_unavailable(okv_hal_summary_append_ex_async(f->stream, &ad), "narrowed append");
+    }
+    if (!append_missing) {
+      OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+      uint8_t *got_app = test_malloc(sb * n);
+      OKV_ASSERT_OK(okv_hal_buffer_read(app, 0, got_app, sb * n));
+      assert_memory_equal(got, got_app, sb * n);
+      test_free(got_app);
+    }
+    test_free(keys);
+    test_free(first);
+    test_free(idx);
+    test_free(ref);
+    test_free(got);
+    test_free(bi);
+    test_free(si);
+    release(kv);
+    release(summ);
+    release(app);
+    okv_kcase_free(&c);
+  }
+  if (append_missing) skip();
+}
+
+/* Two-level selection end to end on the device: bf16 block summaries scored
+ * through a range list (equal to the flat scores of the same blocks), then
+ * top-K over the candidate scores with an index map giving block ids. */
+static void test_ranges_index_map(void **state) {
+  fixture_t *f = *state;
+  okv_test_rng_t rng;
+  okv_test_rng_seed(&rng, 919);
+  const uint32_t S = 1, H = 2, G = 4, D = 64, T = 2, NQ = H * G, nb = 160, U = S * H;
+  const okv_dtype_t sdt = OKV_DTYPE_BF16;
+  const uint64_t sb = okv_summary_bytes_ex(sdt, D);
+  uint8_t *summ = test_malloc(sb * U * nb);
+  for (uint32_t b = 0; b < U * nb; b++)
+    for (uint32_t e = 0; e < D; e++) {
+      float a = okv_test_rng_normal(&rng), z = okv_test_rng_normal(&rng);
+      okv_kcase_store(summ + b * sb, sdt, e, a < z ? a : z);
+      okv_kcase_store(summ + b * sb, sdt, D + e, a < z ? z : a);
+    }
+  float *q = test_malloc(sizeof(float) * S * T * NQ * D);
+  for (size_t i = 0; i < (size_t)S * T * NQ * D; i++) q[i] = okv_test_rng_normal(&rng);
+  okv_hal_buffer_t *bsumm = buf_with(f->dev, OKV_TIER_DEVICE, summ, sb * U * nb);
+  okv_hal_buffer_t *bq = buf_with(f->dev, OKV_TIER_DEVICE, q, sizeof(float) * S * T * NQ * D);
+  okv_hal_buffer_t *bflat = buf_with(f->dev, OKV_TIER_DEVICE, NULL, 4ull * U * nb);
+  /* flat scores of every block */
+  uint64_t sfirst[2] = {0, nb}, scfirst[2] = {0, nb};
+  uint32_t segn[2] = {nb, nb};
+  okv_score_desc_t fd = okv_kcase_score_desc(S, H, G, D, T, sfirst, segn, scfirst);
+  fd.t_begin = 1;
+  fd.q = bq;
+  fd.summaries = bsumm;
+  fd.scores = bflat;
+  fd.summary_dtype = sdt;
+  OKV_ASSERT_OK(okv_hal_score_blocks_async(f->stream, &fd));
+  /* candidates: groups {2, 7, 0} of head 0 and {9, 3} of head 1 (16 blocks each), candidate scores packed per head */
+  const uint32_t groups[5] = {2, 7, 0, 9, 3}, gseg[5] = {0, 0, 0, 1, 1};
+  uint32_t rseg[5], rn[5];
+  uint64_t rsf[5], rcf[5];
+  uint32_t *map = test_malloc(4u * 5u * 16u);
+  for (uint32_t r = 0; r < 5; r++) {
+    rseg[r] = gseg[r];
+    rn[r] = 16;
+    rsf[r] = (uint64_t)gseg[r] * nb + groups[r] * 16u;
+    rcf[r] = (uint64_t)r * 16u;
+    for (uint32_t i = 0; i < 16; i++) map[r * 16 + i] = groups[r] * 16u + i; /* block id within the head */
+  }
+  okv_hal_buffer_t *bcand = buf_with(f->dev, OKV_TIER_DEVICE, NULL, 4ull * 5 * 16);
+  okv_score_desc_t rd = fd;
+  rd.seg_summary_first = NULL;
+  rd.seg_n_blocks = NULL;
+  rd.seg_score_first = NULL;
+  rd.scores = bcand;
+  rd.n_ranges = 5;
+  rd.range_seg = rseg;
+  rd.range_summary_first = rsf;
+  rd.range_n_blocks = rn;
+  rd.range_score_first = rcf;
+  OKV_ASSERT_OK(okv_hal_score_blocks_async(f->stream, &rd));
+  /* top-K 20 per head over its candidates, excluding candidate position 3 of head 0 */
+  uint64_t tfirst[2] = {0, 48};
+  uint32_t tn[2] = {48, 32}, eo[3] = {0, 1, 1}, eb[1] = {3};
+  okv_hal_buffer_t *bidx = buf_with(f->dev, OKV_TIER_DEVICE, NULL, 4ull * 2 * 20);
+  okv_topk_desc_t td = okv_kcase_topk_desc(2, 20, tfirst, tn, eo, eb);
+  td.scores = bcand;
+  td.out_indices = bidx;
+  td.index_map = map;
+  OKV_ASSERT_OK(okv_hal_topk_async(f->stream, &td));
+  OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+  float *flat = test_malloc(4ull * U * nb), *cand = test_malloc(4ull * 5 * 16);
+  OKV_ASSERT_OK(okv_hal_buffer_read(bflat, 0, flat, 4ull * U * nb));
+  OKV_ASSERT_OK(okv_hal_buffer_read(bcand, 0, cand, 4ull * 5 * 16));
+  double *ref = test_malloc(sizeof(double) * 5 * 16);
+  okv_ref_score(&rd, q, summ, ref);
+  for (uint32_t r = 0; r < 5; r++)
+    for (uint32_t i = 0; i < 16; i++) {
+      const float x = cand[r * 16 + i], y = flat[rsf[r] + i];
+      assert_true(fabs(x - y) <= 1e-6 * (1.0 + fabs(y)));
+      assert_true(fabs(x - ref[r * 16 + i]) <= 1e-5 * (1.0 + fabs(ref[r * 16 + i])));
+    }
+  uint32_t idx[40], ridx[40];
+  OKV_ASSERT_OK(okv_hal_buffer_read(bidx, 0, idx, sizeof idx));
+  okv_ref_topk(&td, cand, ridx, NULL);
+  assert_memory_equal(idx, ridx, sizeof idx);
+  /* block ids: of the head's candidate groups, never the excluded candidate (group 2, block 3 = id 35) */
+  for (uint32_t i = 0; i < 20; i++) {
+    assert_true(idx[i] != 35u);
+    uint32_t g = idx[i] / 16u;
+    assert_true(g == 2 || g == 7 || g == 0);
+    g = idx[20 + i] / 16u;
+    assert_true(g == 9 || g == 3);
+  }
+  test_free(summ);
+  test_free(q);
+  test_free(map);
+  test_free(flat);
+  test_free(cand);
+  test_free(ref);
+  release(bsumm);
+  release(bq);
+  release(bflat);
+  release(bcand);
+  release(bidx);
+}
+
+/* Group summaries through the HAL: f32 block summaries -> bf16 group
+ * summaries (16 blocks each), against the reference. */
+static void test_summary_reduce_hal(void **state) {
+  fixture_t *f = *state;
+  okv_test_rng_t rng;
+  okv_test_rng_seed(&rng, 77);
+  const uint32_t D = 32, n_blocks = 64, n_groups = 4;
+  const uint64_t ssb = okv_summary_bytes_ex(OKV_DTYPE_F32, D), dsb = okv_summary_bytes_ex(OKV_DTYPE_BF16, D);
+  float *src = test_malloc(ssb * n_blocks);
+  for (uint32_t b = 0; b < n_blocks; b++)
+    for (uint32_t e = 0; e < D; e++) {
+      float a = okv_test_rng_normal(&rng), z = okv_test_rng_normal(&rng);
+      src[b * 2 * D + e] = a < z ? a : z;
+      src[b * 2 * D + D + e] = a < z ? z : a;
+    }
+  okv_hal_buffer_t *bsrc = buf_with(f->dev, OKV_TIER_DEVICE, src, ssb * n_blocks);
+  okv_hal_buffer_t *bdst = buf_with(f->dev, OKV_TIER_DEVICE, NULL, dsb * (n_groups + 1));
+  buf_fill_sentinel(bdst);
+  uint64_t first[4] = {0, 16, 32, 48}, di[4] = {4, 3, 2, 1}; /* dst summary 0 untouched */
+  uint32_t n[4] = {16, 16, 16, 16};
+  okv_summary_reduce_desc_t rd = {.head_dim = D,
+                                  .src = bsrc,
+                                  .src_dtype = OKV_DTYPE_F32,
+                                  .dst = bdst,
+                                  .dst_dtype = OKV_DTYPE_BF16,
+                                  .n = n_groups,
+                                  .src_first = first,
+                                  .src_n = n,
+                                  .dst_index = di};
+  if (kernel_unavailable(okv_hal_summary_reduce_async(f->stream, &rd), "summary reduce")) {
+    release(bsrc);
+    release(bdst);
+    test_free(src);
+    skip();
+  }
+  OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+  uint8_t *got = test_malloc(dsb * (n_groups + 1));
+  OKV_ASSERT_OK(okv_hal_buffer_read(bdst, 0, got, dsb * (n_groups + 1)));
+  float *ref = test_malloc(sizeof(float) * 2 * D);
+  for (uint32_t i = 0; i < n_groups; i++) {
+    okv_ref_summary_reduce(src + first[i] * 2 * D, OKV_DTYPE_F32, n[i], D, OKV_DTYPE_BF16, ref);
+    for (uint32_t e = 0; e < 2 * D; e++) assert_true(okv_ref_elem(got + di[i] * dsb, OKV_DTYPE_BF16, e) == ref[e]);
+  }
+  for (uint64_t e = 0; e < dsb; e++) assert_int_equal(got[e], 0x5A);
+  test_free(ref);
+  test_free(got);
+  test_free(src);
+  release(bsrc);
+  release(bdst);
+}
+
 /* ---- invalid descriptors: INVALID_ARGUMENT, nothing written ---- */
 
 static void expect_invalid_attention(fixture_t *f, const okv_attention_desc_t *d, okv_hal_buffer_t *out,
@@ -484,14 +730,87 @@ static void test_invalid_others(void **state) {
   EXPECT_INVALID(okv_hal_topk_async, td, tg, td.excl_blocks = eb_past);  /* excluded block >= seg_n */
   EXPECT_INVALID(okv_hal_topk_async, td, tg, td.excl_offsets = eo_down); /* not monotone */
   EXPECT_INVALID(okv_hal_topk_async, td, tg, (td.out_counts = idx, td.counts_offset = 30));
+  /* narrowed summaries: counted in bf16 units (8 summaries of 32 bytes fit the buffer of 4 f32 ones) */
+  uint64_t si_bf16_ok[2] = {1, 7}, si_bf16_past[2] = {1, 8};
+  EXPECT_INVALID(okv_hal_summarize_blocks_async, sd, sg, sd.summary_dtype = OKV_DTYPE_COUNT);
+  EXPECT_INVALID(okv_hal_summarize_blocks_async, sd, sg,
+                 (sd.summary_dtype = OKV_DTYPE_BF16, sd.summary_index = si_bf16_past));
+  EXPECT_INVALID(okv_hal_summarize_blocks_async, sd, sg, sd.summary_index = si_bf16_ok); /* 7 of 4 f32 summaries */
+  okv_summary_append_desc_t ag = {.summaries = summ,
+                                  .head_dim = D,
+                                  .kv_dtype = OKV_DTYPE_BF16,
+                                  .n = 2,
+                                  .summary_index = si_bf16_ok,
+                                  .keys = keys,
+                                  .first = first,
+                                  .summary_dtype = OKV_DTYPE_BF16},
+                            ad;
+  EXPECT_INVALID(okv_hal_summary_append_ex_async, ad, ag, ad.summary_index = si_bf16_past);
+  EXPECT_INVALID(okv_hal_summary_append_ex_async, ad, ag,
+                 (ad.summary_dtype = OKV_DTYPE_F32, ad.summary_index = si_past));
+  EXPECT_INVALID(okv_hal_summary_append_ex_async, ad, ag, ad.summary_dtype = (okv_dtype_t)7);
+  EXPECT_INVALID(okv_hal_summary_append_ex_async, ad, ag, ad.kv_dtype = OKV_DTYPE_COUNT);
+  EXPECT_INVALID(okv_hal_summary_append_ex_async, ad, ag, ad.first = NULL);
+  EXPECT_INVALID(okv_hal_summary_append_ex_async, ad, ag, ad.summaries = NULL);
+  OKV_ASSERT_CODE(okv_hal_summary_append_ex_async(f->stream, NULL), OKV_STATUS_INVALID_ARGUMENT);
+  /* group summaries: src = summ (4 f32 summaries), dst = summ in bf16 (8) */
+  uint64_t rfirst[2] = {0, 2}, rfirst_past[2] = {0, 3}, rdst[2] = {6, 7}, rdst_past[2] = {6, 8};
+  uint32_t rn[2] = {2, 2}, rn_0[2] = {2, 0};
+  okv_summary_reduce_desc_t rg = {.head_dim = D,
+                                  .src = summ,
+                                  .src_dtype = OKV_DTYPE_F32,
+                                  .dst = summ,
+                                  .dst_dtype = OKV_DTYPE_BF16,
+                                  .n = 2,
+                                  .src_first = rfirst,
+                                  .src_n = rn,
+                                  .dst_index = rdst},
+                            rdd;
+  EXPECT_INVALID(okv_hal_summary_reduce_async, rdd, rg, rdd.src_first = rfirst_past); /* summaries 3..4 of 4 */
+  EXPECT_INVALID(okv_hal_summary_reduce_async, rdd, rg, rdd.src_n = rn_0);
+  EXPECT_INVALID(okv_hal_summary_reduce_async, rdd, rg, rdd.dst_index = rdst_past);
+  EXPECT_INVALID(okv_hal_summary_reduce_async, rdd, rg, rdd.dst_dtype = OKV_DTYPE_F32); /* dst index 7 of 4 */
+  EXPECT_INVALID(okv_hal_summary_reduce_async, rdd, rg, rdd.src_dtype = OKV_DTYPE_COUNT);
+  EXPECT_INVALID(okv_hal_summary_reduce_async, rdd, rg, rdd.head_dim = 0);
+  EXPECT_INVALID(okv_hal_summary_reduce_async, rdd, rg, rdd.src_n = NULL);
+  EXPECT_INVALID(okv_hal_summary_reduce_async, rdd, rg, rdd.dst = NULL);
+  EXPECT_INVALID(okv_hal_summary_reduce_async, rdd, rg, rdd.src = (okv_hal_buffer_t *)&rn);
+  OKV_ASSERT_CODE(okv_hal_summary_reduce_async(f->stream, NULL), OKV_STATUS_INVALID_ARGUMENT);
+  /* scoring ranges: 2 segments (n_seqs 1 x 2 KV heads), 4 f32 summaries, 8 scores */
+  uint32_t rseg[2] = {1, 0}, rseg_bad[2] = {1, 2}, rnb[2] = {2, 2}, rnb_past[2] = {3, 2}, rnb_big[2] = {2, 9};
+  uint64_t rsf[2] = {2, 0}, rsf_wrap[2] = {2, UINT64_MAX}, rcf[2] = {4, 0}, rcf_past[2] = {7, 0};
+  okv_score_desc_t crg = cg;
+  crg.seg_summary_first = NULL;
+  crg.seg_n_blocks = NULL;
+  crg.seg_score_first = NULL;
+  crg.n_ranges = 2;
+  crg.range_seg = rseg;
+  crg.range_summary_first = rsf;
+  crg.range_n_blocks = rnb;
+  crg.range_score_first = rcf;
+  EXPECT_INVALID(okv_hal_score_blocks_async, cd, crg, cd.range_seg = rseg_bad);      /* segment 2 of 2 */
+  EXPECT_INVALID(okv_hal_score_blocks_async, cd, crg, cd.range_n_blocks = rnb_past); /* summaries 2..4 of 4 */
+  EXPECT_INVALID(okv_hal_score_blocks_async, cd, crg, cd.range_n_blocks = rnb_big);  /* range 1: summaries 0..8 of 4 */
+  EXPECT_INVALID(okv_hal_score_blocks_async, cd, crg, cd.range_summary_first = rsf_wrap);
+  EXPECT_INVALID(okv_hal_score_blocks_async, cd, crg, cd.range_score_first = rcf_past); /* scores 7..8 of 8 */
+  EXPECT_INVALID(okv_hal_score_blocks_async, cd, crg, cd.range_seg = NULL);
+  EXPECT_INVALID(okv_hal_score_blocks_async, cd, crg, cd.range_score_first = NULL);
+  EXPECT_INVALID(okv_hal_score_blocks_async, cd, crg, cd.summary_dtype = OKV_DTYPE_COUNT);
   OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
   buf_assert_sentinel(summ);
   buf_assert_sentinel(sc);
   buf_assert_sentinel(idx);
-  /* the good descriptors run */
+  /* the good descriptors run (the narrowed append and the reduce where the backend has them) */
   OKV_ASSERT_OK(okv_hal_summarize_blocks_async(f->stream, &sg));
   OKV_ASSERT_OK(okv_hal_score_blocks_async(f->stream, &cg));
+  OKV_ASSERT_OK(okv_hal_score_blocks_async(f->stream, &crg));
   OKV_ASSERT_OK(okv_hal_topk_async(f->stream, &tg));
+  sd = sg;
+  sd.summary_dtype = OKV_DTYPE_BF16;
+  sd.summary_index = si_bf16_ok; /* summary 7 of 8 bf16 ones */
+  OKV_ASSERT_OK(okv_hal_summarize_blocks_async(f->stream, &sd));
+  (void)kernel_unavailable(okv_hal_summary_append_ex_async(f->stream, &ag), "narrowed append");
+  (void)kernel_unavailable(okv_hal_summary_reduce_async(f->stream, &rg), "summary reduce");
   OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
   uint32_t out[8];
   OKV_ASSERT_OK(okv_hal_buffer_read(idx, 0, out, sizeof out));
@@ -507,9 +826,11 @@ static void test_invalid_others(void **state) {
 int main(int argc, char **argv) {
   g_backend = okv_test_backend_or_skip(argc, argv);
   const struct CMUnitTest tests[] = {
-      OKV_FIXTURE_TEST(test_attention),         OKV_FIXTURE_TEST(test_attention_dtypes_and_magnitude),
-      OKV_FIXTURE_TEST(test_summaries),         OKV_FIXTURE_TEST(test_score_topk),
-      OKV_FIXTURE_TEST(test_invalid_attention), OKV_FIXTURE_TEST(test_invalid_others),
+      OKV_FIXTURE_TEST(test_attention),          OKV_FIXTURE_TEST(test_attention_dtypes_and_magnitude),
+      OKV_FIXTURE_TEST(test_summaries),          OKV_FIXTURE_TEST(test_score_topk),
+      OKV_FIXTURE_TEST(test_invalid_attention),  OKV_FIXTURE_TEST(test_invalid_others),
+      OKV_FIXTURE_TEST(test_summaries_narrow),   OKV_FIXTURE_TEST(test_ranges_index_map),
+      OKV_FIXTURE_TEST(test_summary_reduce_hal),
   };
   return cmocka_run_group_tests_name(g_backend, tests, NULL, NULL);
 }

@@ -181,5 +181,48 @@ else
   echo "ok   --json -"
 fi
 
+# tokenize: the reference encodings of ../shared/gguf (line k of <vocab>.out is string k of <vocab>.inp).
+spm="$shared/gguf/ggml-vocab-llama-spm.gguf"
+gpt2="$shared/gguf/ggml-vocab-gpt-2.gguf"
+if [ -f "$spm" ] && [ -f "$gpt2" ]; then
+  rm -f "$work/out/"*
+  # expect_tokens NAME EXPECTED TEXT ARGS...: stdout of `tokenize ARGS < TEXT` equals EXPECTED.
+  expect_tokens() {
+    local name="$1" want="$2" input="$3"; shift 3
+    n=$((n + 1))
+    local got
+    got=$(printf '%s' "$input" | "$cli" tokenize "$@" 2>"$work/stderr")
+    local rc=$?
+    if [ $rc -ne 0 ] || [ "$got" != "$want" ]; then
+      echo "FAIL $name (exit $rc): got '$got', expected '$want'"; cat "$work/stderr"; fails=$((fails + 1))
+    else
+      echo "ok   $name: $got"
+    fi
+  }
+  ref_line() { sed -n "${2}p" "$1.out" | sed 's/^ *//; s/ *$//'; }
+  expect_tokens "tokenize spm 17" "$(ref_line "$spm" 17)" 'Hello, world!' --model "$spm" --no-bos
+  expect_tokens "tokenize spm 31 (newline)" "$(ref_line "$spm" 31)" $'\n =' --model "$spm" --no-bos
+  expect_tokens "tokenize spm BOS" "1 $(ref_line "$spm" 17)" 'Hello, world!' --model "$spm"
+  expect_tokens "tokenize spm pieces" $'<s> \xe2\x96\x81Hello , \xe2\x96\x81world !' 'Hello, world!' --model "$spm" \
+    --pieces
+  expect_tokens "tokenize gpt-2 33" "$(ref_line "$gpt2" 33)" \
+    $'Hello, y\'all! How are you \xf0\x9f\x98\x81 ?\xe6\x88\x91\xe6\x83\xb3\xe5\x9c\xa8apple\xe5\xb7\xa5\xe4\xbd\x9c1314151\xe5\xa4\xa9\xef\xbd\x9e' \
+    --model "$gpt2"
+  expect_tokens "tokenize empty" "" '' --model "$gpt2"
+  expect_tokens "tokenize llama2.c" "1 346 306 414 263 304 341" 'Hello world' --model "$model" --tokenizer "$tok"
+  expect_tokens "tokenize GGUF --tokenizer" "15496 995" 'Hello world' --model "$gpt2" --tokenizer "$gpt2"
+  printf 'ab\xff' >"$work/latin.txt"
+  n=$((n + 1))
+  if "$cli" tokenize --model "$spm" <"$work/latin.txt" >/dev/null 2>"$work/stderr" || [ "$(wc -l <"$work/stderr")" -ne 1 ]; then
+    echo "FAIL tokenize non-UTF-8 input"; fails=$((fails + 1))
+  else
+    echo "ok   tokenize non-UTF-8 input: $(cat "$work/stderr")"
+  fi
+  expect_fail "tokenize unknown option" tokenize --model "$spm" --ids
+  expect_fail_msg "tokenize missing model" "none.gguf" tokenize --model "$work/none.gguf"
+  expect_fail_msg "tokenize llama2.c tokenizer of another size" "tokenizer" tokenize --model "$spm" --tokenizer "$tok"
+  expect_fail_msg "tokenize GGUF tokenizer of another size" "50257" tokenize --model "$spm" --tokenizer "$gpt2"
+fi
+
 echo "$((n - fails))/$n passed"
 [ "$fails" -eq 0 ]

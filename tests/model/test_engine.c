@@ -218,7 +218,7 @@ static void eval_dense(fixture_t *f, uint32_t budget, eval_case_t *x) {
   x->w[0].n_tokens = 320; /* 20 blocks: K = 8 is sparse, K = 32 covers it */
   x->w[1].tokens = f->text_tokens + 200;
   x->w[1].n_tokens = 150;
-  x->ec = (okv_eval_config_t){OKV_MODE_DENSE, OKV_DRAFTER_NONE, budget, 0.05, NULL, NULL};
+  x->ec = (okv_eval_config_t){.mode = OKV_MODE_DENSE, .drafter = OKV_DRAFTER_NONE, .budget_blocks = budget, .fetch_ratio = 0.05};
   OKV_ASSERT_OK(okv_eval_run(f->model, f->device, x->w, 2, &x->ec, NULL, &f->alloc, &x->ref, &x->dense));
 }
 
@@ -314,7 +314,7 @@ static void test_bad_inputs(void **state) {
   okv_runtime_destroy(rt);
   /* Eval config errors. */
   okv_eval_window_t w = {f->text_tokens, 1};
-  okv_eval_config_t ec = {OKV_MODE_DENSE, OKV_DRAFTER_NONE, 8, 0.05, NULL, NULL};
+  okv_eval_config_t ec = {OKV_MODE_DENSE, OKV_DRAFTER_NONE, 8, 0.05, NULL, NULL, NULL, NULL};
   okv_eval_result_t r;
   OKV_ASSERT_CODE(okv_eval_run(f->model, f->device, &w, 1, &ec, NULL, &f->alloc, NULL, &r),
                   OKV_STATUS_INVALID_ARGUMENT);

@@ -1,6 +1,6 @@
 /* Replays the fuzz harnesses' saved inputs through the loaders under the
  * normal build (no clang needed): every file in
- * tests/fuzz/regressions/{checkpoint,tokenizer_load,tokenizer_codec}/ and in
+ * tests/fuzz/regressions/{checkpoint,tokenizer_load,tokenizer_codec,gguf,tokenizer_gguf}/ and in
  * the seed corpora runs through the same harness code libFuzzer runs
  * (tests/fuzz/fuzz_*.c, compiled with OKV_FUZZ_NO_ENTRY), with the CMocka
  * allocator so leaks fail too. Plus the fixed bugs' contracts stated directly:
@@ -93,6 +93,23 @@ static void test_replay_tokenizer_load(void **state) {
 static void test_replay_tokenizer_codec(void **state) {
   (void)state;
   replay("tokenizer_codec", okv_fuzz_tokenizer_codec);
+}
+
+static void test_replay_gguf(void **state) {
+  (void)state;
+  replay("gguf", okv_fuzz_gguf);
+}
+
+/* The GGUF tokenizers' harness; its shared-vocabulary inputs use ../shared/gguf's files when present (the
+ * built-in vocabularies otherwise). */
+static void test_replay_tokenizer_gguf(void **state) {
+  (void)state;
+  char spm[4096], bpe[4096];
+  snprintf(spm, sizeof spm, "%s/gguf/ggml-vocab-llama-spm.gguf", g_shared ? g_shared : "../shared");
+  snprintf(bpe, sizeof bpe, "%s/gguf/ggml-vocab-gpt-2.gguf", g_shared ? g_shared : "../shared");
+  setenv("OKV_FUZZ_GGUF_SPM", spm, 0);
+  setenv("OKV_FUZZ_GGUF_BPE", bpe, 0);
+  replay("tokenizer_gguf", okv_fuzz_tokenizer_gguf);
 }
 
 /* An allocator that counts and records the largest request. */
@@ -290,7 +307,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_replay_checkpoint),      cmocka_unit_test(test_replay_tokenizer_load),
       cmocka_unit_test(test_replay_tokenizer_codec), cmocka_unit_test(test_huge_header_refused_before_allocating),
       cmocka_unit_test(test_small_vocab_encode),     cmocka_unit_test(test_failed_load_clears_out),
-      cmocka_unit_test(test_long_text_encodes_fast),
+      cmocka_unit_test(test_long_text_encodes_fast), cmocka_unit_test(test_replay_gguf),
+      cmocka_unit_test(test_replay_tokenizer_gguf),
   };
   return cmocka_run_group_tests_name("model_fuzz_replay", tests, NULL, NULL);
 }

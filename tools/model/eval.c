@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "model/admission.h"
 #include "model/model.h"
 
 static double now_s(void) {
@@ -30,12 +31,67 @@ static double logsumexp(const float *x, uint32_t n) {
   return mx + log(s);
 }
 
+/* The engine's trace hook during okv_eval_run: the batch's window indices
+ * (same order as its sequence ids) replace the ids. */
+typedef struct eval_trace_t {
+  const okv_eval_config_t *config;
+  const uint32_t *windows;
+} eval_trace_t;
+
+static void eval_trace(void *user, const okv_engine_trace_t *t) {
+  const eval_trace_t *et = user;
+  okv_engine_trace_t w = *t;
+  w.seq_ids = et->windows;
+  et->config->trace(et->config->trace_user, &w);
+}
+
+/* Admits window w's prefill into `rt` as a KV server would: the admission built for K = budget_blocks
+ * (every block when K covers the context), packed into its wire format and unpacked on the decode side, then
+ * okv_runtime_seq_add_remote with an in-memory KV source (*src) over the prefill's blocks. */
+static okv_status_t admit_window(okv_runtime_t *rt, const okv_eval_prefill_t *prefill, uint32_t w,
+                                 uint32_t budget_blocks, okv_kv_blocks_source_t *src, const okv_allocator_t *a,
+                                 uint32_t *out_id, uint64_t *admitted_bytes, uint64_t *full_kv_bytes) {
+  const okv_kv_blocks_t *kv = &prefill->kv[w];
+  const okv_kv_shape_t *sh = &kv->shape;
+  okv_admission_t built, got;
+  OKV_RETURN_IF_ERROR(okv_admission_build(kv, prefill->q + (size_t)w * sh->n_layers * sh->n_q_heads * sh->head_dim,
+                                          budget_blocks, a, &built));
+  uint64_t n = okv_admission_pack_size(&built);
+  void *blob = n ? okv_malloc(a, n) : NULL;
+  okv_status_t st = blob ? okv_admission_pack(&built, blob, n)
+                         : okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_eval_run: the admission blob");
+  okv_admission_free(&built);
+  if (st == OKV_OK) st = okv_admission_unpack(blob, n, a, &got);
+  if (blob) okv_free(a, blob);
+  if (st) return st;
+  okv_remote_prefill_t rp;
+  okv_admission_prefill(&got, okv_kv_blocks_source(src, kv, "in-memory prefill"), &rp);
+  st = okv_runtime_seq_add_remote(rt, &rp, out_id);
+  *admitted_bytes += got.admitted_bytes;
+  *full_kv_bytes += got.full_kv_bytes;
+  okv_admission_free(&got);
+  return st;
+}
+
 okv_status_t okv_eval_run(const okv_model_t *model, okv_hal_device_t *device, const okv_eval_window_t *windows,
                           uint32_t n_windows, const okv_eval_config_t *config, const okv_eval_reference_t *reference,
                           const okv_allocator_t *allocator, okv_eval_reference_t *out_reference,
                           okv_eval_result_t *out_result) {
+  return okv_eval_run_prefilled(model, device, windows, n_windows, config, NULL, reference, allocator, out_reference,
+                                out_result);
+}
+
+okv_status_t okv_eval_run_prefilled(const okv_model_t *model, okv_hal_device_t *device,
+                                    const okv_eval_window_t *windows, uint32_t n_windows,
+                                    const okv_eval_config_t *config, const okv_eval_prefill_t *prefill,
+                                    const okv_eval_reference_t *reference, const okv_allocator_t *allocator,
+                                    okv_eval_reference_t *out_reference, okv_eval_result_t *out_result) {
   if (!model || !device || !windows || n_windows == 0 || !config || !out_result)
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_eval_run: NULL argument or no windows");
+  uint32_t P = prefill ? prefill->prefill_tokens : 0; /* positions [0, P) are prefilled, not scored */
+  if (prefill && (prefill->n_windows != n_windows || P == 0 || !prefill->kv || !prefill->q))
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_eval_run: the prefill was made for %u windows, not %u",
+                           prefill->n_windows, n_windows);
   const okv_model_config_t *mc = &model->config;
   okv_allocator_t a = allocator ? *allocator : okv_allocator_system();
   uint32_t max_len = 0;
@@ -48,7 +104,11 @@ okv_status_t okv_eval_run(const okv_model_t *model, okv_hal_device_t *device, co
       if (windows[w].tokens[p] >= mc->vocab_size)
         return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_eval_run: window %u token %u out of vocabulary", w, p);
     if (windows[w].n_tokens > max_len) max_len = windows[w].n_tokens;
-    total_positions += windows[w].n_tokens - 1;
+    if (windows[w].n_tokens < P + 2u)
+      return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                             "okv_eval_run: window %u has %u tokens; a prefill of %u tokens leaves nothing to score", w,
+                             windows[w].n_tokens, P);
+    total_positions += windows[w].n_tokens - 1 - P;
   }
   if ((unsigned)config->mode >= OKV_MODE_COUNT)
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_eval_run: unknown mode %d", (int)config->mode);
@@ -77,6 +137,7 @@ okv_status_t okv_eval_run(const okv_model_t *model, okv_hal_device_t *device, co
   okv_runtime_t *rt = NULL;
   okv_engine_t *eng = NULL;
   uint32_t *seq_ids = okv_calloc(&a, n_windows, sizeof *seq_ids);
+  okv_kv_blocks_source_t *sources = okv_calloc(&a, n_windows, sizeof *sources); /* outlive the runtime */
   uint32_t *act_ids = okv_calloc(&a, n_windows, sizeof *act_ids);
   uint32_t *act_win = okv_calloc(&a, n_windows, sizeof *act_win);
   uint32_t *act_tok = okv_calloc(&a, n_windows, sizeof *act_tok);
@@ -84,7 +145,7 @@ okv_status_t okv_eval_run(const okv_model_t *model, okv_hal_device_t *device, co
   float *logits = okv_calloc(&a, (size_t)n_windows * mc->vocab_size, sizeof *logits);
   uint32_t n_added = 0;
   okv_eval_reference_t ref_out = {0};
-  if (!seq_ids || !act_ids || !act_win || !act_tok || !act_draft || !logits) {
+  if (!seq_ids || !sources || !act_ids || !act_win || !act_tok || !act_draft || !logits) {
     st = okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_eval_run: out of memory");
     goto done;
   }
@@ -98,14 +159,23 @@ okv_status_t okv_eval_run(const okv_model_t *model, okv_hal_device_t *device, co
       st = okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_eval_run: out of memory for the dense logits");
       goto done;
     }
-    for (uint32_t w = 0; w < n_windows; ++w) ref_out.offsets[w + 1] = ref_out.offsets[w] + windows[w].n_tokens - 1;
+    for (uint32_t w = 0; w < n_windows; ++w) ref_out.offsets[w + 1] = ref_out.offsets[w] + windows[w].n_tokens - 1 - P;
   }
   st = okv_runtime_create(device, &rc, &a, &rt);
   if (st) goto done;
   st = okv_engine_create(model, rt, n_windows, drafter != OKV_DRAFTER_NONE ? 1 : 0, &a, &eng);
   if (st) goto done;
+  eval_trace_t trace = {config, act_win};
+  if (config->trace) okv_engine_set_trace(eng, eval_trace, &trace);
+  uint64_t admitted_bytes = 0, full_kv_bytes = 0;
   for (; n_added < n_windows; ++n_added) {
-    st = okv_runtime_seq_add(rt, NULL, &seq_ids[n_added]);
+    if (!prefill) {
+      st = okv_runtime_seq_add(rt, NULL, &seq_ids[n_added]);
+      if (st) goto done;
+      continue;
+    }
+    st = admit_window(rt, prefill, n_added, rc.budget_blocks, &sources[n_added], &a, &seq_ids[n_added], &admitted_bytes,
+                      &full_kv_bytes);
     if (st) goto done;
   }
   okv_runtime_stats_reset(rt);
@@ -113,7 +183,7 @@ okv_status_t okv_eval_run(const okv_model_t *model, okv_hal_device_t *device, co
   double nll = 0.0, kl = 0.0;
   uint64_t agree = 0, done_positions = 0;
   double t0 = now_s();
-  for (uint32_t p = 0; p + 1 < max_len; ++p) {
+  for (uint32_t p = P; p + 1 < max_len; ++p) {
     uint32_t n_act = 0;
     for (uint32_t w = 0; w < n_windows; ++w) {
       if (p + 1 >= windows[w].n_tokens) continue;
@@ -140,9 +210,9 @@ okv_status_t okv_eval_run(const okv_model_t *model, okv_hal_device_t *device, co
       double lse = logsumexp(lg, mc->vocab_size);
       nll += lse - (double)lg[windows[w].tokens[p + 1]];
       if (out_reference)
-        memcpy(ref_out.logits + ((size_t)ref_out.offsets[w] + p) * mc->vocab_size, lg, mc->vocab_size * sizeof *lg);
+        memcpy(ref_out.logits + ((size_t)ref_out.offsets[w] + p - P) * mc->vocab_size, lg, mc->vocab_size * sizeof *lg);
       if (reference) {
-        const float *ld = reference->logits + ((size_t)reference->offsets[w] + p) * mc->vocab_size;
+        const float *ld = reference->logits + ((size_t)reference->offsets[w] + p - P) * mc->vocab_size;
         double lse_d = logsumexp(ld, mc->vocab_size), k = 0.0;
         for (uint32_t v = 0; v < mc->vocab_size; ++v) {
           double lpd = (double)ld[v] - lse_d;
@@ -188,6 +258,15 @@ okv_status_t okv_eval_run(const okv_model_t *model, okv_hal_device_t *device, co
   r.stall_seconds = s.stall_seconds;
   r.elapsed_s = elapsed;
   r.tokens_per_second = elapsed > 0 ? (double)total_positions / elapsed : 0.0;
+  r.prefill_tokens = P;
+  r.admitted_bytes = admitted_bytes;
+  r.full_kv_bytes = full_kv_bytes;
+  r.admission_ratio = admitted_bytes ? (double)full_kv_bytes / (double)admitted_bytes : NAN;
+  r.remote_blocks = s.remote_blocks;
+  r.remote_bytes = s.remote_bytes;
+  r.remote_seconds = s.remote_seconds;
+  r.remote_stall_seconds = s.remote_stall_seconds;
+  r.remote_gbps = s.remote_seconds > 0 ? (double)s.remote_bytes / s.remote_seconds / 1e9 : NAN;
   *out_result = r;
 
 done:
@@ -200,10 +279,124 @@ done:
   if (act_tok) okv_free(&a, act_tok);
   if (act_draft) okv_free(&a, act_draft);
   if (logits) okv_free(&a, logits);
+  if (sources) okv_free(&a, sources);
   if (st || !out_reference) {
     okv_eval_reference_free(&ref_out);
   } else {
     *out_reference = ref_out;
   }
+  return st;
+}
+
+/* ---- dense prefill for disaggregation (--prefill-tokens) ---- */
+
+/* Captures the real token's queries of every layer while `armed` (the step of token P). */
+typedef struct prefill_trace_t {
+  float *q; /* [n_windows][n_layers][n_q_heads * head_dim] */
+  uint32_t n_layers;
+  size_t q_elems; /* n_q_heads * head_dim */
+  bool armed;
+} prefill_trace_t;
+
+static void prefill_trace(void *user, const okv_engine_trace_t *t) {
+  prefill_trace_t *pt = user;
+  if (!pt->armed) return;
+  for (uint32_t i = 0; i < t->n_seqs; ++i) /* batch row i is window i */
+    memcpy(pt->q + ((size_t)i * pt->n_layers + t->layer) * pt->q_elems,
+           t->q + (size_t)i * t->n_query_tokens * pt->q_elems, pt->q_elems * sizeof(float));
+}
+
+void okv_eval_prefill_free(okv_eval_prefill_t *p) {
+  if (!p) return;
+  if (p->kv) {
+    for (uint32_t w = 0; w < p->n_windows; ++w) okv_kv_blocks_free(&p->kv[w]);
+    okv_free(&p->allocator, p->kv);
+  }
+  if (p->q) okv_free(&p->allocator, p->q);
+  memset(p, 0, sizeof *p);
+}
+
+okv_status_t okv_eval_prefill(const okv_model_t *model, okv_hal_device_t *device, const okv_eval_window_t *windows,
+                              uint32_t n_windows, uint32_t prefill_tokens, const okv_allocator_t *allocator,
+                              okv_eval_prefill_t *out) {
+  if (!out) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_eval_prefill: out is NULL");
+  memset(out, 0, sizeof *out);
+  if (!model || !device || !windows || n_windows == 0)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_eval_prefill: NULL argument or no windows");
+  const okv_model_config_t *mc = &model->config;
+  uint32_t P = prefill_tokens;
+  if (P == 0) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_eval_prefill: prefill_tokens is 0");
+  for (uint32_t w = 0; w < n_windows; ++w) {
+    if (!windows[w].tokens || windows[w].n_tokens < P + 2u || windows[w].n_tokens > mc->seq_len)
+      return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                             "okv_eval_prefill: window %u has %u tokens; a prefill of %u tokens needs %u..seq_len %u",
+                             w, windows[w].n_tokens, P, P + 2u, mc->seq_len);
+    for (uint32_t p = 0; p <= P; ++p)
+      if (windows[w].tokens[p] >= mc->vocab_size)
+        return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_eval_prefill: window %u token %u out of vocabulary", w,
+                               p);
+  }
+  okv_allocator_t a = allocator ? *allocator : okv_allocator_system();
+  okv_runtime_config_t rc;
+  okv_model_runtime_config(mc, &rc);
+  uint32_t ctx_blocks = (P + 1u + OKV_BLOCK_TOKENS - 1u) / OKV_BLOCK_TOKENS; /* tokens 0..P */
+  rc.mode = OKV_MODE_DENSE;
+  rc.budget_blocks = ctx_blocks < OKV_TOPK_MAX ? ctx_blocks : OKV_TOPK_MAX;
+  rc.dense_threshold_blocks = rc.budget_blocks;
+  rc.max_seqs = n_windows;
+  rc.max_context_tokens = ctx_blocks * OKV_BLOCK_TOKENS;
+  size_t qn = (size_t)mc->n_q_heads * mc->head_dim, kvn = (size_t)P * mc->n_kv_heads * mc->head_dim;
+  okv_status_t st = OKV_OK;
+  okv_runtime_t *rt = NULL;
+  okv_engine_t *eng = NULL;
+  uint32_t n_added = 0;
+  uint32_t *ids = okv_calloc(&a, n_windows, sizeof *ids), *tok = okv_calloc(&a, n_windows, sizeof *tok);
+  float *logits = okv_calloc(&a, (size_t)n_windows * mc->vocab_size, sizeof *logits);
+  float *k = okv_calloc(&a, (size_t)mc->n_layers * kvn, sizeof *k),
+        *v = okv_calloc(&a, (size_t)mc->n_layers * kvn, sizeof *v);
+  out->allocator = a;
+  out->n_windows = n_windows;
+  out->prefill_tokens = P;
+  out->kv = okv_calloc(&a, n_windows, sizeof *out->kv);
+  out->q = okv_calloc(&a, (size_t)n_windows * mc->n_layers * qn, sizeof *out->q);
+  if (!ids || !tok || !logits || !k || !v || !out->kv || !out->q) {
+    st = okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_eval_prefill: out of memory");
+    goto done;
+  }
+  st = okv_runtime_create(device, &rc, &a, &rt);
+  if (st) goto done;
+  st = okv_engine_create(model, rt, n_windows, 0, &a, &eng);
+  if (st) goto done;
+  prefill_trace_t pt = {out->q, mc->n_layers, qn, false};
+  okv_engine_set_trace(eng, prefill_trace, &pt);
+  for (; n_added < n_windows; ++n_added) {
+    st = okv_runtime_seq_add(rt, NULL, &ids[n_added]);
+    if (st) goto done;
+  }
+  for (uint32_t p = 0; p <= P; ++p) { /* token P's step only yields its queries */
+    for (uint32_t w = 0; w < n_windows; ++w) tok[w] = windows[w].tokens[p];
+    pt.armed = p == P;
+    st = okv_engine_step(eng, n_windows, ids, tok, 0, NULL, logits, NULL);
+    if (st) goto done;
+  }
+  okv_kv_shape_t shape = {mc->n_layers, mc->n_q_heads, mc->n_kv_heads, mc->head_dim, rc.kv_dtype};
+  for (uint32_t w = 0; w < n_windows; ++w) {
+    for (uint32_t l = 0; l < mc->n_layers; ++l) {
+      st = okv_runtime_seq_read_kv(rt, ids[w], l, 0, P, k + l * kvn, v + l * kvn);
+      if (st) goto done;
+    }
+    st = okv_kv_blocks_make(&shape, P, k, v, &a, &out->kv[w]);
+    if (st) goto done;
+  }
+done:
+  for (uint32_t i = 0; i < n_added; ++i) OKV_IGNORE_ERROR(okv_runtime_seq_remove(rt, ids[i])); /* cleanup */
+  okv_engine_destroy(eng);
+  okv_runtime_destroy(rt);
+  if (ids) okv_free(&a, ids);
+  if (tok) okv_free(&a, tok);
+  if (logits) okv_free(&a, logits);
+  if (k) okv_free(&a, k);
+  if (v) okv_free(&a, v);
+  if (st) okv_eval_prefill_free(out);
   return st;
 }

@@ -18,6 +18,8 @@ struct okv_engine_t {
   float *k_new, *v_new;                             /* [max_seqs][kv_dim] */
   float *draft_kv;                                  /* [max_seqs][max_drafts or 1][2][kv_dim] */
   uint32_t *positions;                              /* [max_seqs] */
+  okv_engine_trace_fn trace;                        /* okv_engine_set_trace; NULL = none */
+  void *trace_user;
 };
 
 /* out[r][o] = sum_i w[o][i] * in[r][i]; rows r < n_rows. */
@@ -36,10 +38,10 @@ static void matmul(float *out, const float *in, const float *w, uint32_t n_rows,
   }
 }
 
-static void rmsnorm(float *out, const float *x, const float *w, uint32_t n) {
+static void rmsnorm(float *out, const float *x, const float *w, uint32_t n, float eps) {
   float ss = 0.0f;
   for (uint32_t i = 0; i < n; ++i) ss += x[i] * x[i];
-  ss = 1.0f / sqrtf(ss / (float)n + OKV_MODEL_RMS_EPS);
+  ss = 1.0f / sqrtf(ss / (float)n + eps);
   for (uint32_t i = 0; i < n; ++i) out[i] = w[i] * (ss * x[i]);
 }
 
@@ -53,9 +55,11 @@ static void rope(const okv_model_t *m, float *vec, uint32_t n_heads, uint32_t po
       fr = m->rope_cos[(size_t)pos * half + j];
       fi = m->rope_sin[(size_t)pos * half + j];
     } else { /* only draft tokens past the last position get here */
-      double freq = pow(10000.0, -2.0 * (double)j / (double)c->head_dim);
-      fr = (float)cos((double)pos * freq);
-      fi = (float)sin((double)pos * freq);
+      double freq = pow((double)c->rope_theta, -2.0 * (double)j / (double)c->head_dim);
+      if (m->rope_freq_factors) freq /= (double)m->rope_freq_factors[j];
+      const double angle = (double)pos * (double)c->rope_pos_scale * freq;
+      fr = (float)cos(angle);
+      fi = (float)sin(angle);
     }
     for (uint32_t h = 0; h < n_heads; ++h) {
       float *p = vec + (size_t)h * c->head_dim + 2 * j;
@@ -68,6 +72,12 @@ static void rope(const okv_model_t *m, float *vec, uint32_t n_heads, uint32_t po
 
 static void free_buf(okv_engine_t *e, void *p) {
   if (p) okv_free(&e->allocator, p);
+}
+
+void okv_engine_set_trace(okv_engine_t *e, okv_engine_trace_fn fn, void *user) {
+  if (!e) return;
+  e->trace = fn;
+  e->trace_user = user;
 }
 
 void okv_engine_destroy(okv_engine_t *e) {
@@ -185,7 +195,7 @@ static void layer_qkv(okv_engine_t *e, uint32_t l, uint32_t n_seqs, uint32_t T) 
   const okv_model_config_t *c = &m->config;
   uint32_t D = c->dim, kvd = c->n_kv_heads * c->head_dim, rows = n_seqs * T;
   for (uint32_t r = 0; r < rows; ++r)
-    rmsnorm(e->xb + (size_t)r * D, e->x + (size_t)r * D, m->rms_att + (size_t)l * D, D);
+    rmsnorm(e->xb + (size_t)r * D, e->x + (size_t)r * D, m->rms_att + (size_t)l * D, D, c->rms_eps);
   matmul(e->q, e->xb, m->wq + (size_t)l * D * D, rows, D, D);
   matmul(e->k, e->xb, m->wk + (size_t)l * kvd * D, rows, D, kvd);
   matmul(e->v, e->xb, m->wv + (size_t)l * kvd * D, rows, D, kvd);
@@ -205,7 +215,7 @@ static void layer_out(okv_engine_t *e, uint32_t l, uint32_t rows) {
   matmul(e->xb2, e->att, m->wo + (size_t)l * D * D, rows, D, D);
   for (size_t i = 0; i < (size_t)rows * D; ++i) e->x[i] += e->xb2[i];
   for (uint32_t r = 0; r < rows; ++r)
-    rmsnorm(e->xb + (size_t)r * D, e->x + (size_t)r * D, m->rms_ffn + (size_t)l * D, D);
+    rmsnorm(e->xb + (size_t)r * D, e->x + (size_t)r * D, m->rms_ffn + (size_t)l * D, D, c->rms_eps);
   matmul(e->hb, e->xb, m->w1 + (size_t)l * H * D, rows, D, H);
   matmul(e->hb2, e->xb, m->w3 + (size_t)l * H * D, rows, D, H);
   for (size_t i = 0; i < (size_t)rows * H; ++i) {
@@ -220,7 +230,8 @@ static void layer_out(okv_engine_t *e, uint32_t l, uint32_t rows) {
 static void classify(okv_engine_t *e, uint32_t n_seqs, uint32_t T, float *out_logits) {
   const okv_model_t *m = e->model;
   uint32_t D = m->config.dim;
-  for (uint32_t i = 0; i < n_seqs; ++i) rmsnorm(e->xb + (size_t)i * D, e->x + (size_t)i * T * D, m->rms_final, D);
+  for (uint32_t i = 0; i < n_seqs; ++i)
+    rmsnorm(e->xb + (size_t)i * D, e->x + (size_t)i * T * D, m->rms_final, D, m->config.rms_eps);
   matmul(out_logits, e->xb, m->classifier, n_seqs, D, m->config.vocab_size);
 }
 
@@ -248,6 +259,10 @@ okv_status_t okv_engine_step(okv_engine_t *e, uint32_t n_seqs, const uint32_t *s
         memcpy(d, e->k + (r0 + t) * kvd, kvd * sizeof(float));
         memcpy(d + kvd, e->v + (r0 + t) * kvd, kvd * sizeof(float));
       }
+    }
+    if (e->trace) {
+      const okv_engine_trace_t tr = {l, n_seqs, T, seq_ids, e->positions, e->q, e->k_new};
+      e->trace(e->trace_user, &tr);
     }
     okv_status_t s =
         okv_runtime_step_layer(e->runtime, l, e->k_new, e->v_new, e->q, n_drafts ? e->draft_kv : NULL, e->att);

@@ -1,4 +1,4 @@
-/* llama2.c legacy checkpoint loader and default input paths. */
+/* llama2.c legacy checkpoint loader (dispatching GGUF files to gguf_model.c) and default input paths. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "model/gguf.h"
 #include "model/model_internal.h"
 
 #ifndef OKV_SHARED_DIR
@@ -84,6 +85,9 @@ void okv_model_config_from_header(const int32_t h[7], okv_model_config_t *out) {
   c.vocab_size = (uint32_t)(h[5] > 0 ? h[5] : -h[5]);
   c.seq_len = (uint32_t)h[6];
   c.head_dim = c.dim / c.n_q_heads;
+  c.rms_eps = OKV_MODEL_RMS_EPS;
+  c.rope_theta = 10000.0f;
+  c.rope_pos_scale = 1.0f;
   *out = c;
 }
 
@@ -212,6 +216,13 @@ okv_status_t okv_model_load_memory(const void *data, size_t n_bytes, const char 
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_model_load_memory: NULL data or out_model");
   if (!name) name = "<memory>";
   okv_allocator_t alloc = allocator ? *allocator : okv_allocator_system();
+  if (n_bytes >= 4 && memcmp(data, "GGUF", 4) == 0) {
+    okv_gguf_t *g = NULL;
+    OKV_RETURN_IF_ERROR(okv_gguf_open_memory(data, n_bytes, name, &alloc, &g));
+    okv_status_t gs = okv_model_load_gguf(g, NULL, &alloc, out_model);
+    okv_gguf_close(g);
+    return gs;
+  }
   if (n_bytes < OKV_CKPT_HEADER_BYTES)
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "checkpoint '%s': truncated header (%zu bytes, needs 28)", name,
                            n_bytes);
@@ -231,12 +242,28 @@ okv_status_t okv_model_load_memory(const void *data, size_t n_bytes, const char 
 }
 
 okv_status_t okv_model_load(const char *path, const okv_allocator_t *allocator, okv_model_t **out_model) {
+  return okv_model_load_ex(path, NULL, allocator, out_model);
+}
+
+okv_status_t okv_model_load_ex(const char *path, const okv_model_load_options_t *options,
+                               const okv_allocator_t *allocator, okv_model_t **out_model) {
   if (out_model) *out_model = NULL;
   if (!path || !out_model)
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_model_load: NULL path or out_model");
   okv_allocator_t alloc = allocator ? *allocator : okv_allocator_system();
+  const uint32_t ctx = options ? options->context_length : 0;
   FILE *f = NULL;
   OKV_RETURN_IF_ERROR(okv_model_open_file("checkpoint", path, &f));
+  unsigned char magic[4] = {0};
+  if (fread(magic, 1, sizeof magic, f) == sizeof magic && memcmp(magic, "GGUF", 4) == 0) {
+    fclose(f);
+    okv_gguf_t *g = NULL;
+    OKV_RETURN_IF_ERROR(okv_gguf_open(path, &alloc, &g));
+    okv_status_t gs = okv_model_load_gguf(g, options, &alloc, out_model);
+    okv_gguf_close(g);
+    return gs;
+  }
+  rewind(f);
   okv_status_t st = OKV_OK;
   okv_model_t *m = NULL;
   unsigned char hdr[OKV_CKPT_HEADER_BYTES];
@@ -268,6 +295,11 @@ okv_status_t okv_model_load(const char *path, const okv_allocator_t *allocator, 
     goto done;
   }
   st = model_finish(path, m, n_floats);
+  if (!st && ctx > m->config.seq_len)
+    st = okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                         "checkpoint '%s': context length %u is longer than its seq_len %u (its RoPE tables end there)",
+                         path, ctx, m->config.seq_len);
+  if (!st && ctx) m->config.seq_len = ctx;
 done:
   fclose(f);
   if (st) {

@@ -1,11 +1,14 @@
 /* The model side of the oasiskv eval/generate commands: a llama2.c checkpoint
- * loader, its BPE tokenizer, a forward pass whose every K/V goes through the
- * OasisKV runtime (okv_engine_*), the look-ahead drafters and the
- * teacher-forced evaluation loop.
+ * loader and a llama-architecture GGUF loader (gguf.h), its BPE tokenizer, a
+ * forward pass whose every K/V goes through the OasisKV runtime
+ * (okv_engine_*), the look-ahead drafters and the teacher-forced evaluation
+ * loop.
  *
- * Architecture (llama2.c "legacy" checkpoints): pre-norm transformer, RMSNorm
- * (eps 1e-5), rotary position embedding on pairs (2i, 2i+1) of each head with
- * frequency 10000^(-2i/head_dim) (taken from the checkpoint's RoPE tables),
+ * Architecture (llama2.c "legacy" checkpoints, GGUF `llama`): pre-norm
+ * transformer, RMSNorm (config.rms_eps: 1e-5 for llama2.c), rotary position
+ * embedding on pairs (2i, 2i+1) of each head with frequency
+ * theta^(-2i/head_dim) (taken from the model's RoPE tables: stored in a
+ * llama2.c checkpoint, computed at load for GGUF),
  * grouped-query attention (query head h uses KV head h / (n_q_heads/n_kv_heads)),
  * SwiGLU feed-forward w2(silu(w1 x) * w3 x), tied or untied classifier.
  *
@@ -63,6 +66,10 @@ typedef struct okv_model_config_t {
   uint32_t seq_len;       /* positions the RoPE tables cover */
   uint32_t head_dim;      /* dim / n_q_heads, even, <= 256 */
   bool shared_classifier; /* classifier = token embedding (header vocab_size > 0) */
+  float rms_eps;          /* RMSNorm epsilon (llama2.c: OKV_MODEL_RMS_EPS; GGUF: attention.layer_norm_rms_epsilon) */
+  float rope_theta;       /* RoPE base: frequency j is theta^(-2j/head_dim) (llama2.c: 10000; GGUF: rope.freq_base) */
+  float rope_pos_scale;   /* linear RoPE scaling: positions are multiplied by it (1 = none; GGUF linear scaling
+                             factor f gives 1/f) */
 } okv_model_config_t;
 
 /* Loaded weights, fp32, row-major ([out][in] for every matrix). Pointers point
@@ -71,23 +78,25 @@ typedef struct okv_model_t {
   okv_model_config_t config;
   okv_allocator_t allocator;
   float *storage;
-  const float *token_embedding; /* [vocab][dim] */
-  const float *rms_att;         /* [n_layers][dim] */
-  const float *wq;              /* [n_layers][n_q_heads*head_dim][dim] */
-  const float *wk;              /* [n_layers][n_kv_heads*head_dim][dim] */
-  const float *wv;              /* [n_layers][n_kv_heads*head_dim][dim] */
-  const float *wo;              /* [n_layers][dim][n_q_heads*head_dim] */
-  const float *rms_ffn;         /* [n_layers][dim] */
-  const float *w1;              /* [n_layers][hidden][dim] */
-  const float *w2;              /* [n_layers][dim][hidden] */
-  const float *w3;              /* [n_layers][hidden][dim] */
-  const float *rms_final;       /* [dim] */
-  const float *rope_cos;        /* [seq_len][head_dim/2] (legacy freq_cis_real) */
-  const float *rope_sin;        /* [seq_len][head_dim/2] (legacy freq_cis_imag) */
-  const float *classifier;      /* [vocab][dim] */
+  const float *token_embedding;   /* [vocab][dim] */
+  const float *rms_att;           /* [n_layers][dim] */
+  const float *wq;                /* [n_layers][n_q_heads*head_dim][dim] */
+  const float *wk;                /* [n_layers][n_kv_heads*head_dim][dim] */
+  const float *wv;                /* [n_layers][n_kv_heads*head_dim][dim] */
+  const float *wo;                /* [n_layers][dim][n_q_heads*head_dim] */
+  const float *rms_ffn;           /* [n_layers][dim] */
+  const float *w1;                /* [n_layers][hidden][dim] */
+  const float *w2;                /* [n_layers][dim][hidden] */
+  const float *w3;                /* [n_layers][hidden][dim] */
+  const float *rms_final;         /* [dim] */
+  const float *rope_cos;          /* [seq_len][head_dim/2] (legacy freq_cis_real) */
+  const float *rope_sin;          /* [seq_len][head_dim/2] (legacy freq_cis_imag) */
+  const float *classifier;        /* [vocab][dim] */
+  const float *rope_freq_factors; /* [head_dim/2] frequency j is divided by it (GGUF rope_freqs, Llama 3); NULL: none */
 } okv_model_t;
 
-/* Loads a llama2.c legacy (version 0) checkpoint: 7 little-endian int32
+/* Loads a model file: a GGUF file (first bytes "GGUF", see
+ * okv_model_load_gguf) or a llama2.c legacy (version 0) checkpoint: 7 little-endian int32
  * (dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len; a
  * negative vocab_size means an unshared classifier stored last), then the fp32
  * weights in the order of okv_model_t, including the RoPE tables.
@@ -106,7 +115,67 @@ okv_status_t okv_model_load_memory(const void *data, size_t n_bytes, const char 
 /* NULL is accepted. */
 void okv_model_free(okv_model_t *model);
 
-/* ---- Tokenizer ---- */
+/* ---- GGUF models (llama architecture) ---- */
+
+typedef struct okv_gguf_t okv_gguf_t; /* tools/model/gguf.h */
+
+typedef struct okv_model_load_options_t {
+  /* Positions the model covers (its seq_len): 0 = the file's (llama2.c
+   * seq_len, GGUF <arch>.context_length). A llama2.c checkpoint takes at most
+   * its seq_len (its RoPE tables end there); a GGUF model any value in
+   * [1, 2^20] (its tables are computed), e.g. to run past a context_length
+   * written smaller than the training length, or to cap a 128K model. */
+  uint32_t context_length;
+} okv_model_load_options_t;
+
+/* okv_model_load with options (NULL = defaults). Both loaders dispatch on the
+ * first 4 bytes: "GGUF" is read by okv_model_load_gguf (the file mapped with
+ * okv_gguf_open and unmapped before returning), anything else as a llama2.c
+ * checkpoint. Errors: as okv_model_load and okv_model_load_gguf;
+ * INVALID_ARGUMENT for a context_length out of range. */
+okv_status_t okv_model_load_ex(const char *path, const okv_model_load_options_t *options,
+                               const okv_allocator_t *allocator, okv_model_t **out_model);
+
+/* Loads a `llama`-architecture GGUF model (Llama 1/2/3, TinyLlama, SmolLM2,
+ * llama2.c exports) from an open file: hyperparameters llama.block_count,
+ * embedding_length, feed_forward_length, attention.head_count,
+ * attention.head_count_kv (default head_count), attention.layer_norm_rms_epsilon,
+ * rope.dimension_count (must be head_dim), rope.freq_base (default 10000),
+ * context_length, rope.scaling.type none|linear with rope.scaling.factor (or
+ * the older rope.scale_linear); the vocabulary size is the token embedding's
+ * rows (tokenizer.ggml.tokens and llama.vocab_size must agree when present).
+ * Tensors token_embd, output_norm, output (absent: tied to the embedding),
+ * rope_freqs (optional, Llama 3), blk.N.{attn_norm, attn_q, attn_k, attn_v,
+ * attn_output, ffn_norm, ffn_gate, ffn_down, ffn_up}, each ".weight", of type
+ * F32, F16, BF16, Q8_0 or Q4_0, dequantised to f32 at load: the model takes 4
+ * bytes per parameter whatever the file's type (a Q4_0 file grows about 7x, a
+ * F16 one 2x). Q/K rows are used as stored: GGUF llama files hold them in the
+ * adjacent-pair RoPE order this forward pass uses (llama.cpp's converter
+ * permutes Hugging Face checkpoints into it; llama2.c exports already are).
+ * The RoPE tables are computed in f32 as llama2.c's exporter does: angle =
+ * f32(pos * pos_scale) * f32(1 / theta^(f32(2j)/head_dim) / factor_j), then
+ * cos/sin rounded from double, so they can differ from a llama2.c
+ * checkpoint's stored tables in the last bit (see docs/evaluation.md).
+ * `g` is only read during the call. Errors: INVALID_ARGUMENT, one line naming
+ * the file and what is wrong (architecture not llama, a missing or
+ * out-of-range hyperparameter, a missing, misshapen, unexpected or unsupported-
+ * type tensor, a vocabulary disagreeing with the embedding, rope scaling of an
+ * unsupported type, a non-finite weight), OUT_OF_MEMORY. */
+okv_status_t okv_model_load_gguf(const okv_gguf_t *g, const okv_model_load_options_t *options,
+                                 const okv_allocator_t *allocator, okv_model_t **out_model);
+/* Every check of okv_model_load_gguf (hyperparameters, tensor names, shapes
+ * and types, the vocabulary) without reading or allocating weights: the
+ * config the model would have and *out_f32_bytes (may be NULL), the bytes its
+ * f32 storage would take (weights, RoPE tables). Used by `oasiskv info`.
+ * Errors: as okv_model_load_gguf, less OUT_OF_MEMORY and non-finite weights. */
+okv_status_t okv_model_gguf_config(const okv_gguf_t *g, const okv_model_load_options_t *options,
+                                   okv_model_config_t *out_config, uint64_t *out_f32_bytes);
+
+/* ---- Tokenizer ----
+ * One handle for every kind: llama2.c files (below) and the GGUF
+ * vocabularies of tools/model/tokenizer_gguf.h (okv_tokenizer_load_gguf),
+ * whose encode/piece semantics that header states; free, vocab_size, encode
+ * and piece work for all. */
 
 typedef struct okv_tokenizer_t okv_tokenizer_t;
 
@@ -142,7 +211,8 @@ okv_status_t okv_tokenizer_encode(const okv_tokenizer_t *tokenizer, const char *
                                   uint32_t *out_tokens, size_t capacity, size_t *out_n_tokens);
 
 /* The text of `token` following `prev_token`: byte tokens give their byte,
- * the leading space of a piece right after BOS is dropped (the dummy prefix),
+ * the leading space of a piece right after BOS (or after OKV_TOKEN_NONE,
+ * UINT32_MAX: the start of a text) is dropped (the dummy prefix),
  * BOS/EOS/UNK and out-of-range ids give "". Writes into out_piece (a
  * NUL-terminated string, at most `capacity` bytes including the NUL) and the
  * byte count to *out_n_bytes (a byte token may be "\0": check the count).
@@ -193,6 +263,28 @@ okv_status_t okv_engine_step(okv_engine_t *engine, uint32_t n_seqs, const uint32
 okv_status_t okv_engine_peek(okv_engine_t *engine, uint32_t n_seqs, const uint32_t *seq_ids, const uint32_t *tokens,
                              float *out_logits);
 
+/* What okv_engine_step hands to runtime layer `layer` of a step, for
+ * recording attention traces (oasiskv eval --trace, tools/kv_trace.h). Every
+ * pointer is borrowed for the call: q f32 [n_seqs][n_query_tokens][n_q_heads]
+ * [head_dim] (row 0 of a sequence is its real token, rows 1.. its draft
+ * tokens; RoPE applied), k f32 [n_seqs][n_kv_heads][head_dim] (the real
+ * tokens' keys, RoPE applied), positions [n_seqs] (the real tokens'),
+ * seq_ids [n_seqs] (runtime sequence ids; okv_eval_run's trace gets window
+ * indices instead). */
+typedef struct okv_engine_trace_t {
+  uint32_t layer, n_seqs, n_query_tokens;
+  const uint32_t *seq_ids;
+  const uint32_t *positions;
+  const float *q;
+  const float *k;
+} okv_engine_trace_t;
+typedef void (*okv_engine_trace_fn)(void *user, const okv_engine_trace_t *trace);
+
+/* Calls fn(user, ...) in okv_engine_step for every layer, before the runtime's
+ * step_layer (not in okv_engine_peek); fn NULL removes it. Errors: none (NULL
+ * engine ignored). Not thread-safe: the engine's thread; fn runs on it. */
+void okv_engine_set_trace(okv_engine_t *engine, okv_engine_trace_fn fn, void *user);
+
 /* ---- Drafters: the look-ahead token stacked behind the real one ---- */
 
 typedef enum okv_drafter_e {
@@ -240,6 +332,10 @@ typedef struct okv_eval_config_t {
   /* Called after each step with (done, total) positions; may be NULL. */
   void (*progress)(void *user, uint64_t done, uint64_t total);
   void *progress_user;
+  /* Called for every layer of every step (okv_engine_set_trace) with seq_ids
+   * replaced by window indices; may be NULL. */
+  okv_engine_trace_fn trace;
+  void *trace_user;
 } okv_eval_config_t;
 
 typedef struct okv_eval_result_t {
@@ -263,6 +359,16 @@ typedef struct okv_eval_result_t {
   double stall_seconds;
   double elapsed_s;
   double tokens_per_second; /* tokens_evaluated / elapsed_s (drafter work included) */
+  /* With a prefill (okv_eval_run_prefilled; 0 otherwise): admission and remote reads, summed over windows. */
+  uint32_t prefill_tokens;     /* P: tokens [0, P) of each window prefilled, positions P.. decoded */
+  uint64_t admitted_bytes;     /* summaries + initial working sets (okv_admission_t.admitted_bytes) */
+  uint64_t full_kv_bytes;      /* what a full transfer of the prefill KV would move */
+  double admission_ratio;      /* full_kv_bytes / admitted_bytes */
+  uint64_t remote_blocks;      /* prefill blocks read through the KV source during decode */
+  uint64_t remote_bytes;       /* their bytes */
+  double remote_seconds;       /* time inside the source's reads */
+  double remote_stall_seconds; /* foreground time waiting on them (okv_step_stats_t) */
+  double remote_gbps;          /* remote_bytes / remote_seconds / 1e9 (NAN when nothing was read) */
 } okv_eval_result_t;
 
 /* Runs `config` over the windows, batched (one runtime sequence per window),
@@ -275,6 +381,40 @@ okv_status_t okv_eval_run(const okv_model_t *model, okv_hal_device_t *device, co
                           const okv_allocator_t *allocator, okv_eval_reference_t *out_reference,
                           okv_eval_result_t *out_result);
 void okv_eval_reference_free(okv_eval_reference_t *reference);
+
+/* Prefill/decode disaggregation (oasiskv eval --prefill-tokens; tools/model/admission.h): every window's
+ * tokens [0, P) prefilled densely, with the first decode query of each layer. */
+typedef struct okv_kv_blocks_t okv_kv_blocks_t;
+typedef struct okv_eval_prefill_t {
+  uint32_t n_windows, prefill_tokens; /* prefill_tokens: P */
+  okv_kv_blocks_t *kv;                /* [n_windows] the prefill KV in block format (f32, the model's shape) */
+  float *q;                           /* [n_windows][n_layers][n_q_heads][head_dim] token P's query per layer */
+  okv_allocator_t allocator;
+} okv_eval_prefill_t;
+
+/* Prefills tokens [0, P) of every window densely on `device`: a dense runtime and the engine step the
+ * windows as one batch through position P - 1, then token P (its queries, RoPE applied, are the first
+ * decode query of the admission); the KV of [0, P) is read back with okv_runtime_seq_read_kv. Every window
+ * needs at least P + 2 tokens (P decoded positions and one scored). Free *out with okv_eval_prefill_free.
+ * Errors: INVALID_ARGUMENT (P 0, a window too short or invalid, NULL arguments), the runtime's and
+ * engine's errors, OUT_OF_MEMORY. */
+okv_status_t okv_eval_prefill(const okv_model_t *model, okv_hal_device_t *device, const okv_eval_window_t *windows,
+                              uint32_t n_windows, uint32_t prefill_tokens, const okv_allocator_t *allocator,
+                              okv_eval_prefill_t *out);
+/* NULL and a zeroed struct are accepted. */
+void okv_eval_prefill_free(okv_eval_prefill_t *prefill);
+
+/* okv_eval_run with a prefill (NULL: exactly okv_eval_run): every window is admitted into the run's
+ * runtime as a remote sequence (okv_admission_build with the run's K — every block in dense mode — then
+ * okv_runtime_seq_add_remote with an in-memory KV source over prefill->kv), and positions P.. are decoded
+ * and scored (tokens_evaluated = sum of n_tokens - 1 - P); a reference must come from a run with the same
+ * prefill. Fills the result's admission and remote fields. Errors: as okv_eval_run; INVALID_ARGUMENT when
+ * the prefill does not match the windows. */
+okv_status_t okv_eval_run_prefilled(const okv_model_t *model, okv_hal_device_t *device,
+                                    const okv_eval_window_t *windows, uint32_t n_windows,
+                                    const okv_eval_config_t *config, const okv_eval_prefill_t *prefill,
+                                    const okv_eval_reference_t *reference, const okv_allocator_t *allocator,
+                                    okv_eval_reference_t *out_reference, okv_eval_result_t *out_result);
 
 #ifdef __cplusplus
 }

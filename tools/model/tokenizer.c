@@ -1,5 +1,7 @@
 /* The llama2.c BPE tokenizer: load, encode (dummy prefix, code point lookup,
- * byte fallback, greedy highest-score merges) and decode pieces. */
+ * byte fallback, greedy highest-score merges) and decode pieces; and the
+ * handle every tokenizer kind shares (tokenizer_internal.h: the GGUF kinds of
+ * tokenizer_gguf.c plug in their operations). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -7,6 +9,7 @@
 #include <string.h>
 
 #include "model/model_internal.h"
+#include "model/tokenizer_internal.h"
 
 typedef struct sorted_entry_t {
   const char *str;
@@ -23,6 +26,10 @@ struct okv_tokenizer_t {
   uint32_t *len;          /* [vocab] */
   float *score;           /* [vocab] */
   sorted_entry_t *sorted; /* [vocab] by (bytes, id) */
+  /* Another kind: its operations and state (NULL for a llama2.c file). */
+  const okv_tokenizer_ops_t *ops;
+  void *impl;
+  okv_tokenizer_info_t info;
 };
 
 static int entry_cmp(const void *a, const void *b) {
@@ -52,6 +59,7 @@ static int64_t lookup(const okv_tokenizer_t *t, const char *s, uint32_t n) {
 void okv_tokenizer_free(okv_tokenizer_t *t) {
   if (!t) return;
   okv_allocator_t a = t->allocator;
+  if (t->ops) t->ops->destroy(t->impl);
   if (t->blob) okv_free(&a, t->blob);
   if (t->str) okv_free(&a, (void *)t->str);
   if (t->len) okv_free(&a, t->len);
@@ -118,6 +126,8 @@ static okv_status_t parse_tokenizer(const char *name, const unsigned char *data,
   t->allocator = alloc;
   t->vocab_size = vocab_size;
   t->max_token_length = (uint32_t)max_len;
+  t->info = (okv_tokenizer_info_t){
+      OKV_TOKENIZER_LLAMA2C, vocab_size, (uint32_t)max_len, OKV_TOKEN_BOS, OKV_TOKEN_EOS, true, false, NULL};
   t->blob = okv_malloc(&alloc, blob_bytes);
   t->str = okv_calloc(&alloc, vocab_size, sizeof *t->str);
   t->len = okv_calloc(&alloc, vocab_size, sizeof *t->len);
@@ -322,6 +332,7 @@ okv_status_t okv_tokenizer_encode(const okv_tokenizer_t *t, const char *text, si
                                   uint32_t *out_tokens, size_t capacity, size_t *out_n_tokens) {
   if (!t || (!text && n_bytes) || !out_n_tokens || (!out_tokens && capacity))
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_tokenizer_encode: NULL argument");
+  if (t->ops) return t->ops->encode(t->impl, text, n_bytes, bos, out_tokens, capacity, out_n_tokens);
   /* Node indices are 32-bit: one node per byte plus the dummy prefix. */
   if (n_bytes >= OKV_NIL - 2)
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_tokenizer_encode: text of %zu bytes is too long", n_bytes);
@@ -413,6 +424,7 @@ okv_status_t okv_tokenizer_piece(const okv_tokenizer_t *t, uint32_t prev_token, 
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_tokenizer_piece: NULL argument or capacity 0");
   out_piece[0] = '\0';
   *out_n_bytes = 0;
+  if (t->ops) return t->ops->piece(t->impl, prev_token, token, out_piece, capacity, out_n_bytes);
   if (token >= t->vocab_size || token <= OKV_TOKEN_EOS) return OKV_OK;
   const char *p = t->str[token];
   size_t n = t->len[token];
@@ -424,7 +436,7 @@ okv_status_t okv_tokenizer_piece(const okv_tokenizer_t *t, uint32_t prev_token, 
     *out_n_bytes = 1;
     return OKV_OK;
   }
-  if (prev_token == OKV_TOKEN_BOS && n > 0 && p[0] == ' ') {
+  if ((prev_token == OKV_TOKEN_BOS || prev_token == OKV_TOKEN_NONE) && n > 0 && p[0] == ' ') {
     ++p;
     --n;
   }
@@ -434,5 +446,82 @@ okv_status_t okv_tokenizer_piece(const okv_tokenizer_t *t, uint32_t prev_token, 
   memcpy(out_piece, p, n);
   out_piece[n] = '\0';
   *out_n_bytes = n;
+  return OKV_OK;
+}
+
+/* ---- The handle shared by every kind ---- */
+
+okv_status_t okv_tokenizer_create_kind(const okv_tokenizer_info_t *info, const okv_tokenizer_ops_t *ops, void *impl,
+                                       const okv_allocator_t *allocator, okv_tokenizer_t **out) {
+  okv_allocator_t alloc = allocator ? *allocator : okv_allocator_system();
+  *out = NULL;
+  okv_tokenizer_t *t = okv_calloc(&alloc, 1, sizeof *t);
+  if (!t) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "tokenizer: out of memory");
+  t->allocator = alloc;
+  t->vocab_size = info->vocab_size;
+  t->max_token_length = info->max_piece_bytes;
+  t->ops = ops;
+  t->impl = impl;
+  t->info = *info;
+  *out = t;
+  return OKV_OK;
+}
+
+okv_tokenizer_kind_t okv_tokenizer_kind(const okv_tokenizer_t *t) { return t ? t->info.kind : OKV_TOKENIZER_LLAMA2C; }
+
+const char *okv_tokenizer_kind_name(okv_tokenizer_kind_t kind) {
+  switch (kind) {
+    case OKV_TOKENIZER_LLAMA2C: return "llama2.c";
+    case OKV_TOKENIZER_SPM: return "llama (SentencePiece)";
+    case OKV_TOKENIZER_BPE: return "gpt2 (byte-level BPE)";
+  }
+  return "unknown";
+}
+
+const char *okv_tokenizer_pre_name(const okv_tokenizer_t *t) { return t ? t->info.pre_name : NULL; }
+uint32_t okv_tokenizer_bos_id(const okv_tokenizer_t *t) { return t ? t->info.bos_id : OKV_TOKEN_NONE; }
+uint32_t okv_tokenizer_eos_id(const okv_tokenizer_t *t) { return t ? t->info.eos_id : OKV_TOKEN_NONE; }
+bool okv_tokenizer_adds_bos(const okv_tokenizer_t *t) { return t && t->info.add_bos; }
+bool okv_tokenizer_adds_eos(const okv_tokenizer_t *t) { return t && t->info.add_eos; }
+uint32_t okv_tokenizer_max_piece_bytes(const okv_tokenizer_t *t) { return t ? t->info.max_piece_bytes : 0; }
+
+okv_status_t okv_tokenizer_token_text(const okv_tokenizer_t *t, uint32_t token, const char **out_ptr, size_t *out_len) {
+  if (!t || !out_ptr || !out_len)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_tokenizer_token_text: NULL argument");
+  if (token >= t->vocab_size)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "token %u is past the vocabulary (%u tokens)", token,
+                           t->vocab_size);
+  if (t->ops) {
+    t->ops->token_text(t->impl, token, out_ptr, out_len);
+  } else {
+    *out_ptr = t->str[token];
+    *out_len = t->len[token];
+  }
+  return OKV_OK;
+}
+
+okv_status_t okv_tokenizer_decode(const okv_tokenizer_t *t, const uint32_t *ids, size_t n, char *out, size_t capacity,
+                                  size_t *out_n_bytes) {
+  if (!t || (!ids && n) || (!out && capacity) || !out_n_bytes)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_tokenizer_decode: NULL argument");
+  /* A decoded piece is never longer than the vocabulary's spelling of it. */
+  size_t cap = (size_t)t->info.max_piece_bytes + 1;
+  char *buf = okv_malloc(&t->allocator, cap);
+  if (!buf) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_tokenizer_decode: out of memory");
+  size_t w = 0;
+  uint32_t prev = t->ops ? OKV_TOKEN_NONE : OKV_TOKEN_BOS;
+  okv_status_t st = OKV_OK;
+  for (size_t i = 0; i < n; ++i) {
+    size_t nb = 0;
+    st = okv_tokenizer_piece(t, prev, ids[i], buf, cap, &nb);
+    if (st) break;
+    if (w < capacity) memcpy(out + w, buf, nb < capacity - w ? nb : capacity - w);
+    w += nb;
+    prev = ids[i];
+  }
+  okv_free(&t->allocator, buf);
+  if (st) return st;
+  if (w < capacity) out[w] = '\0';
+  *out_n_bytes = w;
   return OKV_OK;
 }

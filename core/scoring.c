@@ -1,0 +1,274 @@
+/* Scoring that scales with context (paper arXiv 2608.08097, "Predict", with
+ * two additions measured in docs/kernels.md "Scoring at long context"):
+ *  - summaries stored in cfg.summary_dtype (f32, or f16/bf16 with directed
+ *    rounding so that the Quest bound stays an upper bound);
+ *  - two-level scoring: one summary per group of OKV_SCORING_GROUP_BLOCKS
+ *    blocks (the elementwise min/max of its blocks' summaries, so the group's
+ *    score bounds every key of the group); the groups are scored first, then
+ *    only the blocks of each KV head's best `groups_kept` groups, and the top-K
+ *    is taken over those candidates. Flat scoring stays the reference.
+ * Owns the group summaries, their maintenance entry points and the two-level
+ * prediction pass. */
+#include "runtime_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define GB OKV_SCORING_GROUP_BLOCKS
+
+okv_status_t okv_rt_scoring_init(okv_runtime_t *rt, uint64_t n_host_blocks) {
+  const okv_runtime_config_t *c = &rt->cfg;
+  rt->groups_kept = 0;
+  if (c->scoring != OKV_SCORING_TWO_LEVEL || c->mode == OKV_MODE_DENSE) return OKV_OK;
+  uint32_t g = c->scoring_groups ? c->scoring_groups : c->budget_blocks / 4u;
+  if (g < 1) g = 1;
+  /* Groups must not straddle extents, and keeping every group is flat scoring. */
+  if (rt->extent_blocks % GB != 0 || (uint64_t)g * GB >= rt->max_blocks) return OKV_OK;
+  rt->groups_kept = g;
+  uint64_t n_seg = (uint64_t)c->max_seqs * c->n_kv_heads;
+  okv_status_t st = okv_hal_buffer_alloc(rt->device, OKV_TIER_DEVICE, n_host_blocks / GB * rt->summary_bytes,
+                                         &rt->group_summaries);
+  if (st != OKV_OK) return okv_status_annotate(st, "runtime: allocating group summaries (DEVICE tier)");
+  rt->append_gindex = okv_malloc(&rt->alloc, n_seg * sizeof(uint64_t));
+  rt->append_gfirst = okv_malloc(&rt->alloc, n_seg);
+  if (rt->append_gindex == NULL || rt->append_gfirst == NULL) return OKV_RT_HOST_OOM("group summary updates");
+  return OKV_OK;
+}
+
+okv_status_t okv_rt_scoring_ctx_init(okv_runtime_t *rt, okv_predict_ctx_t *ctx) {
+  if (rt->groups_kept == 0) return OKV_OK;
+  uint64_t n = (uint64_t)rt->cfg.max_seqs * rt->cfg.n_kv_heads * rt->groups_kept;
+  ctx->r_seg = okv_malloc(&rt->alloc, n * sizeof(uint32_t));
+  ctx->r_n = okv_malloc(&rt->alloc, n * sizeof(uint32_t));
+  ctx->r_sfirst = okv_malloc(&rt->alloc, n * sizeof(uint64_t));
+  ctx->r_cfirst = okv_malloc(&rt->alloc, n * sizeof(uint64_t));
+  ctx->cand_block = okv_malloc(&rt->alloc, n * GB * sizeof(uint32_t));
+  if (!ctx->r_seg || !ctx->r_n || !ctx->r_sfirst || !ctx->r_cfirst || !ctx->cand_block)
+    return OKV_RT_HOST_OOM("two-level scoring ranges");
+  return OKV_OK;
+}
+
+void okv_rt_scoring_ctx_free(okv_runtime_t *rt, okv_predict_ctx_t *ctx) {
+  void *arrs[] = {ctx->r_seg, ctx->r_n, ctx->r_sfirst, ctx->r_cfirst, ctx->cand_block};
+  for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) okv_rt_free(&rt->alloc, arrs[i]);
+  ctx->r_seg = ctx->r_n = ctx->cand_block = NULL;
+  ctx->r_sfirst = ctx->r_cfirst = NULL;
+}
+
+/* ---- group summaries ---- */
+
+okv_status_t okv_rt_groups_rebuild(okv_runtime_t *rt, okv_hal_stream_t *stream, uint32_t n,
+                                   okv_block_map_t *const *maps, const uint32_t *blocks) {
+  if (rt->group_summaries == NULL || n == 0) return OKV_OK;
+  uint64_t *src_first = okv_malloc(&rt->alloc, (size_t)n * sizeof(uint64_t));
+  uint64_t *dst = okv_malloc(&rt->alloc, (size_t)n * sizeof(uint64_t));
+  uint32_t *src_n = okv_malloc(&rt->alloc, (size_t)n * sizeof(uint32_t));
+  okv_status_t st = OKV_OK;
+  if (src_first == NULL || dst == NULL || src_n == NULL) {
+    st = OKV_RT_HOST_OOM("group summary rebuild");
+  } else {
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < n; i++) {
+      const okv_head_t *head = (const okv_head_t *)maps[i]; /* the map is okv_head_t's first member */
+      uint32_t nb = maps[i]->n_blocks, b0 = blocks[i] / GB * GB;
+      if (b0 >= nb) continue;
+      src_first[m] = okv_host_store_block(&rt->host, head->extents, b0);
+      dst[m] = src_first[m] / GB;
+      src_n[m] = nb - b0 < GB ? nb - b0 : GB;
+      m++;
+    }
+    okv_summary_reduce_desc_t d = {.head_dim = rt->cfg.head_dim,
+                                   .src = rt->summaries,
+                                   .src_dtype = rt->cfg.summary_dtype,
+                                   .dst = rt->group_summaries,
+                                   .dst_dtype = rt->cfg.summary_dtype,
+                                   .n = m,
+                                   .src_first = src_first,
+                                   .src_n = src_n,
+                                   .dst_index = dst};
+    if (m > 0) st = okv_hal_summary_reduce_async(stream, &d);
+  }
+  okv_rt_free(&rt->alloc, src_first);
+  okv_rt_free(&rt->alloc, dst);
+  okv_rt_free(&rt->alloc, src_n);
+  return st;
+}
+
+okv_status_t okv_rt_groups_rebuild_head(okv_runtime_t *rt, okv_hal_stream_t *stream, okv_head_t *head) {
+  if (rt->group_summaries == NULL) return OKV_OK;
+  uint32_t ng = ceil_div_u32(head->map.n_blocks, GB);
+  if (ng == 0) return OKV_OK;
+  okv_block_map_t **maps = okv_malloc(&rt->alloc, (size_t)ng * sizeof *maps);
+  uint32_t *blocks = okv_malloc(&rt->alloc, (size_t)ng * sizeof *blocks);
+  okv_status_t st = OKV_OK;
+  if (maps == NULL || blocks == NULL) {
+    st = OKV_RT_HOST_OOM("group summary rebuild");
+  } else {
+    for (uint32_t g = 0; g < ng; g++) {
+      maps[g] = &head->map;
+      blocks[g] = g * GB;
+    }
+    st = okv_rt_groups_rebuild(rt, stream, ng, maps, blocks);
+  }
+  okv_rt_free(&rt->alloc, maps);
+  okv_rt_free(&rt->alloc, blocks);
+  return st;
+}
+
+/* ---- two-level prediction ---- */
+
+static void sort_u32(uint32_t *v, uint32_t n) {
+  for (uint32_t i = 1; i < n; i++) {
+    uint32_t x = v[i], j = i;
+    while (j > 0 && v[j - 1] > x) {
+      v[j] = v[j - 1];
+      j--;
+    }
+    v[j] = x;
+  }
+}
+
+/* Same contract as okv_rt_predict_topk (results in ctx->host_topk / host_counts,
+ * K per segment, the active block excluded). Level 1 scores every group of
+ * every listed head (one launch per run of contiguous extents, like flat
+ * scoring) and keeps the best groups_kept; level 2 scores the blocks of those
+ * groups, listed in ascending block order so that ties break towards the lower
+ * block exactly as in flat scoring, and takes the top-K through an index map. */
+okv_status_t okv_rt_predict_two_level(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream,
+                                      uint32_t n_seqs, uint32_t layer, uint32_t T, uint32_t t_begin, uint32_t t_end,
+                                      double *bk_s) {
+  double t0 = okv_rt_bk_s();
+  const okv_runtime_config_t *c = &rt->cfg;
+  uint32_t H = c->n_kv_heads, E = rt->extent_blocks, GE = E / GB, G = rt->groups_kept, K = c->budget_blocks;
+  uint32_t n_seg = n_seqs * H;
+  uint64_t cand_stride = (uint64_t)G * GB;
+  for (uint32_t u = 0; u < n_seg; u++) ctx->seg_cursor[u] = 0;
+  okv_score_desc_t sd = {.n_seqs = n_seqs,
+                         .n_kv_heads = H,
+                         .group_size = rt->group_size,
+                         .head_dim = c->head_dim,
+                         .n_query_tokens = T,
+                         .t_begin = t_begin,
+                         .t_end = t_end,
+                         .q = ctx->q,
+                         .q_offset = 0,
+                         .summaries = rt->group_summaries,
+                         .seg_summary_first = ctx->seg_summary_first,
+                         .seg_n_blocks = ctx->seg_n,
+                         .scores = ctx->scores,
+                         .seg_score_first = ctx->seg_score_first,
+                         .summary_dtype = c->summary_dtype};
+  okv_status_t st = OKV_OK;
+  /* Level 1: groups. */
+  for (;;) {
+    bool any = false;
+    for (uint32_t s = 0; s < n_seqs; s++) {
+      const okv_seq_t *seq = ctx->seqs[s];
+      uint32_t nb = seq ? n_blocks_of(seq->n_tokens[layer]) : 0;
+      uint32_t ng = ceil_div_u32(nb, GB), need = ceil_div_u32(nb, E);
+      for (uint32_t h = 0; h < H; h++) {
+        uint32_t u = s * H + h, cur = ctx->seg_cursor[u];
+        ctx->seg_summary_first[u] = 0;
+        ctx->seg_n[u] = 0;
+        ctx->seg_score_first[u] = 0;
+        if (cur >= need) continue;
+        const okv_head_t *hd = seq_head(rt, seq, layer, h);
+        uint32_t start = hd->extents[cur], run = 1;
+        while (cur + run < need && hd->extents[cur + run] == start + run) run++;
+        uint32_t first_group = cur * GE, n = run * GE;
+        if (n > ng - first_group) n = ng - first_group;
+        ctx->seg_summary_first[u] = (uint64_t)start * GE;
+        ctx->seg_n[u] = n;
+        ctx->seg_score_first[u] = (uint64_t)u * rt->max_blocks + first_group;
+        ctx->seg_cursor[u] = cur + run;
+        any = true;
+      }
+    }
+    if (!any) break;
+    *bk_s += okv_rt_bk_s() - t0;
+    st = okv_hal_score_blocks_async(stream, &sd);
+    t0 = okv_rt_bk_s();
+    if (st != OKV_OK) return okv_status_annotate(st, "runtime: scoring the groups of layer %u", layer);
+  }
+  for (uint32_t s = 0; s < n_seqs; s++) {
+    const okv_seq_t *seq = ctx->seqs[s];
+    uint32_t ng = seq ? ceil_div_u32(n_blocks_of(seq->n_tokens[layer]), GB) : 0;
+    for (uint32_t h = 0; h < H; h++) {
+      ctx->seg_score_first[s * H + h] = (uint64_t)(s * H + h) * rt->max_blocks;
+      ctx->topk_n[s * H + h] = ng;
+    }
+  }
+  okv_topk_desc_t td = {.n_segments = n_seg,
+                        .k = G,
+                        .scores = ctx->scores,
+                        .seg_score_first = ctx->seg_score_first,
+                        .seg_n = ctx->topk_n,
+                        .out_indices = ctx->topk,
+                        .out_counts = ctx->counts};
+  *bk_s += okv_rt_bk_s() - t0;
+  st = okv_hal_topk_async(stream, &td);
+  if (st == OKV_OK) st = okv_hal_stream_synchronize(stream);
+  if (st == OKV_OK) st = okv_hal_buffer_read(ctx->topk, 0, ctx->host_topk, (uint64_t)n_seg * G * 4u);
+  if (st == OKV_OK) st = okv_hal_buffer_read(ctx->counts, 0, ctx->host_counts, (uint64_t)n_seg * 4u);
+  if (st != OKV_OK) return okv_status_annotate(st, "runtime: top groups of layer %u", layer);
+  /* Level 2: the blocks of the kept groups, ascending. */
+  t0 = okv_rt_bk_s();
+  uint32_t nr = 0, n_excl = 0;
+  for (uint32_t s = 0; s < n_seqs; s++) {
+    const okv_seq_t *seq = ctx->seqs[s];
+    uint32_t nb = seq ? n_blocks_of(seq->n_tokens[layer]) : 0;
+    for (uint32_t h = 0; h < H; h++) {
+      uint32_t u = s * H + h, pos = 0;
+      uint64_t cfirst = (uint64_t)u * cand_stride;
+      ctx->excl_offsets[u] = n_excl;
+      ctx->seg_score_first[u] = cfirst;
+      if (nb > 0) {
+        const okv_head_t *hd = seq_head(rt, seq, layer, h);
+        uint32_t *groups = &ctx->host_topk[(size_t)u * G];
+        uint32_t cg = ctx->host_counts[u];
+        sort_u32(groups, cg);
+        for (uint32_t i = 0; i < cg; i++) {
+          uint32_t b0 = groups[i] * GB, n = nb - b0 < GB ? nb - b0 : GB;
+          ctx->r_seg[nr] = u;
+          ctx->r_sfirst[nr] = okv_host_store_block(&rt->host, hd->extents, b0);
+          ctx->r_n[nr] = n;
+          ctx->r_cfirst[nr] = cfirst + pos;
+          nr++;
+          for (uint32_t j = 0; j < n; j++) {
+            if (b0 + j == nb - 1u) ctx->excl_blocks[n_excl++] = pos + j; /* the active block */
+            ctx->cand_block[cfirst + pos + j] = b0 + j;
+          }
+          pos += n;
+        }
+      }
+      ctx->topk_n[u] = pos;
+    }
+  }
+  ctx->excl_offsets[n_seg] = n_excl;
+  okv_score_desc_t sd2 = sd;
+  sd2.summaries = rt->summaries;
+  sd2.n_ranges = nr;
+  sd2.range_seg = ctx->r_seg;
+  sd2.range_summary_first = ctx->r_sfirst;
+  sd2.range_n_blocks = ctx->r_n;
+  sd2.range_score_first = ctx->r_cfirst;
+  okv_topk_desc_t td2 = {.n_segments = n_seg,
+                         .k = K,
+                         .scores = ctx->scores,
+                         .seg_score_first = ctx->seg_score_first,
+                         .seg_n = ctx->topk_n,
+                         .excl_offsets = ctx->excl_offsets,
+                         .excl_blocks = ctx->excl_blocks,
+                         .out_indices = ctx->topk,
+                         .out_counts = ctx->counts,
+                         .index_map = ctx->cand_block};
+  *bk_s += okv_rt_bk_s() - t0;
+  if (nr > 0) st = okv_hal_score_blocks_async(stream, &sd2);
+  if (st != OKV_OK) return okv_status_annotate(st, "runtime: scoring the kept groups' blocks of layer %u", layer);
+  st = okv_hal_topk_async(stream, &td2);
+  if (st == OKV_OK) st = okv_hal_stream_synchronize(stream);
+  if (st == OKV_OK) st = okv_hal_buffer_read(ctx->topk, 0, ctx->host_topk, (uint64_t)n_seg * K * 4u);
+  if (st == OKV_OK) st = okv_hal_buffer_read(ctx->counts, 0, ctx->host_counts, (uint64_t)n_seg * 4u);
+  if (st != OKV_OK) return okv_status_annotate(st, "runtime: top-K of layer %u", layer);
+  return OKV_OK;
+}

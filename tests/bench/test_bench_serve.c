@@ -1,0 +1,318 @@
+/* `oasiskv bench serve` end to end on a tiny shape (a few steps, seconds),
+ * checked through its JSON: every mode present with the required keys,
+ * values in range, the cap respected, offload's traffic hand-computed; trace
+ * replay; `oasiskv eval --trace` (stories260K, oracle drafter: the layer-0
+ * draft query of position p is the real query of p + 1); bad options; and
+ * `oasiskv info` showing the emulated link.
+ * usage: test_bench_serve <path to oasiskv> <shared dir> */
+#include <json-c/json.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/common/test_common.h"
+#include "tools/kv_trace.h"
+
+static const char *g_cli, *g_shared;
+static char g_dir[256];
+
+/* Runs the CLI with `args` (a shell-quoted string), stdout to out_path (or /dev/null), stderr to dir/err.
+ * Returns the exit status. */
+static int run_cli(const char *args, const char *out_path) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "'%s' %s >'%s' 2>'%s/err'", g_cli, args, out_path ? out_path : "/dev/null", g_dir);
+  int rc = system(cmd);
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static void show_stderr(void) {
+  char path[300], line[512];
+  snprintf(path, sizeof path, "%s/err", g_dir);
+  FILE *f = fopen(path, "r");
+  while (f && fgets(line, sizeof line, f)) print_message("  | %s", line);
+  if (f) fclose(f);
+}
+
+static int stderr_lines(void) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/err", g_dir);
+  FILE *f = fopen(path, "r");
+  int n = 0, c;
+  while (f && (c = fgetc(f)) != EOF) n += c == '\n';
+  if (f) fclose(f);
+  return n;
+}
+
+static double num(json_object *o, const char *key) {
+  json_object *v = NULL;
+  if (!json_object_object_get_ex(o, key, &v) || v == NULL) {
+    print_error("JSON key '%s' missing or null\n", key);
+    fail();
+  }
+  return json_object_get_double(v);
+}
+
+static const char *str(json_object *o, const char *key) {
+  json_object *v = NULL;
+  if (!json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_string)) {
+    print_error("JSON key '%s' missing or not a string\n", key);
+    fail();
+  }
+  return json_object_get_string(v);
+}
+
+/* The common run: tiny shape (8 query / 2 KV heads, head_dim 64: 4 KiB blocks), 2 layers, 1024-token prompts,
+ * K = 16, fetch ratio 0.25 (C = 4), a 0.5 GB/s emulated link. */
+#define SMOKE_ARGS                                                                                           \
+  "bench serve --shape tiny --layers 2 --context 1024 --decode 3 --warmup 1 --device-gib 0.006 --budget 16 " \
+  "--fetch-ratio 0.25 --link-gbps 0.5 --link-latency-us 5 --recall-steps 1 --recall-seqs 1 --time-budget 20 "
+
+static void test_serve_all_modes(void **state) {
+  (void)state;
+  char json[300], args[1024];
+  snprintf(json, sizeof json, "%s/serve.json", g_dir);
+  snprintf(args, sizeof args, SMOKE_ARGS "--json '%s'", json);
+  int rc = run_cli(args, NULL);
+  if (rc != 0) show_stderr();
+  assert_int_equal(rc, 0);
+  json_object *arr = json_object_from_file(json);
+  assert_non_null(arr);
+  assert_true(json_object_is_type(arr, json_type_array));
+  assert_int_equal(json_object_array_length(arr), 5);
+  static const char *const modes[5] = {"dense", "offload", "ondemand", "proxy", "oasis"};
+  const double H = 2, L = 2, bb = 2.0 * 16 * 64 * 2, C = 4; /* C = ceil(0.25 * 16) */
+  double conc[5];
+  for (size_t i = 0; i < 5; i++) {
+    json_object *o = json_object_array_get_idx(arr, i);
+    assert_string_equal(str(o, "mode"), modes[i]);
+    assert_string_equal(str(o, "source"), "generator");
+    double tps = num(o, "tokens_per_second"), util = num(o, "link_utilization"), stall = num(o, "stall_fraction");
+    double recall = num(o, "recall"), bytes = num(o, "bytes_per_step"), steps = num(o, "steps");
+    conc[i] = num(o, "concurrent_sequences");
+    print_message("%-8s seqs %.0f tok/s %.1f bytes/step %.0f util %.3f stall %.3f recall %.3f\n", modes[i], conc[i],
+                  tps, bytes, util, stall, recall);
+    assert_true(conc[i] >= 1);
+    assert_true(steps >= 1 && steps <= 3);
+    assert_true(tps > 0 && isfinite(tps));
+    /* tokens/s = sequences x steps / measured time, and time = steps x step_seconds. */
+    assert_true(fabs(tps * num(o, "step_seconds") - conc[i]) <= 1e-6 * conc[i]);
+    assert_true(util >= 0 && util <= 1.1); /* a paced link cannot carry much more than its budget */
+    assert_true(stall >= 0 && stall <= 1);
+    assert_true(recall >= 0 && recall <= 1);
+    assert_true(bytes >= 0);
+    assert_true(fabs(num(o, "link_budget_bytes_per_step") - 0.5e9 * num(o, "step_seconds")) <=
+                1e-6 * num(o, "link_budget_bytes_per_step"));
+    if (i == 0 || i == 1) assert_true(recall == 1.0); /* dense and offload attend to every block */
+    if (i >= 3) { /* proxy, oasis: the cap, C new blocks per KV head per step, plus one active block refresh */
+      double fetch = num(o, "fetch_bytes_per_step"), append = num(o, "append_bytes_per_step");
+      assert_true(fabs(num(o, "cap_bytes_per_step") - C * H * L * bb * conc[i]) < 0.5);
+      assert_true(fetch <= C * H * L * bb * conc[i]);
+      assert_true(append <= 2 * H * L * bb * conc[i]); /* the active block, and at a block boundary the one before */
+      assert_true(bytes <= (C + 2) * H * L * bb * conc[i]);
+      assert_true(fabs(bytes - fetch - append) < 1.0);
+    }
+    if (i == 1) { /* offload streams every block of every head each step: prompt 1024 + 1 warm-up token */
+      double lo = conc[i] * L * H * 65 * bb, hi = conc[i] * L * H * 65 * bb; /* positions 1025..1027: 65 blocks */
+      assert_true(bytes >= lo - 0.5 && bytes <= hi + 0.5);
+    }
+  }
+  /* Equal DEVICE memory: a working set of 17 + 4 slots per head (plus summaries) is smaller than 65 blocks. */
+  assert_true(conc[4] > conc[0]);
+  assert_true(conc[3] > conc[0]);
+  assert_true(conc[2] > conc[0]);
+  json_object_put(arr);
+}
+
+/* A synthetic trace (2 layers, 4 query / 2 KV heads, head_dim 16, 3 windows of 200 positions) replayed at the
+ * tiny shape: the prompt is tiled from the windows. */
+static void test_serve_trace_replay(void **state) {
+  (void)state;
+  char tr[300], json[300], args[1024];
+  snprintf(tr, sizeof tr, "%s/synth.trace", g_dir);
+  snprintf(json, sizeof json, "%s/trace.json", g_dir);
+  okv_kv_trace_shape_t sh = {2, 4, 2, 16, true};
+  okv_kv_trace_writer_t w;
+  OKV_ASSERT_OK(okv_kv_trace_open(tr, &sh, &w));
+  okv_test_rng_t rng;
+  okv_test_rng_seed(&rng, 42);
+  float k[32], q[64], qd[64];
+  for (uint32_t win = 0; win < 3; win++)
+    for (uint32_t p = 0; p < 200; p++)
+      for (uint32_t l = 0; l < 2; l++) {
+        for (int i = 0; i < 32; i++) k[i] = okv_test_rng_normal(&rng);
+        for (int i = 0; i < 64; i++) {
+          q[i] = 2.0f * okv_test_rng_normal(&rng);
+          qd[i] = q[i] + 0.1f * okv_test_rng_normal(&rng);
+        }
+        OKV_ASSERT_OK(okv_kv_trace_write(&w, win, p, l, k, q, qd));
+      }
+  OKV_ASSERT_OK(okv_kv_trace_close(&w));
+  snprintf(args, sizeof args,
+           "bench serve --shape tiny --context 512 --decode 2 --warmup 1 --device-gib 0.006 --budget 8 "
+           "--link-gbps 0.5 --modes oasis,proxy --recall-steps 1 --recall-seqs 1 --trace '%s' --json '%s'",
+           tr, json);
+  int rc = run_cli(args, NULL);
+  if (rc != 0) show_stderr();
+  assert_int_equal(rc, 0);
+  json_object *arr = json_object_from_file(json);
+  assert_non_null(arr);
+  assert_int_equal(json_object_array_length(arr), 2);
+  for (size_t i = 0; i < 2; i++) {
+    json_object *o = json_object_array_get_idx(arr, i);
+    assert_string_equal(str(o, "source"), "trace");
+    double recall = num(o, "recall");
+    assert_true(recall >= 0 && recall <= 1);
+    assert_true(num(o, "recall_samples") >= 1);
+    assert_true(num(o, "tokens_per_second") > 0);
+  }
+  json_object_put(arr);
+  /* A trace whose windows are shorter than the replayed steps is refused with one line. */
+  snprintf(args, sizeof args, "bench serve --shape tiny --context 512 --decode 300 --trace '%s'", tr);
+  assert_int_equal(run_cli(args, NULL), 1);
+  assert_int_equal(stderr_lines(), 1);
+  unlink(tr);
+  unlink(json);
+}
+
+/* oasiskv eval --trace on stories260K with the oracle drafter: shape, every position, and in layer 0 (a
+ * function of the token and its position only) the draft query made at p equals the real query of p + 1. */
+static void test_eval_trace(void **state) {
+  (void)state;
+  char model[512], tok[512], text[512], tr[300], args[2048];
+  snprintf(model, sizeof model, "%s/models/stories260K.bin", g_shared);
+  snprintf(tok, sizeof tok, "%s/models/tok512.bin", g_shared);
+  snprintf(text, sizeof text, "%s/data/tinystories_val.txt", g_shared);
+  if (access(model, R_OK) || access(tok, R_OK) || access(text, R_OK)) skip();
+  snprintf(tr, sizeof tr, "%s/eval.trace", g_dir);
+  snprintf(args, sizeof args,
+           "eval --model '%s' --tokenizer '%s' --text '%s' --bytes 400 --windows 2 --mode oasis --drafter oracle "
+           "--budget 2 --trace '%s'",
+           model, tok, text, tr);
+  int rc = run_cli(args, NULL);
+  if (rc != 0) show_stderr();
+  assert_int_equal(rc, 0);
+  okv_kv_trace_t t;
+  OKV_ASSERT_OK(okv_kv_trace_load(tr, &t));
+  assert_int_equal(t.shape.n_layers, 5);
+  assert_int_equal(t.shape.n_q_heads, 8);
+  assert_int_equal(t.shape.n_kv_heads, 4);
+  assert_int_equal(t.shape.head_dim, 8);
+  assert_true(t.shape.has_draft);
+  assert_int_equal(t.n_windows, 2);
+  for (uint32_t w = 0; w < 2; w++) {
+    assert_true(t.n_positions[w] > 50);
+    for (uint32_t p = 0; p + 1 < t.n_positions[w]; p++) {
+      const float *qd = okv_kv_trace_qd(&t, w, p, 0), *qn = okv_kv_trace_q(&t, w, p + 1, 0);
+      for (uint32_t i = 0; i < 64; i++) assert_true(fabsf(qd[i] - qn[i]) <= 1e-5f * (1.0f + fabsf(qn[i])));
+    }
+    /* Deeper layers see the context: the draft differs from the next real query somewhere. */
+    double diff = 0;
+    for (uint32_t p = 0; p + 1 < t.n_positions[w]; p++) {
+      const float *qd = okv_kv_trace_qd(&t, w, p, 4), *qn = okv_kv_trace_q(&t, w, p + 1, 4);
+      for (uint32_t i = 0; i < 64; i++) diff += fabs((double)qd[i] - qn[i]);
+    }
+    assert_true(diff > 0);
+  }
+  okv_kv_trace_free(&t);
+  /* --trace needs the oasis run. */
+  snprintf(args, sizeof args, "eval --model '%s' --tokenizer '%s' --text '%s' --mode proxy --trace '%s'", model, tok,
+           text, tr);
+  assert_int_equal(run_cli(args, NULL), 2);
+  assert_int_equal(stderr_lines(), 1);
+  unlink(tr);
+}
+
+static void test_serve_bad_options(void **state) {
+  (void)state;
+  static const char *const bad[] = {
+      "bench serve --shape nope",
+      "bench serve --layers 40",
+      "bench serve --contexts 1024,x",
+      "bench serve --modes dense,fast",
+      "bench serve --device-gib 0",
+      "bench serve --link-gbps -1",
+      "bench serve --fetch-ratio 1.5",
+      "bench serve --no-such-option",
+      "bench serve --fetch-ratio auto:2",
+      "bench serve --draft-rho 2",
+      "bench serve --trace /nonexistent/none.trace --shape tiny --context 64",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    int rc = run_cli(bad[i], NULL);
+    if (rc == 0 || rc >= 126 || stderr_lines() != 1) {
+      print_error("'%s': exit %d, %d stderr lines\n", bad[i], rc, stderr_lines());
+      show_stderr();
+      fail();
+    }
+  }
+  /* --fetch-ratio auto:MAX: the runtime's self-tuning cap, within 1..ceil(MAX * K) blocks per KV head. */
+  char json[300], args[1024];
+  snprintf(json, sizeof json, "%s/auto.json", g_dir);
+  snprintf(args, sizeof args, SMOKE_ARGS "--modes oasis --fetch-ratio 0.1,auto:0.25 --json '%s'", json);
+  int rc = run_cli(args, NULL);
+  if (rc != 0) show_stderr();
+  assert_int_equal(rc, 0);
+  json_object *arr = json_object_from_file(json);
+  assert_non_null(arr);
+  assert_int_equal(json_object_array_length(arr), 2);
+  json_object *fixed = json_object_array_get_idx(arr, 0), *autor = json_object_array_get_idx(arr, 1);
+  assert_true(num(fixed, "fetch_ratio") == 0.1);
+  assert_string_equal(str(autor, "fetch_ratio"), "auto");
+  assert_true(num(autor, "fetch_ratio_max") == 0.25);
+  double c = num(autor, "cap_blocks_mean"), seqs = num(autor, "concurrent_sequences");
+  assert_true(c >= 1.0 && c <= 4.0);
+  assert_true(num(autor, "fetch_bytes_per_step") <= 4.0 * 2 * 2 * 4096 * seqs);
+  assert_true(fabs(num(autor, "cap_bytes_per_step") - 4.0 * 2 * 2 * 4096 * seqs) < 0.5);
+  json_object_put(arr);
+  unlink(json);
+}
+
+/* oasiskv info shows the emulated link it was asked for. */
+static void test_info_link(void **state) {
+  (void)state;
+  char out[300];
+  snprintf(out, sizeof out, "%s/info.json", g_dir);
+  assert_int_equal(run_cli("info --json --link-gbps 1.5 --link-latency-us 20", out), 0);
+  json_object *root = json_object_from_file(out), *backends = NULL;
+  assert_non_null(root);
+  assert_true(json_object_object_get_ex(root, "backends", &backends));
+  json_object *cpu = json_object_array_get_idx(backends, 0), *devs = NULL, *link = NULL;
+  assert_string_equal(str(cpu, "name"), "cpu");
+  assert_true(json_object_object_get_ex(cpu, "devices", &devs));
+  assert_true(json_object_object_get_ex(json_object_array_get_idx(devs, 0), "link", &link));
+  assert_true(num(link, "bytes_per_second") == 1.5e9);
+  assert_true(fabs(num(link, "latency_seconds") - 20e-6) < 1e-12);
+  json_object_put(root);
+  assert_int_equal(run_cli("info --json", out), 0); /* no link asked: none shown */
+  root = json_object_from_file(out);
+  json_object_object_get_ex(root, "backends", &backends);
+  json_object_object_get_ex(json_object_array_get_idx(backends, 0), "devices", &devs);
+  assert_false(json_object_object_get_ex(json_object_array_get_idx(devs, 0), "link", &link));
+  json_object_put(root);
+  assert_int_equal(run_cli("info --link-gbps nan", NULL), 2);
+  unlink(out);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: test_bench_serve <oasiskv> <shared dir>\n");
+    return 2;
+  }
+  g_cli = argv[1];
+  g_shared = argv[2];
+  snprintf(g_dir, sizeof g_dir, "/tmp/okv-bench-serve-XXXXXX");
+  if (!mkdtemp(g_dir)) return 1;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_serve_all_modes), cmocka_unit_test(test_serve_trace_replay),
+      cmocka_unit_test(test_eval_trace),      cmocka_unit_test(test_serve_bad_options),
+      cmocka_unit_test(test_info_link),
+  };
+  int rc = cmocka_run_group_tests_name("bench_serve", tests, NULL, NULL);
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+  if (system(cmd) != 0) rc = rc ? rc : 1;
+  return rc;
+}
