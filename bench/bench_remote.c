@@ -43,7 +43,7 @@
 extern char **environ;
 
 #define BLOCK_BYTES 8192u /* 16 tokens x head_dim 128 x bf16 x (K + V) */
-#define MAX_POINTS 16
+#define MAX_POINTS  16
 
 typedef struct opts_t {
   const char *transport;
@@ -60,7 +60,8 @@ typedef struct opts_t {
 
 typedef struct point_t {
   uint32_t batch;
-  double mibps[2];      /* random, hot */
+  double memcpy_mibps; /* the random pattern as plain memcpy from a local copy: the memory's own ceiling */
+  double mibps[2];     /* random, hot */
   double us_per_batch[2];
   uint64_t n_batches[2];
 } point_t;
@@ -145,8 +146,8 @@ static int parse_args(int argc, char **argv, opts_t *o) {
       char buf[256];
       snprintf(buf, sizeof buf, "%s", v);
       for (char *save = NULL, *t = strtok_r(buf, ",", &save); ok && t; t = strtok_r(NULL, ",", &save)) {
-        ok = o->n_batches < MAX_POINTS && parse_u32(t, &o->batches[o->n_batches]) &&
-             o->batches[o->n_batches] >= 1 && o->batches[o->n_batches] <= 65536;
+        ok = o->n_batches < MAX_POINTS && parse_u32(t, &o->batches[o->n_batches]) && o->batches[o->n_batches] >= 1 &&
+             o->batches[o->n_batches] <= 65536;
         o->n_batches++;
       }
       ok = ok && o->n_batches > 0;
@@ -201,6 +202,20 @@ static int measure(okv_remote_client_t *c, uint64_t n_blocks, uint32_t batch, bo
       return 0;
     }
   }
+}
+
+/* The random pattern as local memcpy (no UCX): what this machine's memory gives for it. */
+static double measure_memcpy(const uint8_t *kv, uint64_t n_blocks, uint32_t batch, double seconds, uint8_t *dst,
+                             uint64_t *rng) {
+  double t0 = okv_cli_now_s(), el = 0;
+  uint64_t done = 0;
+  do {
+    for (uint32_t i = 0; i < batch; ++i)
+      memcpy(dst + (size_t)i * BLOCK_BYTES, kv + (okv_cli_rng_next(rng) % n_blocks) * BLOCK_BYTES, BLOCK_BYTES);
+    done += batch;
+    el = okv_cli_now_s() - t0;
+  } while (el < seconds);
+  return (double)done * BLOCK_BYTES / el / (1024.0 * 1024.0);
 }
 
 /* ---- ucx_perftest ---- */
@@ -278,8 +293,8 @@ static double perftest_once(const char *test, uint32_t n, const char *extra) {
   double val = -1;
   for (int attempt = 0; attempt < 50 && val < 0; ++attempt) {
     usleep(attempt == 0 ? 150000 : 100000); /* the server's bootstrap socket comes up */
-    char *cli_argv[16] = {"ucx_perftest", "127.0.0.1", "-p", portstr, "-t", (char *)test, "-s", "8192",
-                          "-n",           nstr,        "-w", wstr,    "-v", NULL};
+    char *cli_argv[16] = {"ucx_perftest", "127.0.0.1", "-p", portstr, "-t", (char *)test, "-s",
+                          "8192",         "-n",        nstr, "-w",    wstr, "-v",         NULL};
     if (extra) {
       cli_argv[13] = "-O";
       cli_argv[14] = (char *)extra;
@@ -314,8 +329,8 @@ static double perftest_once(const char *test, uint32_t n, const char *extra) {
       if (t[0] >= '0' && t[0] <= '9') line = t;
     }
     double f[8];
-    if (line && sscanf(line, "%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf", &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &f[6],
-                       &f[7]) == 8)
+    if (line &&
+        sscanf(line, "%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf", &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &f[6], &f[7]) == 8)
       val = f[5];
     break;
   }
@@ -421,6 +436,7 @@ int okv_cli_bench_remote(int argc, char **argv) {
     }
     for (uint32_t p = 0; p < o.n_batches && !exit_code; ++p) {
       pts[p].batch = o.batches[p];
+      pts[p].memcpy_mibps = measure_memcpy(kv, n_blocks, o.batches[p], o.seconds / 2, dst, &rng);
       for (int k = 0; k < 2 && !exit_code; ++k)
         exit_code = measure(client, n_blocks, o.batches[p], k == 1, o.seconds, dst, gets, &rng, &pts[p], k);
     }
@@ -465,6 +481,7 @@ int okv_cli_bench_remote(int argc, char **argv) {
     for (uint32_t p = 0; p < o.n_batches; ++p) {
       json_object *r = json_object_new_object();
       json_object_object_add(r, "batch_blocks", json_object_new_int64(pts[p].batch));
+      json_object_object_add(r, "local_memcpy_random_mib_per_s", json_object_new_double(pts[p].memcpy_mibps));
       static const char *const names[2] = {"random", "hot"};
       for (int k = 0; k < 2; ++k) {
         json_object *a = json_object_new_object();
@@ -488,12 +505,13 @@ int okv_cli_bench_remote(int argc, char **argv) {
            pt_put, pt_am, best);
   else if (o.perftest)
     printf("ucx_perftest: could not run (is ucx-utils installed?); no ratio\n");
-  printf("%8s  %12s %10s %7s  %12s %10s %7s\n", "batch", "random MB/s", "us/batch", "ratio", "hot MB/s", "us/batch",
-         "ratio");
+  printf("ratio = ours / ucx_perftest best; memcpy = the random pattern copied locally (this machine's memory)\n");
+  printf("%8s  %12s %10s %7s %12s  %12s %10s %7s\n", "batch", "random MB/s", "us/batch", "ratio", "memcpy MB/s",
+         "hot MB/s", "us/batch", "ratio");
   for (uint32_t p = 0; p < o.n_batches; ++p) {
-    printf("%8u  %12.1f %10.1f %7.3f  %12.1f %10.1f %7.3f\n", pts[p].batch, pts[p].mibps[0], pts[p].us_per_batch[0],
-           best > 0 ? pts[p].mibps[0] / best : NAN, pts[p].mibps[1], pts[p].us_per_batch[1],
-           best > 0 ? pts[p].mibps[1] / best : NAN);
+    printf("%8u  %12.1f %10.1f %7.3f %12.1f  %12.1f %10.1f %7.3f\n", pts[p].batch, pts[p].mibps[0],
+           pts[p].us_per_batch[0], best > 0 ? pts[p].mibps[0] / best : NAN, pts[p].memcpy_mibps, pts[p].mibps[1],
+           pts[p].us_per_batch[1], best > 0 ? pts[p].mibps[1] / best : NAN);
   }
   return 0;
 }

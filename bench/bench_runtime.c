@@ -107,9 +107,9 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
       usage();
       return 1;
     }
-    static const char *const valued[] = {"--backend", "--seqs",     "--context",     "--layers", "--budget", "--steps",
-                                         "--warmup",  "--host-gib", "--fetch-ratio", "--noise",  "--project",
-                                         "--scoring", "--groups",   "--summary-dtype", "--locality"};
+    static const char *const valued[] = {"--backend", "--seqs",    "--context",  "--layers",        "--budget",
+                                         "--steps",   "--warmup",  "--host-gib", "--fetch-ratio",   "--noise",
+                                         "--project", "--scoring", "--groups",   "--summary-dtype", "--locality"};
     bool known = false;
     for (size_t j = 0; j < sizeof valued / sizeof valued[0]; j++) known |= strcmp(a, valued[j]) == 0;
     if (!known) {

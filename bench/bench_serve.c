@@ -501,9 +501,17 @@ typedef struct serve_result_t {
   uint32_t context, concurrent, steps, recall_samples;
   double tokens_per_second, step_seconds, load_seconds;
   double bytes_per_step, fetch_bytes_per_step, append_bytes_per_step, link_budget_bytes_per_step, cap_bytes_per_step;
-  double link_utilization, stall_fraction, recall;
+  double link_utilization, recall;
+  /* Foreground time that is neither the model's work (weights), attention nor writing the new tokens, / step
+   * time: waits for fetched blocks, for the pipeline, for the active-block refresh over the link, and the
+   * runtime's own bookkeeping (offload: waits for its copies). */
+  double stall_fraction;
+  double runtime_stall_fraction; /* what the runtime counts (stats stall_seconds) + the wait in step_end */
   double weights_seconds_per_step, attention_seconds_per_step;
-  double fetch_ratio; /* with auto: its maximum */
+  double layer_seconds_per_step;    /* runtime modes: wall time inside okv_runtime_step_layer */
+  double step_end_seconds_per_step; /* runtime modes: wall time inside okv_runtime_step_end */
+  double append_seconds_per_step;   /* runtime stats append_seconds (HOST writes of the new tokens) */
+  double fetch_ratio;               /* with auto: its maximum */
   bool fetch_auto;
   double cap_blocks_mean; /* auto: the mean C the runtime chose (okv_runtime_cap_state), sampled each step */
   double step_list[64];
@@ -847,7 +855,7 @@ static void run_runtime(serve_t *s, serve_mode_t m, uint32_t ctx, serve_result_t
       }
     }
     if (i == warmup) okv_runtime_stats_reset(rt);
-    double ts = okv_cli_now_s(), tw = 0;
+    double ts = okv_cli_now_s(), tw = 0, tl = 0;
     st = okv_runtime_step_begin(rt, B, ids, T);
     for (uint32_t l = 0; l < s->L && st == OKV_OK; l++) {
       size_t si = (size_t)i * s->L + l;
@@ -855,8 +863,10 @@ static void run_runtime(serve_t *s, serve_mode_t m, uint32_t ctx, serve_result_t
       st = weights_read(&s->w, 0.5); /* attention projections and what comes before attention */
       tw += okv_cli_now_s() - w0;
       if (st) break;
+      w0 = okv_cli_now_s();
       st = okv_runtime_step_layer(rt, l, in.k + si * in.kv_n, in.v + si * in.kv_n, in.q + si * in.q_n,
                                   T > 1 ? in.draft + si * in.d_n : NULL, out);
+      tl += okv_cli_now_s() - w0;
       if (st) break;
       if (recall_step) /* the working set attention just used (the layer's selection is waited for) */
         for (uint32_t j = 0; j < rc.n_samples && st == OKV_OK; j++) {
@@ -907,6 +917,9 @@ static void run_runtime(serve_t *s, serve_mode_t m, uint32_t ctx, serve_result_t
       if (s->cur_auto && okv_status_consume(okv_runtime_cap_state(rt, &cs)) == OKV_STATUS_OK)
         r->cap_blocks_mean += cs.cap_blocks;
       cum.attention_seconds += ss.attention_seconds;
+      cum.append_seconds += ss.append_seconds;
+      r->layer_seconds_per_step += tl;
+      r->step_end_seconds_per_step += te;
       t_meas += dt;
       t_weights += tw;
       if (r->n_step_list < 64) r->step_list[r->n_step_list++] = dt;
@@ -924,9 +937,14 @@ static void run_runtime(serve_t *s, serve_mode_t m, uint32_t ctx, serve_result_t
   r->fetch_bytes_per_step = (double)cum.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE] / measured;
   r->append_bytes_per_step = (double)cum.append_bytes / measured;
   r->bytes_per_step = r->fetch_bytes_per_step + r->append_bytes_per_step;
-  r->stall_fraction = cum.stall_seconds / t_meas;
+  r->runtime_stall_fraction = cum.stall_seconds / t_meas;
+  double busy = t_weights + cum.attention_seconds + cum.append_seconds;
+  r->stall_fraction = t_meas > busy ? (t_meas - busy) / t_meas : 0.0;
   r->weights_seconds_per_step = t_weights / measured;
   r->attention_seconds_per_step = cum.attention_seconds / measured;
+  r->layer_seconds_per_step /= measured;
+  r->step_end_seconds_per_step /= measured;
+  r->append_seconds_per_step = cum.append_seconds / measured;
   if (m != SM_DENSE) { /* with auto: the bound of its maximum ratio */
     uint32_t C = (uint32_t)ceil(c.fetch_ratio * s->K - 1e-9);
     if (C < 1) C = 1;
@@ -1184,7 +1202,8 @@ static void run_offload(serve_t *s, uint32_t ctx, serve_result_t *r) {
   r->tokens_per_second = (double)B * measured / t_meas;
   r->fetch_bytes_per_step = bytes / measured;
   r->bytes_per_step = r->fetch_bytes_per_step;
-  r->stall_fraction = t_stall / t_meas;
+  r->runtime_stall_fraction = t_stall / t_meas; /* the layers' spans minus their attention kernels */
+  r->stall_fraction = t_meas > t_weights + t_att ? (t_meas - t_weights - t_att) / t_meas : 0.0;
   r->weights_seconds_per_step = t_weights / measured;
   r->attention_seconds_per_step = t_att / measured;
   r->recall = 1.0; /* every block is attended */
@@ -1309,11 +1328,17 @@ static json_object *result_json(const serve_t *s, const serve_result_t *r) {
   json_num(o, "link_budget_bytes_per_step", r->link_budget_bytes_per_step);
   json_num(o, "link_utilization", r->link_utilization);
   json_num(o, "stall_fraction", r->stall_fraction);
+  json_num(o, "runtime_stall_fraction", r->runtime_stall_fraction);
   json_num(o, "recall", r->recall);
   json_object_object_add(o, "recall_samples", json_object_new_int64(r->recall_samples));
   json_num(o, "load_seconds", r->load_seconds);
   json_num(o, "weights_seconds_per_step", r->weights_seconds_per_step);
   json_num(o, "attention_seconds_per_step", r->attention_seconds_per_step);
+  if (r->mode != SM_OFFLOAD) {
+    json_num(o, "step_layer_seconds_per_step", r->layer_seconds_per_step);
+    json_num(o, "step_end_seconds_per_step", r->step_end_seconds_per_step);
+    json_num(o, "append_seconds_per_step", r->append_seconds_per_step);
+  }
   json_num(o, "dram_bytes_per_second", s->dram_bps);
   json_object *sl = json_object_new_array();
   for (uint32_t i = 0; i < r->n_step_list; i++) json_object_array_add(sl, json_object_new_double(r->step_list[i]));

@@ -131,8 +131,8 @@ struct okv_runtime_t {
   /* Two-level scoring: one summary per group of OKV_SCORING_GROUP_BLOCKS host blocks (host group g = host
    * blocks 16g..16g+15, one head's consecutive logical blocks since extents hold multiples of 16), NULL in flat. */
   okv_hal_buffer_t *group_summaries;
-  uint32_t groups_kept; /* two-level: groups scored in full per head; 0 = flat scoring */
-  okv_hal_buffer_t *pool;      /* slots */
+  uint32_t groups_kept;   /* two-level: groups scored in full per head; 0 = flat scoring */
+  okv_hal_buffer_t *pool; /* slots */
   uint64_t n_slots;
   uint32_t *free_slots; /* global stack */
   uint64_t n_free_slots;

@@ -26,8 +26,8 @@ okv_status_t okv_rt_scoring_init(okv_runtime_t *rt, uint64_t n_host_blocks) {
   if (rt->extent_blocks % GB != 0 || (uint64_t)g * GB >= rt->max_blocks) return OKV_OK;
   rt->groups_kept = g;
   uint64_t n_seg = (uint64_t)c->max_seqs * c->n_kv_heads;
-  okv_status_t st = okv_hal_buffer_alloc(rt->device, OKV_TIER_DEVICE, n_host_blocks / GB * rt->summary_bytes,
-                                         &rt->group_summaries);
+  okv_status_t st =
+      okv_hal_buffer_alloc(rt->device, OKV_TIER_DEVICE, n_host_blocks / GB * rt->summary_bytes, &rt->group_summaries);
   if (st != OKV_OK) return okv_status_annotate(st, "runtime: allocating group summaries (DEVICE tier)");
   rt->append_gindex = okv_malloc(&rt->alloc, n_seg * sizeof(uint64_t));
   rt->append_gfirst = okv_malloc(&rt->alloc, n_seg);

@@ -182,13 +182,13 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
   okv_status_t st = OKV_OK;
   for (int attempt = 0; attempt < 2; attempt++) {
     okv_summary_append_desc_t ad = {.summaries = rt->summaries,
-                                     .head_dim = hd,
-                                     .kv_dtype = c->kv_dtype,
-                                     .n = n_app,
-                                     .summary_index = rt->append_index,
-                                     .keys = keys,
-                                     .first = rt->append_first,
-                                     .summary_dtype = c->summary_dtype};
+                                    .head_dim = hd,
+                                    .kv_dtype = c->kv_dtype,
+                                    .n = n_app,
+                                    .summary_index = rt->append_index,
+                                    .keys = keys,
+                                    .first = rt->append_first,
+                                    .summary_dtype = c->summary_dtype};
     st = okv_hal_summary_append_ex_async(rt->compute, &ad);
     if (st == OKV_OK && n_reb > 0) {
       okv_summary_desc_t sd = {.head_dim = hd,

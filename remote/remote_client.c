@@ -50,6 +50,9 @@ struct okv_remote_batch_t {
   uint8_t *got; /* PUSH: gets already delivered (a duplicate DATA is a protocol error) */
   uint32_t n_done;
   uint32_t ops_pending; /* UCX operations of this batch not completed yet (gets, READ sends) */
+  bool abandoned;       /* the connection was lost with ops_pending > 0 that UCX never completed (gets on the
+                           GET endpoint, which has no peer-failure handling): done for the caller, kept
+                           allocated until the client is destroyed in case a callback still comes */
   uint64_t bytes;
   bool failed;
 };
@@ -72,16 +75,16 @@ struct okv_remote_client_t {
   ucp_context_h ctx;
   ucp_worker_h worker;
   int efd;
-  ucp_ep_h ep;      /* the control endpoint (client-server, peer-failure handling): messages, PUSH data */
+  ucp_ep_h ep; /* the control endpoint (client-server, peer-failure handling): messages, PUSH data */
   bool ep_closed;
   ucp_ep_h data_ep; /* GET: an endpoint to the server worker's address without peer-failure handling, so
                        shared-memory transports qualify (UCX 1.13 offers peer failure on tcp and cma only);
                        failures are learned through the control endpoint */
   bool data_ep_closed;
 
-  bool lost;          /* the error handler ran or the server broke the protocol: fail everything */
-  bool failed;        /* the connection is gone (after lost is handled) */
-  char reason[480];   /* why, for UNAVAILABLE messages */
+  bool lost;        /* the error handler ran or the server broke the protocol: fail everything */
+  bool failed;      /* the connection is gone (after lost is handled) */
+  char reason[480]; /* why, for UNAVAILABLE messages */
   char server_says[OKV_REMOTE_ERROR_TEXT_MAX_BYTES + 1]; /* the last ERROR text received */
   okv_status_code_t server_code;
 
@@ -91,8 +94,8 @@ struct okv_remote_client_t {
   struct {
     okv_remote_msg_type_t expect; /* 0: no control reply awaited */
     uint64_t request_id;
-    bool done;    /* the reply (or an ERROR for it) arrived */
-    bool closing; /* it was an ERROR after which the server closes the connection */
+    bool done;              /* the reply (or an ERROR for it) arrived */
+    bool closing;           /* it was an ERROR after which the server closes the connection */
     okv_status_code_t code; /* OK or the ERROR's code */
     uint64_t kv_bytes, admission_bytes, remote_base;
     void *admission;
@@ -106,10 +109,16 @@ struct okv_remote_client_t {
   cli_request_t *reqs;
   uint32_t n_reqs, cap_reqs;
   okv_remote_batch_t *batches;
+  okv_remote_batch_t *abandoned; /* released batches with abandoned operations (freed at destroy) */
   uint64_t next_batch_id;
   uint32_t sends_inflight;
   double last_progress_s; /* monotonic time of the last progress() */
 };
+
+/* Done for the caller: every get landed, or the batch failed and UCX holds none of its operations. */
+static bool batch_done(const okv_remote_batch_t *b) {
+  return (b->ops_pending == 0 || b->abandoned) && (b->failed || b->n_done == b->n);
+}
 
 /* ---- Failure ---- */
 
@@ -126,8 +135,8 @@ static void lose(okv_remote_client_t *c, const char *fmt, ...) {
 
 static okv_status_t unavailable(const okv_remote_client_t *c) {
   if (c->server_says[0])
-    return okv_status_make(OKV_STATUS_UNAVAILABLE, "remote server %s unavailable: %s (server: %s)", c->peer,
-                           c->reason, c->server_says);
+    return okv_status_make(OKV_STATUS_UNAVAILABLE, "remote server %s unavailable: %s (server: %s)", c->peer, c->reason,
+                           c->server_says);
   return okv_status_make(OKV_STATUS_UNAVAILABLE, "remote server %s unavailable: %s", c->peer, c->reason);
 }
 
@@ -150,8 +159,10 @@ static void handle_loss(okv_remote_client_t *c) {
     c->ep_closed = true;
     (void)okv_remote_ucx_wait(c->worker, r, okv_remote_now() + 5.0);
   }
-  for (okv_remote_batch_t *b = c->batches; b; b = b->next)
+  for (okv_remote_batch_t *b = c->batches; b; b = b->next) {
     if (b->n_done < b->n) b->failed = true;
+    if (b->ops_pending) b->abandoned = true; /* UCX purges nothing on an endpoint without error handling */
+  }
 }
 
 /* Progresses the worker until it has nothing to do, then handles a loss. Mutex held. Returns the events. */
@@ -348,8 +359,8 @@ static ucs_status_t am_cb(void *arg, const void *header, size_t header_length, v
   if (c->lost && m.type != OKV_REMOTE_MSG_ERROR) return UCS_OK; /* an ERROR still tells why */
   if (m.type == OKV_REMOTE_MSG_DATA)
     on_data(c, &m);
-  else if (m.type == OKV_REMOTE_MSG_HELLO_OK || m.type == OKV_REMOTE_MSG_OPEN_OK ||
-           m.type == OKV_REMOTE_MSG_CLOSE_OK || m.type == OKV_REMOTE_MSG_ERROR)
+  else if (m.type == OKV_REMOTE_MSG_HELLO_OK || m.type == OKV_REMOTE_MSG_OPEN_OK || m.type == OKV_REMOTE_MSG_CLOSE_OK ||
+           m.type == OKV_REMOTE_MSG_ERROR)
     on_control(c, &m);
   else
     lose(c, "server sent a %s, which only clients send", okv_remote_msg_type_name(m.type));
@@ -361,8 +372,8 @@ static ucs_status_t am_cb(void *arg, const void *header, size_t header_length, v
 /* Sends x (ownership passes) and waits for the reply of type `expect` for request_id, or an ERROR for it.
  * ctrl_mu and mu held. Returns OK once a reply came (c->ctrl.code: OK or the ERROR's code; see ctrl_error),
  * else UNAVAILABLE (connection lost, or no reply within timeout_s: the connection is then given up). */
-static okv_status_t roundtrip(okv_remote_client_t *c, cli_send_t *x, okv_remote_msg_type_t expect,
-                              uint64_t request_id, double timeout_s) {
+static okv_status_t roundtrip(okv_remote_client_t *c, cli_send_t *x, okv_remote_msg_type_t expect, uint64_t request_id,
+                              double timeout_s) {
   memset(&c->ctrl, 0, sizeof c->ctrl);
   c->ctrl.expect = expect;
   c->ctrl.request_id = request_id;
@@ -390,8 +401,8 @@ static okv_status_t roundtrip(okv_remote_client_t *c, cli_send_t *x, okv_remote_
  * that closed the connection is UNAVAILABLE with the server's reason; otherwise the server's code. */
 static okv_status_t ctrl_error(const okv_remote_client_t *c, const char *what) {
   if (c->ctrl.closing)
-    return okv_status_make(OKV_STATUS_UNAVAILABLE, "remote server %s refused %s and closed the connection: %s",
-                           c->peer, what, c->server_says);
+    return okv_status_make(OKV_STATUS_UNAVAILABLE, "remote server %s refused %s and closed the connection: %s", c->peer,
+                           what, c->server_says);
   return okv_status_make(c->ctrl.code, "remote server %s: %s: %s", c->peer, what,
                          c->ctrl.code == OKV_STATUS_OUT_OF_MEMORY ? "out of host memory" : c->server_says);
 }
@@ -400,14 +411,10 @@ static okv_status_t ctrl_error(const okv_remote_client_t *c, const char *what) {
 
 const char *okv_remote_path_name(okv_remote_path_t path) {
   switch (path) {
-    case OKV_REMOTE_PATH_AUTO:
-      return "auto";
-    case OKV_REMOTE_PATH_GET:
-      return "get";
-    case OKV_REMOTE_PATH_PUSH:
-      return "push";
-    default:
-      return "unknown";
+    case OKV_REMOTE_PATH_AUTO: return "auto";
+    case OKV_REMOTE_PATH_GET: return "get";
+    case OKV_REMOTE_PATH_PUSH: return "push";
+    default: return "unknown";
   }
 }
 
@@ -433,21 +440,26 @@ void okv_remote_client_config_init(okv_remote_client_config_t *config) {
 
 /* ---- Public API: connection ---- */
 
+static void free_batch(okv_remote_client_t *c, okv_remote_batch_t *b);
+
+/* Frees everything; the endpoints are closed already. Batches are freed after the worker: its destruction
+ * may still complete their operations. */
 static void free_client(okv_remote_client_t *c) {
   for (uint32_t i = 0; i < c->n_reqs; ++i) {
     if (c->reqs[i].rkey) ucp_rkey_destroy(c->reqs[i].rkey);
     okv_free(&c->alloc, c->reqs[i].populated);
   }
   okv_free(&c->alloc, c->reqs);
-  while (c->batches) {
-    okv_remote_batch_t *b = c->batches;
-    c->batches = b->next;
-    okv_free(&c->alloc, b->gets);
-    okv_free(&c->alloc, b->got);
-    okv_free(&c->alloc, b);
-  }
   if (c->worker) ucp_worker_destroy(c->worker);
   if (c->ctx) ucp_cleanup(c->ctx);
+  okv_remote_batch_t *lists[2] = {c->batches, c->abandoned};
+  for (int k = 0; k < 2; ++k) {
+    while (lists[k]) {
+      okv_remote_batch_t *b = lists[k];
+      lists[k] = b->next;
+      free_batch(c, b);
+    }
+  }
   pthread_mutex_destroy(&c->mu);
   pthread_mutex_destroy(&c->ctrl_mu);
   okv_allocator_t a = c->alloc;
@@ -539,8 +551,8 @@ okv_status_t okv_remote_client_connect(const char *addr, uint16_t port, const ch
   if (!st) {
     ucp_am_handler_param_t hp;
     memset(&hp, 0, sizeof hp);
-    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
-                    UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
     hp.id = OKV_REMOTE_AM_ID;
     hp.flags = UCP_AM_FLAG_WHOLE_MSG;
     hp.cb = am_cb;
@@ -570,8 +582,9 @@ okv_status_t okv_remote_client_connect(const char *addr, uint16_t port, const ch
     if (!x) {
       st = okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_remote_client_connect: host allocator");
     } else {
-      x->n = okv_remote_msg_encode_hello(x->frame, OKV_REMOTE_HEADER_BYTES + 8 + OKV_REMOTE_TOKEN_MAX_BYTES, token,
-                                         (uint32_t)tb, cfg.path == OKV_REMOTE_PATH_PUSH ? 0 : OKV_REMOTE_HELLO_WANTS_GET);
+      x->n =
+          okv_remote_msg_encode_hello(x->frame, OKV_REMOTE_HEADER_BYTES + 8 + OKV_REMOTE_TOKEN_MAX_BYTES, token,
+                                      (uint32_t)tb, cfg.path == OKV_REMOTE_PATH_PUSH ? 0 : OKV_REMOTE_HELLO_WANTS_GET);
       pthread_mutex_lock(&c->ctrl_mu);
       pthread_mutex_lock(&c->mu);
       st = roundtrip(c, x, OKV_REMOTE_MSG_HELLO_OK, 0, cfg.connect_timeout_s);
@@ -624,7 +637,7 @@ void okv_remote_client_destroy(okv_remote_client_t *c) {
   for (;;) {
     bool pending = c->sends_inflight > 0;
     for (okv_remote_batch_t *b = c->batches; b; b = b->next)
-      if (b->ops_pending || (!b->failed && b->n_done < b->n)) pending = true;
+      if (!batch_done(b)) pending = true;
     if (!pending || c->failed) break;
     if (okv_remote_now() > deadline) {
       lose(c, "destroyed with reads in flight");
@@ -723,6 +736,13 @@ okv_status_t okv_remote_client_open(okv_remote_client_t *c, uint64_t request_id,
     if (want_get) {
       ucs_status_t us = ucp_ep_rkey_unpack(c->data_ep, c->ctrl.rkey, &r.rkey);
       if (us == UCS_OK) map_region(c, &r);
+      if (us == UCS_OK && !r.mapped && c->cfg.path == OKV_REMOTE_PATH_AUTO) {
+        /* AUTO takes one-sided gets only where the region is mapped here (shared memory): over tcp a get is
+         * emulated with messages anyway and PUSH measured faster (docs/remote.md). */
+        ucp_rkey_destroy(r.rkey);
+        r.rkey = NULL;
+        r.path = OKV_REMOTE_PATH_PUSH;
+      }
       if (us != UCS_OK) {
         r.rkey = NULL;
         if (c->cfg.path == OKV_REMOTE_PATH_GET) {
@@ -760,10 +780,6 @@ okv_status_t okv_remote_client_request_path(okv_remote_client_t *c, uint64_t req
     return okv_status_make(OKV_STATUS_NOT_FOUND, "request %llu is not open on this client",
                            (unsigned long long)request_id);
   return OKV_OK;
-}
-
-static bool batch_done(const okv_remote_batch_t *b) {
-  return b->ops_pending == 0 && (b->failed || b->n_done == b->n);
 }
 
 okv_status_t okv_remote_client_close_request(okv_remote_client_t *c, uint64_t request_id) {
@@ -866,7 +882,8 @@ static void post_batch(okv_remote_client_t *c, okv_remote_batch_t *b, cli_reques
     p.user_data = b;
     for (uint32_t i = 0; i < b->n && !c->lost; ++i) {
       const okv_remote_get_t *g = &b->gets[i];
-      ucs_status_ptr_t q = ucp_get_nbx(c->data_ep, g->local_ptr, g->bytes, r->remote_base + g->remote_offset, r->rkey, &p);
+      ucs_status_ptr_t q =
+          ucp_get_nbx(c->data_ep, g->local_ptr, g->bytes, r->remote_base + g->remote_offset, r->rkey, &p);
       if (q == NULL) {
         b->n_done++;
       } else if (UCS_PTR_IS_ERR(q)) {
@@ -957,10 +974,15 @@ okv_status_t okv_remote_client_get_batch(okv_remote_client_t *c, uint64_t reques
     c->batches = b;
     post_batch(c, b, r);
     if (c->lost) {
-      handle_loss(c); /* completes what was posted */
+      handle_loss(c); /* completes (or abandons) what was posted */
       st = unavailable(c);
       unlink_batch(c, b);
-      free_batch(c, b);
+      if (b->abandoned && b->ops_pending) {
+        b->next = c->abandoned;
+        c->abandoned = b;
+      } else {
+        free_batch(c, b);
+      }
       b = NULL;
     }
   }
@@ -1021,6 +1043,11 @@ void okv_remote_batch_release(okv_remote_batch_t *b) {
     wait_step(c, deadline - okv_remote_now());
   }
   unlink_batch(c, b);
-  free_batch(c, b);
+  if (b->abandoned && b->ops_pending) {
+    b->next = c->abandoned; /* a late callback must find it: freed with the client */
+    c->abandoned = b;
+  } else {
+    free_batch(c, b);
+  }
   pthread_mutex_unlock(&c->mu);
 }

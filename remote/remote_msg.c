@@ -26,9 +26,9 @@ static void put64(uint8_t *p, uint64_t v) {
 
 const char *okv_remote_msg_type_name(uint32_t type) {
   static const char *const names[OKV_REMOTE_MSG_TYPE_COUNT] = {
-      [OKV_REMOTE_MSG_HELLO] = "HELLO", [OKV_REMOTE_MSG_HELLO_OK] = "HELLO_OK", [OKV_REMOTE_MSG_OPEN] = "OPEN",
-      [OKV_REMOTE_MSG_OPEN_OK] = "OPEN_OK", [OKV_REMOTE_MSG_READ] = "READ", [OKV_REMOTE_MSG_DATA] = "DATA",
-      [OKV_REMOTE_MSG_CLOSE] = "CLOSE", [OKV_REMOTE_MSG_CLOSE_OK] = "CLOSE_OK", [OKV_REMOTE_MSG_ERROR] = "ERROR",
+      [OKV_REMOTE_MSG_HELLO] = "HELLO",     [OKV_REMOTE_MSG_HELLO_OK] = "HELLO_OK", [OKV_REMOTE_MSG_OPEN] = "OPEN",
+      [OKV_REMOTE_MSG_OPEN_OK] = "OPEN_OK", [OKV_REMOTE_MSG_READ] = "READ",         [OKV_REMOTE_MSG_DATA] = "DATA",
+      [OKV_REMOTE_MSG_CLOSE] = "CLOSE",     [OKV_REMOTE_MSG_CLOSE_OK] = "CLOSE_OK", [OKV_REMOTE_MSG_ERROR] = "ERROR",
   };
   if (type == 0 || type >= OKV_REMOTE_MSG_TYPE_COUNT) return "unknown";
   return names[type];
@@ -148,8 +148,7 @@ static okv_status_t parse_body(const uint8_t *b, uint32_t nb, okv_remote_msg_t *
       m->u.error.text = (const char *)(b + 16);
       return OKV_OK;
     }
-    default:
-      return BAD("type %u unknown", (unsigned)m->type);
+    default: return BAD("type %u unknown", (unsigned)m->type);
   }
 }
 
@@ -175,8 +174,10 @@ okv_status_t okv_remote_msg_parse(const void *buf, size_t n, okv_remote_msg_t *o
   int scoped = type == OKV_REMOTE_MSG_OPEN || type == OKV_REMOTE_MSG_OPEN_OK || type == OKV_REMOTE_MSG_READ ||
                type == OKV_REMOTE_MSG_DATA || type == OKV_REMOTE_MSG_CLOSE || type == OKV_REMOTE_MSG_CLOSE_OK;
   if (scoped && m.request_id == 0) return BAD("%s for request id 0 (reserved)", okv_remote_msg_type_name(type));
-  if ((type == OKV_REMOTE_MSG_HELLO || type == OKV_REMOTE_MSG_HELLO_OK) && (m.request_id || m.seq))
-    return BAD("%s with a nonzero request id or seq", okv_remote_msg_type_name(type));
+  if ((type == OKV_REMOTE_MSG_HELLO || type == OKV_REMOTE_MSG_HELLO_OK) && m.request_id)
+    return BAD("%s with a nonzero request id", okv_remote_msg_type_name(type));
+  if (type != OKV_REMOTE_MSG_READ && type != OKV_REMOTE_MSG_DATA && m.seq)
+    return BAD("%s with a nonzero seq (only READ and DATA carry a batch id)", okv_remote_msg_type_name(type));
   OKV_RETURN_IF_ERROR(parse_body(p + OKV_REMOTE_HEADER_BYTES, body, &m));
   *out = m; /* *out stays cleared on every failure */
   return OKV_OK;

@@ -19,20 +19,20 @@
 
 #include "oasiskv/status.h"
 
-#define OKV_REMOTE_MAGIC 0x52564B4Fu /* "OKVR" as little-endian bytes */
-#define OKV_REMOTE_VERSION 1u
-#define OKV_REMOTE_HEADER_BYTES 32u
-#define OKV_REMOTE_TOKEN_MAX_BYTES 256u      /* HELLO token */
-#define OKV_REMOTE_RKEY_MAX_BYTES 4096u      /* OPEN_OK packed rkey */
-#define OKV_REMOTE_ADDRESS_MAX_BYTES 8192u   /* HELLO_OK worker address */
-#define OKV_REMOTE_READ_MAX_ENTRIES 4096u    /* entries of one READ (a batch is split over several) */
-#define OKV_REMOTE_ERROR_TEXT_MAX_BYTES 400u /* ERROR reason text */
-#define OKV_REMOTE_GET_MAX_BYTES (1ull << 30) /* one get */
-#define OKV_REMOTE_ADMISSION_MAX_BYTES (1ull << 31) /* an admission blob */
+#define OKV_REMOTE_MAGIC                0x52564B4Fu /* "OKVR" as little-endian bytes */
+#define OKV_REMOTE_VERSION              1u
+#define OKV_REMOTE_HEADER_BYTES         32u
+#define OKV_REMOTE_TOKEN_MAX_BYTES      256u         /* HELLO token */
+#define OKV_REMOTE_RKEY_MAX_BYTES       4096u        /* OPEN_OK packed rkey */
+#define OKV_REMOTE_ADDRESS_MAX_BYTES    8192u        /* HELLO_OK worker address */
+#define OKV_REMOTE_READ_MAX_ENTRIES     4096u        /* entries of one READ (a batch is split over several) */
+#define OKV_REMOTE_ERROR_TEXT_MAX_BYTES 400u         /* ERROR reason text */
+#define OKV_REMOTE_GET_MAX_BYTES        (1ull << 30) /* one get */
+#define OKV_REMOTE_ADMISSION_MAX_BYTES  (1ull << 31) /* an admission blob */
 /* The largest message a client may send (a READ with the most entries). */
 #define OKV_REMOTE_CLIENT_MSG_MAX_BYTES (OKV_REMOTE_HEADER_BYTES + 8u + 16u * OKV_REMOTE_READ_MAX_ENTRIES)
-#define OKV_REMOTE_DATA_BODY_FIXED 16u    /* DATA body before its payload */
-#define OKV_REMOTE_OPEN_OK_BODY_FIXED 32u /* OPEN_OK body before rkey and admission */
+#define OKV_REMOTE_DATA_BODY_FIXED      16u /* DATA body before its payload */
+#define OKV_REMOTE_OPEN_OK_BODY_FIXED   32u /* OPEN_OK body before rkey and admission */
 
 /* HELLO flags. */
 #define OKV_REMOTE_HELLO_WANTS_GET 1u /* the client has UCX RMA enabled and would use one-sided gets */
@@ -109,11 +109,14 @@ typedef struct okv_remote_msg_t {
 /* Parses and validates one whole message of `n` bytes at `buf` (any
  * alignment). Checks: n >= 32, magic, version, a known type, reserved fields
  * zero, n == 32 + body_bytes exactly, each type's body size and bounds (token
- * 0..256 bytes, rkey <= 4096, a worker address with the GET flag only (1..8192 bytes), READ 1..4096 entries each 1..1 GiB with
- * offset + bytes not overflowing, first_index + n_entries <= 2^31, DATA payload
+ * 0..256 bytes, rkey <= 4096, a worker address with the GET flag only
+ * (1..8192 bytes), READ 1..4096 entries each 1..1 GiB with offset + bytes not
+ * overflowing, first_index + n_entries <= 2^31, DATA payload
  * equal to what the body declares and nonempty, admission <= 2 GiB, ERROR code
  * a known non-OK code and text printable ASCII), request ids (0 for HELLO and
- * HELLO_OK, nonzero for request-scoped messages) and flags (unknown bits 0).
+ * HELLO_OK, nonzero for request-scoped messages), seq (0 except in READ and
+ * DATA) and flags (unknown bits 0): every accepted message is canonical, the
+ * encoders give back its exact bytes.
  * It does not know the session state (which types a side may send, which
  * requests exist): the caller checks that. On success fills *out (pointers into
  * buf). Errors: INVALID_ARGUMENT naming the first violation (one line; it never
@@ -128,7 +131,6 @@ const char *okv_remote_msg_type_name(uint32_t type);
 
 /* ---- Encoders: each writes a whole frame into buf (capacity cap) and returns its size in bytes, or 0 when
  * it does not fit or an argument is out of the ranges okv_remote_msg_parse accepts. ---- */
-
 
 size_t okv_remote_msg_encode_hello(void *buf, size_t cap, const void *token, uint32_t token_bytes, uint32_t flags);
 size_t okv_remote_msg_encode_hello_ok(void *buf, size_t cap, uint32_t flags, uint32_t max_read_entries,

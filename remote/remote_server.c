@@ -59,10 +59,10 @@ struct srv_client {
   ucp_ep_h ep;
   cl_state_t state;
   double accepted_s;
-  bool failed;   /* the endpoint's error handler ran */
-  double close_at_s;  /* when closing: force-close the endpoint by then at the latest */
-  bool close_posted;  /* ucp_ep_close_nbx called */
-  void *close_req;    /* its request while in progress */
+  bool failed;       /* the endpoint's error handler ran */
+  double close_at_s; /* when closing: force-close the endpoint by then at the latest */
+  bool close_posted; /* ucp_ep_close_nbx called */
+  void *close_req;   /* its request while in progress */
   bool close_done;
   uint32_t inflight_sends;
   uint64_t inflight_bytes;
@@ -137,8 +137,8 @@ static void free_request_memory(okv_remote_server_t *s, srv_request_t *r) {
   if (r->rkey_buf) ucp_rkey_buffer_release(r->rkey_buf);
   if (r->memh) {
     ucs_status_t st = ucp_mem_unmap(s->ctx, r->memh);
-    if (st != UCS_OK) slog(s, OKV_REMOTE_LOG_WARN, "request %llu: ucp_mem_unmap: %s", (unsigned long long)r->id,
-                           ucs_status_string(st));
+    if (st != UCS_OK)
+      slog(s, OKV_REMOTE_LOG_WARN, "request %llu: ucp_mem_unmap: %s", (unsigned long long)r->id, ucs_status_string(st));
   }
   okv_free(&s->alloc, r->admission);
   okv_free(&s->alloc, r);
@@ -192,8 +192,8 @@ static void post_send(okv_remote_server_t *s, srv_client_t *c, send_ctx_t *x) {
   if (x->req) x->req->inflight++;
   ucp_request_param_t p;
   memset(&p, 0, sizeof p);
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE |
-                   UCP_OP_ATTR_FIELD_FLAGS;
+  p.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_FLAGS;
   p.cb.send = send_cb;
   p.user_data = x;
   p.datatype = ucp_dt_make_iov();
@@ -240,7 +240,8 @@ static void drop_jobs(srv_client_t *c, okv_remote_server_t *s) {
 
 /* Starts closing c: its requests are released (freed once their sends drain) and queued READs dropped;
  * the endpoint is force-closed by service(): at once unless `graceful`; after a refusal (`graceful`) once
- * the peer has closed its side on reading the ERROR (our client does so at once), at the latest after 2 s, so
+ * the peer has closed its side on reading the ERROR (our client does so at once), at the latest after
+ * config close_grace_s, so
  * the ERROR is not lost to a force close and a peer that reads nothing cannot hold the server. Nothing c
  * sends meanwhile is read. Mutex held. */
 static void begin_close(okv_remote_server_t *s, srv_client_t *c, bool graceful) {
@@ -257,7 +258,7 @@ static void begin_close(okv_remote_server_t *s, srv_client_t *c, bool graceful) 
     }
   }
   drop_jobs(c, s);
-  c->close_at_s = okv_remote_now() + (graceful ? 2.0 : 0.0);
+  c->close_at_s = okv_remote_now() + (graceful ? s->cfg.close_grace_s : 0.0);
 }
 
 /* Force-closes c's endpoint (cancelling its sends) once due. Mutex held. */
@@ -323,7 +324,8 @@ static void conn_cb(ucp_conn_request_h creq, void *arg) {
   ucp_conn_request_attr_t attr;
   memset(&attr, 0, sizeof attr);
   attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
-  if (ucp_conn_request_query(creq, &attr) == UCS_OK) okv_remote_format_sockaddr(&attr.client_address, peer, sizeof peer);
+  if (ucp_conn_request_query(creq, &attr) == UCS_OK)
+    okv_remote_format_sockaddr(&attr.client_address, peer, sizeof peer);
   if (s->n_clients >= s->cfg.max_clients || atomic_load(&s->stop)) {
     slog(s, OKV_REMOTE_LOG_WARN, "connection from %s rejected: %u clients connected (max_clients)", peer, s->n_clients);
     ucp_listener_reject(s->listener, creq);
@@ -340,8 +342,8 @@ static void conn_cb(ucp_conn_request_h creq, void *arg) {
   c->accepted_s = okv_remote_now();
   ucp_ep_params_t ep;
   memset(&ep, 0, sizeof ep);
-  ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.field_mask =
+      UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
   ep.conn_request = creq;
   ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   ep.err_handler.cb = err_cb;
@@ -371,8 +373,8 @@ static void on_hello(okv_remote_server_t *s, srv_client_t *c, const okv_remote_m
     refuse(s, c, 0, OKV_STATUS_INVALID_ARGUMENT, "a second HELLO");
     return;
   }
-  if (s->token_bytes > 0 && !okv_remote_token_equal(m->u.hello.token, m->u.hello.token_bytes,
-                                                     (const uint8_t *)s->token, s->token_bytes)) {
+  if (s->token_bytes > 0 &&
+      !okv_remote_token_equal(m->u.hello.token, m->u.hello.token_bytes, (const uint8_t *)s->token, s->token_bytes)) {
     refuse(s, c, 0, OKV_STATUS_INVALID_ARGUMENT, "wrong access token");
     return;
   }
@@ -539,18 +541,10 @@ static ucs_status_t am_cb(void *arg, const void *header, size_t header_length, v
     return UCS_OK;
   }
   switch (m.type) {
-    case OKV_REMOTE_MSG_HELLO:
-      on_hello(s, c, &m);
-      break;
-    case OKV_REMOTE_MSG_OPEN:
-      on_open(s, c, &m);
-      break;
-    case OKV_REMOTE_MSG_READ:
-      on_read(s, c, &m);
-      break;
-    case OKV_REMOTE_MSG_CLOSE:
-      on_close(s, c, &m);
-      break;
+    case OKV_REMOTE_MSG_HELLO: on_hello(s, c, &m); break;
+    case OKV_REMOTE_MSG_OPEN: on_open(s, c, &m); break;
+    case OKV_REMOTE_MSG_READ: on_read(s, c, &m); break;
+    case OKV_REMOTE_MSG_CLOSE: on_close(s, c, &m); break;
     default:
       refuse(s, c, 0, OKV_STATUS_INVALID_ARGUMENT, "unexpected %s from a client", okv_remote_msg_type_name(m.type));
       break;
@@ -578,8 +572,8 @@ static void pump(okv_remote_server_t *s, srv_client_t *c) {
       ++k;
       ++j->next;
     }
-    size_t n = okv_remote_msg_encode_data(x->frame, x->frame_cap, j->req->id, j->batch_id, j->first_index + first,
-                                          k, bytes);
+    size_t n =
+        okv_remote_msg_encode_data(x->frame, x->frame_cap, j->req->id, j->batch_id, j->first_index + first, k, bytes);
     x->iov[0].buffer = x->frame;
     x->iov[0].length = n;
     x->n_iov = 1 + k;
@@ -667,6 +661,7 @@ void okv_remote_server_config_init(okv_remote_server_config_t *config) {
   config->listen_addr = "127.0.0.1";
   config->max_clients = 64;
   config->hello_timeout_s = 10.0;
+  config->close_grace_s = 1.0;
   config->chunk_bytes = 256 * 1024;
   config->max_inflight_bytes = 16ull << 20;
 }
@@ -688,6 +683,8 @@ static okv_status_t validate_config(const okv_remote_server_config_t *c, struct 
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "server config max_clients %u (1..4096)", c->max_clients);
   if (!(c->hello_timeout_s > 0 && c->hello_timeout_s <= 3600))
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "server config hello_timeout_s (0, 3600]");
+  if (!(c->close_grace_s >= 0 && c->close_grace_s <= 60))
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "server config close_grace_s [0, 60]");
   if (c->chunk_bytes < 1 || c->chunk_bytes > (1ull << 30))
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "server config chunk_bytes %llu (1..2^30)",
                            (unsigned long long)c->chunk_bytes);
@@ -756,8 +753,8 @@ okv_status_t okv_remote_server_create(const okv_remote_server_config_t *config, 
   if (!st) {
     ucp_am_handler_param_t hp;
     memset(&hp, 0, sizeof hp);
-    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
-                    UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
     hp.id = OKV_REMOTE_AM_ID;
     hp.flags = UCP_AM_FLAG_WHOLE_MSG;
     hp.cb = am_cb;
@@ -782,8 +779,8 @@ okv_status_t okv_remote_server_create(const okv_remote_server_config_t *config, 
     ucs_status_t us = ucp_listener_create(s->worker, &lp, &s->listener);
     if (us != UCS_OK) {
       s->listener = NULL;
-      st = okv_status_make(OKV_STATUS_UNAVAILABLE, "cannot listen on %s:%u: %s", s->listen_addr,
-                           (unsigned)config->port, ucs_status_string(us));
+      st = okv_status_make(OKV_STATUS_UNAVAILABLE, "cannot listen on %s:%u: %s", s->listen_addr, (unsigned)config->port,
+                           ucs_status_string(us));
     }
   }
   if (!st) {
@@ -814,15 +811,16 @@ okv_status_t okv_remote_server_create(const okv_remote_server_config_t *config, 
 
 uint16_t okv_remote_server_port(const okv_remote_server_t *server) { return server ? server->port : 0; }
 
-okv_status_t okv_remote_server_publish(okv_remote_server_t *s, uint64_t request_id, const void *kv,
-                                       uint64_t kv_bytes, const void *admission, uint64_t admission_bytes) {
+okv_status_t okv_remote_server_publish(okv_remote_server_t *s, uint64_t request_id, const void *kv, uint64_t kv_bytes,
+                                       const void *admission, uint64_t admission_bytes) {
   if (!s || !kv || (admission_bytes && !admission))
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_remote_server_publish: NULL pointer");
   if (request_id == 0)
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_remote_server_publish: request id 0 is reserved");
   if (kv_bytes == 0) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_remote_server_publish: kv_bytes 0");
   if (admission_bytes > OKV_REMOTE_ADMISSION_MAX_BYTES)
-    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_remote_server_publish: admission of %llu bytes (at most 2 GiB)",
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                           "okv_remote_server_publish: admission of %llu bytes (at most 2 GiB)",
                            (unsigned long long)admission_bytes);
   pthread_mutex_lock(&s->mu);
   bool dup = find_request(s, request_id) != NULL;

@@ -14,13 +14,10 @@
 
 okv_status_code_t okv_remote_ucx_code(ucs_status_t st) {
   switch (st) {
-    case UCS_OK:
-      return OKV_STATUS_OK;
-    case UCS_ERR_NO_MEMORY:
-      return OKV_STATUS_OUT_OF_MEMORY;
+    case UCS_OK: return OKV_STATUS_OK;
+    case UCS_ERR_NO_MEMORY: return OKV_STATUS_OUT_OF_MEMORY;
     case UCS_ERR_INVALID_PARAM:
-    case UCS_ERR_INVALID_ADDR:
-      return OKV_STATUS_INVALID_ARGUMENT;
+    case UCS_ERR_INVALID_ADDR: return OKV_STATUS_INVALID_ARGUMENT;
     case UCS_ERR_UNREACHABLE:
     case UCS_ERR_CONNECTION_RESET:
     case UCS_ERR_ENDPOINT_TIMEOUT:
@@ -35,10 +32,8 @@ okv_status_code_t okv_remote_ucx_code(ucs_status_t st) {
     case UCS_ERR_UNSUPPORTED:
     case UCS_ERR_ALREADY_EXISTS:
     case UCS_ERR_SOME_CONNECTS_FAILED:
-    case UCS_ERR_OUT_OF_RANGE:
-      return OKV_STATUS_UNAVAILABLE;
-    default:
-      return OKV_STATUS_INTERNAL;
+    case UCS_ERR_OUT_OF_RANGE: return OKV_STATUS_UNAVAILABLE;
+    default: return OKV_STATUS_INTERNAL;
   }
 }
 
@@ -69,8 +64,7 @@ okv_status_t okv_remote_ucx_context(uint64_t features, bool mt_shared, const cha
   return OKV_OK;
 }
 
-okv_status_t okv_remote_ucx_worker(ucp_context_h ctx, ucs_thread_mode_t mode, ucp_worker_h *out_worker,
-                                   int *out_efd) {
+okv_status_t okv_remote_ucx_worker(ucp_context_h ctx, ucs_thread_mode_t mode, ucp_worker_h *out_worker, int *out_efd) {
   *out_worker = NULL;
   *out_efd = -1;
   ucp_worker_params_t wp;

@@ -29,8 +29,7 @@ okv_status_code_t okv_remote_ucx_code(ucs_status_t st);
  * a context shared by threads when `mt_shared`. */
 okv_status_t okv_remote_ucx_context(uint64_t features, bool mt_shared, const char *name, ucp_context_h *out_ctx);
 /* A worker in `mode` with wake-up events, and its event fd. */
-okv_status_t okv_remote_ucx_worker(ucp_context_h ctx, ucs_thread_mode_t mode, ucp_worker_h *out_worker,
-                                   int *out_efd);
+okv_status_t okv_remote_ucx_worker(ucp_context_h ctx, ucs_thread_mode_t mode, ucp_worker_h *out_worker, int *out_efd);
 /* Arms the worker and sleeps on its event fd for up to timeout_s (returns at once when events are pending).
  * The caller has progressed the worker just before. */
 void okv_remote_ucx_sleep(ucp_worker_h worker, int efd, double timeout_s);

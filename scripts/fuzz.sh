@@ -11,7 +11,7 @@
 #   bash scripts/fuzz.sh --replay        # build and replay regressions + seeds only
 #   bash scripts/fuzz.sh [...] NAME...   # only these harnesses (checkpoint,
 #                                        # tokenizer_load, tokenizer_codec, cli_options, gguf,
-#                                        # tokenizer_gguf)
+#                                        # tokenizer_gguf, remote_msg)
 #
 # Environment: FUZZ_SECONDS, FUZZ_JOBS (parallel compile jobs, default 2),
 # CLANG (default clang), OKV_FUZZ_NO_INSTALL=1 (do not apt-get clang and
@@ -35,7 +35,7 @@ for a in "$@"; do
     *) names+=("$a") ;;
   esac
 done
-all_names=(checkpoint tokenizer_load tokenizer_codec cli_options gguf tokenizer_gguf)
+all_names=(checkpoint tokenizer_load tokenizer_codec cli_options gguf tokenizer_gguf remote_msg)
 [ "${#names[@]}" -gt 0 ] || names=("${all_names[@]}")
 for n in "${names[@]}"; do
   case " ${all_names[*]} " in *" $n "*) ;; *) echo "fuzz.sh: unknown harness '$n' (${all_names[*]})" >&2; exit 2 ;; esac
@@ -86,6 +86,8 @@ loader_srcs=(tools/model/llama2c.c tools/model/tokenizer.c tools/model/gguf.c to
              hal/hal_status.c hal/hal_allocator.c hal/hal_dtype.c)
 # The GGUF tokenizers' harness also needs the tokenizer and the tests' GGUF writer (and PCRE2).
 tokgguf_srcs=(tools/model/tokenizer_gguf.c tests/model/gguf_writer.c)
+# The remote tier's message parser: pure (no UCX), with the status helpers.
+remote_srcs=(remote/remote_msg.c hal/hal_status.c hal/hal_allocator.c)
 # The whole library and the eval/generate commands (no GPU backends; OpenMP
 # pragmas are ignored): everything tools/cli_*.c needs but cli_info.c (bench).
 cli_srcs=()
@@ -112,7 +114,7 @@ obj_of() { local s=${1%.c}; echo "obj/${s//\//_}.o"; }
   echo "  command = \$cc -fsanitize=fuzzer,address,undefined \$in -o \$out \$libs"
   echo "  description = LINK \$out"
   declare -A seen=()
-  for s in "${cli_srcs[@]}" "${loader_srcs[@]}" "${tokgguf_srcs[@]}" tests/fuzz/fuzz_driver.c; do
+  for s in "${cli_srcs[@]}" "${loader_srcs[@]}" "${tokgguf_srcs[@]}" "${remote_srcs[@]}" tests/fuzz/fuzz_driver.c; do
     [ -n "${seen[$s]:-}" ] && continue
     seen[$s]=1
     if [ "$s" = backends/cpu/cpu_kernels.c ]; then
@@ -130,6 +132,10 @@ obj_of() { local s=${1%.c}; echo "obj/${s//\//_}.o"; }
       for s in "${cli_srcs[@]}"; do objs+=" $(obj_of "$s")"; done
       echo "build bin/fuzz_$n: link $objs"
       echo "  libs = -ljson-c -lpcre2-8 -lm -lpthread -ldl"
+    elif [ "$n" = remote_msg ]; then
+      for s in "${remote_srcs[@]}"; do objs+=" $(obj_of "$s")"; done
+      echo "build bin/fuzz_$n: link $objs"
+      echo "  libs = -lm"
     elif [ "$n" = tokenizer_gguf ]; then
       for s in "${loader_srcs[@]}" "${tokgguf_srcs[@]}"; do objs+=" $(obj_of "$s")"; done
       echo "build bin/fuzz_$n: link $objs"
@@ -179,6 +185,7 @@ max_len_of() {
     cli_options) echo 1024 ;;
     gguf) echo 16384 ;;
     tokenizer_gguf) echo 4096 ;;
+    remote_msg) echo 70000 ;;
   esac
 }
 

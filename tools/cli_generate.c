@@ -122,6 +122,18 @@ int okv_cli_generate(int argc, char **argv) {
     okv_cli_print_status(CMD, okv_status_annotate(s, "--prompt"));
     goto done;
   }
+  const bool gguf_vocab = okv_tokenizer_kind(cm.tokenizer) != OKV_TOKENIZER_LLAMA2C;
+  /* A vocabulary that appends EOS to every text (add_eos_token) would end the generation at once. */
+  if (gguf_vocab && n_prompt > 0 && okv_tokenizer_adds_eos(cm.tokenizer) &&
+      tokens[n_prompt - 1] == okv_tokenizer_eos_id(cm.tokenizer))
+    n_prompt--;
+  /* Without BOS (add_bos_token false) the prompt's first token is text to show; an empty prompt starts
+   * from the vocabulary's BOS token all the same. */
+  bool show_first = false;
+  if (gguf_vocab && n_prompt == 0)
+    tokens[n_prompt++] = okv_tokenizer_bos_id(cm.tokenizer);
+  else if (gguf_vocab && tokens[0] != okv_tokenizer_bos_id(cm.tokenizer))
+    show_first = true;
   if (n_prompt > mc->seq_len) {
     fprintf(stderr, CMD ": the prompt is %zu tokens (BOS included), longer than the model's seq_len %u\n", n_prompt,
             mc->seq_len);
@@ -147,6 +159,15 @@ int okv_cli_generate(int argc, char **argv) {
   uint32_t n_tokens = (uint32_t)n_prompt, n_steps = 0;
   okv_cli_text_filter_t shown;
   okv_cli_text_filter_init(&shown);
+  if (show_first) {
+    char piece[512], text[sizeof piece + 4];
+    size_t nb = 0;
+    okv_status_t ps = okv_tokenizer_piece(cm.tokenizer, OKV_TOKEN_NONE, tokens[0], piece, sizeof piece, &nb);
+    if (ps)
+      okv_status_free(ps);
+    else
+      fwrite(text, 1, okv_cli_text_filter(&shown, piece, nb, text), stdout);
+  }
   for (uint32_t p = 0; p + 1 < steps; ++p) {
     uint32_t tok = tokens[p], draft = 0;
     if (drafter != OKV_DRAFTER_NONE) {

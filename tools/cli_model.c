@@ -129,7 +129,8 @@ void okv_cli_runtime_config(const okv_model_config_t *mc, okv_mode_t mode, uint3
   okv_model_runtime_config(mc, out); /* the model's shape, f32 K/V, 16-token blocks */
   out->mode = mode;
   const uint32_t ctx_blocks = (mc->seq_len + OKV_BLOCK_TOKENS - 1) / OKV_BLOCK_TOKENS;
-  out->budget_blocks = mode == OKV_MODE_DENSE ? ctx_blocks : budget;
+  /* Dense keeps every block resident whatever the budget; it only has to be valid (<= OKV_TOPK_MAX). */
+  out->budget_blocks = mode != OKV_MODE_DENSE ? budget : ctx_blocks < OKV_TOPK_MAX ? ctx_blocks : OKV_TOPK_MAX;
   out->dense_threshold_blocks = out->budget_blocks;
   okv_cli_apply_fetch_ratio(fetch_ratio, out);
   out->max_seqs = max_seqs;
@@ -186,6 +187,16 @@ bool okv_cli_model_open_ex(const char *cmd, const char *model_flag, const char *
   if (!s && !gguf) {
     okv_model_load_options_t o = {.context_length = context_length};
     s = okv_model_load_ex(out->model_path, &o, NULL, &out->model);
+  }
+  if (!s && !out->tokenizer && is_gguf_file(out->tokenizer_path)) {
+    /* --tokenizer FILE.gguf (or OKV_TOKENIZER): the vocabulary of a GGUF file, tensors or not. */
+    okv_gguf_t *g = NULL;
+    s = okv_gguf_open(out->tokenizer_path, NULL, &g);
+    if (!s) s = okv_tokenizer_load_gguf(g, NULL, &out->tokenizer);
+    okv_gguf_close(g);
+    if (!s && okv_tokenizer_vocab_size(out->tokenizer) != out->model->config.vocab_size)
+      s = okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "tokenizer '%s' has %u tokens, the model %u",
+                          out->tokenizer_path, okv_tokenizer_vocab_size(out->tokenizer), out->model->config.vocab_size);
   }
   if (!s && !out->tokenizer)
     s = okv_tokenizer_load(out->tokenizer_path, out->model->config.vocab_size, NULL, &out->tokenizer);

@@ -63,14 +63,16 @@ typedef enum okv_remote_log_level_e {
 typedef void (*okv_remote_log_fn)(void *user, okv_remote_log_level_t level, const char *message);
 
 typedef struct okv_remote_server_config_t {
-  const char *listen_addr; /* numeric IPv4 address; NULL or "" = "127.0.0.1"; copied at create */
-  uint16_t port;           /* 0 = an ephemeral port (okv_remote_server_port tells which) */
-  const char *token;       /* access token, 1..256 bytes, NUL-terminated; NULL = none (loopback only); copied */
-  bool allow_get;          /* offer one-sided gets: enables UCX RMA, sends rkeys; loopback only (docs/remote.md,
+  const char *listen_addr;     /* numeric IPv4 address; NULL or "" = "127.0.0.1"; copied at create */
+  uint16_t port;               /* 0 = an ephemeral port (okv_remote_server_port tells which) */
+  const char *token;           /* access token, 1..256 bytes, NUL-terminated; NULL = none (loopback only); copied */
+  bool allow_get;              /* offer one-sided gets: enables UCX RMA, sends rkeys; loopback only (docs/remote.md,
                               "Security": UCX's software RMA over tcp reads any address a peer names) */
-  uint32_t max_clients;    /* connections at once (more are rejected); default 64 */
-  double hello_timeout_s;  /* a connection that has not presented the token by then is closed; default 10 */
-  uint64_t chunk_bytes;    /* PUSH: bytes per DATA message (consecutive gets coalesced); default 262144 */
+  uint32_t max_clients;        /* connections at once (more are rejected); default 64 */
+  double hello_timeout_s;      /* a connection that has not presented the token by then is closed; default 10 */
+  double close_grace_s;        /* after a refusal, how long the refused client has to read the ERROR and hang up
+                              before the server closes the connection itself; default 1 */
+  uint64_t chunk_bytes;        /* PUSH: bytes per DATA message (consecutive gets coalesced); default 262144 */
   uint64_t max_inflight_bytes; /* PUSH: DATA bytes in flight per client; more READs queue; default 16 MiB */
   okv_remote_log_fn log_fn;    /* NULL = no log */
   void *log_user;
@@ -119,13 +121,13 @@ OKV_API okv_status_t okv_remote_server_publish(okv_remote_server_t *server, uint
 OKV_API okv_status_t okv_remote_server_unpublish(okv_remote_server_t *server, uint64_t request_id);
 
 typedef struct okv_remote_server_stats_t {
-  uint32_t n_clients;        /* connections alive (token presented or not) */
-  uint32_t n_requests;       /* requests alive (published or still held by their client) */
-  uint32_t n_open;           /* requests a client has open */
-  uint64_t n_refused;        /* connections closed for a refusal (each logged with its reason) */
-  uint64_t n_disconnects;    /* connections that ended (refusal, disconnect or failure) */
-  uint64_t push_bytes;       /* KV bytes sent by the PUSH path */
-  uint64_t admission_bytes;  /* admission bytes sent in OPEN replies */
+  uint32_t n_clients;       /* connections alive (token presented or not) */
+  uint32_t n_requests;      /* requests alive (published or still held by their client) */
+  uint32_t n_open;          /* requests a client has open */
+  uint64_t n_refused;       /* connections closed for a refusal (each logged with its reason) */
+  uint64_t n_disconnects;   /* connections that ended (refusal, disconnect or failure) */
+  uint64_t push_bytes;      /* KV bytes sent by the PUSH path */
+  uint64_t admission_bytes; /* admission bytes sent in OPEN replies */
 } okv_remote_server_stats_t;
 
 /* A snapshot of the server's counters. Errors: INVALID_ARGUMENT (NULL). Thread-safe. */
@@ -178,9 +180,8 @@ OKV_API const char *okv_remote_client_peer(const okv_remote_client_t *client);
  * gone, or the server refused and closed it, e.g. the request belongs to
  * another client: the message carries its reason); OUT_OF_MEMORY.
  * Thread safety: calls on one client are serialized internally; any thread. */
-OKV_API okv_status_t okv_remote_client_open(okv_remote_client_t *client, uint64_t request_id,
-                                            uint64_t *out_kv_bytes, void **out_admission,
-                                            uint64_t *out_admission_bytes);
+OKV_API okv_status_t okv_remote_client_open(okv_remote_client_t *client, uint64_t request_id, uint64_t *out_kv_bytes,
+                                            void **out_admission, uint64_t *out_admission_bytes);
 
 /* The path reads of an open request use (GET or PUSH). Errors: NOT_FOUND (not open), INVALID_ARGUMENT. */
 OKV_API okv_status_t okv_remote_client_request_path(okv_remote_client_t *client, uint64_t request_id,

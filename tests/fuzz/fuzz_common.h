@@ -36,6 +36,7 @@ int okv_fuzz_tokenizer_codec(const uint8_t *data, size_t size);
 int okv_fuzz_cli_options(const uint8_t *data, size_t size);
 int okv_fuzz_gguf(const uint8_t *data, size_t size);
 int okv_fuzz_tokenizer_gguf(const uint8_t *data, size_t size);
+int okv_fuzz_remote_msg(const uint8_t *data, size_t size);
 
 /* Checks what every error status must be: a known code other than OK and a
  * non-empty message, on one line unless `echoed` (input the message may

@@ -375,6 +375,41 @@ def tokenizer_gguf_seeds():
     write(h, "own_bad_type.bin", bytes([32, 0, 1, 1]) + b"q" + bytes([7]) + b"q")
 
 
+# ---- The remote tier's messages (remote/remote_msg.h): one whole message each ----
+
+def remote_frame(typ, body, request_id=0, seq=0, version=1, reserved=0):
+    return struct.pack("<IHHIIQQ", 0x52564B4F, version, typ, len(body), reserved, request_id, seq) + body
+
+
+def remote_msg_seeds():
+    h = "remote_msg"
+    hello, hello_ok, open_, open_ok, read, data, close, close_ok, error = range(1, 10)
+    tok = b"s3cret-token"
+    write(h, "hello.bin", remote_frame(hello, struct.pack("<II", len(tok), 1) + tok))
+    write(h, "hello_no_token.bin", remote_frame(hello, struct.pack("<II", 0, 0)))
+    addr = bytes(range(40))
+    write(h, "hello_ok_get.bin", remote_frame(hello_ok, struct.pack("<IIQII", 1, 4096, 1 << 24, len(addr), 0) + addr))
+    write(h, "hello_ok_push.bin", remote_frame(hello_ok, struct.pack("<IIQII", 0, 4096, 1 << 24, 0, 0)))
+    write(h, "open.bin", remote_frame(open_, b"", request_id=7))
+    rkey, adm = bytes([9] * 24), b"summaries and the initial working set"
+    write(h, "open_ok.bin", remote_frame(open_ok, struct.pack("<QQQII", 1 << 26, len(adm), 0x7F0000000000, len(rkey), 0)
+                                         + rkey + adm, request_id=7))
+    entries = [(0, 8192), (8192 * 5, 8192), (123, 1)]
+    write(h, "read.bin", remote_frame(read, struct.pack("<II", 0, len(entries)) +
+                                      b"".join(struct.pack("<QQ", o, n) for o, n in entries), request_id=7, seq=3))
+    payload = bytes((i * 7) & 255 for i in range(96))
+    write(h, "data.bin", remote_frame(data, struct.pack("<IIQ", 4, 2, len(payload)) + payload, request_id=7, seq=3))
+    write(h, "close.bin", remote_frame(close, b"", request_id=7))
+    write(h, "close_ok.bin", remote_frame(close_ok, b"", request_id=7))
+    text = b"READ of request 7, which belongs to another client"
+    write(h, "error.bin", remote_frame(error, struct.pack("<IIII", 1, len(text), 1, 0) + text, request_id=7))
+    # Malformed: a truncated header, a bad magic, an empty READ, a body longer than declared.
+    write(h, "bad_truncated.bin", remote_frame(open_, b"", request_id=7)[:20])
+    write(h, "bad_magic.bin", b"OKVX" + remote_frame(open_, b"", request_id=7)[4:])
+    write(h, "bad_read_empty.bin", remote_frame(read, struct.pack("<II", 0, 0), request_id=7))
+    write(h, "bad_trailing.bin", remote_frame(close, b"", request_id=7) + b"\0")
+
+
 def main():
     checkpoints()
     tokenizers()
@@ -382,6 +417,7 @@ def main():
     cli()
     ggufs()
     tokenizer_gguf_seeds()
+    remote_msg_seeds()
     total = 0
     for root, _, files in os.walk(CORPUS):
         for f in files:

@@ -218,7 +218,8 @@ static void eval_dense(fixture_t *f, uint32_t budget, eval_case_t *x) {
   x->w[0].n_tokens = 320; /* 20 blocks: K = 8 is sparse, K = 32 covers it */
   x->w[1].tokens = f->text_tokens + 200;
   x->w[1].n_tokens = 150;
-  x->ec = (okv_eval_config_t){.mode = OKV_MODE_DENSE, .drafter = OKV_DRAFTER_NONE, .budget_blocks = budget, .fetch_ratio = 0.05};
+  x->ec = (okv_eval_config_t){
+      .mode = OKV_MODE_DENSE, .drafter = OKV_DRAFTER_NONE, .budget_blocks = budget, .fetch_ratio = 0.05};
   OKV_ASSERT_OK(okv_eval_run(f->model, f->device, x->w, 2, &x->ec, NULL, &f->alloc, &x->ref, &x->dense));
 }
 

@@ -55,7 +55,8 @@ bool okv_rt_log_wait(const char *needle, double timeout_s) {
 
 void okv_rt_log_dump(void) {
   pthread_mutex_lock(&log_mu);
-  for (int i = 0; i < log_n; ++i) fprintf(stderr, "  server log [%s] %s\n", log_level[i] ? "warn" : "info", log_lines[i]);
+  for (int i = 0; i < log_n; ++i)
+    fprintf(stderr, "  server log [%s] %s\n", log_level[i] ? "warn" : "info", log_lines[i]);
   pthread_mutex_unlock(&log_mu);
 }
 

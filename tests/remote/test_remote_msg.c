@@ -74,15 +74,16 @@ static void test_header_layout(void **state) {
   assert_int_equal(m.type, OKV_REMOTE_MSG_OPEN);
   assert_true(m.request_id == 0x0102030405060708ull);
   expect_exact_length(buf, n);
-  expect_bad_u32(buf, n, 0, 0x52564B4E);     /* magic */
-  expect_bad_u32(buf, n, 4, 2u | (3u << 16)); /* version 2 */
-  expect_bad_u32(buf, n, 4, 1u | (0u << 16)); /* type 0 */
+  expect_bad_u32(buf, n, 0, 0x52564B4E);       /* magic */
+  expect_bad_u32(buf, n, 4, 2u | (3u << 16));  /* version 2 */
+  expect_bad_u32(buf, n, 4, 1u | (0u << 16));  /* type 0 */
   expect_bad_u32(buf, n, 4, 1u | (10u << 16)); /* type past the last */
   expect_bad_u32(buf, n, 4, 1u | (0xffffu << 16));
   expect_bad_u32(buf, n, 8, 1);          /* body bytes without a body */
   expect_bad_u32(buf, n, 8, UINT32_MAX); /* huge declared body */
   expect_bad_u32(buf, n, 12, 1);         /* reserved */
   expect_bad_u64(buf, n, 16, 0);         /* OPEN of request 0 */
+  expect_bad_u64(buf, n, 24, 0x800);     /* a seq outside READ and DATA (found by the fuzzer) */
   /* Empty types refuse a body. */
   n = okv_remote_msg_encode_empty(buf, sizeof buf, OKV_REMOTE_MSG_CLOSE, 5);
   buf[8] = 4;
@@ -168,14 +169,14 @@ static void test_open_ok(void **state) {
   assert_memory_equal(m.u.open_ok.rkey, rkey, 40);
   assert_memory_equal(m.u.open_ok.admission, adm, 300);
   expect_exact_length(buf, n);
-  expect_bad_u64(buf, n, 32, 0);                  /* kv_bytes 0 */
-  expect_bad_u64(buf, n, 40, 299);                /* admission size disagrees */
-  expect_bad_u64(buf, n, 40, 1ull << 40);         /* admission over 2 GiB */
-  expect_bad_u64(buf, n, 48, UINT64_MAX - 5);     /* base + kv_bytes overflows */
-  expect_bad_u32(buf, n, 56, 41);                 /* rkey size disagrees */
-  expect_bad_u32(buf, n, 56, 5000);               /* rkey over 4096 */
-  expect_bad_u32(buf, n, 60, 1);                  /* reserved */
-  expect_bad_u64(buf, n, 16, 0);                  /* request 0 */
+  expect_bad_u64(buf, n, 32, 0);              /* kv_bytes 0 */
+  expect_bad_u64(buf, n, 40, 299);            /* admission size disagrees */
+  expect_bad_u64(buf, n, 40, 1ull << 40);     /* admission over 2 GiB */
+  expect_bad_u64(buf, n, 48, UINT64_MAX - 5); /* base + kv_bytes overflows */
+  expect_bad_u32(buf, n, 56, 41);             /* rkey size disagrees */
+  expect_bad_u32(buf, n, 56, 5000);           /* rkey over 4096 */
+  expect_bad_u32(buf, n, 60, 1);              /* reserved */
+  expect_bad_u64(buf, n, 16, 0);              /* request 0 */
 }
 
 static void test_read(void **state) {
@@ -196,14 +197,14 @@ static void test_read(void **state) {
     assert_true(o == offs[i] && b == lens[i]);
   }
   expect_exact_length(buf, n);
-  expect_bad_u32(buf, n, 36, 0);                    /* 0 entries */
-  expect_bad_u32(buf, n, 36, 4);                    /* more entries than the body holds */
-  expect_bad_u32(buf, n, 36, 2);                    /* fewer */
-  expect_bad_u32(buf, n, 32, (1u << 31) - 2);       /* first_index + n past 2^31 */
-  expect_bad_u64(buf, n, 48, 0);                    /* an entry of 0 bytes */
-  expect_bad_u64(buf, n, 48, (1ull << 30) + 1);     /* an entry over 1 GiB */
-  expect_bad_u64(buf, n, 72, UINT64_MAX - 100);     /* offset + bytes overflows */
-  expect_bad_u64(buf, n, 16, 0);                    /* request 0 */
+  expect_bad_u32(buf, n, 36, 0);                /* 0 entries */
+  expect_bad_u32(buf, n, 36, 4);                /* more entries than the body holds */
+  expect_bad_u32(buf, n, 36, 2);                /* fewer */
+  expect_bad_u32(buf, n, 32, (1u << 31) - 2);   /* first_index + n past 2^31 */
+  expect_bad_u64(buf, n, 48, 0);                /* an entry of 0 bytes */
+  expect_bad_u64(buf, n, 48, (1ull << 30) + 1); /* an entry over 1 GiB */
+  expect_bad_u64(buf, n, 72, UINT64_MAX - 100); /* offset + bytes overflows */
+  expect_bad_u64(buf, n, 16, 0);                /* request 0 */
   /* The largest READ is the largest client message; one entry more does not encode. */
   static uint64_t o2[OKV_REMOTE_READ_MAX_ENTRIES + 1], l2[OKV_REMOTE_READ_MAX_ENTRIES + 1];
   for (uint32_t i = 0; i <= OKV_REMOTE_READ_MAX_ENTRIES; ++i) {
@@ -292,8 +293,8 @@ static void test_token_equal(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_header_layout), cmocka_unit_test(test_hello), cmocka_unit_test(test_hello_ok),
-      cmocka_unit_test(test_open_ok),       cmocka_unit_test(test_read),  cmocka_unit_test(test_data),
+      cmocka_unit_test(test_header_layout), cmocka_unit_test(test_hello),      cmocka_unit_test(test_hello_ok),
+      cmocka_unit_test(test_open_ok),       cmocka_unit_test(test_read),       cmocka_unit_test(test_data),
       cmocka_unit_test(test_error),         cmocka_unit_test(test_type_names), cmocka_unit_test(test_token_equal),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

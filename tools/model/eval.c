@@ -125,7 +125,10 @@ okv_status_t okv_eval_run_prefilled(const okv_model_t *model, okv_hal_device_t *
   rc.mode = config->mode;
   uint32_t ctx_blocks = (mc->seq_len + OKV_BLOCK_TOKENS - 1) / OKV_BLOCK_TOKENS;
   /* Dense keeps everything resident: size its working set to the whole context. */
-  rc.budget_blocks = config->mode == OKV_MODE_DENSE ? ctx_blocks : config->budget_blocks;
+  /* Dense keeps every block resident whatever the budget; the budget only has to be valid (<= OKV_TOPK_MAX). */
+  rc.budget_blocks = config->mode != OKV_MODE_DENSE ? config->budget_blocks
+                     : ctx_blocks < OKV_TOPK_MAX    ? ctx_blocks
+                                                    : OKV_TOPK_MAX;
   rc.dense_threshold_blocks = rc.budget_blocks;
   rc.fetch_ratio_auto = config->fetch_ratio < 0; /* negative: self-tuning cap with that maximum */
   rc.fetch_ratio = config->fetch_ratio < 0 ? -config->fetch_ratio : config->fetch_ratio;
