@@ -506,7 +506,13 @@ static okv_status_t connect_data_ep(okv_remote_client_t *c) {
   ucp_request_param_t p;
   memset(&p, 0, sizeof p);
   us = okv_remote_ucx_wait(c->worker, ucp_ep_flush_nbx(c->data_ep, &p), okv_remote_now() + c->cfg.connect_timeout_s);
-  if (us != UCS_OK) return okv_remote_ucx_status(us, "connecting the one-sided get endpoint (flush)");
+  if (us != UCS_OK) {
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    (void)okv_remote_ucx_wait(c->worker, ucp_ep_close_nbx(c->data_ep, &p), okv_remote_now() + 5.0); /* unusable */
+    c->data_ep = NULL;
+    return okv_remote_ucx_status(us, "connecting the one-sided get endpoint (flush)");
+  }
   return OKV_OK;
 }
 
@@ -621,6 +627,15 @@ okv_status_t okv_remote_client_connect(const char *addr, uint16_t port, const ch
       pthread_mutex_unlock(&c->mu);
     }
     free_client(c);
+    const char *tls = getenv("UCX_TLS");
+    if (okv_status_code(st) == OKV_STATUS_UNAVAILABLE && tls && !strstr(tls, "tcp")) {
+      okv_status_t hinted = okv_status_make(OKV_STATUS_UNAVAILABLE,
+                                            "%s (UCX 1.13 connects client and server through a tcp interface: "
+                                            "UCX_TLS=%.64s has none; add it, e.g. UCX_TLS=shm,tcp)",
+                                            okv_status_message(st), tls);
+      okv_status_free(st);
+      st = hinted;
+    }
     return st;
   }
   *out_client = c;

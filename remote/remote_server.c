@@ -693,6 +693,8 @@ static okv_status_t validate_config(const okv_remote_server_config_t *c, struct 
   return OKV_OK;
 }
 
+/* Closes every connection (bounded), destroys the worker, then frees connections and requests: a close UCX
+ * never finished is reclaimed by ucp_worker_destroy, whose callbacks may still reach them. */
 static void teardown(okv_remote_server_t *s) {
   if (s->worker) {
     pthread_mutex_lock(&s->mu);
@@ -704,20 +706,23 @@ static void teardown(okv_remote_server_t *s) {
       ucp_worker_progress(s->worker);
       service(s);
     }
-    /* What is left (a close UCX never finished) is reclaimed by ucp_worker_destroy. */
+    for (srv_client_t *c = s->clients; c; c = c->next) {
+      if (c->close_req) ucp_request_free(c->close_req);
+      c->close_req = NULL;
+      drop_jobs(c, s);
+    }
+    if (s->address) ucp_worker_release_address(s->worker, s->address);
+    ucp_worker_destroy(s->worker);
+    s->worker = NULL;
     while (s->clients) {
       srv_client_t *c = s->clients;
       s->clients = c->next;
-      if (c->close_req) ucp_request_free(c->close_req);
-      drop_jobs(c, s);
       okv_free(&s->alloc, c);
     }
     pthread_mutex_unlock(&s->mu);
   }
   for (uint32_t i = 0; i < s->n_reqs; ++i) free_request_memory(s, s->reqs[i]);
   okv_free(&s->alloc, s->reqs);
-  if (s->address) ucp_worker_release_address(s->worker, s->address);
-  if (s->worker) ucp_worker_destroy(s->worker);
   if (s->ctx) ucp_cleanup(s->ctx);
   pthread_mutex_destroy(&s->mu);
   okv_allocator_t a = s->alloc;

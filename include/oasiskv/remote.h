@@ -10,12 +10,13 @@
  * KV size) and reads byte ranges of the KV region in batches with many
  * operations in flight, completion tracked per batch.
  *
- * Two read paths (okv_remote_path_t): GET, one-sided ucp_get_nbx on the
- * request's region with its unpacked rkey (the server must allow it); PUSH,
- * the client sends the batch's ranges in READ messages and the server checks
- * each against the region and sends the bytes back with active messages.
- * Choice per transport (measured, docs/remote.md): PUSH over tcp, GET over
- * shared memory.
+ * Two read paths (okv_remote_path_t): GET, one-sided reads of the request's
+ * region with its unpacked rkey (the server must allow it): a memcpy where UCX
+ * maps the region into this process (shared memory, ucp_rkey_ptr), else
+ * ucp_get_nbx; PUSH, the client sends the batch's ranges in READ messages and
+ * the server checks each against the region and sends the bytes back with
+ * active messages. Choice per transport (measured, docs/remote.md): PUSH over
+ * tcp, GET over shared memory; AUTO makes it.
  *
  * UCX reads its environment (UCX_TLS, UCX_LOG_LEVEL, ...) when a server or a
  * client is created. UCX itself may print warnings on stderr (set
@@ -38,8 +39,9 @@ extern "C" {
 #endif
 
 typedef enum okv_remote_path_e {
-  OKV_REMOTE_PATH_AUTO = 0, /* GET when the server offers it, else PUSH */
-  OKV_REMOTE_PATH_GET = 1,  /* one-sided ucp_get_nbx on the request's registered region */
+  OKV_REMOTE_PATH_AUTO = 0, /* GET when the server offers it and the region is mapped here (shared memory),
+                               else PUSH */
+  OKV_REMOTE_PATH_GET = 1,  /* one-sided reads of the request's registered region (memcpy or ucp_get_nbx) */
   OKV_REMOTE_PATH_PUSH = 2, /* READ messages; the server checks every range and sends the bytes */
   OKV_REMOTE_PATH_COUNT
 } okv_remote_path_t;
@@ -158,8 +160,8 @@ typedef struct okv_remote_client_t okv_remote_client_t;
  * config NULL = defaults; allocator NULL = system (also for the admission
  * blobs okv_remote_client_open returns).
  * Errors: INVALID_ARGUMENT (addr not numeric IPv4, port 0, token over 256
- * bytes, config out of range, or the server refused the token: the message
- * carries the server's reason); UNAVAILABLE naming "ADDR:PORT" (nothing
+ * bytes, config out of range, config.path GET and the server offers no gets,
+ * or the server refused the token: the message carries the server's reason); UNAVAILABLE naming "ADDR:PORT" (nothing
  * listening, connection lost, no reply within connect_timeout_s; UCX cannot
  * start); OUT_OF_MEMORY. Thread safety: any thread. */
 OKV_API okv_status_t okv_remote_client_connect(const char *addr, uint16_t port, const char *token,
@@ -175,7 +177,7 @@ OKV_API const char *okv_remote_client_peer(const okv_remote_client_t *client);
  * allocator; NULL when admission_bytes is 0). Which read path the request uses
  * is settled here (okv_remote_client_request_path).
  * Errors: INVALID_ARGUMENT (id 0, already open by this client, NULL out
- * pointers; config.path GET when the server does not offer gets);
+ * pointers; config.path GET and the server sent no rkey);
  * NOT_FOUND (the server has no such request); UNAVAILABLE (the connection is
  * gone, or the server refused and closed it, e.g. the request belongs to
  * another client: the message carries its reason); OUT_OF_MEMORY.
@@ -201,7 +203,9 @@ typedef struct okv_remote_batch_t okv_remote_batch_t;
  * flight at once, and returns its handle (release it with
  * okv_remote_batch_release). `gets` is copied; the local buffers must stay
  * valid, and must not be read, until the batch is done or released; their
- * contents are undefined if the batch fails. Nothing is posted on error.
+ * contents are undefined if the batch fails. Nothing is posted on error. On
+ * the GET path over shared memory the reads are done (memcpy) before this
+ * returns; elsewhere they complete asynchronously.
  * Errors: INVALID_ARGUMENT (a get outside [0, kv_bytes) of the request, named
  * by index and range, checked before anything is posted; bytes 0 or over
  * 2^30; NULL pointers; n_gets 0), NOT_FOUND (the request is not open on this
