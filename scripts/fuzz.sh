@@ -91,7 +91,7 @@ remote_srcs=(remote/remote_msg.c hal/hal_status.c hal/hal_allocator.c)
 # The whole library and the eval/generate commands (no GPU backends; OpenMP
 # pragmas are ignored): everything tools/cli_*.c needs but cli_info.c (bench).
 cli_srcs=()
-for f in hal/*.c core/*.c backends/cpu/*.c tools/model/*.c tools/cli_*.c; do
+for f in hal/*.c core/*.c backends/cpu/*.c tools/model/*.c tools/cli_*.c tools/kv_trace.c; do
   [ "$f" = tools/cli_info.c ] || cli_srcs+=("$f")
 done
 
