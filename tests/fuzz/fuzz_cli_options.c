@@ -78,7 +78,8 @@ static void check_parsers(const char *a) {
       OKV_FUZZ_CHECK(a[0] != ' ' && a[0] != '\t' && a[0] != '\n' && a[0] != '\v' && a[0] != '\f' && a[0] != '\r');
   }
   double fr = -1.0;
-  if (okv_cli_parse_fetch_ratio("fuzz", a, &fr)) OKV_FUZZ_CHECK(fr > 0.0 && fr <= 1.0);
+  if (okv_cli_parse_fetch_ratio("fuzz", a, &fr)) /* a ratio in (0, 1], or auto[:MAX] as -MAX */
+    OKV_FUZZ_CHECK((fr > 0.0 && fr <= 1.0) || (strncmp(a, "auto", 4) == 0 && fr >= -1.0 && fr < 0.0));
   okv_mode_t mode = OKV_MODE_COUNT;
   if (okv_cli_parse_mode("fuzz", a, &mode)) {
     OKV_FUZZ_CHECK((unsigned)mode < OKV_MODE_COUNT);
