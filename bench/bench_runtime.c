@@ -465,6 +465,9 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     if (o.recall)
       json_object_object_add(
           jout, "recall", json_object_new_double(cum.recall_total ? (double)cum.recall_hits / cum.recall_total : 0.0));
+    if (o.recall && cum.topk_agreement_total > 0)
+      json_object_object_add(jout, "topk_agreement",
+                             json_object_new_double((double)cum.topk_agreement_hits / cum.topk_agreement_total));
     json_object *layers = json_object_new_array();
     for (uint32_t l = 0; l < L; l++) {
       okv_step_stats_t ls;
@@ -504,6 +507,9 @@ int okv_cli_bench_runtime(int argc, char **argv) {
            1e3 * t_steps / n_steps, 1e3 * cum.stall_seconds / n_steps, (unsigned long long)cum.hits,
            (unsigned long long)cum.misses, (unsigned long long)cum.admitted, (unsigned long long)cum.deferred);
     if (o.recall) printf(", recall %.4f", cum.recall_total ? (double)cum.recall_hits / cum.recall_total : 0.0);
+    if (o.recall && cum.topk_agreement_total > 0)
+      printf(" (of the flat top-K), top-K agreement with flat %.4f",
+             (double)cum.topk_agreement_hits / cum.topk_agreement_total);
     printf("\noverhead_fraction %.4f (target <= 0.05); bytes/step %.0f <= cap %.0f: %s\n", overhead, bytes_per_step,
            cap_bytes, bytes_per_step <= cap_bytes ? "yes" : "NO");
     printf("bookkeeping %.0f ns per KV head per step (target <= 500)\n", ns_per_head);

@@ -20,6 +20,12 @@
 okv_status_t okv_rt_predict_topk(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream, uint32_t n_seqs,
                                  uint32_t layer, uint32_t T, uint32_t t_begin, uint32_t t_end, double *bk_s) {
   if (rt->groups_kept > 0) return okv_rt_predict_two_level(rt, ctx, stream, n_seqs, layer, T, t_begin, t_end, bk_s);
+  return okv_rt_predict_topk_flat(rt, ctx, stream, n_seqs, layer, T, t_begin, t_end, bk_s);
+}
+
+okv_status_t okv_rt_predict_topk_flat(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream,
+                                      uint32_t n_seqs, uint32_t layer, uint32_t T, uint32_t t_begin, uint32_t t_end,
+                                      double *bk_s) {
   double t0 = okv_rt_bk_s();
   uint32_t H = rt->cfg.n_kv_heads, E = rt->extent_blocks;
   uint32_t n_seg = n_seqs * H;

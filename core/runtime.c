@@ -67,6 +67,9 @@ static void predict_ctx_free(okv_runtime_t *rt, okv_predict_ctx_t *c) {
   okv_rt_free(&rt->alloc, c->rd);
   okv_rt_free(&rt->alloc, c->rd_index);
   okv_rt_free(&rt->alloc, c->rd_dst);
+  okv_rt_free(&rt->alloc, c->agree_topk);
+  okv_rt_free(&rt->alloc, c->agree_counts);
+  okv_rt_free(&rt->alloc, c->agree_bits);
   memset(c, 0, sizeof *c);
 }
 
@@ -233,6 +236,14 @@ okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_conf
   if (c->track_recall || c->mode == OKV_MODE_ONDEMAND) {
     st = predict_ctx_init(rt, &rt->fg, c->mode == OKV_MODE_ONDEMAND);
     if (st == OKV_OK) st = okv_rt_scoring_ctx_init(rt, &rt->fg);
+    if (st == OKV_OK && c->track_recall && rt->groups_kept > 0) { /* recall against flat scoring */
+      uint64_t n_seg = (uint64_t)c->max_seqs * c->n_kv_heads;
+      rt->fg.agree_topk = okv_malloc(&rt->alloc, n_seg * c->budget_blocks * sizeof(uint32_t));
+      rt->fg.agree_counts = okv_malloc(&rt->alloc, n_seg * sizeof(uint32_t));
+      rt->fg.agree_bits = okv_calloc(&rt->alloc, rt->max_blocks / 64u + 1u, sizeof(uint64_t));
+      if (!rt->fg.agree_topk || !rt->fg.agree_counts || !rt->fg.agree_bits)
+        st = OKV_RT_HOST_OOM("recall against flat scoring");
+    }
   } else {
     st = alloc_dev(rt, OKV_TIER_DEVICE, c->max_seqs * T4 * c->n_q_heads * c->head_dim * 4u, &rt->fg.q, "query staging");
   }

@@ -115,6 +115,8 @@ void okv_rt_stats_add(okv_step_stats_t *d, const okv_step_stats_t *s) {
   d->stall_seconds += s->stall_seconds;
   d->recall_hits += s->recall_hits;
   d->recall_total += s->recall_total;
+  d->topk_agreement_hits += s->topk_agreement_hits;
+  d->topk_agreement_total += s->topk_agreement_total;
   d->steps += s->steps;
   d->deferred_steps += s->deferred_steps;
   d->bookkeeping_seconds += s->bookkeeping_seconds;

@@ -84,6 +84,10 @@ typedef struct okv_predict_ctx_t {
   uint32_t *r_seg, *r_n;         /* [n_seg * groups_kept] */
   uint64_t *r_sfirst, *r_cfirst; /* [n_seg * groups_kept] */
   uint32_t *cand_block;          /* [n_seg * groups_kept * 16] index map of the candidate scores */
+  /* Recall pass with two-level scoring (track_recall): the two-level top-K of the real query, kept while the
+   * flat (reference) pass overwrites host_topk, and a bitmap of one head's flat top-K. */
+  uint32_t *agree_topk, *agree_counts; /* [n_seg * K], [n_seg] */
+  uint64_t *agree_bits;                /* [max_blocks / 64 + 1], all zero between uses */
   /* Reads through a KV source (remote_seq.c), [n_kv_heads * K] (one sequence's plan entries at most). */
   okv_rt_read_t *rd;
   uint64_t *rd_index;
@@ -282,6 +286,10 @@ void okv_rt_remote_stall(okv_runtime_t *rt);
 /* pipeline.c */
 okv_status_t okv_rt_predict_topk(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream, uint32_t n_seqs,
                                  uint32_t layer, uint32_t T, uint32_t t_begin, uint32_t t_end, double *bk_s);
+/* Flat scoring whatever cfg.scoring says (the reference of the recall pass); same contract. */
+okv_status_t okv_rt_predict_topk_flat(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream,
+                                      uint32_t n_seqs, uint32_t layer, uint32_t T, uint32_t t_begin, uint32_t t_end,
+                                      double *bk_s);
 void *okv_rt_worker_main(void *arg);
 void okv_rt_job_wait_selected(okv_runtime_t *rt, uint32_t layer);
 void okv_rt_jobs_drain(okv_runtime_t *rt);

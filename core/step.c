@@ -151,6 +151,24 @@ static void fg_predict_and_fetch(okv_runtime_t *rt, uint32_t layer, const float 
     ls->pipeline_errors++;
     return;
   }
+  /* With two-level scoring, recall counts the exact (flat-scored) top-K of the real query, and the agreement
+   * counts how much of it the two-level top-K finds; an on-demand fetch still uses the two-level top-K. */
+  const uint32_t *sel_topk = ctx->host_topk, *sel_counts = ctx->host_counts;
+  bool agree = c->track_recall && ctx->agree_topk != NULL;
+  if (agree) {
+    size_t n_seg = (size_t)n_seqs * H;
+    memcpy(ctx->agree_topk, ctx->host_topk, n_seg * K * sizeof(uint32_t));
+    memcpy(ctx->agree_counts, ctx->host_counts, n_seg * sizeof(uint32_t));
+    sel_topk = ctx->agree_topk;
+    sel_counts = ctx->agree_counts;
+    st = okv_rt_predict_topk_flat(rt, ctx, rt->compute, n_seqs, layer, T, 0, 1, bk_s);
+    if (st != OKV_OK) {
+      OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->compute)); /* no pending error left for attention */
+      okv_status_free(st);
+      ls->pipeline_errors++;
+      return;
+    }
+  }
   double t0 = okv_rt_bk_s();
   bool ondemand = c->mode == OKV_MODE_ONDEMAND;
   uint32_t n_plan = 0;
@@ -166,14 +184,23 @@ static void fg_predict_and_fetch(okv_runtime_t *rt, uint32_t layer, const float 
           ls->recall_hits += okv_block_map_is_resident(&hd->map, pred[i]);
         ls->recall_total += ctx->host_counts[u];
       }
+      if (agree) {
+        uint64_t *bits = ctx->agree_bits;
+        for (uint32_t i = 0; i < ctx->host_counts[u]; i++) bits[pred[i] >> 6] |= 1ull << (pred[i] & 63u);
+        const uint32_t *two = &sel_topk[(size_t)u * K];
+        for (uint32_t i = 0; i < sel_counts[u]; i++) ls->topk_agreement_hits += okv_block_map_bit(bits, two[i]);
+        ls->topk_agreement_total += ctx->host_counts[u];
+        for (uint32_t i = 0; i < ctx->host_counts[u]; i++) bits[pred[i] >> 6] = 0;
+        pred = two; /* the on-demand fetch below uses the two-level top-K */
+      }
       if (!ondemand) continue;
       okv_select_params_t p = {.budget_blocks = K,
                                .cap_blocks = UINT32_MAX,
                                .step = rt->step,
                                .active_block = n_blocks_of(seq->n_tokens[layer]) - 1u};
       okv_select_result_t r;
-      st = okv_select_head(&hd->map, &p, pred, ctx->host_counts[u], ctx->sel_scratch, ctx->sel_admitted,
-                           ctx->sel_victims, &r);
+      st = okv_select_head(&hd->map, &p, pred, sel_counts[u], ctx->sel_scratch, ctx->sel_admitted, ctx->sel_victims,
+                           &r);
       if (st != OKV_OK) { /* cannot happen with the runtime's own parameters */
         okv_status_free(st);
         ls->pipeline_errors++;

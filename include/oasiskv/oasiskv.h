@@ -322,6 +322,10 @@ struct okv_step_stats_t {
   double remote_stall_seconds; /* foreground time spent waiting while a read_blocks call ran: all of it in
                                   ONDEMAND, in OASIS / PROXY the overlap of okv_runtime_step_end's wait for the
                                   background thread with its reads (not in stall_seconds) */
+  /* Two-level scoring with track_recall: recall_hits / recall_total then count the exact (flat-scored) top-K of the
+   * real query, and these count how much of it the two-level top-K of the same query finds. */
+  uint64_t topk_agreement_hits;  /* blocks in both the two-level and the flat top-K of the real query */
+  uint64_t topk_agreement_total; /* blocks in the flat top-K of the real query */
 };
 
 /* Cumulative stats over the runtime's life (layer = UINT32_MAX) or for one layer, since creation

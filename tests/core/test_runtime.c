@@ -238,6 +238,7 @@ static uint64_t check_invariants(drv_t *d, prev_t *prev, bool have_prev, uint32_
 static okv_scoring_t g_scoring = OKV_SCORING_FLAT;
 static uint32_t g_scoring_groups = 0;
 static okv_dtype_t g_summary_dtype = OKV_DTYPE_F32;
+static uint64_t g_agree_hits, g_agree_total; /* top-K agreement of two-level with flat, summed by run_sparse */
 
 /* Two-level scoring: every group summary equals the elementwise min/max of
  * its blocks' summaries (read back from the DEVICE tier), exactly. */
@@ -336,6 +337,11 @@ static uint64_t run_sparse(okv_mode_t mode, uint64_t seed, uint32_t n_steps, boo
                 s->bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE]);
     assert_int_equal(s->bytes_moved[OKV_TIER_DEVICE][OKV_TIER_HOST], 0);
     assert_true(s->recall_hits <= s->recall_total);
+    assert_true(s->topk_agreement_hits <= s->topk_agreement_total);
+    /* With two-level scoring the recall pass counts flat's top-K, and the agreement counts the same blocks. */
+    assert_true(s->topk_agreement_total == (g_scoring == OKV_SCORING_TWO_LEVEL ? s->recall_total : 0u));
+    g_agree_hits += s->topk_agreement_hits;
+    g_agree_total += s->topk_agreement_total;
     assert_true(s->admitted + s->deferred == s->misses);
     assert_int_equal(s->deferred_steps, s->deferred > 0);
     assert_int_equal(s->steps, 1);
@@ -410,9 +416,17 @@ static void test_two_level(void **state) {
   uint64_t flat = run_sparse(OKV_MODE_OASIS, 7, 80, false); /* <= 230 tokens: <= 15 blocks */
   g_scoring = OKV_SCORING_TWO_LEVEL;
   g_scoring_groups = 1; /* one group of 16 blocks: all of them here */
+  g_agree_hits = g_agree_total = 0;
   uint64_t two = run_sparse(OKV_MODE_OASIS, 7, 80, false);
   assert_true(flat == two);
+  /* Same top-K as flat while every head has at most one group: full agreement. */
+  assert_true(g_agree_total > 0);
+  assert_true(g_agree_hits == g_agree_total);
+  g_agree_hits = g_agree_total = 0;
   run_sparse(OKV_MODE_OASIS, 7, 200, true); /* up to 350 tokens: 22 blocks, 2 groups, 1 kept */
+  /* Past 16 blocks one group's blocks are ranked: some of flat's top-K is missed, most is found. */
+  assert_true(g_agree_hits < g_agree_total);
+  assert_true(g_agree_hits * 2u > g_agree_total);
   run_sparse(OKV_MODE_ONDEMAND, 9, 150, true);
   g_summary_dtype = OKV_DTYPE_BF16;
   run_sparse(OKV_MODE_PROXY, 8, 200, true);
