@@ -199,8 +199,8 @@ static void fg_predict_and_fetch(okv_runtime_t *rt, uint32_t layer, const float 
                                .step = rt->step,
                                .active_block = n_blocks_of(seq->n_tokens[layer]) - 1u};
       okv_select_result_t r;
-      st = okv_select_head(&hd->map, &p, pred, sel_counts[u], ctx->sel_scratch, ctx->sel_admitted, ctx->sel_victims,
-                           &r);
+      st =
+          okv_select_head(&hd->map, &p, pred, sel_counts[u], ctx->sel_scratch, ctx->sel_admitted, ctx->sel_victims, &r);
       if (st != OKV_OK) { /* cannot happen with the runtime's own parameters */
         okv_status_free(st);
         ls->pipeline_errors++;
