@@ -40,25 +40,6 @@ static inline void clear_pred(okv_block_map_t *map, const uint32_t *predicted, u
   for (uint32_t i = 0; i < n; i++) map->pred_bits[predicted[i] >> 6] = 0;
 }
 
-/* Folds the previous selection's step into res_last for the resident blocks
- * that drop out of the prediction now (pred_bits holds the new prediction):
- * afterwards every resident block outside pred_bits has its exact
- * last-selected step in res_last. Work is proportional to the blocks that
- * changed, not to K. */
-static void fold_dropped(okv_block_map_t *map) {
-  if (!map->has_prev) return;
-  uint32_t n_words = (map->n_blocks + 63u) / 64u;
-  for (uint32_t w = 0; w < n_words; w++) {
-    uint64_t d = map->res_bits[w] & map->pred_prev[w] & ~map->pred_bits[w];
-    while (d != 0) {
-      uint32_t b = w * 64u + (uint32_t)__builtin_ctzll(d);
-      d &= d - 1u;
-      uint32_t pos = map->res_pos[b];
-      if (map->res_last[pos] < map->prev_step) map->res_last[pos] = map->prev_step;
-    }
-  }
-}
-
 okv_status_t okv_select_head(okv_block_map_t *map, const okv_select_params_t *params, const uint32_t *predicted,
                              uint32_t n_predicted, uint32_t *scratch, uint32_t *out_admitted, uint32_t *out_victims,
                              okv_select_result_t *out_result) {
@@ -76,26 +57,32 @@ okv_status_t okv_select_head(okv_block_map_t *map, const okv_select_params_t *pa
     r.n_hits += okv_block_map_bit(map->res_bits, b);
   }
   r.n_misses = n_predicted - r.n_hits;
-  /* 2. Exact LRU keys for the blocks leaving the prediction; hits need none:
-   * the new prediction becomes pred_prev at `step` (step 5). */
-  fold_dropped(map);
-  /* 3. Victim candidates: resident, not predicted, not active (positions, LRU order). */
+  /* 2. Victim candidates: resident, not predicted, not active (positions, LRU
+   * order). A candidate that the previous selection predicted leaves the
+   * prediction now: its exact last-selected step (prev_step) is folded into
+   * res_last here, so that every candidate's key is exact; hits need none (the
+   * new prediction becomes pred_prev at `step`, step 5). One sequential pass
+   * over the resident list, no per-block lookups. */
   uint32_t n_cand = 0;
   bool active_resident = false;
+  const uint32_t *res = map->resident;
   for (uint32_t i = 0; i < map->n_resident; i++) {
-    uint32_t b = map->resident[i];
+    uint32_t b = res[i];
     if (b == params->active_block) {
       active_resident = true;
       continue;
     }
-    if (!okv_block_map_bit(map->pred_bits, b)) scratch[n_cand++] = i;
+    if (okv_block_map_bit(map->pred_bits, b)) continue;
+    if (map->has_prev && okv_block_map_bit(map->pred_prev, b) && map->res_last[i] < map->prev_step)
+      map->res_last[i] = map->prev_step;
+    scratch[n_cand++] = i;
   }
   uint32_t held = map->n_resident - (active_resident ? 1u : 0u);
   uint32_t room = held < params->budget_blocks ? params->budget_blocks - held : 0;
   /* Victims needed: admissions beyond the free room, at most the cap. */
   uint32_t n_admit_max = r.n_misses < params->cap_blocks ? r.n_misses : params->cap_blocks;
   select_lru(map, scratch, n_cand, n_admit_max > room ? n_admit_max - room : 0);
-  /* 4. In predicted (score) order, the first misses are admitted. */
+  /* 3. In predicted (score) order, the first misses are admitted. */
   uint32_t next_victim = 0;
   for (uint32_t i = 0; i < n_predicted && r.n_admitted < n_admit_max; i++) {
     uint32_t b = predicted[i];
@@ -115,7 +102,7 @@ okv_status_t okv_select_head(okv_block_map_t *map, const okv_select_params_t *pa
     r.n_admitted++;
   }
   r.n_deferred = r.n_misses - r.n_admitted;
-  /* 5. The prediction becomes pred_prev, selected at `step`; the old one is
+  /* 4. The prediction becomes pred_prev, selected at `step`; the old one is
    * cleared (pred_bits is all zero between calls). */
   uint64_t *old = map->pred_prev;
   map->pred_prev = map->pred_bits;
