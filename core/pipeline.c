@@ -12,6 +12,53 @@
 
 /* ---- scoring + top-K ---- */
 
+/* Scores every unit of the listed (seq, KV head) segments against the queries
+ * in sd->q: a unit is `unit_blocks` consecutive blocks (1: blocks, with their
+ * summaries; OKV_SCORING_GROUP_BLOCKS: groups, with the group summaries that
+ * sd->summaries names). A head's units sit in runs of contiguous HOST extents;
+ * one launch per run index, filling sd's segment arrays (ctx->seg_*) each
+ * time. Segments whose ctx->seqs[s] is NULL score nothing. Unit i of segment u
+ * lands at score u * max_blocks + i. Adds its host time to *bk_s. */
+okv_status_t okv_rt_score_units(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream,
+                                const okv_score_desc_t *sd, uint32_t n_seqs, uint32_t layer, uint32_t unit_blocks,
+                                double *bk_s) {
+  double t0 = okv_rt_bk_s();
+  uint32_t H = rt->cfg.n_kv_heads, UE = rt->extent_blocks / unit_blocks; /* units per extent */
+  for (uint32_t u = 0; u < n_seqs * H; u++) ctx->seg_cursor[u] = 0;
+  for (;;) {
+    bool any = false;
+    for (uint32_t s = 0; s < n_seqs; s++) {
+      const okv_seq_t *seq = ctx->seqs[s];
+      uint32_t nb = seq ? n_blocks_of(seq->n_tokens[layer]) : 0;
+      uint32_t n_units = ceil_div_u32(nb, unit_blocks), need = ceil_div_u32(nb, rt->extent_blocks);
+      for (uint32_t h = 0; h < H; h++) {
+        uint32_t u = s * H + h, cur = ctx->seg_cursor[u];
+        ctx->seg_summary_first[u] = 0;
+        ctx->seg_n[u] = 0;
+        ctx->seg_score_first[u] = 0;
+        if (cur >= need) continue;
+        const okv_head_t *hd = seq_head(rt, seq, layer, h);
+        uint32_t start = hd->extents[cur], run = 1;
+        while (cur + run < need && hd->extents[cur + run] == start + run) run++;
+        uint32_t first = cur * UE, n = run * UE;
+        if (n > n_units - first) n = n_units - first;
+        ctx->seg_summary_first[u] = (uint64_t)start * UE;
+        ctx->seg_n[u] = n;
+        ctx->seg_score_first[u] = (uint64_t)u * rt->max_blocks + first;
+        ctx->seg_cursor[u] = cur + run;
+        any = true;
+      }
+    }
+    if (!any) break;
+    *bk_s += okv_rt_bk_s() - t0;
+    okv_status_t st = okv_hal_score_blocks_async(stream, sd);
+    t0 = okv_rt_bk_s();
+    if (st != OKV_OK) return st;
+  }
+  *bk_s += okv_rt_bk_s() - t0;
+  return OKV_OK;
+}
+
 /* Scores every block of the listed (seq, KV head) segments against queries
  * t_begin..t_end-1 already in ctx->q and takes the top-K, excluding each head's
  * active block; results land in ctx->host_topk / host_counts. Segments whose
@@ -27,9 +74,8 @@ okv_status_t okv_rt_predict_topk_flat(okv_runtime_t *rt, okv_predict_ctx_t *ctx,
                                       uint32_t n_seqs, uint32_t layer, uint32_t T, uint32_t t_begin, uint32_t t_end,
                                       double *bk_s) {
   double t0 = okv_rt_bk_s();
-  uint32_t H = rt->cfg.n_kv_heads, E = rt->extent_blocks;
+  uint32_t H = rt->cfg.n_kv_heads;
   uint32_t n_seg = n_seqs * H;
-  for (uint32_t u = 0; u < n_seg; u++) ctx->seg_cursor[u] = 0;
   okv_score_desc_t sd = {.n_seqs = n_seqs,
                          .n_kv_heads = H,
                          .group_size = rt->group_size,
@@ -45,41 +91,10 @@ okv_status_t okv_rt_predict_topk_flat(okv_runtime_t *rt, okv_predict_ctx_t *ctx,
                          .scores = ctx->scores,
                          .seg_score_first = ctx->seg_score_first,
                          .summary_dtype = rt->cfg.summary_dtype};
-  okv_status_t st = OKV_OK;
-  for (;;) {
-    bool any = false;
-    for (uint32_t s = 0; s < n_seqs; s++) {
-      const okv_seq_t *seq = ctx->seqs[s];
-      uint32_t nb = seq ? n_blocks_of(seq->n_tokens[layer]) : 0;
-      uint32_t need = ceil_div_u32(nb, E);
-      for (uint32_t h = 0; h < H; h++) {
-        uint32_t u = s * H + h;
-        uint32_t c = ctx->seg_cursor[u];
-        if (c >= need) {
-          ctx->seg_summary_first[u] = 0;
-          ctx->seg_n[u] = 0;
-          ctx->seg_score_first[u] = 0;
-          continue;
-        }
-        const okv_head_t *hd = seq_head(rt, seq, layer, h);
-        uint32_t start = hd->extents[c], run = 1;
-        while (c + run < need && hd->extents[c + run] == start + run) run++;
-        uint32_t first_block = c * E;
-        uint32_t n = run * E;
-        if (n > nb - first_block) n = nb - first_block;
-        ctx->seg_summary_first[u] = (uint64_t)start * E;
-        ctx->seg_n[u] = n;
-        ctx->seg_score_first[u] = (uint64_t)u * rt->max_blocks + first_block;
-        ctx->seg_cursor[u] = c + run;
-        any = true;
-      }
-    }
-    if (!any) break;
-    *bk_s += okv_rt_bk_s() - t0;
-    st = okv_hal_score_blocks_async(stream, &sd);
-    t0 = okv_rt_bk_s();
-    if (st != OKV_OK) return okv_status_annotate(st, "runtime: scoring layer %u", layer);
-  }
+  *bk_s += okv_rt_bk_s() - t0;
+  okv_status_t st = okv_rt_score_units(rt, ctx, stream, &sd, n_seqs, layer, 1, bk_s);
+  if (st != OKV_OK) return okv_status_annotate(st, "runtime: scoring layer %u", layer);
+  t0 = okv_rt_bk_s();
   uint32_t n_excl = 0;
   for (uint32_t s = 0; s < n_seqs; s++) {
     const okv_seq_t *seq = ctx->seqs[s];

@@ -286,6 +286,10 @@ void okv_rt_remote_stall(okv_runtime_t *rt);
 /* pipeline.c */
 okv_status_t okv_rt_predict_topk(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream, uint32_t n_seqs,
                                  uint32_t layer, uint32_t T, uint32_t t_begin, uint32_t t_end, double *bk_s);
+/* Scores every unit (unit_blocks = 1: block; OKV_SCORING_GROUP_BLOCKS: group) of the listed heads (pipeline.c). */
+okv_status_t okv_rt_score_units(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream,
+                                const okv_score_desc_t *sd, uint32_t n_seqs, uint32_t layer, uint32_t unit_blocks,
+                                double *bk_s);
 /* Flat scoring whatever cfg.scoring says (the reference of the recall pass); same contract. */
 okv_status_t okv_rt_predict_topk_flat(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream,
                                       uint32_t n_seqs, uint32_t layer, uint32_t T, uint32_t t_begin, uint32_t t_end,

@@ -139,10 +139,9 @@ okv_status_t okv_rt_predict_two_level(okv_runtime_t *rt, okv_predict_ctx_t *ctx,
                                       double *bk_s) {
   double t0 = okv_rt_bk_s();
   const okv_runtime_config_t *c = &rt->cfg;
-  uint32_t H = c->n_kv_heads, E = rt->extent_blocks, GE = E / GB, G = rt->groups_kept, K = c->budget_blocks;
+  uint32_t H = c->n_kv_heads, G = rt->groups_kept, K = c->budget_blocks;
   uint32_t n_seg = n_seqs * H;
   uint64_t cand_stride = (uint64_t)G * GB;
-  for (uint32_t u = 0; u < n_seg; u++) ctx->seg_cursor[u] = 0;
   okv_score_desc_t sd = {.n_seqs = n_seqs,
                          .n_kv_heads = H,
                          .group_size = rt->group_size,
@@ -158,38 +157,11 @@ okv_status_t okv_rt_predict_two_level(okv_runtime_t *rt, okv_predict_ctx_t *ctx,
                          .scores = ctx->scores,
                          .seg_score_first = ctx->seg_score_first,
                          .summary_dtype = c->summary_dtype};
-  okv_status_t st = OKV_OK;
   /* Level 1: groups. */
-  for (;;) {
-    bool any = false;
-    for (uint32_t s = 0; s < n_seqs; s++) {
-      const okv_seq_t *seq = ctx->seqs[s];
-      uint32_t nb = seq ? n_blocks_of(seq->n_tokens[layer]) : 0;
-      uint32_t ng = ceil_div_u32(nb, GB), need = ceil_div_u32(nb, E);
-      for (uint32_t h = 0; h < H; h++) {
-        uint32_t u = s * H + h, cur = ctx->seg_cursor[u];
-        ctx->seg_summary_first[u] = 0;
-        ctx->seg_n[u] = 0;
-        ctx->seg_score_first[u] = 0;
-        if (cur >= need) continue;
-        const okv_head_t *hd = seq_head(rt, seq, layer, h);
-        uint32_t start = hd->extents[cur], run = 1;
-        while (cur + run < need && hd->extents[cur + run] == start + run) run++;
-        uint32_t first_group = cur * GE, n = run * GE;
-        if (n > ng - first_group) n = ng - first_group;
-        ctx->seg_summary_first[u] = (uint64_t)start * GE;
-        ctx->seg_n[u] = n;
-        ctx->seg_score_first[u] = (uint64_t)u * rt->max_blocks + first_group;
-        ctx->seg_cursor[u] = cur + run;
-        any = true;
-      }
-    }
-    if (!any) break;
-    *bk_s += okv_rt_bk_s() - t0;
-    st = okv_hal_score_blocks_async(stream, &sd);
-    t0 = okv_rt_bk_s();
-    if (st != OKV_OK) return okv_status_annotate(st, "runtime: scoring the groups of layer %u", layer);
-  }
+  *bk_s += okv_rt_bk_s() - t0;
+  okv_status_t st = okv_rt_score_units(rt, ctx, stream, &sd, n_seqs, layer, GB, bk_s);
+  if (st != OKV_OK) return okv_status_annotate(st, "runtime: scoring the groups of layer %u", layer);
+  t0 = okv_rt_bk_s();
   for (uint32_t s = 0; s < n_seqs; s++) {
     const okv_seq_t *seq = ctx->seqs[s];
     uint32_t ng = seq ? ceil_div_u32(n_blocks_of(seq->n_tokens[layer]), GB) : 0;
