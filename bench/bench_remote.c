@@ -513,8 +513,7 @@ int okv_cli_bench_remote(int argc, char **argv) {
       }
     }
     for (int i = 0; i < 2 && !exit_code; ++i) {
-      okv_status_t as =
-          measure_admission(server, client, 100 + (uint64_t)i, i == 0 ? 16384u : 32768u, &adm_out[i]);
+      okv_status_t as = measure_admission(server, client, 100 + (uint64_t)i, i == 0 ? 16384u : 32768u, &adm_out[i]);
       if (as) exit_code = fail_status("the admission ratio", as);
     }
     for (uint32_t p = 0; p < o.n_batches && !exit_code; ++p) {

@@ -811,8 +811,8 @@ okv_status_t okv_remote_client_submit(okv_remote_client_t *c, const void *payloa
     if (!x) st = okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_remote_client_submit: host allocator");
   }
   if (!st) {
-    x->n = okv_remote_msg_encode_submit(x->frame, OKV_REMOTE_HEADER_BYTES + (size_t)payload_bytes, payload,
-                                        payload_bytes);
+    x->n =
+        okv_remote_msg_encode_submit(x->frame, OKV_REMOTE_HEADER_BYTES + (size_t)payload_bytes, payload, payload_bytes);
     st = roundtrip(c, x, OKV_REMOTE_MSG_SUBMIT_OK, 0, timeout_s);
   }
   if (!st && c->ctrl.code != OKV_STATUS_OK) st = ctrl_error(c, "the job");

@@ -26,9 +26,9 @@ static void put64(uint8_t *p, uint64_t v) {
 
 const char *okv_remote_msg_type_name(uint32_t type) {
   static const char *const names[OKV_REMOTE_MSG_TYPE_COUNT] = {
-      [OKV_REMOTE_MSG_HELLO] = "HELLO",     [OKV_REMOTE_MSG_HELLO_OK] = "HELLO_OK", [OKV_REMOTE_MSG_OPEN] = "OPEN",
-      [OKV_REMOTE_MSG_OPEN_OK] = "OPEN_OK", [OKV_REMOTE_MSG_READ] = "READ",         [OKV_REMOTE_MSG_DATA] = "DATA",
-      [OKV_REMOTE_MSG_CLOSE] = "CLOSE",     [OKV_REMOTE_MSG_CLOSE_OK] = "CLOSE_OK", [OKV_REMOTE_MSG_ERROR] = "ERROR",
+      [OKV_REMOTE_MSG_HELLO] = "HELLO",     [OKV_REMOTE_MSG_HELLO_OK] = "HELLO_OK",   [OKV_REMOTE_MSG_OPEN] = "OPEN",
+      [OKV_REMOTE_MSG_OPEN_OK] = "OPEN_OK", [OKV_REMOTE_MSG_READ] = "READ",           [OKV_REMOTE_MSG_DATA] = "DATA",
+      [OKV_REMOTE_MSG_CLOSE] = "CLOSE",     [OKV_REMOTE_MSG_CLOSE_OK] = "CLOSE_OK",   [OKV_REMOTE_MSG_ERROR] = "ERROR",
       [OKV_REMOTE_MSG_SUBMIT] = "SUBMIT",   [OKV_REMOTE_MSG_SUBMIT_OK] = "SUBMIT_OK",
   };
   if (type == 0 || type >= OKV_REMOTE_MSG_TYPE_COUNT) return "unknown";

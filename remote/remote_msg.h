@@ -43,21 +43,21 @@
 #define OKV_REMOTE_HELLO_OK_GET 1u /* the server maps regions for one-sided gets (OPEN_OK carries an rkey) */
 
 typedef enum okv_remote_msg_type_e {
-  OKV_REMOTE_MSG_HELLO = 1,    /* c->s  u32 token_bytes, u32 flags, token bytes (0..256); request_id 0, seq 0 */
-  OKV_REMOTE_MSG_HELLO_OK = 2, /* s->c  u32 flags, u32 max_read_entries, u64 max_inflight_bytes, u32 address_bytes,
+  OKV_REMOTE_MSG_HELLO = 1,      /* c->s  u32 token_bytes, u32 flags, token bytes (0..256); request_id 0, seq 0 */
+  OKV_REMOTE_MSG_HELLO_OK = 2,   /* s->c  u32 flags, u32 max_read_entries, u64 max_inflight_bytes, u32 address_bytes,
                                         u32 reserved (0), the server worker's UCX address (GET flag: 1..8192 bytes,
                                         else 0); ids 0 */
-  OKV_REMOTE_MSG_OPEN = 3,     /* c->s  empty; request_id != 0 */
-  OKV_REMOTE_MSG_OPEN_OK = 4,  /* s->c  u64 kv_bytes, u64 admission_bytes, u64 remote_base, u32 rkey_bytes,
+  OKV_REMOTE_MSG_OPEN = 3,       /* c->s  empty; request_id != 0 */
+  OKV_REMOTE_MSG_OPEN_OK = 4,    /* s->c  u64 kv_bytes, u64 admission_bytes, u64 remote_base, u32 rkey_bytes,
                                         u32 reserved (0), rkey bytes (0..4096), admission bytes */
-  OKV_REMOTE_MSG_READ = 5,     /* c->s  u32 first_index, u32 n_entries (1..4096), n x {u64 offset, u64 bytes};
+  OKV_REMOTE_MSG_READ = 5,       /* c->s  u32 first_index, u32 n_entries (1..4096), n x {u64 offset, u64 bytes};
                                         seq = batch id */
-  OKV_REMOTE_MSG_DATA = 6,     /* s->c  u32 first_index, u32 n_entries, u64 payload_bytes, payload; seq = batch id */
-  OKV_REMOTE_MSG_CLOSE = 7,    /* c->s  empty; request_id != 0 */
-  OKV_REMOTE_MSG_CLOSE_OK = 8, /* s->c  empty; request_id != 0 */
-  OKV_REMOTE_MSG_ERROR = 9,    /* s->c  u32 status code (okv_status_code_t, not OK), u32 text_bytes (1..400),
+  OKV_REMOTE_MSG_DATA = 6,       /* s->c  u32 first_index, u32 n_entries, u64 payload_bytes, payload; seq = batch id */
+  OKV_REMOTE_MSG_CLOSE = 7,      /* c->s  empty; request_id != 0 */
+  OKV_REMOTE_MSG_CLOSE_OK = 8,   /* s->c  empty; request_id != 0 */
+  OKV_REMOTE_MSG_ERROR = 9,      /* s->c  u32 status code (okv_status_code_t, not OK), u32 text_bytes (1..400),
                                         u32 flags (CLOSING), u32 reserved (0), printable ASCII text */
-  OKV_REMOTE_MSG_SUBMIT = 10,  /* c->s  an opaque job for the server's application (1..65536 bytes, e.g. a
+  OKV_REMOTE_MSG_SUBMIT = 10,    /* c->s  an opaque job for the server's application (1..65536 bytes, e.g. a
                                         prefill); ids 0. Answered by SUBMIT_OK or a non-closing ERROR (id 0) */
   OKV_REMOTE_MSG_SUBMIT_OK = 11, /* s->c  empty; request_id != 0: the request the job published, reserved for
                                           this client (open it with OPEN) */

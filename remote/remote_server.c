@@ -37,9 +37,9 @@ typedef struct srv_request {
   uint64_t admission_bytes;
   srv_client_t *owner;        /* the client that opened it; NULL until then */
   srv_client_t *reserved_for; /* a SUBMIT's request: only this client may open it (NULL: anyone) */
-  bool published;      /* false once unpublished */
-  bool closed;         /* its owner closed it or went away: freed once inflight is 0 */
-  uint32_t inflight;   /* sends and queued READ jobs that reference its memory */
+  bool published;             /* false once unpublished */
+  bool closed;                /* its owner closed it or went away: freed once inflight is 0 */
+  uint32_t inflight;          /* sends and queued READ jobs that reference its memory */
 } srv_request_t;
 
 /* A SUBMIT waiting for okv_remote_server_submit_done. */
@@ -970,8 +970,9 @@ okv_status_t okv_remote_server_unpublish(okv_remote_server_t *s, uint64_t reques
 okv_status_t okv_remote_server_submit_done(okv_remote_server_t *s, uint64_t ticket, uint64_t request_id,
                                            okv_status_code_t status, const char *message) {
   if (!s || ticket == 0 || (unsigned)status >= OKV_STATUS_CODE_COUNT)
-    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_remote_server_submit_done: NULL server, ticket 0 or "
-                                                        "an unknown status code");
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                           "okv_remote_server_submit_done: NULL server, ticket 0 or "
+                           "an unknown status code");
   pthread_mutex_lock(&s->mu);
   okv_status_t st = OKV_OK;
   srv_job_t **pj = &s->jobs;

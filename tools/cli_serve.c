@@ -94,8 +94,7 @@ static void run_job(okv_remote_server_t *server, const okv_cli_model_t *cm, cons
   if (!s) s = okv_remote_server_publish(server, j->ticket, kv.data, kv_bytes, blob, blob_bytes);
   okv_status_t d;
   if (s) {
-    fprintf(stderr, CMD ": %s: job %llu failed: %s\n", j->client, (unsigned long long)j->ticket,
-            okv_status_message(s));
+    fprintf(stderr, CMD ": %s: job %llu failed: %s\n", j->client, (unsigned long long)j->ticket, okv_status_message(s));
     d = okv_remote_server_submit_done(server, j->ticket, 0, okv_status_code(s), okv_status_message(s));
   } else {
     if (verbose)
@@ -116,8 +115,7 @@ static void run_job(okv_remote_server_t *server, const okv_cli_model_t *cm, cons
 }
 
 int okv_cli_serve(int argc, char **argv) {
-  const char *model_flag = NULL, *tok_flag = NULL, *device = "cpu", *listen_s = "127.0.0.1:7000",
-             *token_path = NULL;
+  const char *model_flag = NULL, *tok_flag = NULL, *device = "cpu", *listen_s = "127.0.0.1:7000", *token_path = NULL;
   uint32_t context = 0;
   bool verbose = false;
   for (int i = 1; i < argc; ++i) {

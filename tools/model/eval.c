@@ -87,8 +87,9 @@ static okv_status_t admit_window_remote(okv_runtime_t *rt, const okv_runtime_con
   uint32_t P = prefill->prefill_tokens;
   uint64_t jn = okv_prefill_job_size(P);
   void *job = okv_malloc(a, jn);
-  if (!job) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_eval_run: a prefill job of %llu bytes",
-                                   (unsigned long long)jn);
+  if (!job)
+    return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_eval_run: a prefill job of %llu bytes",
+                           (unsigned long long)jn);
   okv_status_t st = okv_prefill_job_pack(win->tokens, P, budget_blocks, job, jn);
   uint64_t id = 0;
   if (!st) st = okv_remote_client_submit(client, job, (uint32_t)jn, prefill->remote_timeout_s, &id);
@@ -102,8 +103,9 @@ static okv_status_t admit_window_remote(okv_runtime_t *rt, const okv_runtime_con
   st = okv_admission_unpack(blob, blob_bytes, a, &got);
   okv_allocator_t sys = okv_allocator_system(); /* the client allocates blobs with the system allocator */
   if (blob) okv_free(&sys, blob);
-  if (st) return okv_status_annotate(st, "remote server %s: request %llu's admission", okv_remote_client_peer(client),
-                                     (unsigned long long)id);
+  if (st)
+    return okv_status_annotate(st, "remote server %s: request %llu's admission", okv_remote_client_peer(client),
+                               (unsigned long long)id);
   const okv_kv_shape_t *sh = &got.shape;
   if (sh->n_layers != rc->n_layers || sh->n_q_heads != rc->n_q_heads || sh->n_kv_heads != rc->n_kv_heads ||
       sh->head_dim != rc->head_dim || sh->kv_dtype != rc->kv_dtype || got.n_tokens != P ||

@@ -68,9 +68,9 @@ okv_status_t okv_prefill_job_run(const okv_model_t *model, okv_hal_device_t *dev
 typedef struct okv_remote_kv_source_t {
   okv_remote_client_t *client; /* borrowed */
   uint64_t request_id;
-  uint64_t block_bytes; /* okv_block_bytes(kv_dtype, head_dim) */
-  uint64_t n_blocks;    /* blocks in the request's region: n_layers * n_kv_heads * n_prefill_blocks */
-  double timeout_s;     /* how long one read_blocks waits for its batch (> 0) */
+  uint64_t block_bytes;          /* okv_block_bytes(kv_dtype, head_dim) */
+  uint64_t n_blocks;             /* blocks in the request's region: n_layers * n_kv_heads * n_prefill_blocks */
+  double timeout_s;              /* how long one read_blocks waits for its batch (> 0) */
   uint64_t calls, blocks, bytes; /* what it read (successful calls) */
 } okv_remote_kv_source_t;
 
