@@ -5,7 +5,7 @@
  *  - A prefill job (the payload of okv_remote_client_submit): the tokens to prefill and the decode
  *    runtime's budget K. Little-endian: "OKVPRE01", u32 budget_blocks, u32 prefill_tokens P, u32 n_tokens
  *    (P + 2: the prefill, token P whose queries score the initial working set, and one more, as
- *    okv_eval_prefill takes a window), u32 tokens [n_tokens]. At most 65536 bytes (P <= 16370).
+ *    okv_eval_prefill takes a window), u32 tokens [n_tokens]. At most 65536 bytes (P <= 16377).
  *  - okv_prefill_job_run: the server's work for one job: okv_eval_prefill of that one window (dense),
  *    okv_admission_build with K, okv_admission_pack: the KV region to publish (okv_kv_blocks_t data,
  *    block ((layer * n_kv_heads + kv_head) * n_blocks + b) at byte offset index * block_bytes) and the
