@@ -160,6 +160,9 @@ int okv_cli_serve(int argc, char **argv) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);
+  /* A reader of our stdout that goes away (eval --disaggregated reads the port line only) must not kill
+   * the server: writes to it fail instead. */
+  signal(SIGPIPE, SIG_IGN);
 
   okv_remote_server_config_t cfg;
   okv_remote_server_config_init(&cfg);
