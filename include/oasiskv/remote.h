@@ -140,7 +140,8 @@ OKV_API okv_status_t okv_remote_server_unpublish(okv_remote_server_t *server, ui
  * the request is freed (unpublished) and NOT_FOUND returned. Each ticket is answered once.
  * Errors: INVALID_ARGUMENT (NULL server, ticket 0, status OK with a request id not published or already
  * opened or reserved), NOT_FOUND (no such pending ticket, or its client disconnected).
- * Thread safety: any thread except inside submit_fn. */
+ * Thread safety: any thread except inside submit_fn; not after okv_remote_server_destroy began (tickets
+ * still pending then are dropped). */
 OKV_API okv_status_t okv_remote_server_submit_done(okv_remote_server_t *server, uint64_t ticket, uint64_t request_id,
                                                    okv_status_code_t status, const char *message);
 
