@@ -21,7 +21,15 @@
  * for ucx_perftest, which bootstraps over its own socket. --path defaults per
  * transport to the measured choice (docs/remote.md): push on tcp, get on shm.
  * Note: ucx_perftest's server binds its bootstrap socket on every interface
- * for the seconds its test runs. */
+ * for the seconds its test runs.
+ *
+ * Admission ratio (prefill/decode disaggregation): for contexts of 16K and
+ * 32K tokens of one KV head (head_dim 128, bf16 KV, 4 query heads; random
+ * keys), the admission for K = 128 is built (tools/model/admission.h: bf16
+ * block summaries + the top-K blocks and the active block), published and
+ * opened over the same connection; ratio = full KV bytes / admitted bytes
+ * (summaries + initial working set; the ratio does not depend on the number
+ * of layers and heads). Target >= 6.5x. */
 #include <errno.h>
 #include <fcntl.h>
 #include <json-c/json.h>
@@ -39,6 +47,7 @@
 
 #include "oasiskv/remote.h"
 #include "cli.h"
+#include "model/admission.h"
 
 extern char **environ;
 
@@ -66,6 +75,71 @@ typedef struct point_t {
   uint64_t n_batches[2];
 } point_t;
 
+#define ADM_K 128u
+typedef struct adm_point_t {
+  uint32_t tokens;
+  uint64_t full_kv_bytes, admitted_bytes, summary_bytes, initial_bytes, blob_bytes, received_bytes;
+  double ratio, ratio_f32; /* full / admitted; with f32 summaries on the wire (OKVADM01) */
+} adm_point_t;
+
+/* Builds, publishes (request id) and opens the admission of `tokens` tokens; fills *out. */
+static okv_status_t measure_admission(okv_remote_server_t *server, okv_remote_client_t *client, uint64_t id,
+                                      uint32_t tokens, adm_point_t *out) {
+  const uint32_t hd = 128, nq = 4;
+  okv_kv_shape_t sh = {1, nq, 1, hd, OKV_DTYPE_BF16};
+  size_t n = (size_t)tokens * hd;
+  float *k = malloc(n * sizeof *k), *v = malloc(n * sizeof *v), *q = malloc((size_t)nq * hd * sizeof *q);
+  okv_kv_blocks_t kv;
+  memset(&kv, 0, sizeof kv);
+  okv_admission_t a;
+  memset(&a, 0, sizeof a);
+  void *blob = NULL, *got = NULL;
+  okv_status_t s = OKV_OK;
+  if (!k || !v || !q) s = okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "admission of %u tokens", tokens);
+  uint64_t rng = 0x5EEDull + tokens;
+  for (size_t i = 0; !s && i < n; ++i) {
+    k[i] = (float)((int64_t)(okv_cli_rng_next(&rng) % 2001) - 1000) / 500.0f;
+    v[i] = (float)((int64_t)(okv_cli_rng_next(&rng) % 2001) - 1000) / 500.0f;
+  }
+  for (size_t i = 0; !s && i < (size_t)nq * hd; ++i)
+    q[i] = (float)((int64_t)(okv_cli_rng_next(&rng) % 2001) - 1000) / 1000.0f;
+  if (!s) s = okv_kv_blocks_make(&sh, tokens, k, v, NULL, &kv);
+  if (!s) s = okv_admission_build(&kv, q, ADM_K, NULL, &a);
+  uint64_t nb = 0;
+  if (!s) {
+    nb = okv_admission_pack_size(&a);
+    blob = malloc(nb);
+    s = blob ? okv_admission_pack(&a, blob, nb) : okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "admission blob");
+  }
+  if (!s) s = okv_remote_server_publish(server, id, kv.data, a.full_kv_bytes, blob, nb);
+  uint64_t kv_bytes = 0, got_bytes = 0;
+  if (!s) s = okv_remote_client_open(client, id, &kv_bytes, &got, &got_bytes);
+  if (!s) {
+    if (got_bytes != nb || memcmp(got, blob, nb) != 0)
+      s = okv_status_make(OKV_STATUS_INTERNAL, "the admission received differs from the one published");
+    OKV_IGNORE_ERROR(okv_remote_client_close_request(client, id));
+  }
+  if (!s) {
+    out->tokens = tokens;
+    out->full_kv_bytes = a.full_kv_bytes;
+    out->admitted_bytes = a.admitted_bytes;
+    out->summary_bytes = a.summary_bytes;
+    out->initial_bytes = a.initial_bytes;
+    out->blob_bytes = nb;
+    out->received_bytes = got_bytes;
+    out->ratio = (double)a.full_kv_bytes / (double)a.admitted_bytes;
+    out->ratio_f32 = (double)a.full_kv_bytes / (double)(2 * a.summary_bytes + a.initial_bytes);
+  }
+  free(got);
+  free(blob);
+  okv_admission_free(&a);
+  okv_kv_blocks_free(&kv);
+  free(k);
+  free(v);
+  free(q);
+  return s;
+}
+
 static void usage(FILE *f) {
   fprintf(f,
           "usage: oasiskv bench remote [--transport tcp|shm] [--path auto|get|push] [--region-mib N]\n"
@@ -75,7 +149,8 @@ static void usage(FILE *f) {
           "  127.0.0.1, against ucx_perftest's best of ucp_get / ucp_put_bw / ucp_am_bw at 8 KiB on the same\n"
           "  transport. Defaults: tcp, path push on tcp and get on shm, a 64 MiB region, batches\n"
           "  1,16,64,256,1024, 0.5 s per point and access pattern. --chunk-kib / --inflight-mib tune the\n"
-          "  push path (server config chunk_bytes, max_inflight_bytes; defaults 256 KiB, 16 MiB).\n");
+          "  push path (server config chunk_bytes, max_inflight_bytes; defaults 256 KiB, 16 MiB).\n"
+          "  Then the admission ratio (full KV / admitted bytes) at 16K and 32K contexts, K = 128, bf16 KV.\n");
 }
 
 static bool parse_u32(const char *s, uint32_t *out) {
@@ -406,6 +481,9 @@ int okv_cli_bench_remote(int argc, char **argv) {
   int exit_code = 0;
   point_t pts[MAX_POINTS];
   memset(pts, 0, sizeof pts);
+  adm_point_t adm_pts[2];
+  memset(adm_pts, 0, sizeof adm_pts);
+  adm_point_t *adm_out = adm_pts;
   bool verified = false;
   if (s) {
     exit_code = fail_status("opening the request", s);
@@ -433,6 +511,10 @@ int okv_cli_bench_remote(int argc, char **argv) {
         fprintf(stderr, "oasiskv bench remote: the bytes read differ from the server's\n");
         exit_code = 1;
       }
+    }
+    for (int i = 0; i < 2 && !exit_code; ++i) {
+      okv_status_t as = measure_admission(server, client, 100 + (uint64_t)i, i == 0 ? 16384u : 32768u, &adm_out[i]);
+      if (as) exit_code = fail_status("the admission ratio", as);
     }
     for (uint32_t p = 0; p < o.n_batches && !exit_code; ++p) {
       pts[p].batch = o.batches[p];
@@ -494,6 +576,21 @@ int okv_cli_bench_remote(int argc, char **argv) {
       json_object_array_add(rows, r);
     }
     json_object_object_add(j, "points", rows);
+    json_object *ar = json_object_new_array();
+    for (int i = 0; i < 2; ++i) {
+      json_object *r = json_object_new_object();
+      json_object_object_add(r, "context_tokens", json_object_new_int64(adm_pts[i].tokens));
+      json_object_object_add(r, "budget_blocks", json_object_new_int64(ADM_K));
+      json_object_object_add(r, "full_kv_bytes", json_object_new_int64((int64_t)adm_pts[i].full_kv_bytes));
+      json_object_object_add(r, "admitted_bytes", json_object_new_int64((int64_t)adm_pts[i].admitted_bytes));
+      json_object_object_add(r, "summary_bytes", json_object_new_int64((int64_t)adm_pts[i].summary_bytes));
+      json_object_object_add(r, "initial_bytes", json_object_new_int64((int64_t)adm_pts[i].initial_bytes));
+      json_object_object_add(r, "blob_bytes_received", json_object_new_int64((int64_t)adm_pts[i].received_bytes));
+      json_object_object_add(r, "admission_ratio", json_object_new_double(adm_pts[i].ratio));
+      json_object_object_add(r, "admission_ratio_f32_summaries", json_object_new_double(adm_pts[i].ratio_f32));
+      json_object_array_add(ar, r);
+    }
+    json_object_object_add(j, "admission", ar);
     printf("%s\n", json_object_to_json_string_ext(j, JSON_C_TO_STRING_PRETTY));
     json_object_put(j);
     return 0;
@@ -513,5 +610,13 @@ int okv_cli_bench_remote(int argc, char **argv) {
            pts[p].us_per_batch[0], best > 0 ? pts[p].mibps[0] / best : NAN, pts[p].memcpy_mibps, pts[p].mibps[1],
            pts[p].us_per_batch[1], best > 0 ? pts[p].mibps[1] / best : NAN);
   }
+  printf("admission at K = %u (bf16 KV, head_dim 128; per KV head; target >= 6.5x):\n", ADM_K);
+  printf("%8s %12s %12s %12s %12s %12s %8s %14s\n", "context", "full_kv_B", "admitted_B", "summary_B", "initial_B",
+         "received_B", "ratio", "ratio_f32_sum");
+  for (int i = 0; i < 2; ++i)
+    printf("%8u %12llu %12llu %12llu %12llu %12llu %7.2fx %13.2fx\n", adm_pts[i].tokens,
+           (unsigned long long)adm_pts[i].full_kv_bytes, (unsigned long long)adm_pts[i].admitted_bytes,
+           (unsigned long long)adm_pts[i].summary_bytes, (unsigned long long)adm_pts[i].initial_bytes,
+           (unsigned long long)adm_pts[i].received_bytes, adm_pts[i].ratio, adm_pts[i].ratio_f32);
   return 0;
 }

@@ -297,7 +297,9 @@ static void on_control(okv_remote_client_t *c, const okv_remote_msg_t *m) {
     if (closing) lose(c, "refused by the server, which closed the connection");
     return;
   }
-  if (!c->ctrl.expect || c->ctrl.done || m->type != c->ctrl.expect || m->request_id != c->ctrl.request_id) {
+  /* SUBMIT_OK names the request the job published (any nonzero id); other replies echo the request id. */
+  bool id_ok = m->type == OKV_REMOTE_MSG_SUBMIT_OK || m->request_id == c->ctrl.request_id;
+  if (!c->ctrl.expect || c->ctrl.done || m->type != c->ctrl.expect || !id_ok) {
     lose(c, "server sent an unexpected %s", okv_remote_msg_type_name(m->type));
     return;
   }
@@ -314,6 +316,8 @@ static void on_control(okv_remote_client_t *c, const okv_remote_msg_t *m) {
       memcpy(c->ctrl.address, m->u.hello_ok.address, m->u.hello_ok.address_bytes);
       c->ctrl.address_bytes = m->u.hello_ok.address_bytes;
     }
+  } else if (m->type == OKV_REMOTE_MSG_SUBMIT_OK) {
+    c->ctrl.request_id = m->request_id;
   } else if (m->type == OKV_REMOTE_MSG_OPEN_OK) {
     uint64_t adm = m->u.open_ok.admission_bytes;
     if (adm > c->cfg.max_admission_bytes) {
@@ -360,7 +364,7 @@ static ucs_status_t am_cb(void *arg, const void *header, size_t header_length, v
   if (m.type == OKV_REMOTE_MSG_DATA)
     on_data(c, &m);
   else if (m.type == OKV_REMOTE_MSG_HELLO_OK || m.type == OKV_REMOTE_MSG_OPEN_OK || m.type == OKV_REMOTE_MSG_CLOSE_OK ||
-           m.type == OKV_REMOTE_MSG_ERROR)
+           m.type == OKV_REMOTE_MSG_SUBMIT_OK || m.type == OKV_REMOTE_MSG_ERROR)
     on_control(c, &m);
   else
     lose(c, "server sent a %s, which only clients send", okv_remote_msg_type_name(m.type));
@@ -780,6 +784,39 @@ okv_status_t okv_remote_client_open(okv_remote_client_t *c, uint64_t request_id,
     }
     c->ctrl.admission = NULL;
   }
+  pthread_mutex_unlock(&c->mu);
+  pthread_mutex_unlock(&c->ctrl_mu);
+  return st;
+}
+
+okv_status_t okv_remote_client_submit(okv_remote_client_t *c, const void *payload, uint32_t payload_bytes,
+                                      double timeout_s, uint64_t *out_request_id) {
+  if (!c || !payload || !out_request_id)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_remote_client_submit: NULL pointer");
+  *out_request_id = 0;
+  if (payload_bytes == 0 || payload_bytes > OKV_REMOTE_SUBMIT_MAX_BYTES)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_remote_client_submit: payload of %u bytes (1..65536)",
+                           payload_bytes);
+  if (!(timeout_s > 0))
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_remote_client_submit: timeout_s must be > 0");
+  pthread_mutex_lock(&c->ctrl_mu);
+  pthread_mutex_lock(&c->mu);
+  okv_status_t st = OKV_OK;
+  progress(c);
+  cli_send_t *x = NULL;
+  if (c->failed) {
+    st = unavailable(c);
+  } else {
+    x = new_send(c, OKV_REMOTE_HEADER_BYTES + (size_t)payload_bytes);
+    if (!x) st = okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_remote_client_submit: host allocator");
+  }
+  if (!st) {
+    x->n =
+        okv_remote_msg_encode_submit(x->frame, OKV_REMOTE_HEADER_BYTES + (size_t)payload_bytes, payload, payload_bytes);
+    st = roundtrip(c, x, OKV_REMOTE_MSG_SUBMIT_OK, 0, timeout_s);
+  }
+  if (!st && c->ctrl.code != OKV_STATUS_OK) st = ctrl_error(c, "the job");
+  if (!st) *out_request_id = c->ctrl.request_id;
   pthread_mutex_unlock(&c->mu);
   pthread_mutex_unlock(&c->ctrl_mu);
   return st;

@@ -26,9 +26,10 @@ static void put64(uint8_t *p, uint64_t v) {
 
 const char *okv_remote_msg_type_name(uint32_t type) {
   static const char *const names[OKV_REMOTE_MSG_TYPE_COUNT] = {
-      [OKV_REMOTE_MSG_HELLO] = "HELLO",     [OKV_REMOTE_MSG_HELLO_OK] = "HELLO_OK", [OKV_REMOTE_MSG_OPEN] = "OPEN",
-      [OKV_REMOTE_MSG_OPEN_OK] = "OPEN_OK", [OKV_REMOTE_MSG_READ] = "READ",         [OKV_REMOTE_MSG_DATA] = "DATA",
-      [OKV_REMOTE_MSG_CLOSE] = "CLOSE",     [OKV_REMOTE_MSG_CLOSE_OK] = "CLOSE_OK", [OKV_REMOTE_MSG_ERROR] = "ERROR",
+      [OKV_REMOTE_MSG_HELLO] = "HELLO",     [OKV_REMOTE_MSG_HELLO_OK] = "HELLO_OK",   [OKV_REMOTE_MSG_OPEN] = "OPEN",
+      [OKV_REMOTE_MSG_OPEN_OK] = "OPEN_OK", [OKV_REMOTE_MSG_READ] = "READ",           [OKV_REMOTE_MSG_DATA] = "DATA",
+      [OKV_REMOTE_MSG_CLOSE] = "CLOSE",     [OKV_REMOTE_MSG_CLOSE_OK] = "CLOSE_OK",   [OKV_REMOTE_MSG_ERROR] = "ERROR",
+      [OKV_REMOTE_MSG_SUBMIT] = "SUBMIT",   [OKV_REMOTE_MSG_SUBMIT_OK] = "SUBMIT_OK",
   };
   if (type == 0 || type >= OKV_REMOTE_MSG_TYPE_COUNT) return "unknown";
   return names[type];
@@ -71,9 +72,15 @@ static okv_status_t parse_body(const uint8_t *b, uint32_t nb, okv_remote_msg_t *
       m->u.hello_ok.address = b + 24;
       return OKV_OK;
     }
+    case OKV_REMOTE_MSG_SUBMIT:
+      if (nb == 0 || nb > OKV_REMOTE_SUBMIT_MAX_BYTES) return BAD("SUBMIT payload of %u bytes (1..65536)", nb);
+      m->u.submit.payload = b;
+      m->u.submit.payload_bytes = nb;
+      return OKV_OK;
     case OKV_REMOTE_MSG_OPEN:
     case OKV_REMOTE_MSG_CLOSE:
     case OKV_REMOTE_MSG_CLOSE_OK:
+    case OKV_REMOTE_MSG_SUBMIT_OK:
       if (nb != 0) return BAD("%s body of %u bytes, expected 0", tn, nb);
       return OKV_OK;
     case OKV_REMOTE_MSG_OPEN_OK: {
@@ -172,9 +179,11 @@ okv_status_t okv_remote_msg_parse(const void *buf, size_t n, okv_remote_msg_t *o
   m.request_id = get64(p + 16);
   m.seq = get64(p + 24);
   int scoped = type == OKV_REMOTE_MSG_OPEN || type == OKV_REMOTE_MSG_OPEN_OK || type == OKV_REMOTE_MSG_READ ||
-               type == OKV_REMOTE_MSG_DATA || type == OKV_REMOTE_MSG_CLOSE || type == OKV_REMOTE_MSG_CLOSE_OK;
+               type == OKV_REMOTE_MSG_DATA || type == OKV_REMOTE_MSG_CLOSE || type == OKV_REMOTE_MSG_CLOSE_OK ||
+               type == OKV_REMOTE_MSG_SUBMIT_OK;
   if (scoped && m.request_id == 0) return BAD("%s for request id 0 (reserved)", okv_remote_msg_type_name(type));
-  if ((type == OKV_REMOTE_MSG_HELLO || type == OKV_REMOTE_MSG_HELLO_OK) && m.request_id)
+  if ((type == OKV_REMOTE_MSG_HELLO || type == OKV_REMOTE_MSG_HELLO_OK || type == OKV_REMOTE_MSG_SUBMIT) &&
+      m.request_id)
     return BAD("%s with a nonzero request id", okv_remote_msg_type_name(type));
   if (type != OKV_REMOTE_MSG_READ && type != OKV_REMOTE_MSG_DATA && m.seq)
     return BAD("%s with a nonzero seq (only READ and DATA carry a batch id)", okv_remote_msg_type_name(type));
@@ -227,6 +236,14 @@ size_t okv_remote_msg_encode_hello_ok(void *buf, size_t cap, uint32_t flags, uin
   put32(p + 48, address_bytes);
   put32(p + 52, 0);
   if (address_bytes) memcpy(p + 56, address, address_bytes);
+  return n;
+}
+
+size_t okv_remote_msg_encode_submit(void *buf, size_t cap, const void *payload, uint32_t payload_bytes) {
+  size_t n = OKV_REMOTE_HEADER_BYTES + (size_t)payload_bytes;
+  if (!buf || !payload || payload_bytes == 0 || payload_bytes > OKV_REMOTE_SUBMIT_MAX_BYTES || cap < n) return 0;
+  header(buf, cap, OKV_REMOTE_MSG_SUBMIT, payload_bytes, 0, 0, n);
+  memcpy((uint8_t *)buf + OKV_REMOTE_HEADER_BYTES, payload, payload_bytes);
   return n;
 }
 

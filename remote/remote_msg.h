@@ -29,6 +29,7 @@
 #define OKV_REMOTE_ERROR_TEXT_MAX_BYTES 400u         /* ERROR reason text */
 #define OKV_REMOTE_GET_MAX_BYTES        (1ull << 30) /* one get */
 #define OKV_REMOTE_ADMISSION_MAX_BYTES  (1ull << 31) /* an admission blob */
+#define OKV_REMOTE_SUBMIT_MAX_BYTES     65536u       /* a SUBMIT payload (a prefill job) */
 /* The largest message a client may send (a READ with the most entries). */
 #define OKV_REMOTE_CLIENT_MSG_MAX_BYTES (OKV_REMOTE_HEADER_BYTES + 8u + 16u * OKV_REMOTE_READ_MAX_ENTRIES)
 #define OKV_REMOTE_DATA_BODY_FIXED      16u /* DATA body before its payload */
@@ -42,20 +43,24 @@
 #define OKV_REMOTE_HELLO_OK_GET 1u /* the server maps regions for one-sided gets (OPEN_OK carries an rkey) */
 
 typedef enum okv_remote_msg_type_e {
-  OKV_REMOTE_MSG_HELLO = 1,    /* c->s  u32 token_bytes, u32 flags, token bytes (0..256); request_id 0, seq 0 */
-  OKV_REMOTE_MSG_HELLO_OK = 2, /* s->c  u32 flags, u32 max_read_entries, u64 max_inflight_bytes, u32 address_bytes,
+  OKV_REMOTE_MSG_HELLO = 1,      /* c->s  u32 token_bytes, u32 flags, token bytes (0..256); request_id 0, seq 0 */
+  OKV_REMOTE_MSG_HELLO_OK = 2,   /* s->c  u32 flags, u32 max_read_entries, u64 max_inflight_bytes, u32 address_bytes,
                                         u32 reserved (0), the server worker's UCX address (GET flag: 1..8192 bytes,
                                         else 0); ids 0 */
-  OKV_REMOTE_MSG_OPEN = 3,     /* c->s  empty; request_id != 0 */
-  OKV_REMOTE_MSG_OPEN_OK = 4,  /* s->c  u64 kv_bytes, u64 admission_bytes, u64 remote_base, u32 rkey_bytes,
+  OKV_REMOTE_MSG_OPEN = 3,       /* c->s  empty; request_id != 0 */
+  OKV_REMOTE_MSG_OPEN_OK = 4,    /* s->c  u64 kv_bytes, u64 admission_bytes, u64 remote_base, u32 rkey_bytes,
                                         u32 reserved (0), rkey bytes (0..4096), admission bytes */
-  OKV_REMOTE_MSG_READ = 5,     /* c->s  u32 first_index, u32 n_entries (1..4096), n x {u64 offset, u64 bytes};
+  OKV_REMOTE_MSG_READ = 5,       /* c->s  u32 first_index, u32 n_entries (1..4096), n x {u64 offset, u64 bytes};
                                         seq = batch id */
-  OKV_REMOTE_MSG_DATA = 6,     /* s->c  u32 first_index, u32 n_entries, u64 payload_bytes, payload; seq = batch id */
-  OKV_REMOTE_MSG_CLOSE = 7,    /* c->s  empty; request_id != 0 */
-  OKV_REMOTE_MSG_CLOSE_OK = 8, /* s->c  empty; request_id != 0 */
-  OKV_REMOTE_MSG_ERROR = 9,    /* s->c  u32 status code (okv_status_code_t, not OK), u32 text_bytes (1..400),
+  OKV_REMOTE_MSG_DATA = 6,       /* s->c  u32 first_index, u32 n_entries, u64 payload_bytes, payload; seq = batch id */
+  OKV_REMOTE_MSG_CLOSE = 7,      /* c->s  empty; request_id != 0 */
+  OKV_REMOTE_MSG_CLOSE_OK = 8,   /* s->c  empty; request_id != 0 */
+  OKV_REMOTE_MSG_ERROR = 9,      /* s->c  u32 status code (okv_status_code_t, not OK), u32 text_bytes (1..400),
                                         u32 flags (CLOSING), u32 reserved (0), printable ASCII text */
+  OKV_REMOTE_MSG_SUBMIT = 10,    /* c->s  an opaque job for the server's application (1..65536 bytes, e.g. a
+                                        prefill); ids 0. Answered by SUBMIT_OK or a non-closing ERROR (id 0) */
+  OKV_REMOTE_MSG_SUBMIT_OK = 11, /* s->c  empty; request_id != 0: the request the job published, reserved for
+                                          this client (open it with OPEN) */
   OKV_REMOTE_MSG_TYPE_COUNT
 } okv_remote_msg_type_t;
 
@@ -98,6 +103,10 @@ typedef struct okv_remote_msg_t {
       const uint8_t *payload;
     } data;
     struct {
+      const uint8_t *payload;
+      uint32_t payload_bytes;
+    } submit;
+    struct {
       okv_status_code_t code;
       uint32_t flags;
       const char *text; /* not NUL-terminated: print with "%.*s" */
@@ -110,7 +119,7 @@ typedef struct okv_remote_msg_t {
  * alignment). Checks: n >= 32, magic, version, a known type, reserved fields
  * zero, n == 32 + body_bytes exactly, each type's body size and bounds (token
  * 0..256 bytes, rkey <= 4096, a worker address with the GET flag only
- * (1..8192 bytes), READ 1..4096 entries each 1..1 GiB with offset + bytes not
+ * (1..8192 bytes), SUBMIT 1..65536 payload bytes, READ 1..4096 entries each 1..1 GiB with offset + bytes not
  * overflowing, first_index + n_entries <= 2^31, DATA payload
  * equal to what the body declares and nonempty, admission <= 2 GiB, ERROR code
  * a known non-OK code and text printable ASCII), request ids (0 for HELLO and
@@ -135,7 +144,9 @@ const char *okv_remote_msg_type_name(uint32_t type);
 size_t okv_remote_msg_encode_hello(void *buf, size_t cap, const void *token, uint32_t token_bytes, uint32_t flags);
 size_t okv_remote_msg_encode_hello_ok(void *buf, size_t cap, uint32_t flags, uint32_t max_read_entries,
                                       uint64_t max_inflight_bytes, const void *address, uint32_t address_bytes);
-/* OPEN, CLOSE, CLOSE_OK: a header only. */
+/* SUBMIT of payload_bytes (1..65536) at payload. */
+size_t okv_remote_msg_encode_submit(void *buf, size_t cap, const void *payload, uint32_t payload_bytes);
+/* OPEN, CLOSE, CLOSE_OK, SUBMIT_OK: a header only. */
 size_t okv_remote_msg_encode_empty(void *buf, size_t cap, okv_remote_msg_type_t type, uint64_t request_id);
 /* OPEN_OK's header and fixed body (32 + 32 bytes) then the rkey; the admission bytes follow in the same
  * message (the caller sends them as a second piece, e.g. an iov entry). */

@@ -35,11 +35,19 @@ typedef struct srv_request {
   size_t rkey_bytes;
   uint8_t *admission;
   uint64_t admission_bytes;
-  srv_client_t *owner; /* the client that opened it; NULL until then */
-  bool published;      /* false once unpublished */
-  bool closed;         /* its owner closed it or went away: freed once inflight is 0 */
-  uint32_t inflight;   /* sends and queued READ jobs that reference its memory */
+  srv_client_t *owner;        /* the client that opened it; NULL until then */
+  srv_client_t *reserved_for; /* a SUBMIT's request: only this client may open it (NULL: anyone) */
+  bool published;             /* false once unpublished */
+  bool closed;                /* its owner closed it or went away: freed once inflight is 0 */
+  uint32_t inflight;          /* sends and queued READ jobs that reference its memory */
 } srv_request_t;
+
+/* A SUBMIT waiting for okv_remote_server_submit_done. */
+typedef struct srv_job {
+  struct srv_job *next;
+  uint64_t ticket;
+  srv_client_t *client; /* NULL once its client is gone */
+} srv_job_t;
 
 /* A READ being served: entries [next, n) are still to send. */
 typedef struct read_job {
@@ -106,6 +114,8 @@ struct okv_remote_server_t {
   uint32_t n_clients, next_client_id;
   srv_request_t **reqs;
   uint32_t n_reqs, cap_reqs;
+  srv_job_t *jobs; /* SUBMITs not answered yet */
+  uint64_t next_ticket;
   okv_remote_server_stats_t stats;
 };
 
@@ -256,7 +266,17 @@ static void begin_close(okv_remote_server_t *s, srv_client_t *c, bool graceful) 
       slog(s, OKV_REMOTE_LOG_INFO, "%s: request %llu released (connection closing)", c->name,
            (unsigned long long)r->id);
     }
+    if (r->reserved_for == c) { /* a SUBMIT's request its client never opened: freed with the connection */
+      r->reserved_for = NULL;
+      if (!r->owner && !r->closed) {
+        r->closed = true;
+        slog(s, OKV_REMOTE_LOG_INFO, "%s: submitted request %llu freed (connection closing)", c->name,
+             (unsigned long long)r->id);
+      }
+    }
   }
+  for (srv_job_t *j = s->jobs; j; j = j->next)
+    if (j->client == c) j->client = NULL;
   drop_jobs(c, s);
   c->close_at_s = okv_remote_now() + (graceful ? s->cfg.close_grace_s : 0.0);
 }
@@ -398,7 +418,7 @@ static void on_open(okv_remote_server_t *s, srv_client_t *c, const okv_remote_ms
     refuse(s, c, m->request_id, OKV_STATUS_INVALID_ARGUMENT, "OPEN of request %llu, already open", id);
     return;
   }
-  if (r && r->owner) {
+  if (r && (r->owner || (r->reserved_for && r->reserved_for != c))) {
     refuse(s, c, m->request_id, OKV_STATUS_INVALID_ARGUMENT, "OPEN of request %llu, which belongs to another client",
            id);
     return;
@@ -503,6 +523,25 @@ static void on_close(okv_remote_server_t *s, srv_client_t *c, const okv_remote_m
   slog(s, OKV_REMOTE_LOG_INFO, "%s: closed request %llu", c->name, (unsigned long long)r->id);
 }
 
+static void on_submit(okv_remote_server_t *s, srv_client_t *c, const okv_remote_msg_t *m) {
+  if (!s->cfg.submit_fn) {
+    reply_error(s, c, 0, OKV_STATUS_NOT_FOUND, "this server runs no jobs (SUBMIT)");
+    return;
+  }
+  srv_job_t *j = okv_calloc(&s->alloc, 1, sizeof *j);
+  if (!j) {
+    reply_error(s, c, 0, OKV_STATUS_OUT_OF_MEMORY, "out of host memory queueing a SUBMIT");
+    return;
+  }
+  j->ticket = ++s->next_ticket;
+  j->client = c;
+  j->next = s->jobs;
+  s->jobs = j;
+  slog(s, OKV_REMOTE_LOG_INFO, "%s: job %llu submitted (%u bytes)", c->name, (unsigned long long)j->ticket,
+       m->u.submit.payload_bytes);
+  s->cfg.submit_fn(s->cfg.submit_user, j->ticket, c->name, m->u.submit.payload, m->u.submit.payload_bytes);
+}
+
 static ucs_status_t am_cb(void *arg, const void *header, size_t header_length, void *data, size_t length,
                           const ucp_am_recv_param_t *param) {
   okv_remote_server_t *s = arg;
@@ -545,6 +584,7 @@ static ucs_status_t am_cb(void *arg, const void *header, size_t header_length, v
     case OKV_REMOTE_MSG_OPEN: on_open(s, c, &m); break;
     case OKV_REMOTE_MSG_READ: on_read(s, c, &m); break;
     case OKV_REMOTE_MSG_CLOSE: on_close(s, c, &m); break;
+    case OKV_REMOTE_MSG_SUBMIT: on_submit(s, c, &m); break;
     default:
       refuse(s, c, 0, OKV_STATUS_INVALID_ARGUMENT, "unexpected %s from a client", okv_remote_msg_type_name(m.type));
       break;
@@ -720,6 +760,11 @@ static void teardown(okv_remote_server_t *s) {
       okv_free(&s->alloc, c);
     }
     pthread_mutex_unlock(&s->mu);
+  }
+  while (s->jobs) {
+    srv_job_t *j = s->jobs;
+    s->jobs = j->next;
+    okv_free(&s->alloc, j);
   }
   for (uint32_t i = 0; i < s->n_reqs; ++i) free_request_memory(s, s->reqs[i]);
   okv_free(&s->alloc, s->reqs);
@@ -919,6 +964,56 @@ okv_status_t okv_remote_server_unpublish(okv_remote_server_t *s, uint64_t reques
     r->published = false;
   pthread_mutex_unlock(&s->mu);
   if (!st) ucp_worker_signal(s->worker); /* the progress thread frees it when no client holds it */
+  return st;
+}
+
+okv_status_t okv_remote_server_submit_done(okv_remote_server_t *s, uint64_t ticket, uint64_t request_id,
+                                           okv_status_code_t status, const char *message) {
+  if (!s || ticket == 0 || (unsigned)status >= OKV_STATUS_CODE_COUNT)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                           "okv_remote_server_submit_done: NULL server, ticket 0 or "
+                           "an unknown status code");
+  pthread_mutex_lock(&s->mu);
+  okv_status_t st = OKV_OK;
+  srv_job_t **pj = &s->jobs;
+  while (*pj && (*pj)->ticket != ticket) pj = &(*pj)->next;
+  srv_job_t *j = *pj;
+  srv_request_t *r = status == OKV_STATUS_OK ? find_request(s, request_id) : NULL;
+  if (!j) {
+    st = okv_status_make(OKV_STATUS_NOT_FOUND, "okv_remote_server_submit_done: no job %llu pending",
+                         (unsigned long long)ticket);
+  } else if (status == OKV_STATUS_OK && (!r || !r->published || r->owner || r->reserved_for)) {
+    st = okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                         "okv_remote_server_submit_done: request %llu is not published, or already taken",
+                         (unsigned long long)request_id);
+  } else {
+    *pj = j->next;
+    srv_client_t *c = j->client;
+    okv_free(&s->alloc, j);
+    if (!c || c->state != CL_READY || c->failed) {
+      if (r) r->closed = true; /* nobody will open it */
+      st = okv_status_make(OKV_STATUS_NOT_FOUND, "okv_remote_server_submit_done: job %llu's client is gone",
+                           (unsigned long long)ticket);
+    } else if (status != OKV_STATUS_OK) {
+      reply_error(s, c, 0, status, message ? message : "job failed");
+      slog(s, OKV_REMOTE_LOG_WARN, "%s: job %llu failed: %s", c->name, (unsigned long long)ticket,
+           message ? message : "job failed");
+    } else {
+      send_ctx_t *x = new_ctx(s, OKV_REMOTE_HEADER_BYTES);
+      if (!x) {
+        c->failed = true;
+        r->closed = true;
+      } else {
+        r->reserved_for = c;
+        size_t n = okv_remote_msg_encode_empty(x->frame, x->frame_cap, OKV_REMOTE_MSG_SUBMIT_OK, request_id);
+        send_frame(s, c, x, n);
+        slog(s, OKV_REMOTE_LOG_INFO, "%s: job %llu done: request %llu", c->name, (unsigned long long)ticket,
+             (unsigned long long)request_id);
+      }
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  ucp_worker_signal(s->worker);
   return st;
 }
 

@@ -88,10 +88,10 @@ loader_srcs=(tools/model/llama2c.c tools/model/tokenizer.c tools/model/gguf.c to
 tokgguf_srcs=(tools/model/tokenizer_gguf.c tests/model/gguf_writer.c)
 # The remote tier's message parser: pure (no UCX), with the status helpers.
 remote_srcs=(remote/remote_msg.c hal/hal_status.c hal/hal_allocator.c)
-# The whole library and the eval/generate commands (no GPU backends; OpenMP
-# pragmas are ignored): everything tools/cli_*.c needs but cli_info.c (bench).
+# The whole library (remote tier included: eval --remote, serve) and the eval/generate commands (no GPU
+# backends; OpenMP pragmas are ignored): everything tools/cli_*.c needs but cli_info.c (bench).
 cli_srcs=()
-for f in hal/*.c core/*.c backends/cpu/*.c tools/model/*.c tools/cli_*.c tools/kv_trace.c; do
+for f in hal/*.c core/*.c backends/cpu/*.c remote/*.c tools/model/*.c tools/cli_*.c tools/kv_trace.c; do
   [ "$f" = tools/cli_info.c ] || cli_srcs+=("$f")
 done
 
@@ -131,7 +131,7 @@ obj_of() { local s=${1%.c}; echo "obj/${s//\//_}.o"; }
     if [ "$n" = cli_options ]; then
       for s in "${cli_srcs[@]}"; do objs+=" $(obj_of "$s")"; done
       echo "build bin/fuzz_$n: link $objs"
-      echo "  libs = -ljson-c -lpcre2-8 -lm -lpthread -ldl"
+      echo "  libs = -ljson-c -lpcre2-8 -lucp -luct -lucs -lm -lpthread -ldl"
     elif [ "$n" = remote_msg ]; then
       for s in "${remote_srcs[@]}"; do objs+=" $(obj_of "$s")"; done
       echo "build bin/fuzz_$n: link $objs"

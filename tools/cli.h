@@ -16,6 +16,7 @@ int okv_cli_bench_serve(int argc, char **argv);   /* bench/bench_serve.c */
 int okv_cli_eval(int argc, char **argv);          /* tools/cli_eval.c */
 int okv_cli_generate(int argc, char **argv);      /* tools/cli_generate.c */
 int okv_cli_tokenize(int argc, char **argv);      /* tools/cli_tokenize.c */
+int okv_cli_serve(int argc, char **argv);         /* tools/cli_serve.c */
 
 /* Helpers the subcommands share. */
 

@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "cli_model.h"
+#include "cli_remote.h"
 #include "kv_trace.h"
 
 #define CMD "oasiskv eval"
@@ -44,7 +45,12 @@ static void usage(FILE *f) {
           "                     tools/kv_trace.h; replay: oasiskv bench serve --trace FILE)\n"
           "  --prefill-tokens P prefill tokens [0, P) of each window densely, admit them into every run as a\n"
           "                     remote sequence (summaries + top-K initial working set, the rest read through\n"
-          "                     an in-memory KV source), decode and score positions P.. (default 0: none)\n");
+          "                     an in-memory KV source), decode and score positions P.. (default 0: none)\n"
+          "  --remote ADDR:PORT with --prefill-tokens: a KV server (oasiskv serve, same model) prefills each\n"
+          "                     window; this node admits it sparsely and reads further blocks over UCX\n"
+          "  --token-file F     the server's access token (with --remote)\n"
+          "  --disaggregated    with --prefill-tokens: start an oasiskv serve on 127.0.0.1 (ephemeral port)\n"
+          "                     with this model, use it as --remote, stop it at the end\n");
 }
 
 typedef struct progress_t {
@@ -317,7 +323,8 @@ int okv_cli_eval(int argc, char **argv) {
   uint32_t bytes = 2000, n_windows = 1, budget = 8, context = 0, prefill_tokens = 0;
   double fetch_ratio = 0.05;
   bool sweep = false;
-  const char *trace_path = NULL;
+  const char *trace_path = NULL, *remote_s = NULL, *token_path = NULL;
+  bool disaggregated = false;
   for (int i = 1; i < argc; ++i) {
     const char *v = NULL;
     int r;
@@ -326,6 +333,12 @@ int okv_cli_eval(int argc, char **argv) {
       sweep = true;
       continue;
     }
+    if (!strcmp(argv[i], "--disaggregated")) {
+      disaggregated = true;
+      continue;
+    }
+    OKV_CLI_OPT_STRING("--remote", remote_s)
+    OKV_CLI_OPT_STRING("--token-file", token_path)
     OKV_CLI_OPT_STRING("--model", model_flag)
     OKV_CLI_OPT_STRING("--tokenizer", tok_flag)
     OKV_CLI_OPT_STRING("--text", text_flag)
@@ -357,6 +370,23 @@ int okv_cli_eval(int argc, char **argv) {
     return 2;
   }
   if (!okv_cli_parse_device(CMD, device)) return 2;
+  char remote_addr[64] = "";
+  uint16_t remote_port = 0;
+  char token[257] = "";
+  if ((remote_s || disaggregated) && prefill_tokens == 0) {
+    fprintf(stderr, CMD ": --remote and --disaggregated need --prefill-tokens P\n");
+    return 2;
+  }
+  if (remote_s && disaggregated) {
+    fprintf(stderr, CMD ": --remote and --disaggregated exclude each other\n");
+    return 2;
+  }
+  if (token_path && !remote_s) {
+    fprintf(stderr, CMD ": --token-file goes with --remote\n");
+    return 2;
+  }
+  if (remote_s && !okv_cli_parse_hostport(CMD, "--remote", remote_s, false, remote_addr, &remote_port)) return 2;
+  if (token_path && !okv_cli_read_token(CMD, token_path, token)) return 2;
   if (trace_path && !all_modes && one_mode != OKV_MODE_OASIS) {
     fprintf(stderr, CMD ": --trace records the oasis run (its draft queries): use --mode oasis or all\n");
     return 2;
@@ -404,6 +434,8 @@ int okv_cli_eval(int argc, char **argv) {
   size_t n_results = 0;
   okv_eval_reference_t dense_ref = {0};
   okv_eval_prefill_t prefill = {0};
+  okv_cli_serve_child_t child = {0};
+  okv_remote_client_t *client = NULL;
   okv_cli_output_t out_json = {0}, out_csv = {0}, out_png = {0};
   bool have_json = false, have_csv = false, have_png = false;
   trace_ctx_t tctx = {0};
@@ -479,7 +511,18 @@ int okv_cli_eval(int argc, char **argv) {
   progress_t prog;
   okv_eval_config_t ec = {
       OKV_MODE_DENSE, OKV_DRAFTER_NONE, budget, fetch_ratio, tty ? progress_cb : NULL, &prog, NULL, NULL};
-  if (prefill_tokens > 0) { /* once, shared by every run: the prefill node's dense pass */
+  if (disaggregated) { /* our own KV server on loopback, same model, context and device */
+    if (!okv_cli_serve_start(CMD, cm.model_path, cm.tokenizer_path, device, context, 300.0, &child)) goto done;
+    snprintf(remote_addr, sizeof remote_addr, "127.0.0.1");
+    remote_port = child.port;
+  }
+  if (remote_addr[0]) { /* the KV server prefills each window per run */
+    if (!okv_cli_remote_connect(CMD, remote_addr, remote_port, token_path ? token : NULL, &client)) goto done;
+    prefill.n_windows = n_windows;
+    prefill.prefill_tokens = prefill_tokens;
+    prefill.remote = client;
+    prefill.remote_timeout_s = 300.0;
+  } else if (prefill_tokens > 0) { /* once, shared by every run: the prefill node's dense pass */
     s = okv_eval_prefill(cm.model, cm.device, windows, n_windows, prefill_tokens, NULL, &prefill);
     if (s) {
       okv_cli_print_status(CMD, okv_status_annotate(s, "--prefill-tokens %u", prefill_tokens));
@@ -535,7 +578,12 @@ int okv_cli_eval(int argc, char **argv) {
         cm.model_path, mc->dim, mc->n_layers, mc->n_q_heads, mc->n_kv_heads, mc->seq_len, n_windows, bytes,
         (unsigned long long)offset, text_path, device);
     print_table(stdout, results, n_results, dense_nll);
-    if (prefill_tokens > 0) print_admission(stdout, results, n_results);
+    if (prefill_tokens > 0) {
+      if (remote_addr[0])
+        printf("KV server %s:%u%s (UCX_TLS=%s)\n", remote_addr, (unsigned)remote_port,
+               disaggregated ? " (started by --disaggregated)" : "", getenv("UCX_TLS") ? getenv("UCX_TLS") : "default");
+      print_admission(stdout, results, n_results);
+    }
     fflush(stdout);
   }
   if (have_json) {
@@ -577,6 +625,8 @@ done:
   if (have_png) okv_cli_output_abort(&out_png);
   okv_eval_reference_free(&dense_ref);
   okv_eval_prefill_free(&prefill);
+  okv_remote_client_destroy(client);
+  if (!okv_cli_serve_stop(CMD, &child) && rc == 0) rc = 1;
   free(results);
   free(enc);
   free(tokbuf);

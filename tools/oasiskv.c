@@ -13,6 +13,7 @@ static void usage(FILE *f) {
           "  eval              teacher-forced evaluation of a model with its KV cache offloaded\n"
           "  generate          generate text with the KV cache offloaded\n"
           "  tokenize          token ids (or pieces) of standard input, on one line\n"
+          "  serve             KV server (prefill node): prefills requests, serves their KV over UCX\n"
           "  bench kernels     kernel roofline benchmark\n"
           "  bench runtime     runtime bookkeeping overhead benchmark\n"
           "  bench remote      remote-tier block reads over UCX against ucx_perftest\n"
@@ -31,6 +32,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "eval")) return okv_cli_eval(argc - 1, argv + 1);
   if (!strcmp(cmd, "generate")) return okv_cli_generate(argc - 1, argv + 1);
   if (!strcmp(cmd, "tokenize")) return okv_cli_tokenize(argc - 1, argv + 1);
+  if (!strcmp(cmd, "serve")) return okv_cli_serve(argc - 1, argv + 1);
   if (!strcmp(cmd, "bench")) {
     if (argc >= 3 && !strcmp(argv[2], "kernels")) return okv_cli_bench_kernels(argc - 2, argv + 2);
     if (argc >= 3 && !strcmp(argv[2], "runtime")) return okv_cli_bench_runtime(argc - 2, argv + 2);

@@ -64,6 +64,14 @@ typedef enum okv_remote_log_level_e {
  * the server. `message` is borrowed for the call. */
 typedef void (*okv_remote_log_fn)(void *user, okv_remote_log_level_t level, const char *message);
 
+/* Job callback (config submit_fn): a client's SUBMIT, an opaque job for the application that runs the server
+ * (oasiskv serve: a prefill). `payload` (1..65536 bytes) is borrowed for the call; `ticket` (nonzero)
+ * names the job in okv_remote_server_submit_done, and `client` ("client N (ADDR:PORT)") names its sender
+ * for logs. Called on the server's progress thread with the server's lock held: it must return quickly
+ * (queue the job) and must not call back into the server. */
+typedef void (*okv_remote_submit_fn)(void *user, uint64_t ticket, const char *client, const void *payload,
+                                     uint32_t payload_bytes);
+
 typedef struct okv_remote_server_config_t {
   const char *listen_addr;     /* numeric IPv4 address; NULL or "" = "127.0.0.1"; copied at create */
   uint16_t port;               /* 0 = an ephemeral port (okv_remote_server_port tells which) */
@@ -78,6 +86,8 @@ typedef struct okv_remote_server_config_t {
   uint64_t max_inflight_bytes; /* PUSH: DATA bytes in flight per client; more READs queue; default 16 MiB */
   okv_remote_log_fn log_fn;    /* NULL = no log */
   void *log_user;
+  okv_remote_submit_fn submit_fn; /* NULL = SUBMIT is answered with a NOT_FOUND error (no jobs here) */
+  void *submit_user;
 } okv_remote_server_config_t;
 
 /* Sets every default. */
@@ -121,6 +131,19 @@ OKV_API okv_status_t okv_remote_server_publish(okv_remote_server_t *server, uint
  * or disconnects (its reads stay valid until then).
  * Errors: NOT_FOUND (not published, or already withdrawn). Thread safety: any thread. */
 OKV_API okv_status_t okv_remote_server_unpublish(okv_remote_server_t *server, uint64_t request_id);
+
+/* Answers job `ticket` (from submit_fn): with status OK, `request_id` is a request the application
+ * published for the job (okv_remote_server_publish, before this call); it is reserved for the job's
+ * client (no other client may open it) and the client gets its id in SUBMIT_OK. With another status
+ * (request_id ignored, 0) the client gets an ERROR with that code and `message` (one line, printable ASCII,
+ * truncated to 400 bytes; NULL = "job failed"); its connection stays open. If the job's client is gone,
+ * the request is freed (unpublished) and NOT_FOUND returned. Each ticket is answered once.
+ * Errors: INVALID_ARGUMENT (NULL server, ticket 0, status OK with a request id not published or already
+ * opened or reserved), NOT_FOUND (no such pending ticket, or its client disconnected).
+ * Thread safety: any thread except inside submit_fn; not after okv_remote_server_destroy began (tickets
+ * still pending then are dropped). */
+OKV_API okv_status_t okv_remote_server_submit_done(okv_remote_server_t *server, uint64_t ticket, uint64_t request_id,
+                                                   okv_status_code_t status, const char *message);
 
 typedef struct okv_remote_server_stats_t {
   uint32_t n_clients;       /* connections alive (token presented or not) */
@@ -184,6 +207,16 @@ OKV_API const char *okv_remote_client_peer(const okv_remote_client_t *client);
  * Thread safety: calls on one client are serialized internally; any thread. */
 OKV_API okv_status_t okv_remote_client_open(okv_remote_client_t *client, uint64_t request_id, uint64_t *out_kv_bytes,
                                             void **out_admission, uint64_t *out_admission_bytes);
+
+/* Submits a job (an opaque payload of 1..65536 bytes, e.g. a prefill for oasiskv serve) to the server's
+ * application and waits up to timeout_s (> 0) for its answer: the id of the request it published, reserved
+ * for this client (open it with okv_remote_client_open; the server frees it when this client disconnects).
+ * Errors: INVALID_ARGUMENT (NULL, payload size, timeout); the server's code and message when the job failed
+ * (e.g. INVALID_ARGUMENT for a bad job, NOT_FOUND when the server runs no jobs); UNAVAILABLE naming the peer
+ * (connection gone, or no answer within timeout_s: the connection is then given up).
+ * Thread safety: calls on one client are serialized internally; any thread. */
+OKV_API okv_status_t okv_remote_client_submit(okv_remote_client_t *client, const void *payload, uint32_t payload_bytes,
+                                              double timeout_s, uint64_t *out_request_id);
 
 /* The path reads of an open request use (GET or PUSH). Errors: NOT_FOUND (not open), INVALID_ARGUMENT. */
 OKV_API okv_status_t okv_remote_client_request_path(okv_remote_client_t *client, uint64_t request_id,

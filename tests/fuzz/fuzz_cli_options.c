@@ -8,7 +8,7 @@
  *   1: okv_cli_generate(argc, argv); 2: okv_cli_eval(argc, argv): the whole
  *      option loop and validation. The model, tokenizer and text are forced
  *      (through $OKV_MODEL, $OKV_TOKENIZER, $OKV_TEXT) to a path that does not
- *      exist, and inputs naming --model, --tokenizer, --text or --sweep are
+ *      exist, and inputs naming --model, --tokenizer, --text, --token-file or --sweep are
  *      skipped, so a command stops at loading its inputs: no model runs, no
  *      file is read or written; the exit code must be 0, 1 or 2;
  *   3: okv_cli_opt_value over the arguments for several option names.
@@ -126,7 +126,7 @@ static void check_opt_value(int argc, char **argv) {
  * create results/): the model, tokenizer and text stay on the forced
  * nonexistent paths. */
 static bool names_an_input(const char *a) {
-  static const char *const opts[] = {"--model", "--tokenizer", "--text"};
+  static const char *const opts[] = {"--model", "--tokenizer", "--text", "--token-file"};
   if (!strcmp(a, "--sweep")) return true;
   for (size_t k = 0; k < sizeof opts / sizeof opts[0]; ++k) {
     size_t n = strlen(opts[k]);

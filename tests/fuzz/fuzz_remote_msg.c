@@ -24,7 +24,10 @@ static size_t reencode(const okv_remote_msg_t *m, uint8_t *out, size_t cap) {
                                             m->u.hello_ok.address_bytes);
     case OKV_REMOTE_MSG_OPEN:
     case OKV_REMOTE_MSG_CLOSE:
-    case OKV_REMOTE_MSG_CLOSE_OK: return okv_remote_msg_encode_empty(out, cap, m->type, m->request_id);
+    case OKV_REMOTE_MSG_CLOSE_OK:
+    case OKV_REMOTE_MSG_SUBMIT_OK: return okv_remote_msg_encode_empty(out, cap, m->type, m->request_id);
+    case OKV_REMOTE_MSG_SUBMIT:
+      return okv_remote_msg_encode_submit(out, cap, m->u.submit.payload, m->u.submit.payload_bytes);
     case OKV_REMOTE_MSG_OPEN_OK:
       n = okv_remote_msg_encode_open_ok(out, cap, m->request_id, m->u.open_ok.kv_bytes, m->u.open_ok.admission_bytes,
                                         m->u.open_ok.remote_base, m->u.open_ok.rkey, m->u.open_ok.rkey_bytes);

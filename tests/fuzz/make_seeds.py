@@ -408,6 +408,11 @@ def remote_msg_seeds():
     write(h, "bad_magic.bin", b"OKVX" + remote_frame(open_, b"", request_id=7)[4:])
     write(h, "bad_read_empty.bin", remote_frame(read, struct.pack("<II", 0, 0), request_id=7))
     write(h, "bad_trailing.bin", remote_frame(close, b"", request_id=7) + b"\0")
+    # Jobs: a SUBMIT carrying a prefill job (tools/model/remote_prefill.h) and its SUBMIT_OK.
+    submit, submit_ok = 10, 11
+    job = b"OKVPRE01" + struct.pack("<III", 8, 4, 6) + struct.pack("<6I", 1, 403, 29, 1576, 2, 9)
+    write(h, "submit.bin", remote_frame(submit, job))
+    write(h, "submit_ok.bin", remote_frame(submit_ok, b"", request_id=12))
 
 
 def main():

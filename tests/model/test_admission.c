@@ -214,6 +214,51 @@ static int teardown(void **state) {
   return 0;
 }
 
+/* A bf16 KV (head_dim 128, 3 layers x 2 KV heads, 1000 tokens of random keys): the blob carries the
+ * summaries in bf16 (half of f32), and the unpacked summaries are bit-identical to the built ones (they are
+ * min/max of stored bf16 keys, so narrowing is exact); f16 likewise. */
+static void test_wire_summary_dtype(void **state) {
+  (void)state;
+  okv_allocator_t al = okv_test_allocator();
+  const uint32_t L = 3, H = 2, hd = 128, T = 1000, nb = (T + 15) / 16, K = 8;
+  size_t n = (size_t)L * T * H * hd;
+  float *k = test_malloc(n * sizeof *k), *v = test_malloc(n * sizeof *v), *q = test_malloc((size_t)L * 4 * hd * 4);
+  uint64_t rng = 0x9E3779B97F4A7C15ull;
+  for (size_t i = 0; i < n; i++) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    k[i] = (float)((int64_t)(rng >> 33) % 20001 - 10000) / 997.0f;
+    v[i] = -k[i];
+  }
+  for (size_t i = 0; i < (size_t)L * 4 * hd; i++) q[i] = (float)((int)(i % 7) - 3) / 3.0f;
+  const okv_dtype_t dts[2] = {OKV_DTYPE_BF16, OKV_DTYPE_F16};
+  for (int t = 0; t < 2; t++) {
+    okv_kv_shape_t sh = {L, 4, H, hd, dts[t]};
+    okv_kv_blocks_t kv;
+    OKV_ASSERT_OK(okv_kv_blocks_make(&sh, T, k, v, &al, &kv));
+    okv_admission_t a, u;
+    OKV_ASSERT_OK(okv_admission_build(&kv, q, K, &al, &a));
+    uint64_t n_sum = (uint64_t)L * H * nb * 2 * hd, bb = okv_block_bytes(dts[t], hd);
+    assert_true(a.summary_bytes == n_sum * 2);
+    assert_true(a.initial_bytes == (uint64_t)L * H * (K + 1) * bb);
+    assert_true(a.admitted_bytes == a.summary_bytes + a.initial_bytes);
+    uint64_t nbytes = okv_admission_pack_size(&a);
+    assert_true(nbytes == 40 + n_sum * 2 + ((uint64_t)L * H + 1) * 4 + (uint64_t)L * H * (K + 1) * (4 + bb));
+    uint8_t *blob = test_malloc(nbytes);
+    OKV_ASSERT_OK(okv_admission_pack(&a, blob, nbytes));
+    OKV_ASSERT_OK(okv_admission_unpack(blob, nbytes, &al, &u));
+    assert_memory_equal(u.summaries, a.summaries, n_sum * sizeof(float));
+    assert_true(u.admitted_bytes == a.admitted_bytes && u.summary_bytes == a.summary_bytes);
+    assert_memory_equal(u.initial_kv, a.initial_kv, a.initial_bytes);
+    okv_admission_free(&u);
+    test_free(blob);
+    okv_admission_free(&a);
+    okv_kv_blocks_free(&kv);
+  }
+  test_free(k);
+  test_free(v);
+  test_free(q);
+}
+
 static void test_eval_prefilled(void **state) {
   fixture_t *f = *state;
   const okv_model_config_t *mc = &f->model->config;
@@ -276,6 +321,7 @@ int main(int argc, char **argv) {
   g_shared = okv_mtest_shared_dir(argc, argv, 2, "models/stories260K.bin");
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_build_hand_computed),
+      cmocka_unit_test(test_wire_summary_dtype),
       cmocka_unit_test_setup_teardown(test_eval_prefilled, setup, teardown),
   };
   return cmocka_run_group_tests_name("model_admission", tests, NULL, NULL);

@@ -5,8 +5,12 @@
  * errors, a wrong token, a request of another client, and raw hostile
  * messages (truncated, malformed, oversized, out of order, out of range,
  * rendezvous, with a header, silent) — each refused with its reason logged,
- * that connection closed, and a good client still served afterwards.
+ * that connection closed, and a good client still served afterwards. Jobs
+ * (SUBMIT): a request published for a job is reserved for its client, a
+ * failed job is an error that keeps the connection, a job's request is freed
+ * when its client disconnects before opening it or before the answer.
  * Allocations of the library go through CMocka's allocator (leaks fail). */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -363,6 +367,170 @@ static void test_request_of_another_client(void **state) {
   okv_remote_server_destroy(f.server);
 }
 
+/* ---- Jobs (SUBMIT) ---- */
+
+/* The application side of jobs: submit_fn queues tickets; a thread answers them by payload:
+ * "ok:N" publishes request N (its peer pattern, B_BYTES) and answers OK; "fail" answers INVALID_ARGUMENT;
+ * "late:N" waits until `release` is set, then publishes N and answers (its client is gone by then). */
+typedef struct jobs_t {
+  pthread_mutex_t mu;
+  uint64_t tickets[16];
+  char payloads[16][32];
+  uint32_t n, next;
+  bool stop, release;
+  okv_remote_server_t *server;
+  okv_status_code_t late_code; /* what submit_done returned for the late job */
+  bool late_done;
+} jobs_t;
+
+static void jobs_submit(void *user, uint64_t ticket, const char *client, const void *payload, uint32_t n) {
+  jobs_t *j = user;
+  assert_non_null(strstr(client, "client "));
+  pthread_mutex_lock(&j->mu);
+  if (j->n < 16) {
+    j->tickets[j->n] = ticket;
+    snprintf(j->payloads[j->n], sizeof j->payloads[0], "%.*s", (int)(n < 31 ? n : 31), (const char *)payload);
+    j->n++;
+  }
+  pthread_mutex_unlock(&j->mu);
+}
+
+static void *jobs_thread(void *arg) {
+  jobs_t *j = arg;
+  uint8_t *kv = malloc(B_BYTES);
+  for (;;) {
+    pthread_mutex_lock(&j->mu);
+    bool stop = j->stop, release = j->release;
+    bool have = j->next < j->n && (strncmp(j->payloads[j->next], "late:", 5) != 0 || release);
+    uint64_t ticket = have ? j->tickets[j->next] : 0;
+    char payload[32];
+    if (have) snprintf(payload, sizeof payload, "%s", j->payloads[j->next++]);
+    pthread_mutex_unlock(&j->mu);
+    if (stop) break;
+    if (!have) {
+      usleep(1000);
+      continue;
+    }
+    if (!strcmp(payload, "fail")) {
+      OKV_ASSERT_OK(okv_remote_server_submit_done(j->server, ticket, 0, OKV_STATUS_INVALID_ARGUMENT, "bad job"));
+      continue;
+    }
+    uint64_t id = strtoull(strchr(payload, ':') + 1, NULL, 10);
+    okv_peer_fill(id, 0, kv, B_BYTES); /* the peer pattern of request id */
+    OKV_ASSERT_OK(okv_remote_server_publish(j->server, id, kv, B_BYTES, "adm", 3));
+    okv_status_t st = okv_remote_server_submit_done(j->server, ticket, id, OKV_STATUS_OK, NULL);
+    if (!strncmp(payload, "late:", 5)) {
+      pthread_mutex_lock(&j->mu);
+      j->late_code = okv_status_code(st);
+      j->late_done = true;
+      pthread_mutex_unlock(&j->mu);
+      okv_status_free(st);
+    } else {
+      OKV_ASSERT_OK(st);
+    }
+  }
+  free(kv);
+  return NULL;
+}
+
+static void test_jobs(void **state) {
+  (void)state;
+  /* A server without jobs answers SUBMIT with NOT_FOUND and keeps the connection. */
+  fixture_t f = start(NULL, 0, 0);
+  okv_remote_client_t *c = connect_path(&f, NULL, OKV_REMOTE_PATH_AUTO);
+  uint64_t id = 99;
+  okv_status_t s = okv_remote_client_submit(c, "ok:5", 4, 10.0, &id);
+  assert_int_equal(okv_status_code(s), OKV_STATUS_NOT_FOUND);
+  assert_non_null(strstr(okv_status_message(s), "runs no jobs"));
+  okv_status_free(s);
+  assert_true(id == 0);
+  open_ok(c, REQ_B, B_BYTES);
+  OKV_ASSERT_CODE(okv_remote_client_submit(c, NULL, 4, 10.0, &id), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_remote_client_submit(c, "x", 0, 10.0, &id), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_remote_client_submit(c, "x", 1, 0.0, &id), OKV_STATUS_INVALID_ARGUMENT);
+  okv_remote_client_destroy(c);
+  okv_remote_server_destroy(f.server);
+
+  jobs_t j;
+  memset(&j, 0, sizeof j);
+  pthread_mutex_init(&j.mu, NULL);
+  okv_rt_log_clear();
+  okv_remote_server_config_t cfg;
+  okv_remote_server_config_init(&cfg);
+  cfg.allow_get = getenv("OKV_T_NOGET") == NULL;
+  cfg.log_fn = okv_rt_log;
+  cfg.submit_fn = jobs_submit;
+  cfg.submit_user = &j;
+  OKV_ASSERT_OK(okv_remote_server_create(&cfg, &alloc, &j.server));
+  f.server = j.server;
+  f.port = okv_remote_server_port(j.server);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, jobs_thread, &j), 0);
+  OKV_ASSERT_CODE(okv_remote_server_submit_done(j.server, 12345, 0, OKV_STATUS_INVALID_ARGUMENT, "x"),
+                  OKV_STATUS_NOT_FOUND);
+
+  /* A job's request is its client's: another client's OPEN of it is refused; the owner reads it. */
+  okv_remote_client_t *a = connect_path(&f, NULL, OKV_REMOTE_PATH_AUTO);
+  okv_remote_client_t *b = connect_path(&f, NULL, OKV_REMOTE_PATH_AUTO);
+  OKV_ASSERT_OK(okv_remote_client_submit(a, "ok:21", 5, 10.0, &id));
+  assert_true(id == 21);
+  assert_int_equal(server_requests(j.server), 1);
+  uint64_t kv = 0, an = 0;
+  void *adm = NULL;
+  s = okv_remote_client_open(b, 21, &kv, &adm, &an);
+  assert_int_equal(okv_status_code(s), OKV_STATUS_UNAVAILABLE);
+  assert_non_null(strstr(okv_status_message(s), "belongs to another client"));
+  okv_status_free(s);
+  okv_remote_client_destroy(b);
+  OKV_ASSERT_OK(okv_remote_client_open(a, 21, &kv, &adm, &an));
+  assert_true(kv == B_BYTES && an == 3);
+  assert_memory_equal(adm, "adm", 3);
+  okv_free(&alloc, adm);
+  read_check(a, 21, B_BYTES, 40, 3);
+  OKV_ASSERT_OK(okv_remote_client_close_request(a, 21));
+  wait_requests(j.server, 0);
+
+  /* A failed job: the server's code and message; the connection stays. */
+  s = okv_remote_client_submit(a, "fail", 4, 10.0, &id);
+  assert_int_equal(okv_status_code(s), OKV_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(okv_status_message(s), "bad job"));
+  okv_status_free(s);
+  OKV_ASSERT_OK(okv_remote_client_submit(a, "ok:22", 5, 10.0, &id));
+  assert_true(id == 22);
+  /* Its client disconnects before opening it: the request is freed. */
+  assert_int_equal(server_requests(j.server), 1);
+  okv_remote_client_destroy(a);
+  wait_requests(j.server, 0);
+
+  /* The client gives up before the answer: the late answer finds it gone and frees the request. */
+  okv_remote_client_t *c2 = connect_path(&f, NULL, OKV_REMOTE_PATH_AUTO);
+  s = okv_remote_client_submit(c2, "late:23", 7, 0.3, &id);
+  assert_int_equal(okv_status_code(s), OKV_STATUS_UNAVAILABLE);
+  okv_status_free(s);
+  okv_remote_client_destroy(c2);
+  pthread_mutex_lock(&j.mu);
+  j.release = true;
+  pthread_mutex_unlock(&j.mu);
+  double deadline = okv_rt_now() + 5.0;
+  bool late_done = false;
+  while (!late_done && okv_rt_now() < deadline) {
+    usleep(2000);
+    pthread_mutex_lock(&j.mu);
+    late_done = j.late_done;
+    pthread_mutex_unlock(&j.mu);
+  }
+  assert_true(late_done);
+  assert_int_equal(j.late_code, OKV_STATUS_NOT_FOUND);
+  wait_requests(j.server, 0);
+
+  pthread_mutex_lock(&j.mu);
+  j.stop = true;
+  pthread_mutex_unlock(&j.mu);
+  pthread_join(th, NULL);
+  okv_remote_server_destroy(j.server);
+  pthread_mutex_destroy(&j.mu);
+}
+
 /* ---- Lifetime ---- */
 
 static void test_disconnect_frees(void **state) {
@@ -638,6 +806,7 @@ int main(void) {
       cmocka_unit_test(test_unpublish),
       cmocka_unit_test(test_config_errors),
       cmocka_unit_test(test_raw_hostile),
+      cmocka_unit_test(test_jobs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -272,6 +272,45 @@ static void test_error(void **state) {
 }
 
 /* Server-to-client types are valid frames for the parser; the session code refuses them from a client. */
+/* SUBMIT (a job payload, ids 0) and SUBMIT_OK (empty, the published request's id). */
+static void test_submit(void **state) {
+  (void)state;
+  uint8_t job[100];
+  for (int i = 0; i < 100; ++i) job[i] = (uint8_t)(i * 3 + 1);
+  size_t n = okv_remote_msg_encode_submit(buf, sizeof buf, job, 100);
+  assert_int_equal(n, 32 + 100);
+  okv_remote_msg_t m;
+  OKV_ASSERT_OK(okv_remote_msg_parse(buf, n, &m));
+  assert_int_equal(m.type, OKV_REMOTE_MSG_SUBMIT);
+  assert_true(m.request_id == 0 && m.seq == 0);
+  assert_int_equal(m.u.submit.payload_bytes, 100);
+  assert_memory_equal(m.u.submit.payload, job, 100);
+  expect_exact_length(buf, n);
+  expect_bad_u64(buf, n, 16, 5); /* a request id */
+  expect_bad_u64(buf, n, 24, 1); /* a seq */
+  /* Empty and oversized payloads: the encoder refuses them, the parser too. */
+  assert_int_equal(okv_remote_msg_encode_submit(buf, sizeof buf, job, 0), 0);
+  static uint8_t big[OKV_REMOTE_SUBMIT_MAX_BYTES + 1];
+  assert_int_equal(okv_remote_msg_encode_submit(buf, sizeof buf, big, OKV_REMOTE_SUBMIT_MAX_BYTES + 1), 0);
+  n = okv_remote_msg_encode_submit(buf, sizeof buf, big, OKV_REMOTE_SUBMIT_MAX_BYTES);
+  assert_int_equal(n, 32 + OKV_REMOTE_SUBMIT_MAX_BYTES);
+  assert_true(n <= OKV_REMOTE_CLIENT_MSG_MAX_BYTES); /* the server accepts a whole SUBMIT */
+  OKV_ASSERT_OK(okv_remote_msg_parse(buf, n, &m));
+  put32(buf + 8, OKV_REMOTE_SUBMIT_MAX_BYTES + 1);
+  buf[n] = 0;
+  expect_bad(buf, n + 1);
+  n = okv_remote_msg_encode_empty(buf, sizeof buf, OKV_REMOTE_MSG_SUBMIT, 0);
+  expect_bad(buf, n); /* an empty SUBMIT */
+  n = okv_remote_msg_encode_empty(buf, sizeof buf, OKV_REMOTE_MSG_SUBMIT_OK, 77);
+  OKV_ASSERT_OK(okv_remote_msg_parse(buf, n, &m));
+  assert_int_equal(m.type, OKV_REMOTE_MSG_SUBMIT_OK);
+  assert_true(m.request_id == 77);
+  expect_exact_length(buf, n);
+  expect_bad_u64(buf, n, 16, 0); /* SUBMIT_OK names a request */
+  assert_string_equal(okv_remote_msg_type_name(OKV_REMOTE_MSG_SUBMIT), "SUBMIT");
+  assert_string_equal(okv_remote_msg_type_name(OKV_REMOTE_MSG_SUBMIT_OK), "SUBMIT_OK");
+}
+
 static void test_type_names(void **state) {
   (void)state;
   assert_string_equal(okv_remote_msg_type_name(OKV_REMOTE_MSG_READ), "READ");
@@ -296,6 +335,7 @@ int main(void) {
       cmocka_unit_test(test_header_layout), cmocka_unit_test(test_hello),      cmocka_unit_test(test_hello_ok),
       cmocka_unit_test(test_open_ok),       cmocka_unit_test(test_read),       cmocka_unit_test(test_data),
       cmocka_unit_test(test_error),         cmocka_unit_test(test_type_names), cmocka_unit_test(test_token_equal),
+      cmocka_unit_test(test_submit),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

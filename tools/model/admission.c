@@ -196,7 +196,7 @@ okv_status_t okv_admission_build(const okv_kv_blocks_t *kv, const float *q, uint
   out->n_blocks = nb;
   out->budget_blocks = budget_blocks;
   out->block_bytes = bb;
-  out->summary_bytes = (uint64_t)LH * nb * 2u * hd * sizeof(float);
+  out->summary_bytes = (uint64_t)LH * nb * 2u * hd * okv_dtype_size(sh->kv_dtype); /* on the wire: KV dtype */
   out->initial_bytes = (uint64_t)out->initial_offsets[LH] * bb;
   out->admitted_bytes = out->summary_bytes + out->initial_bytes;
   out->full_kv_bytes = (uint64_t)LH * nb * bb;
@@ -241,7 +241,7 @@ okv_kv_source_t okv_kv_blocks_source(okv_kv_blocks_source_t *state, const okv_kv
 
 /* ---- wire format ---- */
 
-#define ADM_MAGIC      "OKVADM01"
+#define ADM_MAGIC      "OKVADM02"
 #define ADM_HEADER     (8u + 8u * 4u)
 #define ADM_MAX_BLOCKS (1u << 20)       /* blocks per KV head: 16M tokens */
 #define ADM_MAX_HEADS  (65536u * 4096u) /* L * H */
@@ -254,9 +254,11 @@ static uint32_t get32(const uint8_t *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* Sizes of the four arrays of an admission (in bytes); false on overflow past ADM_MAX_BYTES. */
-static bool adm_sizes(uint32_t LH, uint32_t nb, uint32_t hd, uint64_t n_initial, uint64_t bb, uint64_t *out_total) {
-  uint64_t sum = (uint64_t)LH * nb * 2u * hd * 4u; /* < 2^32 * 2^20 * 2^9 * 4: fits */
+/* Sizes of the four arrays of an admission (in bytes; summaries of es bytes per element); false on overflow
+ * past ADM_MAX_BYTES. */
+static bool adm_sizes(uint32_t LH, uint32_t nb, uint32_t hd, uint64_t es, uint64_t n_initial, uint64_t bb,
+                      uint64_t *out_total) {
+  uint64_t sum = (uint64_t)LH * nb * 2u * hd * es; /* < 2^32 * 2^20 * 2^9 * 4: fits */
   if (sum > ADM_MAX_BYTES || n_initial > ADM_MAX_BYTES / (bb + 4u)) return false;
   uint64_t total = ADM_HEADER + sum + ((uint64_t)LH + 1u) * 4u + n_initial * 4u + n_initial * bb;
   if (total > ADM_MAX_BYTES) return false;
@@ -268,7 +270,10 @@ uint64_t okv_admission_pack_size(const okv_admission_t *a) {
   if (a == NULL || a->summaries == NULL || a->initial_offsets == NULL) return 0;
   uint32_t LH = a->shape.n_layers * a->shape.n_kv_heads;
   uint64_t total = 0;
-  return adm_sizes(LH, a->n_blocks, a->shape.head_dim, a->initial_offsets[LH], a->block_bytes, &total) ? total : 0;
+  return adm_sizes(LH, a->n_blocks, a->shape.head_dim, okv_dtype_size(a->shape.kv_dtype), a->initial_offsets[LH],
+                   a->block_bytes, &total)
+             ? total
+             : 0;
 }
 
 okv_status_t okv_admission_pack(const okv_admission_t *a, void *buf, uint64_t capacity) {
@@ -285,12 +290,21 @@ okv_status_t okv_admission_pack(const okv_admission_t *a, void *buf, uint64_t ca
   for (int i = 0; i < 8; i++) put32(p + 8 + 4 * i, hdr[i]);
   p += ADM_HEADER;
   uint64_t n_sum = (uint64_t)LH * a->n_blocks * 2u * a->shape.head_dim;
+  /* Summaries in the KV dtype: they are min/max of stored keys, so narrowing the widened values back is
+   * exact (the decode side widens them to the same f32 bits). */
+  okv_dtype_t dt = a->shape.kv_dtype;
   for (uint64_t i = 0; i < n_sum; i++) {
-    uint32_t u;
-    memcpy(&u, &a->summaries[i], 4);
-    put32(p + 4 * i, u);
+    if (dt == OKV_DTYPE_F32) {
+      uint32_t u;
+      memcpy(&u, &a->summaries[i], 4);
+      put32(p + 4 * i, u);
+    } else {
+      uint16_t u = dt == OKV_DTYPE_F16 ? okv_f32_to_f16(a->summaries[i]) : okv_f32_to_bf16(a->summaries[i]);
+      p[2 * i] = (uint8_t)u;
+      p[2 * i + 1] = (uint8_t)(u >> 8);
+    }
   }
-  p += 4 * n_sum;
+  p += okv_dtype_size(dt) * n_sum;
   for (uint32_t i = 0; i <= LH; i++) put32(p + 4 * (uint64_t)i, a->initial_offsets[i]);
   p += 4 * ((uint64_t)LH + 1u);
   for (uint32_t i = 0; i < n_init; i++) put32(p + 4 * (uint64_t)i, a->initial_blocks[i]);
@@ -321,13 +335,13 @@ okv_status_t okv_admission_unpack(const void *blob, uint64_t n_bytes, const okv_
     return INVALID("%s: n_tokens = %u must be in 1..%u", fn, n_tokens, ADM_MAX_BLOCKS * OKV_BLOCK_TOKENS);
   if (budget == 0) return INVALID("%s: budget_blocks is 0", fn);
   uint32_t LH = sh.n_layers * sh.n_kv_heads, nb = (n_tokens + OKV_BLOCK_TOKENS - 1u) / OKV_BLOCK_TOKENS;
-  uint64_t bb = okv_block_bytes(sh.kv_dtype, sh.head_dim), total = 0;
-  if (!adm_sizes(LH, nb, sh.head_dim, n_init, bb, &total) || total != n_bytes)
+  uint64_t bb = okv_block_bytes(sh.kv_dtype, sh.head_dim), total = 0, es = okv_dtype_size(sh.kv_dtype);
+  if (!adm_sizes(LH, nb, sh.head_dim, es, n_init, bb, &total) || total != n_bytes)
     return INVALID("%s: %llu bytes, the header's shape and %u initial blocks need %llu", fn,
                    (unsigned long long)n_bytes, n_init, (unsigned long long)total);
   const uint8_t *sum = p + ADM_HEADER;
   uint64_t n_sum = (uint64_t)LH * nb * 2u * sh.head_dim;
-  const uint8_t *offs = sum + 4 * n_sum, *blks = offs + 4 * ((uint64_t)LH + 1u), *kvb = blks + 4 * (uint64_t)n_init;
+  const uint8_t *offs = sum + es * n_sum, *blks = offs + 4 * ((uint64_t)LH + 1u), *kvb = blks + 4 * (uint64_t)n_init;
   uint32_t per_head_max = budget < nb - 1u ? budget + 1u : nb;
   if (get32(offs) != 0) return INVALID("%s: initial_offsets[0] = %u must be 0", fn, get32(offs));
   for (uint32_t u = 0; u < LH; u++) {
@@ -350,8 +364,13 @@ okv_status_t okv_admission_unpack(const void *blob, uint64_t n_bytes, const okv_
     return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "%s: %llu bytes", fn, (unsigned long long)n_bytes);
   }
   for (uint64_t i = 0; i < n_sum; i++) {
-    uint32_t u = get32(sum + 4 * i);
-    memcpy(&out->summaries[i], &u, 4);
+    if (es == 4) {
+      uint32_t u = get32(sum + 4 * i);
+      memcpy(&out->summaries[i], &u, 4);
+    } else {
+      uint16_t u = (uint16_t)(sum[2 * i] | (sum[2 * i + 1] << 8));
+      out->summaries[i] = sh.kv_dtype == OKV_DTYPE_F16 ? okv_f16_to_f32(u) : okv_bf16_to_f32(u);
+    }
   }
   for (uint32_t i = 0; i <= LH; i++) out->initial_offsets[i] = get32(offs + 4 * (uint64_t)i);
   for (uint32_t i = 0; i < n_init; i++) out->initial_blocks[i] = get32(blks + 4 * (uint64_t)i);
@@ -361,7 +380,7 @@ okv_status_t okv_admission_unpack(const void *blob, uint64_t n_bytes, const okv_
   out->n_blocks = nb;
   out->budget_blocks = budget;
   out->block_bytes = bb;
-  out->summary_bytes = 4u * n_sum;
+  out->summary_bytes = es * n_sum;
   out->initial_bytes = (uint64_t)n_init * bb;
   out->admitted_bytes = out->summary_bytes + out->initial_bytes;
   out->full_kv_bytes = (uint64_t)LH * nb * bb;

@@ -66,7 +66,7 @@ typedef struct okv_admission_t {
   uint32_t *initial_offsets; /* [L*H + 1] CSR over u = layer * H + kv_head */
   uint32_t *initial_blocks;  /* ascending per head, the active block nb - 1 last */
   uint8_t *initial_kv;       /* [initial_offsets[L*H]][block_bytes], the listed blocks in CSR order */
-  uint64_t summary_bytes;    /* L * H * nb * 2 * head_dim * 4 */
+  uint64_t summary_bytes;    /* on the wire: L * H * nb * 2 * head_dim * okv_dtype_size(kv_dtype) */
   uint64_t initial_bytes;    /* initial_offsets[L*H] * block_bytes */
   uint64_t admitted_bytes;   /* what crosses at admission: summary_bytes + initial_bytes, exactly */
   uint64_t full_kv_bytes;    /* what a full transfer moves: L * H * nb * block_bytes */
@@ -95,8 +95,10 @@ void okv_admission_free(okv_admission_t *admission);
 void okv_admission_prefill(const okv_admission_t *admission, okv_kv_source_t source, okv_remote_prefill_t *out);
 
 /* The admission as bytes (what a KV server sends; the transport's admission blob). Little-endian:
- *   "OKVADM01", then u32 n_layers, n_q_heads, n_kv_heads, head_dim, kv_dtype, n_tokens, budget_blocks,
- *   n_initial (= initial_offsets[L*H]); f32 summaries [L*H*nb*2*head_dim]; u32 initial_offsets [L*H + 1];
+ *   "OKVADM02", then u32 n_layers, n_q_heads, n_kv_heads, head_dim, kv_dtype, n_tokens, budget_blocks,
+ *   n_initial (= initial_offsets[L*H]); summaries [L*H*nb*2*head_dim] in kv_dtype (bf16/f16/f32: the
+ *   summaries are min/max of stored keys, so this is exact and the unpacked f32 values are bit-identical to
+ *   the built ones; half the bytes of f32 for a bf16 KV); u32 initial_offsets [L*H + 1];
  *   u32 initial_blocks [n_initial]; initial_kv [n_initial * block_bytes].
  * okv_admission_pack_size: the blob's size (0 for an admission without arrays). okv_admission_pack writes
  * it into buf (capacity bytes). Errors: INVALID_ARGUMENT (NULL, capacity too small: nothing written). */

@@ -390,6 +390,11 @@ typedef struct okv_eval_prefill_t {
   okv_kv_blocks_t *kv;                /* [n_windows] the prefill KV in block format (f32, the model's shape) */
   float *q;                           /* [n_windows][n_layers][n_q_heads][head_dim] token P's query per layer */
   okv_allocator_t allocator;
+  /* Remote prefill (eval --remote / --disaggregated): when set, kv and q are unused (NULL) and each run
+   * submits every window's prefill job to this KV server (borrowed client, tools/model/remote_prefill.h),
+   * admits the request's admission blob and reads further blocks through the client. */
+  struct okv_remote_client_t *remote;
+  double remote_timeout_s; /* a job's answer and each remote read (> 0) */
 } okv_eval_prefill_t;
 
 /* Prefills tokens [0, P) of every window densely on `device`: a dense runtime and the engine step the
@@ -406,10 +411,13 @@ void okv_eval_prefill_free(okv_eval_prefill_t *prefill);
 
 /* okv_eval_run with a prefill (NULL: exactly okv_eval_run): every window is admitted into the run's
  * runtime as a remote sequence (okv_admission_build with the run's K — every block in dense mode — then
- * okv_runtime_seq_add_remote with an in-memory KV source over prefill->kv), and positions P.. are decoded
+ * okv_runtime_seq_add_remote with an in-memory KV source over prefill->kv; with prefill->remote the KV
+ * server builds the same admission from its own prefill and the source reads through the client; the
+ * requests are closed at the end of the run), and positions P.. are decoded
  * and scored (tokens_evaluated = sum of n_tokens - 1 - P); a reference must come from a run with the same
  * prefill. Fills the result's admission and remote fields. Errors: as okv_eval_run; INVALID_ARGUMENT when
- * the prefill does not match the windows. */
+ * the prefill does not match the windows (or the server's KV shape is not the model's); with a remote
+ * prefill the client's errors (UNAVAILABLE naming the server when it is gone). */
 okv_status_t okv_eval_run_prefilled(const okv_model_t *model, okv_hal_device_t *device,
                                     const okv_eval_window_t *windows, uint32_t n_windows,
                                     const okv_eval_config_t *config, const okv_eval_prefill_t *prefill,

@@ -1,0 +1,157 @@
+/* Prefill jobs, the prefill node's work per job and the decode node's KV source over the remote tier
+ * (remote_prefill.h). */
+#include "model/remote_prefill.h"
+
+#include <string.h>
+
+static const char k_job_magic[8] = {'O', 'K', 'V', 'P', 'R', 'E', '0', '1'};
+
+static void put32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t get32(const uint8_t *p) {
+  return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+uint64_t okv_prefill_job_size(uint32_t prefill_tokens) {
+  return OKV_PREFILL_JOB_HEADER_BYTES + 4u * ((uint64_t)prefill_tokens + 2u);
+}
+
+okv_status_t okv_prefill_job_pack(const uint32_t *tokens, uint32_t prefill_tokens, uint32_t budget_blocks, void *buf,
+                                  uint64_t capacity) {
+  uint64_t n = okv_prefill_job_size(prefill_tokens);
+  if (!tokens || !buf || prefill_tokens == 0 || budget_blocks == 0)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_prefill_job_pack: NULL, 0 prefill tokens or budget 0");
+  if (n > OKV_PREFILL_JOB_MAX_BYTES || capacity < n)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                           "okv_prefill_job_pack: a job of %u prefill tokens takes %llu bytes (capacity %llu, at "
+                           "most %u)",
+                           prefill_tokens, (unsigned long long)n, (unsigned long long)capacity,
+                           OKV_PREFILL_JOB_MAX_BYTES);
+  uint8_t *p = buf;
+  memcpy(p, k_job_magic, 8);
+  put32(p + 8, budget_blocks);
+  put32(p + 12, prefill_tokens);
+  put32(p + 16, prefill_tokens + 2u);
+  for (uint32_t i = 0; i < prefill_tokens + 2u; ++i) put32(p + OKV_PREFILL_JOB_HEADER_BYTES + 4u * i, tokens[i]);
+  return OKV_OK;
+}
+
+okv_status_t okv_prefill_job_parse(const void *buf, uint64_t n, const okv_allocator_t *allocator,
+                                   okv_prefill_job_t *out) {
+  if (!out) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "prefill job: out is NULL");
+  memset(out, 0, sizeof *out);
+  if (!buf) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "prefill job: NULL buffer");
+  const uint8_t *p = buf;
+  if (n < OKV_PREFILL_JOB_HEADER_BYTES || memcmp(p, k_job_magic, 8) != 0)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "prefill job: %llu bytes without the OKVPRE01 header",
+                           (unsigned long long)n);
+  uint32_t k = get32(p + 8), pt = get32(p + 12), nt = get32(p + 16);
+  if (k == 0) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "prefill job: budget_blocks 0");
+  if (pt == 0 || pt > UINT32_MAX - 2u || nt != pt + 2u)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                           "prefill job: %u tokens for a prefill of %u (expected prefill + 2, prefill >= 1)", nt, pt);
+  if (n != okv_prefill_job_size(pt))
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "prefill job of %llu bytes, %u tokens need %llu",
+                           (unsigned long long)n, nt, (unsigned long long)okv_prefill_job_size(pt));
+  okv_allocator_t a = allocator ? *allocator : okv_allocator_system();
+  uint32_t *t = okv_malloc(&a, (size_t)nt * sizeof *t);
+  if (!t) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "prefill job: %u tokens", nt);
+  for (uint32_t i = 0; i < nt; ++i) t[i] = get32(p + OKV_PREFILL_JOB_HEADER_BYTES + 4u * i);
+  out->budget_blocks = k;
+  out->prefill_tokens = pt;
+  out->n_tokens = nt;
+  out->tokens = t;
+  out->allocator = a;
+  return OKV_OK;
+}
+
+void okv_prefill_job_free(okv_prefill_job_t *job) {
+  if (!job) return;
+  if (job->tokens) okv_free(&job->allocator, job->tokens);
+  memset(job, 0, sizeof *job);
+}
+
+okv_status_t okv_prefill_job_run(const okv_model_t *model, okv_hal_device_t *device, const okv_prefill_job_t *job,
+                                 const okv_allocator_t *allocator, okv_kv_blocks_t *out_kv, void **out_blob,
+                                 uint64_t *out_blob_bytes) {
+  if (!model || !device || !job || !job->tokens || !out_kv || !out_blob || !out_blob_bytes)
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_prefill_job_run: NULL argument");
+  memset(out_kv, 0, sizeof *out_kv);
+  *out_blob = NULL;
+  *out_blob_bytes = 0;
+  okv_allocator_t a = allocator ? *allocator : okv_allocator_system();
+  okv_eval_window_t win = {job->tokens, job->n_tokens};
+  okv_eval_prefill_t pre;
+  OKV_RETURN_IF_ERROR(okv_eval_prefill(model, device, &win, 1, job->prefill_tokens, &a, &pre));
+  okv_admission_t adm;
+  okv_status_t st = okv_admission_build(&pre.kv[0], pre.q, job->budget_blocks, &a, &adm);
+  if (st) {
+    okv_eval_prefill_free(&pre);
+    return st;
+  }
+  uint64_t n = okv_admission_pack_size(&adm);
+  void *blob = n ? okv_malloc(&a, n) : NULL;
+  st = blob ? okv_admission_pack(&adm, blob, n)
+            : okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_prefill_job_run: admission blob of %llu bytes",
+                              (unsigned long long)n);
+  okv_admission_free(&adm);
+  if (st) {
+    if (blob) okv_free(&a, blob);
+    okv_eval_prefill_free(&pre);
+    return st;
+  }
+  *out_kv = pre.kv[0]; /* the window's blocks move out of the prefill */
+  memset(&pre.kv[0], 0, sizeof pre.kv[0]);
+  okv_eval_prefill_free(&pre);
+  *out_blob = blob;
+  *out_blob_bytes = n;
+  return OKV_OK;
+}
+
+okv_status_t okv_remote_kv_read(void *user, uint32_t n, const uint64_t *block_index, void *const *dst) {
+  okv_remote_kv_source_t *s = user;
+  if (!s || (n > 0 && (!block_index || !dst)))
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "remote KV source: NULL arguments");
+  if (n == 0) return OKV_OK;
+  okv_allocator_t a = okv_allocator_system();
+  okv_remote_get_t *gets = okv_malloc(&a, (size_t)n * sizeof *gets);
+  if (!gets) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "remote KV source: %u gets", n);
+  for (uint32_t i = 0; i < n; ++i) {
+    if (block_index[i] >= s->n_blocks) {
+      okv_free(&a, gets);
+      return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "remote KV source: block %llu past the request's %llu",
+                             (unsigned long long)block_index[i], (unsigned long long)s->n_blocks);
+    }
+    gets[i].remote_offset = block_index[i] * s->block_bytes;
+    gets[i].bytes = s->block_bytes;
+    gets[i].local_ptr = dst[i];
+  }
+  okv_remote_batch_t *b = NULL;
+  okv_status_t st = okv_remote_client_get_batch(s->client, s->request_id, n, gets, &b);
+  okv_free(&a, gets);
+  if (st) return st;
+  bool done = false;
+  st = okv_remote_batch_wait(b, s->timeout_s, &done);
+  if (!st && !done)
+    st = okv_status_make(OKV_STATUS_UNAVAILABLE, "remote server %s: a read of %u blocks not done within %.1f s",
+                         okv_remote_client_peer(s->client), n, s->timeout_s);
+  okv_remote_batch_release(b);
+  if (st) return st;
+  s->calls++;
+  s->blocks += n;
+  s->bytes += (uint64_t)n * s->block_bytes;
+  return OKV_OK;
+}
+
+okv_kv_source_t okv_remote_kv_source(okv_remote_kv_source_t *state, okv_remote_client_t *client, uint64_t request_id,
+                                     uint64_t block_bytes, uint64_t n_blocks, double timeout_s, const char *name) {
+  memset(state, 0, sizeof *state);
+  state->client = client;
+  state->request_id = request_id;
+  state->block_bytes = block_bytes;
+  state->n_blocks = n_blocks;
+  state->timeout_s = timeout_s;
+  okv_kv_source_t src = {state, okv_remote_kv_read, name};
+  return src;
+}

@@ -1,0 +1,89 @@
+/* Prefill/decode disaggregation over the remote tier (include/oasiskv/remote.h): what `oasiskv serve` (the
+ * prefill node) and `oasiskv eval --remote` / `--disaggregated` (the decode node) exchange on top of the
+ * transport, and the decode side's KV source.
+ *
+ *  - A prefill job (the payload of okv_remote_client_submit): the tokens to prefill and the decode
+ *    runtime's budget K. Little-endian: "OKVPRE01", u32 budget_blocks, u32 prefill_tokens P, u32 n_tokens
+ *    (P + 2: the prefill, token P whose queries score the initial working set, and one more, as
+ *    okv_eval_prefill takes a window), u32 tokens [n_tokens]. At most 65536 bytes (P <= 16377).
+ *  - okv_prefill_job_run: the server's work for one job: okv_eval_prefill of that one window (dense),
+ *    okv_admission_build with K, okv_admission_pack: the KV region to publish (okv_kv_blocks_t data,
+ *    block ((layer * n_kv_heads + kv_head) * n_blocks + b) at byte offset index * block_bytes) and the
+ *    admission blob, the same bytes `eval --prefill-tokens` builds in process.
+ *  - okv_remote_kv_source_t: an okv_kv_source_t whose read_blocks reads a request's blocks through the
+ *    client's batched reads (one batch per call, every block in flight at once).
+ *
+ * Thread safety: every function is reentrant; a source is used by one runtime thread at a time (the KV
+ * source contract) and the client serializes its own calls. */
+#ifndef OASISKV_TOOLS_MODEL_REMOTE_PREFILL_H
+#define OASISKV_TOOLS_MODEL_REMOTE_PREFILL_H
+
+#include <stdint.h>
+
+#include "oasiskv/oasiskv.h"
+#include "oasiskv/remote.h"
+#include "model/admission.h"
+#include "model/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define OKV_PREFILL_JOB_HEADER_BYTES 20u
+#define OKV_PREFILL_JOB_MAX_BYTES    65536u /* the transport's SUBMIT limit */
+
+/* A parsed job. tokens: [n_tokens], owned by whoever filled the struct (okv_prefill_job_parse: allocated with
+ * its allocator, free with okv_prefill_job_free). */
+typedef struct okv_prefill_job_t {
+  uint32_t budget_blocks; /* K of the decode runtime (every block listed when K >= blocks - 1) */
+  uint32_t prefill_tokens;
+  uint32_t n_tokens; /* prefill_tokens + 2 */
+  uint32_t *tokens;
+  okv_allocator_t allocator;
+} okv_prefill_job_t;
+
+/* The job's size in bytes for P prefill tokens: 20 + 4 (P + 2). */
+uint64_t okv_prefill_job_size(uint32_t prefill_tokens);
+/* Writes the job for tokens [0, P + 2) of `tokens` (P = prefill_tokens, >= 1) and budget K into buf.
+ * Errors: INVALID_ARGUMENT (NULL, P 0, K 0, capacity under okv_prefill_job_size(P), a job over 65536 bytes). */
+okv_status_t okv_prefill_job_pack(const uint32_t *tokens, uint32_t prefill_tokens, uint32_t budget_blocks, void *buf,
+                                  uint64_t capacity);
+/* Parses a job of exactly n bytes (untrusted: every field checked, n_tokens == P + 2, P >= 1, K >= 1).
+ * Errors: INVALID_ARGUMENT naming what is wrong, OUT_OF_MEMORY. */
+okv_status_t okv_prefill_job_parse(const void *buf, uint64_t n, const okv_allocator_t *allocator,
+                                   okv_prefill_job_t *out);
+/* Frees what okv_prefill_job_parse allocated; a zeroed struct is accepted. */
+void okv_prefill_job_free(okv_prefill_job_t *job);
+
+/* Runs `job` on `model`/`device`: out_kv receives the prefill KV (okv_kv_blocks_free), *out_blob the packed
+ * admission (allocated with `allocator`, *out_blob_bytes bytes; free with okv_free). Errors: those of
+ * okv_eval_prefill (INVALID_ARGUMENT for tokens out of the vocabulary or a job longer than seq_len),
+ * okv_admission_build, OUT_OF_MEMORY; nothing is left allocated on error. Not thread-safe against other
+ * uses of `device`. */
+okv_status_t okv_prefill_job_run(const okv_model_t *model, okv_hal_device_t *device, const okv_prefill_job_t *job,
+                                 const okv_allocator_t *allocator, okv_kv_blocks_t *out_kv, void **out_blob,
+                                 uint64_t *out_blob_bytes);
+
+/* The decode side's KV source over an open request of a KV server. */
+typedef struct okv_remote_kv_source_t {
+  okv_remote_client_t *client; /* borrowed */
+  uint64_t request_id;
+  uint64_t block_bytes;          /* okv_block_bytes(kv_dtype, head_dim) */
+  uint64_t n_blocks;             /* blocks in the request's region: n_layers * n_kv_heads * n_prefill_blocks */
+  double timeout_s;              /* how long one read_blocks waits for its batch (> 0) */
+  uint64_t calls, blocks, bytes; /* what it read (successful calls) */
+} okv_remote_kv_source_t;
+
+/* read_blocks of the remote source (user: an okv_remote_kv_source_t): reads blocks block_index[i] (byte
+ * offset block_index[i] * block_bytes of the region) into dst[i] as one batch and waits for it. Errors:
+ * INVALID_ARGUMENT (a block index past the region, NULL arrays), UNAVAILABLE naming the server (connection
+ * lost, or the batch not done within timeout_s), OUT_OF_MEMORY; dst unspecified then. */
+okv_status_t okv_remote_kv_read(void *user, uint32_t n, const uint64_t *block_index, void *const *dst);
+/* A source of `state` (initialised here) named `name` (borrowed; the runtime copies it). */
+okv_kv_source_t okv_remote_kv_source(okv_remote_kv_source_t *state, okv_remote_client_t *client, uint64_t request_id,
+                                     uint64_t block_bytes, uint64_t n_blocks, double timeout_s, const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
