@@ -93,8 +93,7 @@ static void run_job(okv_remote_server_t *server, const okv_cli_model_t *cm, cons
   uint64_t kv_bytes = (uint64_t)kv.shape.n_layers * kv.shape.n_kv_heads * kv.n_blocks * kv.block_bytes;
   if (!s) s = okv_remote_server_publish(server, j->ticket, kv.data, kv_bytes, blob, blob_bytes);
   okv_status_t d;
-  if (s) {
-    fprintf(stderr, CMD ": %s: job %llu failed: %s\n", j->client, (unsigned long long)j->ticket, okv_status_message(s));
+  if (s) { /* the server logs the failure (a warning) when it answers the client */
     d = okv_remote_server_submit_done(server, j->ticket, 0, okv_status_code(s), okv_status_message(s));
   } else {
     if (verbose)

@@ -71,8 +71,7 @@ static void test_job_round_trip(void **state) {
   uint32_t *big = test_calloc(16380, sizeof *big);
   uint8_t *bb = test_malloc(OKV_PREFILL_JOB_MAX_BYTES + 4);
   OKV_ASSERT_OK(okv_prefill_job_pack(big, 16377, K, bb, OKV_PREFILL_JOB_MAX_BYTES + 4));
-  OKV_ASSERT_CODE(okv_prefill_job_pack(big, 16378, K, bb, OKV_PREFILL_JOB_MAX_BYTES + 4),
-                  OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_prefill_job_pack(big, 16378, K, bb, OKV_PREFILL_JOB_MAX_BYTES + 4), OKV_STATUS_INVALID_ARGUMENT);
   test_free(bb);
   test_free(big);
 }

@@ -143,6 +143,23 @@ if UCX_TLS=tcp start_server "$m260" "$t512" --token-file "$work/token" --verbose
   [ $rc -eq 0 ] && echo "ok   serve exits 0 on SIGTERM" || fail "serve exited $rc on SIGTERM"
 fi
 
+# A server with another model (aidreams260K: 4 layers, head_dim 16, seq_len 128): the admission's shape is
+# refused by the decode side, a prefill longer than the server's seq_len fails as a job; one line each.
+ma="$shared/models/aidreams260K.bin"
+ta="$shared/models/aidreams_tok512.bin"
+if [ -f "$ma" ] && [ -f "$ta" ] && UCX_TLS=tcp start_server "$ma" "$ta"; then
+  UCX_TLS=tcp expect_fail "another model's KV" "request [0-9]+ holds 100 tokens of KV shape 4 layers.*this model decodes" \
+    "${b260[@]}" --prefill-tokens 100 --mode oasis --remote "127.0.0.1:$port"
+  UCX_TLS=tcp expect_fail "a job past the server's seq_len" "the job: .*needs 386\.\.seq_len 128" \
+    "${b260[@]}" --prefill-tokens 384 --mode oasis --remote "127.0.0.1:$port"
+  kill -TERM "$srv_pid"
+  wait "$srv_pid"
+  rc=$?
+  srv_pid=
+  [ $rc -eq 0 ] || fail "serve exited $rc on SIGTERM after failed jobs"
+  grep -q "warning: client .*job .* failed: .*seq_len 128" "$work/srv.err" || fail "the server did not log the failed job"
+fi
+
 # kill -9 of the server mid-eval: eval fails with one UNAVAILABLE line naming the peer, within the timeout.
 if UCX_TLS=tcp start_server "$m260" "$t512" --verbose; then
   UCX_TLS=tcp timeout 120 "$cli" "${b260[@]}" --prefill-tokens 100 --windows 8 --bytes 1500 --mode ondemand \
