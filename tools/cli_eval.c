@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "cli_model.h"
+#include "model/tokenizer_gguf.h"
 #include "cli_remote.h"
 #include "kv_trace.h"
 
@@ -465,6 +466,8 @@ int okv_cli_eval(int argc, char **argv) {
       okv_cli_print_status(CMD, s);
       goto done;
     }
+    /* A window is cut out of running text: no end of text in it, even where the vocabulary appends EOS. */
+    if (nt > 0 && okv_tokenizer_adds_eos(cm.tokenizer) && enc[nt - 1] == okv_tokenizer_eos_id(cm.tokenizer)) nt--;
     if (nt > mc->seq_len) nt = mc->seq_len;
     if (nt < 2) {
       fprintf(stderr, CMD ": window %u of '%s' encodes to fewer than 2 tokens\n", w, text_path);

@@ -2,10 +2,11 @@
 # The CLI on GGUF models: `oasiskv info --model`, eval/generate with
 # --model FILE.gguf (tokenizer from the file), --context, and bad GGUF files
 # (one clear stderr line, a non-zero exit).
-# usage: test_gguf_cli.sh <path to oasiskv> <shared dir>
+# usage: test_gguf_cli.sh <path to oasiskv> <shared dir> <path to gguf_fixture>
 set -u
 cli="$1"
 shared="$2"
+fixture="$3"
 gguf="$shared/gguf/stories260K.gguf"
 bin="$shared/models/stories260K.bin"
 tok="$shared/models/tok512.bin"
@@ -81,6 +82,32 @@ fi
   fail "generate bin: exit"
 cmp -s "$work/g.txt" "$work/b.txt" && grep -q "^Once upon a time" "$work/g.txt" ||
   { fail "generate: gguf and bin texts differ:"; cat "$work/g.txt" "$work/b.txt"; }
+
+# Regressions of the GGUF review (2026-11-30), on stories260K converted by gguf_fixture.
+"$fixture" "$bin" "$tok" "$work/plain.gguf" && "$fixture" "$bin" "$tok" "$work/eos.gguf" --add-eos &&
+  "$fixture" "$bin" "$tok" "$work/nobos.gguf" --no-bos || fail "gguf_fixture: exit $?"
+eval_json() { "$cli" eval "$@" --mode dense --json - 2>"$work/err" | tr -d ' \n'; }
+# add_eos_token: a window of running text (300 bytes: shorter than the context) gets no EOS, so the NLL and
+# the token count are the plain file's.
+p=$(eval_json --model "$work/plain.gguf" --context 512 --bytes 300)
+e=$(eval_json --model "$work/eos.gguf" --context 512 --bytes 300)
+ntok() { sed -n 's/.*"tokens_evaluated":\([0-9]*\).*/\1/p' | head -n 1; }
+[ -n "$(nll <<<"$p")" ] && [ "$(nll <<<"$p")" = "$(nll <<<"$e")" ] && [ "$(ntok <<<"$p")" = "$(ntok <<<"$e")" ] &&
+  [ "$(ntok <<<"$p")" -lt 500 ] ||
+  fail "eval with add_eos_token: NLL '$(nll <<<"$e")' vs '$(nll <<<"$p")', tokens $(ntok <<<"$e") vs $(ntok <<<"$p")"
+# add_eos_token: generate does not stop at once; the text is the plain file's.
+"$cli" generate --model "$work/plain.gguf" --mode dense --steps 40 2>/dev/null >"$work/p.txt"
+"$cli" generate --model "$work/eos.gguf" --mode dense --steps 40 2>/dev/null >"$work/e.txt"
+cmp -s "$work/p.txt" "$work/e.txt" && [ "$(wc -c <"$work/e.txt")" -gt 60 ] ||
+  { fail "generate with add_eos_token:"; cat "$work/e.txt"; }
+# Without add_bos_token the prompt's first word is kept in the output.
+"$cli" generate --model "$work/nobos.gguf" --mode dense --steps 40 --prompt "Lily went" 2>/dev/null >"$work/n.txt"
+grep -q "^Lily went" "$work/n.txt" || { fail "generate without BOS: first word lost:"; cat "$work/n.txt"; }
+# --tokenizer takes a GGUF file: the .bin model with the GGUF's vocabulary gives the .bin's NLL.
+t=$(eval_json --model "$bin" --tokenizer "$work/plain.gguf" --bytes 1000)
+[ "$(nll <<<"$t")" = "$b" ] || fail "eval --tokenizer FILE.gguf: NLL '$(nll <<<"$t")' vs '$b'"
+# Contexts above 8,192 tokens (the dense budget is capped at the top-K limit).
+eval_json --model "$gguf" --context 9000 --bytes 1000 | grep -q '"mean_nll"' || { fail "eval --context 9000:"; cat "$work/err"; }
 
 # Bad GGUF files and options.
 expect_fail "eval on a vocabulary-only gpt2 file" "architecture 'gpt2' is not supported" \
