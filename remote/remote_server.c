@@ -830,7 +830,7 @@ okv_status_t okv_remote_server_create(const okv_remote_server_config_t *config, 
     if (us != UCS_OK) {
       s->listener = NULL;
       st = okv_status_make(OKV_STATUS_UNAVAILABLE, "cannot listen on %s:%u: %s", s->listen_addr, (unsigned)config->port,
-                           ucs_status_string(us));
+                           us == UCS_ERR_BUSY ? "the address is already in use" : ucs_status_string(us));
     }
   }
   if (!st) {

@@ -6,9 +6,12 @@
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <ucs/config/global_opts.h>
 
 /* ---- Status conversion ---- */
 
@@ -44,8 +47,17 @@ okv_status_t okv_remote_ucx_status(ucs_status_t st, const char *what) {
 
 /* ---- Context and worker ---- */
 
+/* UCX prints its own errors (on stdout unless UCX_LOG_FILE says otherwise); this library reports every
+ * failure as a status instead, so unless the user chose a level, only UCX's fatal messages are printed.
+ * Once, before this process's first UCX context (so before any UCX thread of ours reads the level). */
+static pthread_once_t g_log_once = PTHREAD_ONCE_INIT;
+static void quiet_ucx_log(void) {
+  if (getenv("UCX_LOG_LEVEL") == NULL) (void)ucs_global_opts_set_value("LOG_LEVEL", "fatal");
+}
+
 okv_status_t okv_remote_ucx_context(uint64_t features, bool mt_shared, const char *name, ucp_context_h *out_ctx) {
   *out_ctx = NULL;
+  pthread_once(&g_log_once, quiet_ucx_log);
   ucp_config_t *config = NULL;
   ucs_status_t st = ucp_config_read(NULL, NULL, &config);
   if (st != UCS_OK) return okv_remote_ucx_status(st, "reading the UCX configuration (UCX_* variables)");

@@ -14,6 +14,7 @@
 #include "cli_model.h"
 #include "model/tokenizer_gguf.h"
 #include "cli_remote.h"
+#include "model/remote_prefill.h"
 #include "kv_trace.h"
 
 #define CMD "oasiskv eval"
@@ -525,6 +526,7 @@ int okv_cli_eval(int argc, char **argv) {
     prefill.prefill_tokens = prefill_tokens;
     prefill.remote = client;
     prefill.remote_timeout_s = 300.0;
+    prefill.model_fingerprint = okv_prefill_model_fingerprint(cm.model);
   } else if (prefill_tokens > 0) { /* once, shared by every run: the prefill node's dense pass */
     s = okv_eval_prefill(cm.model, cm.device, windows, n_windows, prefill_tokens, NULL, &prefill);
     if (s) {

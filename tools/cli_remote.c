@@ -108,8 +108,8 @@ bool okv_cli_serve_start(const char *cmd, const char *model_path, const char *to
     close(fds[1]);
     return false;
   }
-  if (pid == 0) { /* child: stdout is the pipe; it dies with its parent */
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (pid == 0) { /* child: stdout is the pipe; it is killed when its parent dies, whatever it is doing */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);
     dup2(fds[1], 1);
     execv("/proc/self/exe", (char *const *)argv);

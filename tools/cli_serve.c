@@ -82,13 +82,18 @@ static void submit_cb(void *user, uint64_t ticket, const char *client, const voi
 }
 
 /* Runs one job: prefill, publish as request `ticket` (unique per server), answer. */
-static void run_job(okv_remote_server_t *server, const okv_cli_model_t *cm, const serve_job_t *j, bool verbose) {
+static void run_job(okv_remote_server_t *server, const okv_cli_model_t *cm, uint64_t fingerprint, const serve_job_t *j,
+                    bool verbose) {
   okv_prefill_job_t job;
   okv_kv_blocks_t kv;
   memset(&kv, 0, sizeof kv);
   void *blob = NULL;
   uint64_t blob_bytes = 0;
   okv_status_t s = okv_prefill_job_parse(j->payload, j->n, NULL, &job);
+  if (!s && job.model_fingerprint != fingerprint)
+    s = okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                        "the decode node's model (fingerprint %016llx) is not this server's model '%s' (%016llx)",
+                        (unsigned long long)job.model_fingerprint, cm->model_path, (unsigned long long)fingerprint);
   if (!s) s = okv_prefill_job_run(cm->model, cm->device, &job, NULL, &kv, &blob, &blob_bytes);
   uint64_t kv_bytes = (uint64_t)kv.shape.n_layers * kv.shape.n_kv_heads * kv.n_blocks * kv.block_bytes;
   if (!s) s = okv_remote_server_publish(server, j->ticket, kv.data, kv_bytes, blob, blob_bytes);
@@ -147,6 +152,7 @@ int okv_cli_serve(int argc, char **argv) {
   if (!okv_cli_parse_device(CMD, device)) return 2;
   okv_cli_model_t cm;
   if (!okv_cli_model_open_ex(CMD, model_flag, tok_flag, device, context, &cm)) return 1;
+  const uint64_t fingerprint = okv_prefill_model_fingerprint(cm.model); /* jobs of another model are refused */
 
   serve_t sv;
   memset(&sv, 0, sizeof sv);
@@ -200,7 +206,7 @@ int okv_cli_serve(int argc, char **argv) {
     }
     pthread_mutex_unlock(&sv.mu);
     if (j) {
-      run_job(server, &cm, j, verbose);
+      run_job(server, &cm, fingerprint, j, verbose);
       free(j);
     }
   }

@@ -143,21 +143,37 @@ if UCX_TLS=tcp start_server "$m260" "$t512" --token-file "$work/token" --verbose
   [ $rc -eq 0 ] && echo "ok   serve exits 0 on SIGTERM" || fail "serve exited $rc on SIGTERM"
 fi
 
-# A server with another model (aidreams260K: 4 layers, head_dim 16, seq_len 128): the admission's shape is
-# refused by the decode side, a prefill longer than the server's seq_len fails as a job; one line each.
+# A server with another model: each job carries the decode node's model fingerprint and the server refuses
+# a job of another model, one line on the client and a warning in the server's log. aidreams260K has
+# another shape; the second is stories260K with the low byte of one weight changed (same shape, so only
+# the fingerprint tells them apart).
 ma="$shared/models/aidreams260K.bin"
 ta="$shared/models/aidreams_tok512.bin"
-if [ -f "$ma" ] && [ -f "$ta" ] && UCX_TLS=tcp start_server "$ma" "$ta"; then
-  UCX_TLS=tcp expect_fail "another model's KV" "request [0-9]+ holds 100 tokens of KV shape 4 layers.*this model decodes" \
-    "${b260[@]}" --prefill-tokens 100 --mode oasis --remote "127.0.0.1:$port"
-  UCX_TLS=tcp expect_fail "a job past the server's seq_len" "the job: .*needs 386\.\.seq_len 128" \
+cp "$m260" "$work/perturbed.bin"
+off=$((28 + 4 * 1000)) # the low byte of the token embedding's 1001st weight (after the 28-byte header)
+byte=$(od -An -tu1 -j "$off" -N1 "$m260" | tr -d ' ')
+printf "\\$(printf '%03o' $(((byte ^ 1) & 255)))" | dd of="$work/perturbed.bin" bs=1 seek="$off" conv=notrunc 2>/dev/null
+cmp -s "$m260" "$work/perturbed.bin" && fail "the perturbed model equals stories260K"
+for other in "$ma:$ta" "$work/perturbed.bin:$t512"; do
+  if [ -f "${other%%:*}" ] && UCX_TLS=tcp start_server "${other%%:*}" "${other##*:}"; then
+    UCX_TLS=tcp expect_fail "a server of another model (${other%%:*})" "is not this server's model" \
+      "${b260[@]}" --prefill-tokens 100 --mode oasis --remote "127.0.0.1:$port"
+    kill -TERM "$srv_pid"
+    wait "$srv_pid"
+    rc=$?
+    srv_pid=
+    [ $rc -eq 0 ] || fail "serve exited $rc on SIGTERM after failed jobs"
+    grep -q "warning: client .*job .* failed: .*is not this server's model" "$work/srv.err" ||
+      fail "the server did not log the refused job"
+  fi
+done
+# The same model served with a shorter context: a prefill past it fails as a job.
+if UCX_TLS=tcp start_server "$m260" "$t512" --context 256; then
+  UCX_TLS=tcp expect_fail "a job past the server's seq_len" "the job: .*needs 386\.\.seq_len 256" \
     "${b260[@]}" --prefill-tokens 384 --mode oasis --remote "127.0.0.1:$port"
   kill -TERM "$srv_pid"
   wait "$srv_pid"
-  rc=$?
   srv_pid=
-  [ $rc -eq 0 ] || fail "serve exited $rc on SIGTERM after failed jobs"
-  grep -q "warning: client .*job .* failed: .*seq_len 128" "$work/srv.err" || fail "the server did not log the failed job"
 fi
 
 # kill -9 of the server mid-eval: eval fails with one UNAVAILABLE line naming the peer, within the timeout.

@@ -90,7 +90,7 @@ static okv_status_t admit_window_remote(okv_runtime_t *rt, const okv_runtime_con
   if (!job)
     return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_eval_run: a prefill job of %llu bytes",
                            (unsigned long long)jn);
-  okv_status_t st = okv_prefill_job_pack(win->tokens, P, budget_blocks, job, jn);
+  okv_status_t st = okv_prefill_job_pack(win->tokens, P, budget_blocks, prefill->model_fingerprint, job, jn);
   uint64_t id = 0;
   if (!st) st = okv_remote_client_submit(client, job, (uint32_t)jn, prefill->remote_timeout_s, &id);
   okv_free(a, job);

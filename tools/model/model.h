@@ -394,7 +394,8 @@ typedef struct okv_eval_prefill_t {
    * submits every window's prefill job to this KV server (borrowed client, tools/model/remote_prefill.h),
    * admits the request's admission blob and reads further blocks through the client. */
   struct okv_remote_client_t *remote;
-  double remote_timeout_s; /* a job's answer and each remote read (> 0) */
+  double remote_timeout_s;    /* a job's answer and each remote read (> 0) */
+  uint64_t model_fingerprint; /* sent with every job (okv_prefill_model_fingerprint of the decode node's model) */
 } okv_eval_prefill_t;
 
 /* Prefills tokens [0, P) of every window densely on `device`: a dense runtime and the engine step the

@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-static const char k_job_magic[8] = {'O', 'K', 'V', 'P', 'R', 'E', '0', '1'};
+static const char k_job_magic[8] = {'O', 'K', 'V', 'P', 'R', 'E', '0', '2'};
 
 static void put32(uint8_t *p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = (uint8_t)(v >> (8 * i));
@@ -13,12 +13,54 @@ static uint32_t get32(const uint8_t *p) {
   return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
 
+/* FNV-1a, 64-bit (offset basis 14695981039346656037, prime 1099511628211), fed little-endian words. */
+static uint64_t fnv_u32(uint64_t h, uint32_t v) {
+  for (int i = 0; i < 4; ++i) h = (h ^ ((v >> (8 * i)) & 0xFFu)) * 1099511628211ull;
+  return h;
+}
+static uint64_t fnv_floats(uint64_t h, const float *x, uint64_t n) {
+  for (uint64_t i = 0; i < n; ++i) {
+    uint32_t v;
+    memcpy(&v, &x[i], sizeof v);
+    h = fnv_u32(h, v);
+  }
+  return h;
+}
+
+uint64_t okv_prefill_model_fingerprint(const okv_model_t *m) {
+  if (!m) return 0;
+  const okv_model_config_t *c = &m->config;
+  uint64_t h = 14695981039346656037ull;
+  /* seq_len is left out: it bounds the positions, it does not change what the model computes at them. */
+  const uint32_t shape[] = {c->dim,        c->hidden_dim, c->n_layers, c->n_q_heads,
+                            c->n_kv_heads, c->vocab_size, c->head_dim, m->rope_freq_factors ? 1u : 0u};
+  for (size_t i = 0; i < sizeof shape / sizeof shape[0]; ++i) h = fnv_u32(h, shape[i]);
+  const float scalars[] = {c->rms_eps, c->rope_theta, c->rope_pos_scale};
+  h = fnv_floats(h, scalars, 3);
+  uint64_t L = c->n_layers, D = c->dim, F = c->hidden_dim, qd = (uint64_t)c->n_q_heads * c->head_dim,
+           kd = (uint64_t)c->n_kv_heads * c->head_dim;
+  h = fnv_floats(h, m->token_embedding, (uint64_t)c->vocab_size * D);
+  h = fnv_floats(h, m->rms_att, L * D);
+  h = fnv_floats(h, m->wq, L * qd * D);
+  h = fnv_floats(h, m->wk, L * kd * D);
+  h = fnv_floats(h, m->wv, L * kd * D);
+  h = fnv_floats(h, m->wo, L * D * qd);
+  h = fnv_floats(h, m->rms_ffn, L * D);
+  h = fnv_floats(h, m->w1, L * F * D);
+  h = fnv_floats(h, m->w2, L * D * F);
+  h = fnv_floats(h, m->w3, L * F * D);
+  h = fnv_floats(h, m->rms_final, D);
+  h = fnv_floats(h, m->classifier, (uint64_t)c->vocab_size * D); /* shared with the embedding or not */
+  if (m->rope_freq_factors) h = fnv_floats(h, m->rope_freq_factors, c->head_dim / 2u);
+  return h;
+}
+
 uint64_t okv_prefill_job_size(uint32_t prefill_tokens) {
   return OKV_PREFILL_JOB_HEADER_BYTES + 4u * ((uint64_t)prefill_tokens + 2u);
 }
 
-okv_status_t okv_prefill_job_pack(const uint32_t *tokens, uint32_t prefill_tokens, uint32_t budget_blocks, void *buf,
-                                  uint64_t capacity) {
+okv_status_t okv_prefill_job_pack(const uint32_t *tokens, uint32_t prefill_tokens, uint32_t budget_blocks,
+                                  uint64_t model_fingerprint, void *buf, uint64_t capacity) {
   uint64_t n = okv_prefill_job_size(prefill_tokens);
   if (!tokens || !buf || prefill_tokens == 0 || budget_blocks == 0)
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "okv_prefill_job_pack: NULL, 0 prefill tokens or budget 0");
@@ -33,6 +75,8 @@ okv_status_t okv_prefill_job_pack(const uint32_t *tokens, uint32_t prefill_token
   put32(p + 8, budget_blocks);
   put32(p + 12, prefill_tokens);
   put32(p + 16, prefill_tokens + 2u);
+  put32(p + 20, (uint32_t)model_fingerprint);
+  put32(p + 24, (uint32_t)(model_fingerprint >> 32));
   for (uint32_t i = 0; i < prefill_tokens + 2u; ++i) put32(p + OKV_PREFILL_JOB_HEADER_BYTES + 4u * i, tokens[i]);
   return OKV_OK;
 }
@@ -44,7 +88,7 @@ okv_status_t okv_prefill_job_parse(const void *buf, uint64_t n, const okv_alloca
   if (!buf) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "prefill job: NULL buffer");
   const uint8_t *p = buf;
   if (n < OKV_PREFILL_JOB_HEADER_BYTES || memcmp(p, k_job_magic, 8) != 0)
-    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "prefill job: %llu bytes without the OKVPRE01 header",
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "prefill job: %llu bytes without the OKVPRE02 header",
                            (unsigned long long)n);
   uint32_t k = get32(p + 8), pt = get32(p + 12), nt = get32(p + 16);
   if (k == 0) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "prefill job: budget_blocks 0");
@@ -61,6 +105,7 @@ okv_status_t okv_prefill_job_parse(const void *buf, uint64_t n, const okv_alloca
   out->budget_blocks = k;
   out->prefill_tokens = pt;
   out->n_tokens = nt;
+  out->model_fingerprint = (uint64_t)get32(p + 20) | ((uint64_t)get32(p + 24) << 32);
   out->tokens = t;
   out->allocator = a;
   return OKV_OK;

@@ -2,10 +2,12 @@
  * prefill node) and `oasiskv eval --remote` / `--disaggregated` (the decode node) exchange on top of the
  * transport, and the decode side's KV source.
  *
- *  - A prefill job (the payload of okv_remote_client_submit): the tokens to prefill and the decode
- *    runtime's budget K. Little-endian: "OKVPRE01", u32 budget_blocks, u32 prefill_tokens P, u32 n_tokens
- *    (P + 2: the prefill, token P whose queries score the initial working set, and one more, as
- *    okv_eval_prefill takes a window), u32 tokens [n_tokens]. At most 65536 bytes (P <= 16377).
+ *  - A prefill job (the payload of okv_remote_client_submit): the tokens to prefill, the decode
+ *    runtime's budget K and the decode node's model fingerprint (okv_prefill_model_fingerprint; the server
+ *    refuses a job whose model is not its own). Little-endian: "OKVPRE02", u32 budget_blocks, u32
+ *    prefill_tokens P, u32 n_tokens (P + 2: the prefill, token P whose queries score the initial working
+ *    set, and one more, as okv_eval_prefill takes a window), u64 model_fingerprint, u32 tokens [n_tokens].
+ *    At most 65536 bytes (P <= 16375).
  *  - okv_prefill_job_run: the server's work for one job: okv_eval_prefill of that one window (dense),
  *    okv_admission_build with K, okv_admission_pack: the KV region to publish (okv_kv_blocks_t data,
  *    block ((layer * n_kv_heads + kv_head) * n_blocks + b) at byte offset index * block_bytes) and the
@@ -29,7 +31,7 @@
 extern "C" {
 #endif
 
-#define OKV_PREFILL_JOB_HEADER_BYTES 20u
+#define OKV_PREFILL_JOB_HEADER_BYTES 28u
 #define OKV_PREFILL_JOB_MAX_BYTES    65536u /* the transport's SUBMIT limit */
 
 /* A parsed job. tokens: [n_tokens], owned by whoever filled the struct (okv_prefill_job_parse: allocated with
@@ -37,17 +39,25 @@ extern "C" {
 typedef struct okv_prefill_job_t {
   uint32_t budget_blocks; /* K of the decode runtime (every block listed when K >= blocks - 1) */
   uint32_t prefill_tokens;
-  uint32_t n_tokens; /* prefill_tokens + 2 */
+  uint32_t n_tokens;          /* prefill_tokens + 2 */
+  uint64_t model_fingerprint; /* the decode node's okv_prefill_model_fingerprint */
   uint32_t *tokens;
   okv_allocator_t allocator;
 } okv_prefill_job_t;
 
-/* The job's size in bytes for P prefill tokens: 20 + 4 (P + 2). */
+/* A 64-bit fingerprint of what the model computes: FNV-1a over its shape, RMS epsilon, RoPE base, scaling
+ * and frequency factors, and every weight (f32 bits; the classifier whether or not it is stored apart from
+ * the embedding; the RoPE tables are derived and seq_len only bounds positions, both left out). Equal
+ * fingerprints: the same weights for all practical purposes (not a cryptographic check). Reads every
+ * weight once (about 50 ms for 60 MB). Thread-safe. */
+uint64_t okv_prefill_model_fingerprint(const okv_model_t *model);
+/* The job's size in bytes for P prefill tokens: 28 + 4 (P + 2). */
 uint64_t okv_prefill_job_size(uint32_t prefill_tokens);
-/* Writes the job for tokens [0, P + 2) of `tokens` (P = prefill_tokens, >= 1) and budget K into buf.
- * Errors: INVALID_ARGUMENT (NULL, P 0, K 0, capacity under okv_prefill_job_size(P), a job over 65536 bytes). */
-okv_status_t okv_prefill_job_pack(const uint32_t *tokens, uint32_t prefill_tokens, uint32_t budget_blocks, void *buf,
-                                  uint64_t capacity);
+/* Writes the job for tokens [0, P + 2) of `tokens` (P = prefill_tokens, >= 1), budget K and the decode
+ * node's model fingerprint into buf. Errors: INVALID_ARGUMENT (NULL, P 0, K 0, capacity under
+ * okv_prefill_job_size(P), a job over 65536 bytes). */
+okv_status_t okv_prefill_job_pack(const uint32_t *tokens, uint32_t prefill_tokens, uint32_t budget_blocks,
+                                  uint64_t model_fingerprint, void *buf, uint64_t capacity);
 /* Parses a job of exactly n bytes (untrusted: every field checked, n_tokens == P + 2, P >= 1, K >= 1).
  * Errors: INVALID_ARGUMENT naming what is wrong, OUT_OF_MEMORY. */
 okv_status_t okv_prefill_job_parse(const void *buf, uint64_t n, const okv_allocator_t *allocator,
