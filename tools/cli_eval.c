@@ -331,14 +331,8 @@ int okv_cli_eval(int argc, char **argv) {
     const char *v = NULL;
     int r;
     OKV_CLI_OPT_HELP(usage(stdout))
-    if (!strcmp(argv[i], "--sweep")) {
-      sweep = true;
-      continue;
-    }
-    if (!strcmp(argv[i], "--disaggregated")) {
-      disaggregated = true;
-      continue;
-    }
+    OKV_CLI_OPT_FLAG("--sweep", sweep)
+    OKV_CLI_OPT_FLAG("--disaggregated", disaggregated)
     OKV_CLI_OPT_STRING("--remote", remote_s)
     OKV_CLI_OPT_STRING("--token-file", token_path)
     OKV_CLI_OPT_STRING("--model", model_flag)
@@ -372,23 +366,12 @@ int okv_cli_eval(int argc, char **argv) {
     return 2;
   }
   if (!okv_cli_parse_device(CMD, device)) return 2;
-  char remote_addr[64] = "";
-  uint16_t remote_port = 0;
-  char token[257] = "";
+  okv_cli_remote_t remote;
   if ((remote_s || disaggregated) && prefill_tokens == 0) {
     fprintf(stderr, CMD ": --remote and --disaggregated need --prefill-tokens P\n");
     return 2;
   }
-  if (remote_s && disaggregated) {
-    fprintf(stderr, CMD ": --remote and --disaggregated exclude each other\n");
-    return 2;
-  }
-  if (token_path && !remote_s) {
-    fprintf(stderr, CMD ": --token-file goes with --remote\n");
-    return 2;
-  }
-  if (remote_s && !okv_cli_parse_hostport(CMD, "--remote", remote_s, false, remote_addr, &remote_port)) return 2;
-  if (token_path && !okv_cli_read_token(CMD, token_path, token)) return 2;
+  if (!okv_cli_remote_options(CMD, remote_s, token_path, disaggregated, &remote)) return 2;
   if (trace_path && !all_modes && one_mode != OKV_MODE_OASIS) {
     fprintf(stderr, CMD ": --trace records the oasis run (its draft queries): use --mode oasis or all\n");
     return 2;
@@ -436,8 +419,6 @@ int okv_cli_eval(int argc, char **argv) {
   size_t n_results = 0;
   okv_eval_reference_t dense_ref = {0};
   okv_eval_prefill_t prefill = {0};
-  okv_cli_serve_child_t child = {0};
-  okv_remote_client_t *client = NULL;
   okv_cli_output_t out_json = {0}, out_csv = {0}, out_png = {0};
   bool have_json = false, have_csv = false, have_png = false;
   trace_ctx_t tctx = {0};
@@ -515,17 +496,12 @@ int okv_cli_eval(int argc, char **argv) {
   progress_t prog;
   okv_eval_config_t ec = {
       OKV_MODE_DENSE, OKV_DRAFTER_NONE, budget, fetch_ratio, tty ? progress_cb : NULL, &prog, NULL, NULL};
-  if (disaggregated) { /* our own KV server on loopback, same model, context and device */
-    if (!okv_cli_serve_start(CMD, cm.model_path, cm.tokenizer_path, device, context, 300.0, &child)) goto done;
-    snprintf(remote_addr, sizeof remote_addr, "127.0.0.1");
-    remote_port = child.port;
-  }
-  if (remote_addr[0]) { /* the KV server prefills each window per run */
-    if (!okv_cli_remote_connect(CMD, remote_addr, remote_port, token_path ? token : NULL, &client)) goto done;
+  if (okv_cli_remote_wanted(&remote)) { /* the KV server prefills each window per run */
+    if (!okv_cli_remote_open(CMD, cm.model_path, cm.tokenizer_path, device, context, &remote)) goto done;
     prefill.n_windows = n_windows;
     prefill.prefill_tokens = prefill_tokens;
-    prefill.remote = client;
-    prefill.remote_timeout_s = 300.0;
+    prefill.remote = remote.client;
+    prefill.remote_timeout_s = OKV_CLI_REMOTE_TIMEOUT_S;
     prefill.model_fingerprint = okv_prefill_model_fingerprint(cm.model);
   } else if (prefill_tokens > 0) { /* once, shared by every run: the prefill node's dense pass */
     s = okv_eval_prefill(cm.model, cm.device, windows, n_windows, prefill_tokens, NULL, &prefill);
@@ -584,9 +560,11 @@ int okv_cli_eval(int argc, char **argv) {
         (unsigned long long)offset, text_path, device);
     print_table(stdout, results, n_results, dense_nll);
     if (prefill_tokens > 0) {
-      if (remote_addr[0])
-        printf("KV server %s:%u%s (UCX_TLS=%s)\n", remote_addr, (unsigned)remote_port,
-               disaggregated ? " (started by --disaggregated)" : "", getenv("UCX_TLS") ? getenv("UCX_TLS") : "default");
+      if (okv_cli_remote_wanted(&remote)) {
+        char where[160];
+        okv_cli_remote_describe(&remote, where, sizeof where);
+        printf("%s\n", where);
+      }
       print_admission(stdout, results, n_results);
     }
     fflush(stdout);
@@ -630,8 +608,7 @@ done:
   if (have_png) okv_cli_output_abort(&out_png);
   okv_eval_reference_free(&dense_ref);
   okv_eval_prefill_free(&prefill);
-  okv_remote_client_destroy(client);
-  if (!okv_cli_serve_stop(CMD, &child) && rc == 0) rc = 1;
+  if (!okv_cli_remote_close(CMD, &remote) && rc == 0) rc = 1;
   free(results);
   free(enc);
   free(tokbuf);

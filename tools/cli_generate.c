@@ -1,7 +1,10 @@
 /* oasiskv generate: text generation with the KV cache offloaded through the
  * runtime. The prompt's tokens are fed as decode steps (their K/V committed
  * one by one); while in the prompt, the draft token is the next prompt token
- * (known exactly), afterwards the chosen drafter proposes it. */
+ * (known exactly), afterwards the chosen drafter proposes it. With --prefill
+ * (or --remote / --disaggregated: on a KV server) the prompt's tokens but the
+ * last are prefilled densely and admitted as a remote sequence, as eval
+ * --prefill-tokens does, and decoding starts at the last prompt token. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +13,8 @@
 
 #include "cli.h"
 #include "cli_model.h"
+#include "cli_remote.h"
+#include "model/remote_prefill.h"
 #include "model/tokenizer_gguf.h"
 #include "cli_text.h"
 
@@ -33,8 +38,16 @@ static void usage(FILE *f) {
           "  --fetch-ratio R    cap C = ceil(R*K) new blocks per KV head per step, R in (0,1] (default 0.05);\n"
           "                     auto[:MAX]: chosen per step from the measured link, at most MAX (default 0.25)\n"
           "  --device D         cpu|cuda|hip (default cpu)\n"
+          "  --prefill          prefill the prompt's tokens but the last densely in process and admit them as a\n"
+          "                     remote sequence (summaries + top-K initial working set, the rest read through an\n"
+          "                     in-memory KV source), as eval --prefill-tokens; the prompt needs 2+ tokens\n"
+          "  --remote ADDR:PORT prefill on a KV server (oasiskv serve, same model) instead; this node admits the\n"
+          "                     prompt sparsely and reads further blocks over UCX\n"
+          "  --token-file F     the server's access token (with --remote)\n"
+          "  --disaggregated    start an oasiskv serve on 127.0.0.1 (ephemeral port) with this model, use it as\n"
+          "                     --remote, stop it at the end\n"
           "Text goes to stdout (prompt included; byte tokens that are control characters or invalid UTF-8\n"
-          "are not printed), one stats line to stderr.\n");
+          "are not printed), one stats line to stderr (a second with the admission when prefilling).\n");
 }
 
 static uint32_t sample(const float *logits, uint32_t n, double temperature, uint64_t *rng, double *probs) {
@@ -67,6 +80,8 @@ int okv_cli_generate(int argc, char **argv) {
   uint32_t steps = 256, budget = 8, context = 0;
   uint64_t seed = 1;
   double temperature = 0.0, fetch_ratio = 0.05;
+  const char *remote_s = NULL, *token_path = NULL;
+  bool prefill_flag = false, disaggregated = false;
   for (int i = 1; i < argc; ++i) {
     const char *v = NULL;
     int r;
@@ -83,6 +98,10 @@ int okv_cli_generate(int argc, char **argv) {
     OKV_CLI_OPT_PARSED("--seed", okv_cli_parse_u64(CMD, "--seed", v, &seed))
     OKV_CLI_OPT_PARSED("--temperature", parse_temperature(v, &temperature))
     OKV_CLI_OPT_PARSED("--fetch-ratio", okv_cli_parse_fetch_ratio(CMD, v, &fetch_ratio))
+    OKV_CLI_OPT_FLAG("--prefill", prefill_flag)
+    OKV_CLI_OPT_STRING("--remote", remote_s)
+    OKV_CLI_OPT_STRING("--token-file", token_path)
+    OKV_CLI_OPT_FLAG("--disaggregated", disaggregated)
     fprintf(stderr, CMD ": unknown option '%s' (see --help)\n", argv[i]);
     return 2;
   }
@@ -99,6 +118,9 @@ int okv_cli_generate(int argc, char **argv) {
     return 2;
   }
   if (!okv_cli_parse_device(CMD, device)) return 2;
+  okv_cli_remote_t remote;
+  if (!okv_cli_remote_options(CMD, remote_s, token_path, disaggregated, &remote)) return 2;
+  const bool prefill_on = prefill_flag || okv_cli_remote_wanted(&remote);
   if (mode != OKV_MODE_OASIS) drafter = OKV_DRAFTER_NONE;
 
   okv_cli_model_t cm;
@@ -113,6 +135,9 @@ int okv_cli_generate(int argc, char **argv) {
   okv_engine_t *eng = NULL;
   uint32_t seq = 0;
   bool seq_added = false;
+  okv_eval_prefill_t prefill = {0};
+  okv_prefill_seq_t pseq = {0};
+  uint32_t P = 0; /* prefilled tokens: positions [0, P) */
   if (!tokens || !logits || !probs) {
     fprintf(stderr, CMD ": out of memory\n");
     goto done;
@@ -141,19 +166,52 @@ int okv_cli_generate(int argc, char **argv) {
   }
   if (steps > mc->seq_len) steps = mc->seq_len;
   if (steps < n_prompt) steps = (uint32_t)n_prompt;
+  /* A prefill takes a window of P + 2 tokens (okv_eval_prefill, the job format): the prompt, then the last
+   * prompt token repeated (carried, never prefilled; generation overwrites it). */
+  if (prefill_on && (n_prompt < 2 || n_prompt + 1 > mc->seq_len)) {
+    fprintf(stderr,
+            CMD
+            ": --prefill, --remote and --disaggregated prefill the prompt's tokens but the last: the prompt "
+            "needs 2..%u tokens (BOS included), it has %zu\n",
+            mc->seq_len - 1, n_prompt);
+    goto done;
+  }
+  if (prefill_on) {
+    P = (uint32_t)n_prompt - 1;
+    tokens[n_prompt] = tokens[P];
+  }
+  if (okv_cli_remote_wanted(&remote) &&
+      !okv_cli_remote_open(CMD, cm.model_path, cm.tokenizer_path, device, context, &remote))
+    goto done;
 
   okv_runtime_config_t rc_cfg;
   okv_cli_runtime_config(mc, mode, budget, fetch_ratio, 1, &rc_cfg);
+  if (remote.client) { /* the KV server prefills the prompt */
+    prefill.n_windows = 1;
+    prefill.prefill_tokens = P;
+    prefill.remote = remote.client;
+    prefill.remote_timeout_s = OKV_CLI_REMOTE_TIMEOUT_S;
+    prefill.model_fingerprint = okv_prefill_model_fingerprint(cm.model);
+  } else if (prefill_on) { /* the prefill node's dense pass, in process */
+    okv_eval_window_t win = {tokens, P + 2u};
+    s = okv_eval_prefill(cm.model, cm.device, &win, 1, P, NULL, &prefill);
+    if (s) {
+      okv_cli_print_status(CMD, okv_status_annotate(s, "--prefill"));
+      goto done;
+    }
+  }
   s = okv_runtime_create(cm.device, &rc_cfg, NULL, &rt);
   if (!s) s = okv_engine_create(cm.model, rt, 1, drafter != OKV_DRAFTER_NONE ? 1 : 0, NULL, &eng);
   if (!s) {
-    s = okv_runtime_seq_add(rt, NULL, &seq);
+    s = prefill_on ? okv_prefill_admit(rt, &rc_cfg, &prefill, 0, tokens, NULL, &pseq, &seq)
+                   : okv_runtime_seq_add(rt, NULL, &seq);
     seq_added = s == OKV_OK;
   }
   if (s) {
     okv_cli_print_status(CMD, s);
     goto done;
   }
+  if (prefill_on) okv_runtime_stats_reset(rt); /* count the decode steps only, as eval does */
   uint64_t rng = seed ? seed : 0x9E3779B97F4A7C15ull;
   double t0 = okv_cli_now_s();
   uint32_t n_tokens = (uint32_t)n_prompt, n_steps = 0;
@@ -170,20 +228,22 @@ int okv_cli_generate(int argc, char **argv) {
   }
   for (uint32_t p = 0; p + 1 < steps; ++p) {
     uint32_t tok = tokens[p], draft = 0;
-    if (drafter != OKV_DRAFTER_NONE) {
-      if (p + 1 < n_prompt) {
-        draft = tokens[p + 1];
-      } else if (drafter == OKV_DRAFTER_SELF) {
-        s = okv_engine_peek(eng, 1, &seq, &tok, logits);
-        if (s) break;
-        draft = okv_logits_argmax(logits, mc->vocab_size);
-      } else {
-        draft = okv_drafter_ngram_next(tokens, p + 1);
+    if (p >= P) { /* positions [0, P) were prefilled: their text is only shown */
+      if (drafter != OKV_DRAFTER_NONE) {
+        if (p + 1 < n_prompt) {
+          draft = tokens[p + 1];
+        } else if (drafter == OKV_DRAFTER_SELF) {
+          s = okv_engine_peek(eng, 1, &seq, &tok, logits);
+          if (s) break;
+          draft = okv_logits_argmax(logits, mc->vocab_size);
+        } else {
+          draft = okv_drafter_ngram_next(tokens, p + 1);
+        }
       }
+      s = okv_engine_step(eng, 1, &seq, &tok, drafter != OKV_DRAFTER_NONE ? 1 : 0, &draft, logits, NULL);
+      if (s) break;
+      ++n_steps;
     }
-    s = okv_engine_step(eng, 1, &seq, &tok, drafter != OKV_DRAFTER_NONE ? 1 : 0, &draft, logits, NULL);
-    if (s) break;
-    ++n_steps;
     uint32_t next = p + 1 < n_prompt ? tokens[p + 1] : sample(logits, mc->vocab_size, temperature, &rng, probs);
     if (next == OKV_TOKEN_BOS && okv_tokenizer_kind(cm.tokenizer) == OKV_TOKENIZER_LLAMA2C) break;
     if (okv_tokenizer_kind(cm.tokenizer) != OKV_TOKENIZER_LLAMA2C &&
@@ -221,11 +281,24 @@ int okv_cli_generate(int argc, char **argv) {
           rc_cfg.budget_blocks, fetch_ratio, (unsigned long long)st.hits, (unsigned long long)st.misses,
           (unsigned long long)st.blocks_moved, (unsigned long long)st.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE],
           st.stall_seconds);
+  if (prefill_on) { /* what admission moved and what decode read through the KV source (eval's fields) */
+    char where[160] = "in process";
+    if (remote.client) okv_cli_remote_describe(&remote, where, sizeof where);
+    fprintf(stderr,
+            "generate: prefilled %u tokens (%s): admitted_bytes %llu, full_kv_bytes %llu, admission_ratio %.3f, "
+            "remote_blocks %llu, remote_bytes %llu, remote_stall %.4f s\n",
+            P, where, (unsigned long long)pseq.admitted_bytes, (unsigned long long)pseq.full_kv_bytes,
+            pseq.admitted_bytes ? (double)pseq.full_kv_bytes / (double)pseq.admitted_bytes : 0.0,
+            (unsigned long long)st.remote_blocks, (unsigned long long)st.remote_bytes, st.remote_stall_seconds);
+  }
   rc = 0;
 done:
   if (seq_added) OKV_IGNORE_ERROR(okv_runtime_seq_remove(rt, seq));
   okv_engine_destroy(eng);
   okv_runtime_destroy(rt);
+  okv_prefill_seq_close(&prefill, &pseq); /* after the runtime: it reads through the source until then */
+  okv_eval_prefill_free(&prefill);
+  if (!okv_cli_remote_close(CMD, &remote) && rc == 0) rc = 1;
   free(probs);
   free(logits);
   free(tokens);

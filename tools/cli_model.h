@@ -28,6 +28,12 @@ int okv_cli_opt_value(int argc, char **argv, int *i, const char *name, const cha
     continue;                                                     \
   }
 #define OKV_CLI_OPT_STRING(name, var) OKV_CLI_OPT_PARSED(name, ((var) = v, true))
+/* "--name" without a value sets the bool `var`, then the loop continues. */
+#define OKV_CLI_OPT_FLAG(name, var) \
+  if (!strcmp(argv[i], (name))) {   \
+    (var) = true;                   \
+    continue;                       \
+  }
 /* --help or -h: `show` (printing the usage), then the command returns 0. */
 #define OKV_CLI_OPT_HELP(show)                                \
   if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { \

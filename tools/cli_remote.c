@@ -202,3 +202,46 @@ bool okv_cli_remote_connect(const char *cmd, const char *addr, uint16_t port, co
   }
   return true;
 }
+
+bool okv_cli_remote_options(const char *cmd, const char *remote_s, const char *token_path, bool disaggregated,
+                            okv_cli_remote_t *out) {
+  memset(out, 0, sizeof *out);
+  if (remote_s && disaggregated) {
+    fprintf(stderr, "%s: --remote and --disaggregated exclude each other\n", cmd);
+    return false;
+  }
+  if (token_path && !remote_s) {
+    fprintf(stderr, "%s: --token-file goes with --remote\n", cmd);
+    return false;
+  }
+  if (remote_s && !okv_cli_parse_hostport(cmd, "--remote", remote_s, false, out->addr, &out->port)) return false;
+  if (token_path && !okv_cli_read_token(cmd, token_path, out->token)) return false;
+  out->has_token = token_path != NULL;
+  out->disaggregated = disaggregated;
+  return true;
+}
+
+bool okv_cli_remote_wanted(const okv_cli_remote_t *r) { return r->addr[0] != '\0' || r->disaggregated; }
+
+bool okv_cli_remote_open(const char *cmd, const char *model_path, const char *tokenizer_path, const char *device,
+                         uint32_t context, okv_cli_remote_t *r) {
+  if (r->disaggregated) { /* our own KV server on loopback, same model, context and device */
+    if (!okv_cli_serve_start(cmd, model_path, tokenizer_path, device, context, OKV_CLI_REMOTE_TIMEOUT_S, &r->child))
+      return false;
+    snprintf(r->addr, sizeof r->addr, "127.0.0.1");
+    r->port = r->child.port;
+  }
+  return okv_cli_remote_connect(cmd, r->addr, r->port, r->has_token ? r->token : NULL, &r->client);
+}
+
+bool okv_cli_remote_close(const char *cmd, okv_cli_remote_t *r) {
+  okv_remote_client_destroy(r->client);
+  r->client = NULL;
+  return okv_cli_serve_stop(cmd, &r->child);
+}
+
+void okv_cli_remote_describe(const okv_cli_remote_t *r, char *buf, size_t n) {
+  const char *tls = getenv("UCX_TLS");
+  snprintf(buf, n, "KV server %s:%u%s (UCX_TLS=%s)", r->addr, (unsigned)r->port,
+           r->disaggregated ? " (started by --disaggregated)" : "", tls ? tls : "default");
+}

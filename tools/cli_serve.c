@@ -126,10 +126,7 @@ int okv_cli_serve(int argc, char **argv) {
     const char *v = NULL;
     int r;
     OKV_CLI_OPT_HELP(usage(stdout))
-    if (!strcmp(argv[i], "--verbose")) {
-      verbose = true;
-      continue;
-    }
+    OKV_CLI_OPT_FLAG("--verbose", verbose)
     OKV_CLI_OPT_STRING("--model", model_flag)
     OKV_CLI_OPT_STRING("--tokenizer", tok_flag)
     OKV_CLI_OPT_STRING("--device", device)

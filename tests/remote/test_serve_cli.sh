@@ -9,6 +9,10 @@
 #  - the Done-when commands: stories260K at P = 384 and stories15M at P = 192 (mode oasis, to bound time);
 #  - admitted bytes are exactly summaries + (K + 1) blocks per KV head (215040 at P = 384, K = 8) and
 #    remote_bytes > 0 in the sparse modes (blocks did cross the network);
+#  - generate --disaggregated prints byte for byte the text of generate --prefill (local) in every mode
+#    (dense, oasis+self, oasis+ngram, proxy, ondemand) over tcp and shm,tcp, with the same admission and
+#    remote bytes (exact: summaries + (K + 1) blocks per KV head, every block in dense); dense with --prefill
+#    prints the text of plain dense generate; generate --remote with a token file, a wrong token refused;
 #  - the server killed with kill -9 mid-eval: eval fails with one UNAVAILABLE line naming 127.0.0.1:PORT
 #    within the timeout, no crash; the server exits 0 on SIGTERM; no server is left running.
 # usage: test_serve_cli.sh <path to oasiskv> <shared dir> [small|15m]
@@ -122,6 +126,61 @@ for m in oasis proxy ondemand; do
   [ -n "$rb" ] && [ "$rb" -gt 0 ] || fail "mode $m read no blocks over the network (remote_bytes $rb)"
 done
 
+# generate --prefill / --disaggregated: stories260K, a 700-byte prompt (P = 354 prefilled tokens, 23 blocks),
+# 157 decode steps.
+g260=(generate --model "$m260" --tokenizer "$t512" --prompt "$(head -c 700 "$text")" --steps 512)
+expect_fail "generate --token-file without --remote" "goes with --remote" "${g260[@]}" --token-file "$work/none"
+expect_fail "generate --remote and --disaggregated" "exclude" "${g260[@]}" --remote 127.0.0.1:7 --disaggregated
+expect_fail "generate --prefill of a 1-token prompt" "the prompt needs 2\.\.511 tokens .*it has 1" \
+  generate --model "$m260" --tokenizer "$t512" --prompt "" --prefill
+expect_fail "generate, nothing listening" "127\.0\.0\.1:1 unavailable" "${g260[@]}" --remote 127.0.0.1:1
+# adm_line FILE: generate's admission line without the timed part and where the prefill ran.
+adm_line() { sed -n 's/^generate: prefilled \([0-9]*\) tokens (.*): \(admitted_bytes .*\), remote_stall.*/P \1: \2/p' "$1"; }
+# adm_num FILE KEY: a number of that line.
+adm_num() { adm_line "$1" | sed -n "s/.*$2 \([0-9.]*\).*/\1/p"; }
+gmodes=("dense" "oasis" "oasis --drafter ngram" "proxy" "ondemand")
+for i in "${!gmodes[@]}"; do
+  # shellcheck disable=SC2086 # the mode's words are options
+  timeout 60 "$cli" "${g260[@]}" --mode ${gmodes[$i]} --prefill >"$work/gl$i.txt" 2>"$work/gl$i.err" ||
+    { fail "generate --prefill --mode ${gmodes[$i]}"; cat "$work/gl$i.err"; }
+done
+timeout 60 "$cli" "${g260[@]}" --mode dense >"$work/gplain.txt" 2>/dev/null
+if [ -s "$work/gplain.txt" ] && cmp -s "$work/gplain.txt" "$work/gl0.txt"; then
+  echo "ok   generate --prefill dense prints plain dense generate's text ($(wc -c <"$work/gl0.txt") bytes)"
+else
+  fail "generate --prefill --mode dense differs from plain dense generate"
+fi
+# Exact admission: 5 layers x 4 KV heads, 23 blocks of 1024 bytes, summaries 2 x 8 f32 per block.
+P=$(adm_line "$work/gl1.err" | sed -n 's/^P \([0-9]*\):.*/\1/p')
+nb=$(( (P + 15) / 16 ))
+full=$((20 * nb * 1024)); adm_sparse=$((20 * nb * 64 + 20 * 9 * 1024)); adm_dense=$((20 * nb * 64 + full))
+for i in "${!gmodes[@]}"; do
+  want=$adm_sparse; [ "$i" -eq 0 ] && want=$adm_dense
+  a=$(adm_num "$work/gl$i.err" admitted_bytes); f=$(adm_num "$work/gl$i.err" full_kv_bytes)
+  rb=$(adm_num "$work/gl$i.err" remote_bytes)
+  if [ "$P" != 354 ] || [ "$a" != "$want" ] || [ "$f" != "$full" ] || [ -z "$rb" ] ||
+     { [ "$i" -eq 0 ] && [ "$rb" -ne 0 ]; } || { [ "$i" -ne 0 ] && [ "$rb" -le 0 ]; }; then
+    fail "generate --prefill --mode ${gmodes[$i]}: P $P admitted $a (want $want) full $f (want $full) remote $rb"
+  fi
+done
+for tls in tcp shm,tcp; do
+  for i in "${!gmodes[@]}"; do
+    # shellcheck disable=SC2086
+    UCX_TLS=$tls timeout 60 "$cli" "${g260[@]}" --mode ${gmodes[$i]} --disaggregated >"$work/gd.txt" \
+      2>"$work/gd.err"
+    rc=$?
+    if [ $rc -ne 0 ]; then fail "generate --disaggregated --mode ${gmodes[$i]} UCX_TLS=$tls (exit $rc)"; cat "$work/gd.err"
+    elif ! cmp -s "$work/gl$i.txt" "$work/gd.txt"; then
+      fail "generate --disaggregated --mode ${gmodes[$i]} UCX_TLS=$tls: text differs from --prefill"
+    elif [ "$(adm_line "$work/gl$i.err")" != "$(adm_line "$work/gd.err")" ] ||
+         ! grep -q "started by --disaggregated) (UCX_TLS=$tls)" "$work/gd.err"; then
+      fail "generate --disaggregated --mode ${gmodes[$i]} UCX_TLS=$tls: admission differs:"; cat "$work/gl$i.err" "$work/gd.err"
+    else
+      echo "ok   generate --disaggregated --mode ${gmodes[$i]} UCX_TLS=$tls: same $(wc -c <"$work/gd.txt") bytes of text, $(adm_line "$work/gd.err")"
+    fi
+  done
+done
+
 # A standalone server with a token (port 0: it prints the port), --remote with the token file.
 echo "tok-$$-$RANDOM" >"$work/token"
 echo "wrong-token" >"$work/bad"
@@ -134,6 +193,15 @@ if UCX_TLS=tcp start_server "$m260" "$t512" --token-file "$work/token" --verbose
     --remote "127.0.0.1:$port" --token-file "$work/bad"
   UCX_TLS=tcp expect_fail "no token" "wrong access token" "${b260[@]}" --prefill-tokens 384 --mode oasis \
     --remote "127.0.0.1:$port"
+  UCX_TLS=tcp timeout 60 "$cli" "${g260[@]}" --mode oasis --remote "127.0.0.1:$port" --token-file "$work/token" \
+    >"$work/gr.txt" 2>"$work/gr.err"
+  if cmp -s "$work/gl1.txt" "$work/gr.txt" && [ "$(adm_line "$work/gl1.err")" = "$(adm_line "$work/gr.err")" ]; then
+    echo "ok   generate --remote with --token-file: same text and admission as --prefill"
+  else
+    fail "generate --remote with --token-file:"; cat "$work/gr.err"
+  fi
+  UCX_TLS=tcp expect_fail "generate, wrong token" "wrong access token" "${g260[@]}" --mode oasis \
+    --remote "127.0.0.1:$port" --token-file "$work/bad"
   grep -q "job .* done: request" "$work/srv.err" || fail "the server logged no finished job"
   grep -q "request .* freed\|closed request" "$work/srv.err" || fail "the server logged no freed request"
   kill -TERM "$srv_pid"

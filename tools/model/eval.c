@@ -47,92 +47,6 @@ static void eval_trace(void *user, const okv_engine_trace_t *t) {
   et->config->trace(et->config->trace_user, &w);
 }
 
-/* Admits window w's prefill into `rt` as a KV server would: the admission built for K = budget_blocks
- * (every block when K covers the context), packed into its wire format and unpacked on the decode side, then
- * okv_runtime_seq_add_remote with an in-memory KV source (*src) over the prefill's blocks. */
-static okv_status_t admit_window(okv_runtime_t *rt, const okv_eval_prefill_t *prefill, uint32_t w,
-                                 uint32_t budget_blocks, okv_kv_blocks_source_t *src, const okv_allocator_t *a,
-                                 uint32_t *out_id, uint64_t *admitted_bytes, uint64_t *full_kv_bytes) {
-  const okv_kv_blocks_t *kv = &prefill->kv[w];
-  const okv_kv_shape_t *sh = &kv->shape;
-  okv_admission_t built, got;
-  OKV_RETURN_IF_ERROR(okv_admission_build(kv, prefill->q + (size_t)w * sh->n_layers * sh->n_q_heads * sh->head_dim,
-                                          budget_blocks, a, &built));
-  uint64_t n = okv_admission_pack_size(&built);
-  void *blob = n ? okv_malloc(a, n) : NULL;
-  okv_status_t st = blob ? okv_admission_pack(&built, blob, n)
-                         : okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_eval_run: the admission blob");
-  okv_admission_free(&built);
-  if (st == OKV_OK) st = okv_admission_unpack(blob, n, a, &got);
-  if (blob) okv_free(a, blob);
-  if (st) return st;
-  okv_remote_prefill_t rp;
-  okv_admission_prefill(&got, okv_kv_blocks_source(src, kv, "in-memory prefill"), &rp);
-  st = okv_runtime_seq_add_remote(rt, &rp, out_id);
-  *admitted_bytes += got.admitted_bytes;
-  *full_kv_bytes += got.full_kv_bytes;
-  okv_admission_free(&got);
-  return st;
-}
-
-/* Admits window w from the KV server of prefill->remote: submits its prefill job for K = budget_blocks,
- * opens the request (*out_request: set once open, so the caller closes it), checks the admission against the
- * decode runtime's shape and adds the sequence with a remote KV source (*src) over the request. */
-static okv_status_t admit_window_remote(okv_runtime_t *rt, const okv_runtime_config_t *rc,
-                                        const okv_eval_prefill_t *prefill, const okv_eval_window_t *win,
-                                        uint32_t budget_blocks, okv_remote_kv_source_t *src, const okv_allocator_t *a,
-                                        uint64_t *out_request, uint32_t *out_id, uint64_t *admitted_bytes,
-                                        uint64_t *full_kv_bytes) {
-  okv_remote_client_t *client = prefill->remote;
-  uint32_t P = prefill->prefill_tokens;
-  uint64_t jn = okv_prefill_job_size(P);
-  void *job = okv_malloc(a, jn);
-  if (!job)
-    return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_eval_run: a prefill job of %llu bytes",
-                           (unsigned long long)jn);
-  okv_status_t st = okv_prefill_job_pack(win->tokens, P, budget_blocks, prefill->model_fingerprint, job, jn);
-  uint64_t id = 0;
-  if (!st) st = okv_remote_client_submit(client, job, (uint32_t)jn, prefill->remote_timeout_s, &id);
-  okv_free(a, job);
-  if (st) return st;
-  uint64_t kv_bytes = 0, blob_bytes = 0;
-  void *blob = NULL;
-  OKV_RETURN_IF_ERROR(okv_remote_client_open(client, id, &kv_bytes, &blob, &blob_bytes));
-  *out_request = id;
-  okv_admission_t got;
-  st = okv_admission_unpack(blob, blob_bytes, a, &got);
-  okv_allocator_t sys = okv_allocator_system(); /* the client allocates blobs with the system allocator */
-  if (blob) okv_free(&sys, blob);
-  if (st)
-    return okv_status_annotate(st, "remote server %s: request %llu's admission", okv_remote_client_peer(client),
-                               (unsigned long long)id);
-  const okv_kv_shape_t *sh = &got.shape;
-  if (sh->n_layers != rc->n_layers || sh->n_q_heads != rc->n_q_heads || sh->n_kv_heads != rc->n_kv_heads ||
-      sh->head_dim != rc->head_dim || sh->kv_dtype != rc->kv_dtype || got.n_tokens != P ||
-      got.full_kv_bytes != kv_bytes) {
-    st = okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
-                         "remote server %s: request %llu holds %u tokens of KV shape %u layers x %u/%u heads x %u "
-                         "(%llu bytes); this model decodes %u tokens of %u x %u/%u x %u",
-                         okv_remote_client_peer(client), (unsigned long long)id, got.n_tokens, sh->n_layers,
-                         sh->n_q_heads, sh->n_kv_heads, sh->head_dim, (unsigned long long)kv_bytes, P, rc->n_layers,
-                         rc->n_q_heads, rc->n_kv_heads, rc->head_dim);
-    okv_admission_free(&got);
-    return st;
-  }
-  char name[128];
-  snprintf(name, sizeof name, "kv server %s", okv_remote_client_peer(client));
-  okv_remote_prefill_t rp;
-  okv_admission_prefill(&got,
-                        okv_remote_kv_source(src, client, id, got.block_bytes, kv_bytes / got.block_bytes,
-                                             prefill->remote_timeout_s, name),
-                        &rp);
-  st = okv_runtime_seq_add_remote(rt, &rp, out_id);
-  *admitted_bytes += got.admitted_bytes;
-  *full_kv_bytes += got.full_kv_bytes;
-  okv_admission_free(&got);
-  return st;
-}
-
 okv_status_t okv_eval_run(const okv_model_t *model, okv_hal_device_t *device, const okv_eval_window_t *windows,
                           uint32_t n_windows, const okv_eval_config_t *config, const okv_eval_reference_t *reference,
                           const okv_allocator_t *allocator, okv_eval_reference_t *out_reference,
@@ -201,9 +115,7 @@ okv_status_t okv_eval_run_prefilled(const okv_model_t *model, okv_hal_device_t *
   okv_runtime_t *rt = NULL;
   okv_engine_t *eng = NULL;
   uint32_t *seq_ids = okv_calloc(&a, n_windows, sizeof *seq_ids);
-  okv_kv_blocks_source_t *sources = okv_calloc(&a, n_windows, sizeof *sources); /* outlive the runtime */
-  okv_remote_kv_source_t *rsources = okv_calloc(&a, n_windows, sizeof *rsources);
-  uint64_t *requests = okv_calloc(&a, n_windows, sizeof *requests); /* open remote requests (0: none) */
+  okv_prefill_seq_t *admits = okv_calloc(&a, n_windows, sizeof *admits); /* sources: outlive the runtime */
   uint32_t *act_ids = okv_calloc(&a, n_windows, sizeof *act_ids);
   uint32_t *act_win = okv_calloc(&a, n_windows, sizeof *act_win);
   uint32_t *act_tok = okv_calloc(&a, n_windows, sizeof *act_tok);
@@ -211,7 +123,7 @@ okv_status_t okv_eval_run_prefilled(const okv_model_t *model, okv_hal_device_t *
   float *logits = okv_calloc(&a, (size_t)n_windows * mc->vocab_size, sizeof *logits);
   uint32_t n_added = 0;
   okv_eval_reference_t ref_out = {0};
-  if (!seq_ids || !sources || !rsources || !requests || !act_ids || !act_win || !act_tok || !act_draft || !logits) {
+  if (!seq_ids || !admits || !act_ids || !act_win || !act_tok || !act_draft || !logits) {
     st = okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_eval_run: out of memory");
     goto done;
   }
@@ -240,13 +152,10 @@ okv_status_t okv_eval_run_prefilled(const okv_model_t *model, okv_hal_device_t *
       if (st) goto done;
       continue;
     }
-    if (prefill->remote)
-      st = admit_window_remote(rt, &rc, prefill, &windows[n_added], rc.budget_blocks, &rsources[n_added], &a,
-                               &requests[n_added], &seq_ids[n_added], &admitted_bytes, &full_kv_bytes);
-    else
-      st = admit_window(rt, prefill, n_added, rc.budget_blocks, &sources[n_added], &a, &seq_ids[n_added],
-                        &admitted_bytes, &full_kv_bytes);
+    st = okv_prefill_admit(rt, &rc, prefill, n_added, windows[n_added].tokens, &a, &admits[n_added], &seq_ids[n_added]);
     if (st) goto done;
+    admitted_bytes += admits[n_added].admitted_bytes;
+    full_kv_bytes += admits[n_added].full_kv_bytes;
   }
   okv_runtime_stats_reset(rt);
 
@@ -343,17 +252,14 @@ done:
   for (uint32_t i = 0; i < n_added; ++i) OKV_IGNORE_ERROR(okv_runtime_seq_remove(rt, seq_ids[i]));
   okv_engine_destroy(eng);
   okv_runtime_destroy(rt);
-  for (uint32_t i = 0; requests && i < n_windows; ++i) /* after the runtime: its sources read until then */
-    if (requests[i]) OKV_IGNORE_ERROR(okv_remote_client_close_request(prefill->remote, requests[i]));
-  if (requests) okv_free(&a, requests);
-  if (rsources) okv_free(&a, rsources);
+  for (uint32_t i = 0; admits && i < n_windows; ++i) okv_prefill_seq_close(prefill, &admits[i]); /* after the runtime */
   if (seq_ids) okv_free(&a, seq_ids);
   if (act_ids) okv_free(&a, act_ids);
   if (act_win) okv_free(&a, act_win);
   if (act_tok) okv_free(&a, act_tok);
   if (act_draft) okv_free(&a, act_draft);
   if (logits) okv_free(&a, logits);
-  if (sources) okv_free(&a, sources);
+  if (admits) okv_free(&a, admits);
   if (st || !out_reference) {
     okv_eval_reference_free(&ref_out);
   } else {

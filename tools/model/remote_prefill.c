@@ -2,6 +2,7 @@
  * (remote_prefill.h). */
 #include "model/remote_prefill.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const char k_job_magic[8] = {'O', 'K', 'V', 'P', 'R', 'E', '0', '2'};
@@ -199,4 +200,108 @@ okv_kv_source_t okv_remote_kv_source(okv_remote_kv_source_t *state, okv_remote_c
   state->timeout_s = timeout_s;
   okv_kv_source_t src = {state, okv_remote_kv_read, name};
   return src;
+}
+
+/* ---- admission of a prefilled sequence by the decode node (eval --prefill-tokens, generate --prefill) ---- */
+
+/* Local: window w's admission built for K = rc->budget_blocks as a KV server would build it (every block when
+ * K covers the context), packed into its wire format and unpacked on the decode side, then
+ * okv_runtime_seq_add_remote with an in-memory KV source (seq->local) over the prefill's blocks. */
+static okv_status_t admit_local(okv_runtime_t *rt, const okv_runtime_config_t *rc, const okv_eval_prefill_t *prefill,
+                                uint32_t w, const okv_allocator_t *a, okv_prefill_seq_t *seq, uint32_t *out_id) {
+  const okv_kv_blocks_t *kv = &prefill->kv[w];
+  const okv_kv_shape_t *sh = &kv->shape;
+  okv_admission_t built, got;
+  OKV_RETURN_IF_ERROR(okv_admission_build(kv, prefill->q + (size_t)w * sh->n_layers * sh->n_q_heads * sh->head_dim,
+                                          rc->budget_blocks, a, &built));
+  uint64_t n = okv_admission_pack_size(&built);
+  void *blob = n ? okv_malloc(a, n) : NULL;
+  okv_status_t st = blob ? okv_admission_pack(&built, blob, n)
+                         : okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_prefill_admit: the admission blob");
+  okv_admission_free(&built);
+  if (st == OKV_OK) st = okv_admission_unpack(blob, n, a, &got);
+  if (blob) okv_free(a, blob);
+  if (st) return st;
+  okv_remote_prefill_t rp;
+  okv_admission_prefill(&got, okv_kv_blocks_source(&seq->local, kv, "in-memory prefill"), &rp);
+  st = okv_runtime_seq_add_remote(rt, &rp, out_id);
+  seq->admitted_bytes = got.admitted_bytes;
+  seq->full_kv_bytes = got.full_kv_bytes;
+  okv_admission_free(&got);
+  return st;
+}
+
+/* Remote: submits the prefill job of tokens [0, P + 2) for K = rc->budget_blocks to prefill->remote, opens the
+ * request (seq->request_id: set once open, so the caller closes it), checks the admission against the decode
+ * runtime's shape and adds the sequence with a remote KV source (seq->remote) over the request. */
+static okv_status_t admit_remote(okv_runtime_t *rt, const okv_runtime_config_t *rc, const okv_eval_prefill_t *prefill,
+                                 const uint32_t *tokens, const okv_allocator_t *a, okv_prefill_seq_t *seq,
+                                 uint32_t *out_id) {
+  okv_remote_client_t *client = prefill->remote;
+  uint32_t P = prefill->prefill_tokens;
+  uint64_t jn = okv_prefill_job_size(P);
+  void *job = okv_malloc(a, jn);
+  if (!job)
+    return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "okv_prefill_admit: a prefill job of %llu bytes",
+                           (unsigned long long)jn);
+  okv_status_t st = okv_prefill_job_pack(tokens, P, rc->budget_blocks, prefill->model_fingerprint, job, jn);
+  uint64_t id = 0;
+  if (!st) st = okv_remote_client_submit(client, job, (uint32_t)jn, prefill->remote_timeout_s, &id);
+  okv_free(a, job);
+  if (st) return st;
+  uint64_t kv_bytes = 0, blob_bytes = 0;
+  void *blob = NULL;
+  OKV_RETURN_IF_ERROR(okv_remote_client_open(client, id, &kv_bytes, &blob, &blob_bytes));
+  seq->request_id = id;
+  okv_admission_t got;
+  st = okv_admission_unpack(blob, blob_bytes, a, &got);
+  okv_allocator_t sys = okv_allocator_system(); /* the client allocates blobs with the system allocator */
+  if (blob) okv_free(&sys, blob);
+  if (st)
+    return okv_status_annotate(st, "remote server %s: request %llu's admission", okv_remote_client_peer(client),
+                               (unsigned long long)id);
+  const okv_kv_shape_t *sh = &got.shape;
+  if (sh->n_layers != rc->n_layers || sh->n_q_heads != rc->n_q_heads || sh->n_kv_heads != rc->n_kv_heads ||
+      sh->head_dim != rc->head_dim || sh->kv_dtype != rc->kv_dtype || got.n_tokens != P ||
+      got.full_kv_bytes != kv_bytes) {
+    st = okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                         "remote server %s: request %llu holds %u tokens of KV shape %u layers x %u/%u heads x %u "
+                         "(%llu bytes); this model decodes %u tokens of %u x %u/%u x %u",
+                         okv_remote_client_peer(client), (unsigned long long)id, got.n_tokens, sh->n_layers,
+                         sh->n_q_heads, sh->n_kv_heads, sh->head_dim, (unsigned long long)kv_bytes, P, rc->n_layers,
+                         rc->n_q_heads, rc->n_kv_heads, rc->head_dim);
+    okv_admission_free(&got);
+    return st;
+  }
+  char name[128];
+  snprintf(name, sizeof name, "kv server %s", okv_remote_client_peer(client));
+  okv_remote_prefill_t rp;
+  okv_admission_prefill(&got,
+                        okv_remote_kv_source(&seq->remote, client, id, got.block_bytes, kv_bytes / got.block_bytes,
+                                             prefill->remote_timeout_s, name),
+                        &rp);
+  st = okv_runtime_seq_add_remote(rt, &rp, out_id);
+  seq->admitted_bytes = got.admitted_bytes;
+  seq->full_kv_bytes = got.full_kv_bytes;
+  okv_admission_free(&got);
+  return st;
+}
+
+okv_status_t okv_prefill_admit(okv_runtime_t *rt, const okv_runtime_config_t *rc, const okv_eval_prefill_t *prefill,
+                               uint32_t w, const uint32_t *tokens, const okv_allocator_t *allocator,
+                               okv_prefill_seq_t *seq, uint32_t *out_id) {
+  if (!rt || !rc || !prefill || !seq || !out_id || w >= prefill->n_windows || prefill->prefill_tokens == 0 ||
+      (prefill->remote ? !tokens || !(prefill->remote_timeout_s > 0) : !prefill->kv || !prefill->q))
+    return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
+                           "okv_prefill_admit: NULL argument, window %u of %u or an incomplete prefill", w,
+                           prefill ? prefill->n_windows : 0);
+  okv_allocator_t a = allocator ? *allocator : okv_allocator_system();
+  return prefill->remote ? admit_remote(rt, rc, prefill, tokens, &a, seq, out_id)
+                         : admit_local(rt, rc, prefill, w, &a, seq, out_id);
+}
+
+void okv_prefill_seq_close(const okv_eval_prefill_t *prefill, okv_prefill_seq_t *seq) {
+  if (!prefill || !seq || !prefill->remote || seq->request_id == 0) return;
+  OKV_IGNORE_ERROR(okv_remote_client_close_request(prefill->remote, seq->request_id));
+  seq->request_id = 0;
 }

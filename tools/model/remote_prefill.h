@@ -93,6 +93,37 @@ okv_status_t okv_remote_kv_read(void *user, uint32_t n, const uint64_t *block_in
 okv_kv_source_t okv_remote_kv_source(okv_remote_kv_source_t *state, okv_remote_client_t *client, uint64_t request_id,
                                      uint64_t block_bytes, uint64_t n_blocks, double timeout_s, const char *name);
 
+/* A sequence admitted from a prefill (okv_prefill_admit): its KV source's state and, with a remote prefill,
+ * the open request. The runtime reads through the source until the sequence is removed or the runtime
+ * destroyed: keep the struct alive and unmoved until then. Zero it before okv_prefill_admit. */
+typedef struct okv_prefill_seq_t {
+  okv_kv_blocks_source_t local;  /* local prefill: the in-memory source over prefill->kv[w] */
+  okv_remote_kv_source_t remote; /* remote prefill: the source over the request */
+  uint64_t request_id;           /* the open request on prefill->remote (0: none) */
+  uint64_t admitted_bytes;       /* summaries + initial working set of this admission (exact) */
+  uint64_t full_kv_bytes;        /* what a full transfer of its prefill KV would move */
+} okv_prefill_seq_t;
+
+/* Admits window w of `prefill` into `rt` (configured as *rc) as a remote sequence, *out_id its id:
+ *  - local (prefill->remote NULL): the admission of prefill->kv[w] and prefill->q[w] built for
+ *    K = rc->budget_blocks (every block in dense mode), packed into its wire format and unpacked as a KV
+ *    server's would be, admitted with an in-memory KV source (seq->local);
+ *  - remote: the prefill job of tokens [0, P + 2) (tokens: [P + 2], P = prefill->prefill_tokens; token
+ *    P + 1 is carried, not prefilled) submitted to prefill->remote for K, the request opened
+ *    (seq->request_id set from then on, also on a later error), its admission checked against rc's shape
+ *    and P, admitted with a remote KV source over the request (seq->remote), waits bounded by
+ *    prefill->remote_timeout_s.
+ * seq->admitted_bytes / full_kv_bytes are set on success. Errors: the admission's (INVALID_ARGUMENT,
+ * OUT_OF_MEMORY), INVALID_ARGUMENT naming the server when its KV shape or token count is not the decode
+ * runtime's, the client's (UNAVAILABLE naming the server), okv_runtime_seq_add_remote's. */
+okv_status_t okv_prefill_admit(okv_runtime_t *rt, const okv_runtime_config_t *rc, const okv_eval_prefill_t *prefill,
+                               uint32_t w, const uint32_t *tokens, const okv_allocator_t *allocator,
+                               okv_prefill_seq_t *seq, uint32_t *out_id);
+/* Closes seq's open request on prefill->remote (if any; errors ignored: the server frees it with the
+ * connection), once the runtime no longer reads through it (the sequence removed or the runtime destroyed).
+ * NULL prefill or seq, and a sequence without a request, are accepted. */
+void okv_prefill_seq_close(const okv_eval_prefill_t *prefill, okv_prefill_seq_t *seq);
+
 #ifdef __cplusplus
 }
 #endif
