@@ -91,6 +91,37 @@ static inline void store_elem(void *base, okv_dtype_t dt, size_t idx, float x) {
   }
 }
 
+/* Stores src[0..n) at elements first..first+n of base, converted to dt (store_elem's values). */
+static inline void store_row(void *base, okv_dtype_t dt, size_t first, const float *src, uint32_t n) {
+  switch (dt) {
+    case OKV_DTYPE_F32: memcpy((float *)base + first, src, (size_t)n * sizeof(float)); break;
+    case OKV_DTYPE_F16: {
+      uint16_t *o = (uint16_t *)base + first;
+      for (uint32_t i = 0; i < n; i++) o[i] = okv_f32_to_f16(src[i]);
+      break;
+    }
+    default: {
+      uint16_t *o = (uint16_t *)base + first;
+      for (uint32_t i = 0; i < n; i++) o[i] = f32_to_bf16_inline(src[i]);
+      break;
+    }
+  }
+}
+
+void okv_host_store_write_block(const okv_host_store_t *store, uint64_t host_block, uint32_t n_tok, const float *k,
+                                const float *v, size_t stride) {
+  uint8_t *base = store->ptr + host_block * store->block_bytes;
+  uint32_t hd = store->head_dim;
+  okv_dtype_t dt = store->dtype;
+  float col[OKV_BLOCK_TOKENS];
+  for (uint32_t d = 0; d < hd; d++) { /* row d of Kt: the block's tokens' element d, contiguous */
+    for (uint32_t t = 0; t < n_tok; t++) col[t] = k[(size_t)t * stride + d];
+    store_row(base, dt, (size_t)d * OKV_BLOCK_TOKENS, col, n_tok);
+  }
+  for (uint32_t t = 0; t < n_tok; t++)
+    store_row(base, dt, (size_t)OKV_BLOCK_TOKENS * hd + (size_t)t * hd, v + (size_t)t * stride, hd);
+}
+
 void okv_host_store_write_token(const okv_host_store_t *store, uint64_t host_block, uint32_t pos, const float *k,
                                 const float *v) {
   uint8_t *base = store->ptr + host_block * store->block_bytes;

@@ -830,6 +830,13 @@ static void cpu_run_summary_reduce(okv_cpu_op_t *op, int n_threads) {
 }
 OKV_CPU_DESC_KERNEL(summary_reduce, "summary reduce", 2, c->src, c->dst)
 
+static void cpu_run_kv_write(okv_cpu_op_t *op, int n_threads) {
+  (void)n_threads;
+  const okv_kv_write_desc_t *d = op->payload;
+  okv_cpu_kv_write(d, cpu_ptr(d->kv, 0));
+}
+OKV_CPU_DESC_KERNEL(kv_write, "token write", 1, c->kv)
+
 /* Append with any summary dtype: the descriptor clone (keys included) runs on the worker. */
 static void cpu_run_summary_append_ex(okv_cpu_op_t *op, int n_threads) {
   (void)n_threads;
@@ -906,5 +913,6 @@ static const okv_hal_device_vtable_t cpu_vtable = {
     .topk = cpu_topk_enqueue,
     .summary_append_ex = cpu_summary_append_ex_enqueue,
     .summary_reduce = cpu_summary_reduce_enqueue,
+    .kv_write = cpu_kv_write_enqueue,
     .set_link = cpu_set_link,
 };
