@@ -152,7 +152,8 @@ struct okv_runtime_t {
   uint32_t *ws_offsets, *ws_slots;
   uint8_t *ws_valid;
   uint64_t ws_capacity;
-  okv_block_copy_t *append_pairs; /* [wr_capacity] active-block refreshes, then repairs */
+  okv_block_copy_t *append_pairs; /* [wr_capacity] whole-block copies of active blocks (after a failed write) and
+                                     repairs */
   okv_block_map_t **wr_map;       /* [wr_capacity] target of each pair (slot currency on completion) */
   uint32_t *wr_block;
   uint8_t *wr_tokens;

@@ -157,7 +157,7 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
     for (uint32_t h = 0; h < H; h++)
       OKV_RETURN_IF_ERROR(okv_block_map_reserve(&seq_head(rt, s, layer, h)->map, &rt->alloc, nb));
   }
-  uint32_t n = 0;            /* (sequence, KV head) entries; each adds its refresh pair, then its repairs */
+  uint32_t n = 0;            /* (sequence, KV head) entries; each adds its token write or block copy, then repairs */
   uint32_t n_cp = 0;         /* copy pairs: whole-block refreshes of active blocks, and repairs */
   uint32_t n_tw = 0;         /* token writes into active blocks' slots */
   uint32_t n_app = 0;        /* incremental summary updates */
@@ -198,7 +198,7 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
           }
           okv_block_map_pop_free(m, &slot); /* >= C free after the commit */
         }
-        okv_block_map_map(m, b, slot, rt->step); /* unreadable until the refresh below completes */
+        okv_block_map_map(m, b, slot, rt->step); /* unreadable until the write below completes */
         m->summary_stale[b] = 0;                 /* the append below starts the summary afresh */
       }
       uint64_t hb = host_block_of(rt, head, b);
