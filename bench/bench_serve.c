@@ -93,7 +93,7 @@ static void usage(FILE *f) {
           "  --device-gib G       DEVICE capacity, the same for every mode (default 0.6)\n"
           "  --budget K           working-set blocks per KV head (default 128)\n"
           "  --fetch-ratio R[,..] cap C = ceil(R*K) new blocks per KV head per step, R in (0,1], or auto[:MAX]\n"
-          "                       (the runtime's self-tuning cap, at most MAX, default 0.25; default 0.05); a list\n"
+          "                       (the runtime's self-tuning cap, at most MAX, by default 0.05); default 0.05; a list\n"
           "                       runs proxy and oasis once per ratio (a sweep)\n"
           "  --link-gbps G        EMULATED HOST<->DEVICE link, GB/s (default: measured DRAM stream bandwidth /\n"
           "                       --link-ratio; 0 = unpaced); cpu backend only\n"
@@ -503,8 +503,8 @@ typedef struct serve_result_t {
   double bytes_per_step, fetch_bytes_per_step, append_bytes_per_step, link_budget_bytes_per_step, cap_bytes_per_step;
   double link_utilization, recall;
   /* Foreground time that is neither the model's work (weights), attention nor writing the new tokens, / step
-   * time: waits for fetched blocks, for the pipeline, for the active-block refresh over the link, and the
-   * runtime's own bookkeeping (offload: waits for its copies). */
+   * time: waits for fetched blocks, for the pipeline, for the append batch and attention beyond their
+   * kernels (stream wake-ups), and the runtime's own bookkeeping (offload: waits for its copies). */
   double stall_fraction;
   double runtime_stall_fraction; /* what the runtime counts (stats stall_seconds) + the wait in step_end */
   double weights_seconds_per_step, attention_seconds_per_step;
@@ -516,6 +516,8 @@ typedef struct serve_result_t {
   double cap_blocks_mean; /* auto: the mean C the runtime chose (okv_runtime_cap_state), sampled each step */
   double step_list[64];
   uint32_t n_step_list;
+  /* Runtime modes, per measured step (first 64): HOST->DEVICE fetch bytes; auto: the mean C over layers. */
+  double fetch_list[64], cap_list[64];
   char note[160];
 } serve_result_t;
 
@@ -914,8 +916,13 @@ static void run_runtime(serve_t *s, serve_mode_t m, uint32_t ctx, serve_result_t
       cum.append_bytes += ss.append_bytes;
       cum.stall_seconds += ss.stall_seconds + te;
       okv_cap_state_t cs;
-      if (s->cur_auto && okv_status_consume(okv_runtime_cap_state(rt, &cs)) == OKV_STATUS_OK)
-        r->cap_blocks_mean += cs.cap_blocks;
+      double cap = 0;
+      if (s->cur_auto && okv_status_consume(okv_runtime_cap_state(rt, &cs)) == OKV_STATUS_OK) cap = cs.cap_blocks;
+      r->cap_blocks_mean += cap;
+      if (r->n_step_list < 64) {
+        r->fetch_list[r->n_step_list] = (double)ss.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE];
+        r->cap_list[r->n_step_list] = cap;
+      }
       cum.attention_seconds += ss.attention_seconds;
       cum.append_seconds += ss.append_seconds;
       r->layer_seconds_per_step += tl;
@@ -1343,6 +1350,19 @@ static json_object *result_json(const serve_t *s, const serve_result_t *r) {
   json_object *sl = json_object_new_array();
   for (uint32_t i = 0; i < r->n_step_list; i++) json_object_array_add(sl, json_object_new_double(r->step_list[i]));
   json_object_object_add(o, "step_seconds_each", sl);
+  if (r->mode != SM_OFFLOAD) { /* runtime modes */
+    json_object *fl = json_object_new_array(), *cl = json_object_new_array();
+    for (uint32_t i = 0; i < r->n_step_list; i++) {
+      json_object_array_add(fl, json_object_new_double(r->fetch_list[i]));
+      if (r->fetch_auto) json_object_array_add(cl, json_object_new_double(r->cap_list[i]));
+    }
+    json_object_object_add(o, "fetch_bytes_each", fl);
+    if (r->fetch_auto) {
+      json_object_object_add(o, "cap_blocks_each", cl);
+    } else {
+      json_object_put(cl);
+    }
+  }
   if (r->note[0]) json_object_object_add(o, "note", json_object_new_string(r->note));
   return o;
 }

@@ -91,6 +91,59 @@ static inline void store_elem(void *base, okv_dtype_t dt, size_t idx, float x) {
   }
 }
 
+/* f32_to_bf16_inline without a branch (the same values), so that runs of 16 compile to vector code. */
+static inline uint16_t f32_to_bf16_select(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16, quiet = (u >> 16) | 0x0040u;
+  return (uint16_t)((u & 0x7FFFFFFFu) > 0x7F800000u ? quiet : rounded);
+}
+
+/* Stores src[0..n) at elements first..first+n of base, converted to dt (store_elem's values). */
+static inline void store_row(void *base, okv_dtype_t dt, size_t first, const float *src, uint32_t n) {
+  switch (dt) {
+    case OKV_DTYPE_F32: memcpy((float *)base + first, src, (size_t)n * sizeof(float)); break;
+    case OKV_DTYPE_F16: {
+      uint16_t *o = (uint16_t *)base + first;
+      for (uint32_t i = 0; i < n; i++) o[i] = okv_f32_to_f16(src[i]);
+      break;
+    }
+    default: {
+      uint16_t *o = (uint16_t *)base + first;
+      uint32_t i = 0;
+      for (; i + OKV_BLOCK_TOKENS <= n; i += OKV_BLOCK_TOKENS) /* fixed-length runs: vectorised at -O2 */
+        for (uint32_t j = 0; j < OKV_BLOCK_TOKENS; j++) o[i + j] = f32_to_bf16_select(src[i + j]);
+      for (; i < n; i++) o[i] = f32_to_bf16_select(src[i]);
+      break;
+    }
+  }
+}
+
+void okv_host_store_write_block(const okv_host_store_t *store, uint64_t host_block, uint32_t n_tok, const float *k,
+                                const float *v, size_t stride) {
+  enum { CHUNK = 64 }; /* head_dim elements transposed at a time (a 4 KiB f32 tile) */
+  uint8_t *base = store->ptr + host_block * store->block_bytes;
+  uint32_t hd = store->head_dim;
+  okv_dtype_t dt = store->dtype;
+  float tile[CHUNK * OKV_BLOCK_TOKENS];
+  for (uint32_t d0 = 0; d0 < hd; d0 += CHUNK) {
+    uint32_t dn = hd - d0 < CHUNK ? hd - d0 : CHUNK;
+    /* Read each token's row contiguously; tile[j][t] = K of token t, element d0 + j (rows of Kt). */
+    for (uint32_t t = 0; t < n_tok; t++) {
+      const float *row = k + (size_t)t * stride + d0;
+      for (uint32_t j = 0; j < dn; j++) tile[j * OKV_BLOCK_TOKENS + t] = row[j];
+    }
+    if (n_tok == OKV_BLOCK_TOKENS) { /* full block: these Kt rows are contiguous in the block */
+      store_row(base, dt, (size_t)d0 * OKV_BLOCK_TOKENS, tile, dn * OKV_BLOCK_TOKENS);
+    } else {
+      for (uint32_t j = 0; j < dn; j++)
+        store_row(base, dt, (size_t)(d0 + j) * OKV_BLOCK_TOKENS, tile + j * OKV_BLOCK_TOKENS, n_tok);
+    }
+  }
+  for (uint32_t t = 0; t < n_tok; t++)
+    store_row(base, dt, (size_t)OKV_BLOCK_TOKENS * hd + (size_t)t * hd, v + (size_t)t * stride, hd);
+}
+
 void okv_host_store_write_token(const okv_host_store_t *store, uint64_t host_block, uint32_t pos, const float *k,
                                 const float *v) {
   uint8_t *base = store->ptr + host_block * store->block_bytes;

@@ -57,4 +57,14 @@ static inline uint64_t okv_host_store_block(const okv_host_store_t *store, const
 void okv_host_store_write_token(const okv_host_store_t *store, uint64_t host_block, uint32_t pos, const float *k,
                                 const float *v);
 
+/* Writes the first n_tok (1..16) tokens of host block `host_block` at once: token t's
+ * K and V are the f32 rows k + t * stride and v + t * stride ([head_dim] each; stride
+ * in floats), converted like okv_host_store_write_token, so the block holds the same
+ * bytes as n_tok token writes at positions 0..n_tok-1. Positions n_tok..15 are not
+ * touched. K is transposed through a small f32 tile (rows read contiguously) and
+ * written a row of Kt (16 tokens, 32 bytes in f16 / bf16) at a time, a full block's
+ * rows as one contiguous run. */
+void okv_host_store_write_block(const okv_host_store_t *store, uint64_t host_block, uint32_t n_tok, const float *k,
+                                const float *v, size_t stride);
+
 #endif

@@ -140,12 +140,13 @@ void okv_runtime_destroy(okv_runtime_t *rt) {
   okv_hal_buffer_t *bufs[] = {rt->summaries, rt->group_summaries, rt->pool, rt->fg_inflight, rt->fg_out};
   for (int i = 0; i < 5; i++)
     if (bufs[i]) OKV_IGNORE_ERROR(okv_hal_buffer_release(bufs[i]));
-  void *arrs[] = {rt->free_slots,        rt->ws_offsets,   rt->ws_slots,       rt->ws_valid,    rt->append_pairs,
-                  rt->append_index,      rt->append_first, rt->append_keys,    rt->append_src,  rt->od_pairs,
-                  rt->od_plan,           rt->seqs,         rt->step_seq_index, rt->step_seq_id, rt->layer_step,
-                  rt->batch_seqs,        rt->layer_cum,    rt->jobs,           rt->queue,       rt->layer_events,
-                  rt->copy_start_events, rt->last_use_s,   rt->wr_map,         rt->wr_block,    rt->wr_tokens,
-                  rt->tok_block,         rt->reb_index,    rt->reb_valid,      rt->reb_map,     rt->reb_block};
+  void *arrs[] = {
+      rt->free_slots,     rt->ws_offsets,   rt->ws_slots,          rt->ws_valid,   rt->append_pairs, rt->append_index,
+      rt->append_first,   rt->append_keys,  rt->append_src,        rt->od_pairs,   rt->od_plan,      rt->seqs,
+      rt->step_seq_index, rt->step_seq_id,  rt->layer_step,        rt->batch_seqs, rt->layer_cum,    rt->jobs,
+      rt->queue,          rt->layer_events, rt->copy_start_events, rt->last_use_s, rt->wr_map,       rt->wr_block,
+      rt->wr_tokens,      rt->tok_block,    rt->reb_index,         rt->reb_valid,  rt->reb_map,      rt->reb_block,
+      rt->tw_slot,        rt->tw_pos,       rt->tw_keys,           rt->tw_values,  rt->tw_map,       rt->tw_block};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) okv_rt_free(&rt->alloc, arrs[i]);
   pthread_mutex_destroy(&rt->mutex);
   pthread_cond_destroy(&rt->work_cv);
@@ -292,6 +293,12 @@ okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_conf
   ALLOC_ARR(rt->wr_block, rt->wr_capacity);
   ALLOC_ARR(rt->wr_tokens, rt->wr_capacity);
   ALLOC_ARR(rt->tok_block, n_seg);
+  ALLOC_ARR(rt->tw_slot, n_seg);
+  ALLOC_ARR(rt->tw_pos, n_seg);
+  ALLOC_ARR(rt->tw_keys, n_seg * c->head_dim);
+  ALLOC_ARR(rt->tw_values, n_seg * c->head_dim);
+  ALLOC_ARR(rt->tw_map, n_seg);
+  ALLOC_ARR(rt->tw_block, n_seg);
   ALLOC_ARR(rt->reb_index, rt->reb_capacity);
   ALLOC_ARR(rt->reb_valid, rt->reb_capacity);
   ALLOC_ARR(rt->reb_map, rt->reb_capacity);

@@ -156,13 +156,25 @@ struct okv_runtime_t {
   uint32_t *ws_offsets, *ws_slots;
   uint8_t *ws_valid;
   uint64_t ws_capacity;
-  okv_block_copy_t *append_pairs; /* [wr_capacity] active-block refreshes, then repairs */
+  okv_block_copy_t *append_pairs; /* [wr_capacity] whole-block copies of active blocks (after a failed write) and
+                                     repairs */
   okv_block_map_t **wr_map;       /* [wr_capacity] target of each pair (slot currency on completion) */
   uint32_t *wr_block;
   uint8_t *wr_tokens;
   uint32_t wr_capacity; /* max_seqs * n_kv_heads + repair room */
   uint64_t *tok_block;  /* [max_seqs * n_kv_heads] HOST block of each appended token */
-  uint64_t *reb_index;  /* [reb_capacity] summaries rebuilt from the HOST tier (repairs) */
+  /* Token writes into active slots (okv_hal_kv_write_tokens_async), [max_seqs * n_kv_heads] each. */
+  uint64_t *tw_slot;
+  uint8_t *tw_pos;
+  float *tw_keys, *tw_values; /* [max_seqs * n_kv_heads][head_dim] */
+  okv_block_map_t **tw_map;
+  uint32_t *tw_block;
+  /* The layer's append batch (step_append.c): entry counts, the keys of its summary updates, and whether
+   * it was enqueued without a wait (okv_rt_layer_append_finish checks it after attention). */
+  uint32_t app_n_tw, app_n_cp, app_n_app, app_n_reb;
+  const float *app_keys;
+  bool app_pending;
+  uint64_t *reb_index; /* [reb_capacity] summaries rebuilt from the HOST tier (repairs) */
   uint8_t *reb_valid;
   okv_block_map_t **reb_map;
   uint32_t *reb_block;
@@ -317,8 +329,14 @@ okv_status_t okv_rt_groups_rebuild(okv_runtime_t *rt, okv_hal_stream_t *stream, 
 /* Every group of one head (after its block summaries were built). */
 okv_status_t okv_rt_groups_rebuild_head(okv_runtime_t *rt, okv_hal_stream_t *stream, okv_head_t *head);
 /* step_append.c */
-okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float *k_new, const float *v_new,
+/* With defer, a batch enqueued without error is not waited for: its slots are marked current at once and
+ * okv_rt_layer_append_finish must follow the layer's attention (enqueued after it on the compute stream). */
+okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float *k_new, const float *v_new, bool defer,
                                  double *bk_s, bool *out_committed);
+/* Checks a deferred append batch (no-op without one): OK, or after a failure its synchronous retry — OK with
+ * *out_redo set (attention read the slots before they were written: run it again) — or the error, with the
+ * slots it covered unreadable and its summaries stale (repaired by the next append). */
+okv_status_t okv_rt_layer_append_finish(okv_runtime_t *rt, uint32_t layer, double *bk_s, bool *out_redo);
 
 /* For tests: the map of (seq, layer, kv_head), NULL when not found. Not thread-safe
  * against a running step. */

@@ -212,10 +212,11 @@ okv_status_t okv_runtime_seq_add(okv_runtime_t *rt, const okv_prefill_t *prefill
     for (int64_t i = 0; i < n_heads_total; i++) {
       uint32_t l = (uint32_t)(i / H), h = (uint32_t)(i % H);
       okv_head_t *head = &s->heads[i];
-      for (uint32_t t = 0; t < n_tokens; t++) {
-        size_t off = (((size_t)l * n_tokens + t) * H + h) * hd;
-        okv_host_store_write_token(&rt->host, host_block_of(rt, head, t / OKV_BLOCK_TOKENS), t % OKV_BLOCK_TOKENS,
-                                   prefill->k + off, prefill->v + off);
+      for (uint32_t b = 0; b < nb; b++) { /* a block at a time: its tokens' rows are H * hd floats apart */
+        uint32_t t0 = b * OKV_BLOCK_TOKENS, n_tok = n_tokens - t0 < OKV_BLOCK_TOKENS ? n_tokens - t0 : OKV_BLOCK_TOKENS;
+        size_t off = (((size_t)l * n_tokens + t0) * H + h) * hd;
+        okv_host_store_write_block(&rt->host, host_block_of(rt, head, b), n_tok, prefill->k + off, prefill->v + off,
+                                   (size_t)H * hd);
       }
     }
     uint64_t k = 0, p = 0;

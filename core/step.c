@@ -300,7 +300,10 @@ okv_status_t okv_runtime_step_layer(okv_runtime_t *rt, uint32_t layer, const flo
   okv_rt_layer_commit(rt, layer, &bk);
   /* 2. Append (commit) the real token. OUT_OF_MEMORY / INVALID_ARGUMENT: nothing committed. */
   bool committed = false;
-  okv_status_t append_st = okv_rt_layer_append(rt, layer, k_new, v_new, &bk, &committed);
+  /* The append batch and attention share the compute stream, so the wait for the batch can follow attention
+   * (one synchronisation per layer instead of two) unless a foreground pass runs in between. */
+  bool defer = !rt->cfg.track_recall && rt->cfg.mode != OKV_MODE_ONDEMAND;
+  okv_status_t append_st = okv_rt_layer_append(rt, layer, k_new, v_new, defer, &bk, &committed);
   if (!committed) {
     ls->bookkeeping_seconds += bk;
     fill_invalid(rt, rt->step_n_seqs, rt->step_T, out);
@@ -314,6 +317,16 @@ okv_status_t okv_runtime_step_layer(okv_runtime_t *rt, uint32_t layer, const flo
     okv_seq_t **seqs = rt->batch_seqs;
     for (uint32_t s = 0; s < rt->step_n_seqs; s++) seqs[s] = step_seq(rt, s);
     st = run_attention(rt, rt->step_n_seqs, seqs, layer, rt->step_T, q, rt->step_T - 1u, draft_kv, out, &bk, &att);
+    bool redo = false;
+    okv_status_t fin = okv_rt_layer_append_finish(rt, layer, &bk, &redo);
+    if (fin != OKV_OK) { /* the batch failed twice: attention's output is not valid */
+      okv_status_free(st);
+      st = OKV_OK;
+      append_st = fin;
+    } else if (redo) { /* retried after attention read the slots: read them again */
+      okv_status_free(st);
+      st = run_attention(rt, rt->step_n_seqs, seqs, layer, rt->step_T, q, rt->step_T - 1u, draft_kv, out, &bk, &att);
+    }
     ls->attention_seconds += att;
   }
   /* 5. Hand the layer to the background pipeline (the token is committed either way). */

@@ -1,7 +1,7 @@
 /* The append of a decode step: the real token's K/V into the HOST tier
- * (authoritative), its block summary, and the refresh of the active block's
- * DEVICE slot, with the write-currency bookkeeping (res_tok, stale
- * summaries, repairs) that keeps attention from reading a slot whose last
+ * (authoritative), its block summary, and the write of the token into the
+ * active block's DEVICE slot, with the write-currency bookkeeping (res_tok,
+ * stale summaries, repairs) that keeps attention from reading a slot whose last
  * write failed (docs/api.md "Faults"). */
 #include "runtime_internal.h"
 
@@ -10,18 +10,121 @@
 #include <string.h>
 
 /* Appends the real token of every sequence of the step to layer `layer`:
- * HOST block (authoritative, written first), summary, and a whole-block
- * refresh of the active block's slot from the HOST tier. Checks capacity
+ * HOST block (authoritative, written first), summary, and the active block's
+ * slot: when the slot is current for the block's earlier tokens (res_tok ==
+ * the token's position), only the new token is written into it, by a kernel on
+ * the compute stream (okv_hal_kv_write_tokens_async: no HOST->DEVICE block copy,
+ * so it never queues behind the pipeline's fetches on the link); otherwise (after
+ * a failed write) the whole block is copied from the HOST tier. Checks capacity
  * first so that an OUT_OF_MEMORY leaves the layer unchanged.
- * Write currency (docs/api.md "Faults"): a slot becomes readable only when the
- * refresh batch that wrote it completed; a failed batch (after one retry)
+ * Write currency (docs/api.md "Faults"): a slot becomes readable for a token
+ * only when the batch that wrote it completed; a failed batch (after one retry)
  * leaves every slot it covered unreadable and every summary it covered marked
  * stale, and returns the error (the token stays committed in the HOST tier).
- * Heads with such leftovers are repaired by their next append: stale slots of
- * resident blocks are copied again and stale summaries rebuilt from the HOST tier. */
-okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float *k_new, const float *v_new,
+ * Heads with such leftovers are repaired by their next append: the active
+ * block is copied whole, stale slots of other resident blocks are copied again
+ * and stale summaries rebuilt from the HOST tier.
+ * With `defer` (no foreground pass between the append and attention), a batch
+ * enqueued without error is not waited for here: its slots are marked current
+ * and okv_rt_layer_append_finish, after attention, checks it (a failure is then
+ * retried there, and attention run again, or unmarked). */
+/* Enqueues the batch the entries in rt describe (app_* counts; append_*, reb_*, tw_* and append_pairs) on
+ * the compute stream: summary updates and rebuilds, group summaries, token writes, whole-block copies; then
+ * records append_event. Counts its bytes in append_bytes. Returns the first enqueue error. */
+static okv_status_t append_enqueue(okv_runtime_t *rt, uint32_t layer) {
+  const okv_runtime_config_t *c = &rt->cfg;
+  uint32_t hd = c->head_dim, n_tw = rt->app_n_tw, n_cp = rt->app_n_cp, n_reb = rt->app_n_reb;
+  okv_summary_append_desc_t ad = {.summaries = rt->summaries,
+                                  .head_dim = hd,
+                                  .kv_dtype = c->kv_dtype,
+                                  .n = rt->app_n_app,
+                                  .summary_index = rt->append_index,
+                                  .keys = rt->app_keys,
+                                  .first = rt->append_first,
+                                  .summary_dtype = c->summary_dtype};
+  okv_status_t st = okv_hal_summary_append_ex_async(rt->compute, &ad);
+  if (st == OKV_OK && n_reb > 0) {
+    okv_summary_desc_t sd = {.head_dim = hd,
+                             .kv_dtype = c->kv_dtype,
+                             .kv = rt->host.kv,
+                             .summaries = rt->summaries,
+                             .n_blocks = n_reb,
+                             .block_index = rt->reb_index,
+                             .valid = rt->reb_valid,
+                             .summary_index = rt->reb_index,
+                             .summary_dtype = c->summary_dtype};
+    st = okv_hal_summarize_blocks_async(rt->compute, &sd);
+  }
+  if (st == OKV_OK && rt->groups_kept > 0) { /* group summaries: appended keys, then groups of rebuilt blocks */
+    ad.summaries = rt->group_summaries;
+    ad.summary_index = rt->append_gindex;
+    ad.first = rt->append_gfirst;
+    st = okv_hal_summary_append_ex_async(rt->compute, &ad);
+    if (st == OKV_OK) st = okv_rt_groups_rebuild(rt, rt->compute, n_reb, rt->reb_map, rt->reb_block);
+  }
+  if (st == OKV_OK && n_tw > 0) {
+    okv_kv_write_desc_t wd = {.kv = rt->pool,
+                              .head_dim = hd,
+                              .kv_dtype = c->kv_dtype,
+                              .n = n_tw,
+                              .slot_index = rt->tw_slot,
+                              .pos = rt->tw_pos,
+                              .keys = rt->tw_keys,
+                              .values = rt->tw_values};
+    st = okv_hal_kv_write_tokens_async(rt->compute, &wd);
+  }
+  if (st == OKV_OK && n_cp > 0)
+    st = okv_hal_copy_blocks_async(rt->compute, rt->host.kv, rt->pool, rt->block_bytes, n_cp, rt->append_pairs);
+  if (st == OKV_OK) st = okv_hal_event_record(rt->append_event, rt->compute);
+  /* A token write moves one token's K and V (on a GPU: uploaded with the kernel's arguments). */
+  rt->layer_step[layer].append_bytes +=
+      (uint64_t)n_cp * rt->block_bytes + (uint64_t)n_tw * 2u * hd * okv_dtype_size(c->kv_dtype);
+  return st;
+}
+
+/* Slot currency after the batch: ok marks every written slot current for its tokens and every rebuilt
+ * summary fresh; otherwise every slot the batch covered is unreadable and every summary it covered stale,
+ * both repaired by the head's next append (docs/api.md "Faults"). */
+static void append_mark(okv_runtime_t *rt, bool ok) {
+  uint32_t n_tw = rt->app_n_tw, n_cp = rt->app_n_cp, n_reb = rt->app_n_reb;
+  if (ok) {
+    for (uint32_t k = 0; k < n_tw; k++) okv_block_map_set_current(rt->tw_map[k], rt->tw_block[k], rt->tw_pos[k] + 1u);
+    for (uint32_t k = 0; k < n_cp; k++) okv_block_map_set_current(rt->wr_map[k], rt->wr_block[k], rt->wr_tokens[k]);
+    for (uint32_t k = 0; k < n_reb; k++) rt->reb_map[k]->summary_stale[rt->reb_block[k]] = 0;
+    return;
+  }
+  for (uint32_t k = 0; k < n_tw; k++) { /* the active block: copied whole by the head's next append */
+    okv_block_map_t *m = rt->tw_map[k];
+    okv_block_map_set_current(m, rt->tw_block[k], 0);
+    m->needs_repair = true;
+    m->summary_stale[rt->tw_block[k]] = 1;
+  }
+  for (uint32_t k = 0; k < n_cp; k++) {
+    okv_block_map_t *m = rt->wr_map[k];
+    okv_block_map_set_current(m, rt->wr_block[k], 0); /* whatever the failed copy left is not read */
+    m->needs_repair = true;
+    /* Pairs of a head are its active block then its repairs, so index alone does not tell which summary
+     * update the batch carried: mark every block it covered stale (a rebuild from the HOST tier is
+     * always right, repaired blocks being full). */
+    m->summary_stale[rt->wr_block[k]] = 1;
+  }
+  for (uint32_t k = 0; k < n_reb; k++) { /* stale still (again, after a mark made before attention) */
+    rt->reb_map[k]->summary_stale[rt->reb_block[k]] = 1;
+    rt->reb_map[k]->needs_repair = true;
+  }
+}
+
+static okv_status_t append_error(okv_status_t st, uint32_t layer) {
+  return okv_status_annotate(st,
+                             "runtime: writing the active blocks of layer %u (the token is committed to the host "
+                             "tier; out is not valid)",
+                             layer);
+}
+
+okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float *k_new, const float *v_new, bool defer,
                                  double *bk_s, bool *out_committed) {
   *out_committed = false;
+  rt->app_pending = false;
   double t0 = okv_rt_bk_s();
   const okv_runtime_config_t *c = &rt->cfg;
   uint32_t H = c->n_kv_heads, hd = c->head_dim, E = rt->extent_blocks;
@@ -54,8 +157,9 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
     for (uint32_t h = 0; h < H; h++)
       OKV_RETURN_IF_ERROR(okv_block_map_reserve(&seq_head(rt, s, layer, h)->map, &rt->alloc, nb));
   }
-  uint32_t n = 0;            /* (sequence, KV head) entries; each adds its refresh pair, then its repairs */
-  uint32_t n_cp = 0;         /* copy pairs: the n refreshes, then repairs */
+  uint32_t n = 0;            /* (sequence, KV head) entries; each adds its token write or block copy, then repairs */
+  uint32_t n_cp = 0;         /* copy pairs: whole-block refreshes of active blocks, and repairs */
+  uint32_t n_tw = 0;         /* token writes into active blocks' slots */
   uint32_t n_app = 0;        /* incremental summary updates */
   uint32_t n_reb = 0;        /* summaries rebuilt from the HOST tier */
   bool keys_in_place = true; /* the updates' keys are k_new's first n_app rows, in order */
@@ -94,16 +198,27 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
           }
           okv_block_map_pop_free(m, &slot); /* >= C free after the commit */
         }
-        okv_block_map_map(m, b, slot, rt->step); /* unreadable until the refresh below completes */
+        okv_block_map_map(m, b, slot, rt->step); /* unreadable until the write below completes */
         m->summary_stale[b] = 0;                 /* the append below starts the summary afresh */
       }
       uint64_t hb = host_block_of(rt, head, b);
-      rt->append_pairs[n_cp].src_offset = hb * rt->block_bytes;
-      rt->append_pairs[n_cp].dst_offset = (uint64_t)m->slot_of[b] * rt->block_bytes;
-      rt->wr_map[n_cp] = m;
-      rt->wr_block[n_cp] = b;
-      rt->wr_tokens[n_cp] = (uint8_t)(off + 1u);
-      n_cp++;
+      if (okv_block_map_tokens(m, b) == off) { /* the slot holds tokens 0..off-1: write the new one only */
+        const size_t row = ((size_t)i * H + h) * hd;
+        rt->tw_slot[n_tw] = m->slot_of[b];
+        rt->tw_pos[n_tw] = (uint8_t)off;
+        memcpy(rt->tw_keys + (size_t)n_tw * hd, k_new + row, hd * sizeof(float));
+        memcpy(rt->tw_values + (size_t)n_tw * hd, v_new + row, hd * sizeof(float));
+        rt->tw_map[n_tw] = m;
+        rt->tw_block[n_tw] = b;
+        n_tw++;
+      } else { /* an earlier write failed: copy the whole block (written to HOST below first) */
+        rt->append_pairs[n_cp].src_offset = hb * rt->block_bytes;
+        rt->append_pairs[n_cp].dst_offset = (uint64_t)m->slot_of[b] * rt->block_bytes;
+        rt->wr_map[n_cp] = m;
+        rt->wr_block[n_cp] = b;
+        rt->wr_tokens[n_cp] = (uint8_t)(off + 1u);
+        n_cp++;
+      }
       rt->tok_block[n] = hb;
       n++;
       if (m->summary_stale[b]) { /* a failed update left it behind: rebuild (the token is in HOST by then) */
@@ -176,72 +291,58 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
                                  v_new + ((size_t)i * H + h) * hd);
   }
   ls->append_seconds += okv_rt_bk_s() - t0;
-  /* Summaries, then the slot refreshes, on the compute stream; one event.
-   * Every operation is idempotent (min/max with the same key, whole-block
-   * copies from the HOST tier), so a failed batch is retried once whole. */
-  okv_status_t st = OKV_OK;
-  for (int attempt = 0; attempt < 2; attempt++) {
-    okv_summary_append_desc_t ad = {.summaries = rt->summaries,
-                                    .head_dim = hd,
-                                    .kv_dtype = c->kv_dtype,
-                                    .n = n_app,
-                                    .summary_index = rt->append_index,
-                                    .keys = keys,
-                                    .first = rt->append_first,
-                                    .summary_dtype = c->summary_dtype};
-    st = okv_hal_summary_append_ex_async(rt->compute, &ad);
-    if (st == OKV_OK && n_reb > 0) {
-      okv_summary_desc_t sd = {.head_dim = hd,
-                               .kv_dtype = c->kv_dtype,
-                               .kv = rt->host.kv,
-                               .summaries = rt->summaries,
-                               .n_blocks = n_reb,
-                               .block_index = rt->reb_index,
-                               .valid = rt->reb_valid,
-                               .summary_index = rt->reb_index,
-                               .summary_dtype = c->summary_dtype};
-      st = okv_hal_summarize_blocks_async(rt->compute, &sd);
-    }
-    if (st == OKV_OK && rt->groups_kept > 0) { /* group summaries: appended keys, then groups of rebuilt blocks */
-      ad.summaries = rt->group_summaries;
-      ad.summary_index = rt->append_gindex;
-      ad.first = rt->append_gfirst;
-      st = okv_hal_summary_append_ex_async(rt->compute, &ad);
-      if (st == OKV_OK) st = okv_rt_groups_rebuild(rt, rt->compute, n_reb, rt->reb_map, rt->reb_block);
-    }
-    if (st == OKV_OK)
-      st = okv_hal_copy_blocks_async(rt->compute, rt->host.kv, rt->pool, rt->block_bytes, n_cp, rt->append_pairs);
-    if (st == OKV_OK) st = okv_hal_event_record(rt->append_event, rt->compute);
-    if (st == OKV_OK) st = okv_hal_event_wait(rt->append_event);
-    ls->append_bytes += (uint64_t)n_cp * rt->block_bytes;
-    if (st == OKV_OK) {
-      if (attempt == 1) ls->retried_writes++;
-      break;
-    }
-    /* Leave no pending error on the stream for the next operation. */
+  /* Summaries, then the token writes and block copies into slots, on the compute stream; one event.
+   * Every operation is idempotent (min/max with the same key, the same token
+   * written again, whole-block copies from the HOST tier), so a failed batch is
+   * retried once whole. */
+  rt->app_n_tw = n_tw;
+  rt->app_n_cp = n_cp;
+  rt->app_n_app = n_app;
+  rt->app_n_reb = n_reb;
+  rt->app_keys = keys;
+  okv_status_t st = append_enqueue(rt, layer);
+  if (defer && st == OKV_OK) {
+    /* Attention follows on the same stream, so it reads the slots after these writes: mark them current
+     * now; okv_rt_layer_append_finish checks the batch once attention completed. */
+    append_mark(rt, true);
+    rt->app_pending = true;
+    return OKV_OK;
+  }
+  if (st == OKV_OK) st = okv_hal_event_wait(rt->append_event);
+  if (st != OKV_OK) {
+    /* Leave no pending error on the stream for the next operation, then retry once. */
     OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->compute));
-    if (attempt == 0) okv_status_free(st);
+    okv_status_free(st);
+    st = append_enqueue(rt, layer);
+    if (st == OKV_OK) st = okv_hal_event_wait(rt->append_event);
+    if (st == OKV_OK) ls->retried_writes++;
+    if (st != OKV_OK) OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->compute));
   }
   t0 = okv_rt_bk_s();
-  if (st == OKV_OK) {
-    for (uint32_t k = 0; k < n_cp; k++) okv_block_map_set_current(rt->wr_map[k], rt->wr_block[k], rt->wr_tokens[k]);
-    for (uint32_t k = 0; k < n_reb; k++) rt->reb_map[k]->summary_stale[rt->reb_block[k]] = 0;
-  } else {
-    for (uint32_t k = 0; k < n_cp; k++) {
-      okv_block_map_t *m = rt->wr_map[k];
-      okv_block_map_set_current(m, rt->wr_block[k], 0); /* whatever the failed copy left is not read */
-      m->needs_repair = true;
-      /* Pairs of a head are its active block then its repairs, so index alone does not tell which summary
-       * update the batch carried: mark every block it covered stale (a rebuild from the HOST tier is
-       * always right, repaired blocks being full). */
-      m->summary_stale[rt->wr_block[k]] = 1;
-    }
-    for (uint32_t k = 0; k < n_reb; k++) rt->reb_map[k]->needs_repair = true;
-  }
+  append_mark(rt, st == OKV_OK);
   *bk_s += okv_rt_bk_s() - t0;
-  return st ? okv_status_annotate(st,
-                                  "runtime: refreshing the active blocks of layer %u (the token is committed to the "
-                                  "host tier; attention did not run, out is not valid)",
-                                  layer)
-            : OKV_OK;
+  return st ? append_error(st, layer) : OKV_OK;
+}
+
+okv_status_t okv_rt_layer_append_finish(okv_runtime_t *rt, uint32_t layer, double *bk_s, bool *out_redo) {
+  *out_redo = false;
+  if (!rt->app_pending) return OKV_OK;
+  rt->app_pending = false;
+  okv_status_t st = okv_hal_event_wait(rt->append_event);
+  if (st == OKV_OK) return OKV_OK;
+  /* The batch failed: what attention read of its slots is not valid. Retry it once, synchronously. */
+  OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->compute));
+  okv_status_free(st);
+  st = append_enqueue(rt, layer);
+  if (st == OKV_OK) st = okv_hal_event_wait(rt->append_event);
+  if (st == OKV_OK) {
+    rt->layer_step[layer].retried_writes++;
+    *out_redo = true; /* the marks made before attention hold now */
+    return OKV_OK;
+  }
+  OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->compute));
+  double t0 = okv_rt_bk_s();
+  append_mark(rt, false);
+  *bk_s += okv_rt_bk_s() - t0;
+  return append_error(st, layer);
 }

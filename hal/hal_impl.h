@@ -117,6 +117,9 @@ struct okv_hal_device_vtable_t {
   /* Group summaries (okv_hal_summary_reduce_async); UNAVAILABLE when NULL. */
   okv_status_t (*summary_reduce)(okv_hal_stream_t *stream, const okv_summary_reduce_desc_t *desc);
 
+  /* Token writes into slots (okv_hal_kv_write_tokens_async); UNAVAILABLE when NULL. */
+  okv_status_t (*kv_write)(okv_hal_stream_t *stream, const okv_kv_write_desc_t *desc);
+
   /* Emulated link (okv_hal_device_set_link; values already validated by hal/, which also updates
    * device->info). NULL on backends whose link is real. */
   void (*set_link)(okv_hal_device_t *device, double bytes_per_s, double latency_s);
@@ -163,6 +166,8 @@ void okv_topk_desc_free(const okv_allocator_t *a, okv_topk_desc_t *d);
 okv_status_t okv_summary_append_desc_clone(const okv_allocator_t *a, const okv_summary_append_desc_t *d,
                                            okv_summary_append_desc_t **out);
 void okv_summary_append_desc_free(const okv_allocator_t *a, okv_summary_append_desc_t *d);
+okv_status_t okv_kv_write_desc_clone(const okv_allocator_t *a, const okv_kv_write_desc_t *d, okv_kv_write_desc_t **out);
+void okv_kv_write_desc_free(const okv_allocator_t *a, okv_kv_write_desc_t *d);
 okv_status_t okv_summary_reduce_desc_clone(const okv_allocator_t *a, const okv_summary_reduce_desc_t *d,
                                            okv_summary_reduce_desc_t **out);
 void okv_summary_reduce_desc_free(const okv_allocator_t *a, okv_summary_reduce_desc_t *d);

@@ -152,6 +152,24 @@ okv_status_t okv_summary_append_desc_clone(const okv_allocator_t *a, const okv_s
 
 void okv_summary_append_desc_free(const okv_allocator_t *a, okv_summary_append_desc_t *d) { okv_free(a, d); }
 
+okv_status_t okv_kv_write_desc_clone(const okv_allocator_t *a, const okv_kv_write_desc_t *d,
+                                     okv_kv_write_desc_t **out) {
+  size_t n = d ? d->n : 0, n_el = d ? (size_t)d->n * d->head_dim : 0;
+  clone_arena_t ar;
+  okv_status_t st = OKV_OK;
+  okv_kv_write_desc_t *c =
+      clone_start(a, d, out, sizeof *d, round8(n * 8u) + round8(n) + 2u * round8(n_el * 4u), "kv_write", &ar, &st);
+  if (c == NULL) return st;
+  c->slot_index = arena_copy(&ar, n ? d->slot_index : NULL, n * 8u);
+  c->pos = arena_copy(&ar, n ? d->pos : NULL, n);
+  c->keys = arena_copy(&ar, n ? d->keys : NULL, n_el * 4u);
+  c->values = arena_copy(&ar, n ? d->values : NULL, n_el * 4u);
+  *out = c;
+  return OKV_OK;
+}
+
+void okv_kv_write_desc_free(const okv_allocator_t *a, okv_kv_write_desc_t *d) { okv_free(a, d); }
+
 okv_status_t okv_summary_reduce_desc_clone(const okv_allocator_t *a, const okv_summary_reduce_desc_t *d,
                                            okv_summary_reduce_desc_t **out) {
   size_t n = d ? d->n : 0;

@@ -202,6 +202,29 @@ okv_status_t okv_hal_validate_summary_append(const okv_hal_stream_t *stream, con
   return OKV_OK;
 }
 
+okv_status_t okv_hal_validate_kv_write(const okv_hal_stream_t *stream, const okv_kv_write_desc_t *d) {
+  static const char fn[] = "okv_hal_kv_write_tokens_async";
+  OKV_RETURN_IF_ERROR(check_call(stream, d, fn));
+  OKV_RETURN_IF_ERROR(check_head_dim(d->head_dim, fn));
+  OKV_RETURN_IF_ERROR(check_dtype(d->kv_dtype, fn));
+  OKV_RETURN_IF_ERROR(check_range(stream, d->kv, 0, 0, false, fn, "kv"));
+  if (d->n == 0) return OKV_OK;
+  REQUIRE_NONNULL(d->slot_index, "slot_index");
+  REQUIRE_NONNULL(d->pos, "pos");
+  REQUIRE_NONNULL(d->keys, "keys");
+  REQUIRE_NONNULL(d->values, "values");
+  uint64_t n_slots = items_in(d->kv, okv_block_bytes(d->kv_dtype, d->head_dim));
+  for (uint32_t i = 0; i < d->n; i++) {
+    if (d->slot_index[i] >= n_slots)
+      return INVALID("%s: slot_index[%u] = %llu outside kv (%llu slots)", fn, i, (unsigned long long)d->slot_index[i],
+                     (unsigned long long)n_slots);
+    if (d->pos[i] >= OKV_BLOCK_TOKENS)
+      return INVALID("%s: pos[%u] = %u is not a token position (0..%u)", fn, i, (unsigned)d->pos[i],
+                     OKV_BLOCK_TOKENS - 1u);
+  }
+  return OKV_OK;
+}
+
 okv_status_t okv_hal_validate_summary_reduce(const okv_hal_stream_t *stream, const okv_summary_reduce_desc_t *d) {
   static const char fn[] = "okv_hal_summary_reduce_async";
   OKV_RETURN_IF_ERROR(check_call(stream, d, fn));

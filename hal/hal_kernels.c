@@ -83,6 +83,16 @@ okv_status_t okv_hal_summary_reduce_async(okv_hal_stream_t *stream, const okv_su
   DISPATCH_KERNEL(stream, summary_reduce, desc);
 }
 
+okv_status_t okv_hal_kv_write_tokens_async(okv_hal_stream_t *stream, const okv_kv_write_desc_t *desc) {
+  OKV_RETURN_IF_ERROR(okv_hal_validate_kv_write(stream, desc));
+  if (desc->n == 0) return OKV_OK;
+  /* Not DISPATCH_KERNEL: the fault hooks see the tiers this kernel moves data between (host arrays into kv). */
+  if (stream->device->vtable->kv_write == NULL) return unimplemented(stream, "kv_write");
+  if (okv_hal_fault_op(stream->device, OKV_HAL_OP_KERNEL, OKV_TIER_HOST, desc->kv->tier))
+    return kernel_fault(stream, "kv_write");
+  return stream->device->vtable->kv_write(stream, desc);
+}
+
 okv_status_t okv_hal_score_blocks_async(okv_hal_stream_t *stream, const okv_score_desc_t *desc) {
   OKV_RETURN_IF_ERROR(okv_hal_validate_score(stream, desc));
   DISPATCH_KERNEL(stream, score_blocks, desc);

@@ -94,6 +94,17 @@ typedef struct okv_gpu_append_args_t {
   uint32_t summary_dtype, pad_;
 } okv_gpu_append_args_t;
 
+/* okv_gpu_kv_write: grid-stride over entries i < n, threads over the 2 * head_dim elements (K then V). */
+typedef struct okv_gpu_kv_write_args_t {
+  uint64_t kv;          /* slot 0, slot layout */
+  uint64_t block_bytes; /* okv_block_bytes(kv_dtype, head_dim) */
+  uint64_t slot_index;  /* u64 [n] */
+  uint64_t pos;         /* u8 [n], 0..15 */
+  uint64_t elems;       /* [n][2][head_dim] K then V, already in the KV dtype (elem_bytes each) */
+  uint32_t n, head_dim;
+  uint32_t elem_bytes, pad_; /* 4 (f32) or 2 (f16, bf16) */
+} okv_gpu_kv_write_args_t;
+
 /* okv_gpu_summary_reduce: grid-stride over entries i < n, threads over head_dim. */
 typedef struct okv_gpu_reduce_args_t {
   uint64_t src;       /* src_dtype [*][2][head_dim] */
@@ -195,6 +206,15 @@ typedef struct okv_gpu_topk_args_t {
   FIELD(okv_gpu_append_args_t, n, 32)                  \
   FIELD(okv_gpu_append_args_t, head_dim, 36)           \
   FIELD(okv_gpu_append_args_t, summary_dtype, 40)      \
+  SIZE(okv_gpu_kv_write_args_t, 56)                    \
+  FIELD(okv_gpu_kv_write_args_t, kv, 0)                \
+  FIELD(okv_gpu_kv_write_args_t, block_bytes, 8)       \
+  FIELD(okv_gpu_kv_write_args_t, slot_index, 16)       \
+  FIELD(okv_gpu_kv_write_args_t, pos, 24)              \
+  FIELD(okv_gpu_kv_write_args_t, elems, 32)            \
+  FIELD(okv_gpu_kv_write_args_t, n, 40)                \
+  FIELD(okv_gpu_kv_write_args_t, head_dim, 44)         \
+  FIELD(okv_gpu_kv_write_args_t, elem_bytes, 48)       \
   SIZE(okv_gpu_reduce_args_t, 56)                      \
   FIELD(okv_gpu_reduce_args_t, src, 0)                 \
   FIELD(okv_gpu_reduce_args_t, dst, 8)                 \

@@ -355,6 +355,28 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_SUMMARY_THREADS) okv_gpu_su
   }
 }
 
+// Token writes (okv_hal_kv_write_tokens_async): element e < 2 * D of entry i is
+// K[e] (e < D) or V[e - D], already converted to the KV dtype by the host;
+// it goes to Kt[e][pos] or V[pos][e - D] of the entry's slot.
+extern "C" __global__ void __launch_bounds__(OKV_GPU_SUMMARY_THREADS) okv_gpu_kv_write(okv_gpu_kv_write_args_t a) {
+  const uint32_t D = a.head_dim, eb = a.elem_bytes;
+  const uint64_t *slot_index = (const uint64_t *)a.slot_index;
+  const uint8_t *pos = (const uint8_t *)a.pos;
+  for (uint32_t i = blockIdx.x; i < a.n; i += gridDim.x) {
+    unsigned char *slot = (unsigned char *)a.kv + slot_index[i] * a.block_bytes;
+    const unsigned char *src = (const unsigned char *)a.elems + (uint64_t)i * 2u * D * eb;
+    const uint32_t t = pos[i];
+    for (uint32_t e = threadIdx.x; e < 2u * D; e += blockDim.x) {
+      const uint64_t at = e < D ? (uint64_t)e * OKV_BLOCK_TOKENS + t : (uint64_t)OKV_BLOCK_TOKENS * D + t * D + (e - D);
+      if (eb == 4u) {
+        ((uint32_t *)slot)[at] = ((const uint32_t *)src)[e];
+      } else {
+        ((uint16_t *)slot)[at] = ((const uint16_t *)src)[e];
+      }
+    }
+  }
+}
+
 // Group summaries: dst[dst_index[i]] = (min of the mins, max of the maxes) of
 // src[src_first[i] .. + src_n[i]); grid-stride over entries, threads over d.
 extern "C" __global__ void __launch_bounds__(OKV_GPU_SUMMARY_THREADS) okv_gpu_summary_reduce(okv_gpu_reduce_args_t a) {

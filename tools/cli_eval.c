@@ -37,7 +37,7 @@ static void usage(FILE *f) {
           "  --drafter D        oracle|self|ngram, the look-ahead token of mode oasis (default self)\n"
           "  --budget K         working-set blocks per KV head (default 8)\n"
           "  --fetch-ratio R    cap C = ceil(R*K) new blocks per KV head per step, R in (0,1] (default 0.05);\n"
-          "                     auto[:MAX]: chosen per step from the measured link, at most MAX (default 0.25)\n"
+          "                     auto[:MAX]: chosen per step from the measured link, at most MAX (default 0.05)\n"
           "  --sweep            K in {1,2,4,8,16} x modes; writes results/sweep.{json,csv,png} unless overridden\n"
           "  --json FILE        JSON array of results ('-' = stdout instead of the table)\n"
           "  --csv FILE         CSV of results ('-' = stdout instead of the table)\n"

@@ -36,7 +36,7 @@ static void usage(FILE *f) {
           "  --drafter D        self|ngram, the look-ahead token of mode oasis (default self)\n"
           "  --budget K         working-set blocks per KV head (default 8)\n"
           "  --fetch-ratio R    cap C = ceil(R*K) new blocks per KV head per step, R in (0,1] (default 0.05);\n"
-          "                     auto[:MAX]: chosen per step from the measured link, at most MAX (default 0.25)\n"
+          "                     auto[:MAX]: chosen per step from the measured link, at most MAX (default 0.05)\n"
           "  --device D         cpu|cuda|hip (default cpu)\n"
           "  --prefill          prefill the prompt's tokens but the last densely in process and admit them as a\n"
           "                     remote sequence (summaries + top-K initial working set, the rest read through an\n"

@@ -51,7 +51,7 @@ bool okv_cli_parse_double(const char *cmd, const char *flag, const char *s, doub
 /* --fetch-ratio: a number in (0, 1], or `auto` / `auto:MAX` (the runtime's
  * self-tuning cap, fetch_ratio_auto, with maximum ratio MAX, default
  * OKV_CLI_AUTO_FETCH_RATIO_MAX), which is returned as -MAX. */
-#define OKV_CLI_AUTO_FETCH_RATIO_MAX 0.25
+#define OKV_CLI_AUTO_FETCH_RATIO_MAX 0.05
 bool okv_cli_parse_fetch_ratio(const char *cmd, const char *s, double *out);
 /* Sets config->fetch_ratio and fetch_ratio_auto from a parsed --fetch-ratio value. */
 void okv_cli_apply_fetch_ratio(double fetch_ratio, okv_runtime_config_t *out);

@@ -437,6 +437,35 @@ void okv_cpu_summary_append(float *summaries, uint32_t head_dim, okv_dtype_t kv_
   okv_cpu_summary_append_ex(&d, summaries);
 }
 
+/* One element of a slot in the KV dtype: the conversions of include/oasiskv/kernels.h (nearest even). */
+static inline void put_kv_elem(uint8_t *p, okv_dtype_t dt, size_t i, float x) {
+  switch (dt) {
+    case OKV_DTYPE_F32: memcpy(p + i * 4u, &x, 4u); break;
+    case OKV_DTYPE_F16: {
+      uint16_t h = okv_f32_to_f16(x);
+      memcpy(p + i * 2u, &h, 2u);
+      break;
+    }
+    default: {
+      uint16_t h = okv_f32_to_bf16(x);
+      memcpy(p + i * 2u, &h, 2u);
+      break;
+    }
+  }
+}
+
+void okv_cpu_kv_write(const okv_kv_write_desc_t *d, void *kv) {
+  const uint32_t hd = d->head_dim;
+  const uint64_t bb = okv_block_bytes(d->kv_dtype, hd);
+  for (uint32_t i = 0; i < d->n; i++) {
+    uint8_t *slot = (uint8_t *)kv + d->slot_index[i] * bb;
+    const size_t t = d->pos[i];
+    const float *k = d->keys + (size_t)i * hd, *v = d->values + (size_t)i * hd;
+    for (uint32_t e = 0; e < hd; e++) put_kv_elem(slot, d->kv_dtype, (size_t)e * OKV_BLOCK_TOKENS + t, k[e]);
+    for (uint32_t e = 0; e < hd; e++) put_kv_elem(slot, d->kv_dtype, (size_t)OKV_BLOCK_TOKENS * hd + t * hd + e, v[e]);
+  }
+}
+
 void okv_cpu_summary_reduce(const okv_summary_reduce_desc_t *d, const void *src, void *dst, int n_threads) {
   const uint32_t hd = d->head_dim;
   const okv_dtype_t sdt = d->src_dtype, ddt = d->dst_dtype;

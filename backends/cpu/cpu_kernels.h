@@ -22,6 +22,8 @@ void okv_cpu_summary_append(float *summaries, uint32_t head_dim, okv_dtype_t kv_
                             const uint64_t *summary_index, const float *keys, const uint8_t *first);
 /* d->summaries ignored: summaries is its base pointer. Entries in order, one thread. */
 void okv_cpu_summary_append_ex(const okv_summary_append_desc_t *d, void *summaries);
+/* kv: base pointer of d->kv. Entries in order, one thread. */
+void okv_cpu_kv_write(const okv_kv_write_desc_t *d, void *kv);
 /* src, dst: base pointers of d->src and d->dst. */
 void okv_cpu_summary_reduce(const okv_summary_reduce_desc_t *d, const void *src, void *dst, int n_threads);
 /* summaries: d->summary_dtype; segments or, with d->n_ranges > 0, ranges. */

@@ -194,5 +194,6 @@ OKV_GPU_HIDDEN okv_status_t okv_gpu_score_blocks(okv_hal_stream_t *stream, const
 OKV_GPU_HIDDEN okv_status_t okv_gpu_topk(okv_hal_stream_t *stream, const okv_topk_desc_t *d);
 OKV_GPU_HIDDEN okv_status_t okv_gpu_summary_append_ex(okv_hal_stream_t *stream, const okv_summary_append_desc_t *d);
 OKV_GPU_HIDDEN okv_status_t okv_gpu_summary_reduce(okv_hal_stream_t *stream, const okv_summary_reduce_desc_t *d);
+OKV_GPU_HIDDEN okv_status_t okv_gpu_kv_write(okv_hal_stream_t *stream, const okv_kv_write_desc_t *d);
 
 #endif /* OASISKV_GPU_INTERNAL_H */

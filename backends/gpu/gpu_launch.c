@@ -237,6 +237,45 @@ okv_status_t okv_gpu_summary_append(okv_hal_stream_t *stream, okv_hal_buffer_t *
   return okv_gpu_summary_append_ex(stream, &d);
 }
 
+/* Token writes: the host converts keys and values to the KV dtype into the staging area (n x 2 x head_dim
+ * elements, K then V per entry), uploads them with the slot indices and positions, and the kernel places
+ * each element in its slot. */
+okv_status_t okv_gpu_kv_write(okv_hal_stream_t *stream, const okv_kv_write_desc_t *d) {
+  okv_gpu_stream_t *s = (okv_gpu_stream_t *)stream;
+  const uint32_t n = d->n, D = d->head_dim;
+  if (n == 0 || D == 0) return OKV_OK;
+  const size_t eb = okv_dtype_size(d->kv_dtype), elem_bytes = (size_t)n * 2u * D * eb;
+  const size_t upload = okv_gpu_align((size_t)n * 8u) + okv_gpu_align(n) + okv_gpu_align(elem_bytes);
+  okv_gpu_pack_t p = {0};
+  OKV_RETURN_IF_ERROR(okv_gpu_op_begin(s, upload, &p));
+  okv_gpu_kv_write_args_t a = {0};
+  a.kv = okv_gpu_addr(d->kv, 0);
+  a.block_bytes = okv_block_bytes(d->kv_dtype, D);
+  a.slot_index = okv_gpu_pack(&p, d->slot_index, (size_t)n * 8u);
+  a.pos = okv_gpu_pack(&p, d->pos, n);
+  unsigned char *el = (unsigned char *)p.st->host + p.used;
+  a.elems = okv_gpu_pack(&p, NULL, elem_bytes);
+  for (uint32_t i = 0; i < n; ++i) {
+    for (uint32_t e = 0; e < 2u * D; ++e) {
+      const float x = e < D ? d->keys[(size_t)i * D + e] : d->values[(size_t)i * D + (e - D)];
+      unsigned char *at = el + ((size_t)i * 2u * D + e) * eb;
+      if (d->kv_dtype == OKV_DTYPE_F32) {
+        memcpy(at, &x, 4u);
+      } else {
+        const uint16_t h = d->kv_dtype == OKV_DTYPE_F16 ? okv_f32_to_f16(x) : okv_f32_to_bf16(x);
+        memcpy(at, &h, 2u);
+      }
+    }
+  }
+  a.n = n;
+  a.head_dim = D;
+  a.elem_bytes = (uint32_t)eb;
+  okv_status_t st = okv_gpu_pack_upload(s, &p, upload);
+  if (st == OKV_OK) st = okv_gpu_launch(s, OKV_GPU_FN_KV_WRITE, okv_gpu_grid_cap(n), 1, OKV_GPU_SUMMARY_THREADS, 0, &a);
+  okv_hal_buffer_t *bufs[1] = {d->kv};
+  return okv_gpu_op_end(s, st, p.st, bufs, 1);
+}
+
 okv_status_t okv_gpu_summary_reduce(okv_hal_stream_t *stream, const okv_summary_reduce_desc_t *d) {
   okv_gpu_stream_t *s = (okv_gpu_stream_t *)stream;
   const size_t n = d->n;

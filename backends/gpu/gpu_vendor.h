@@ -38,6 +38,7 @@ typedef enum okv_gpu_fn_e {
   OKV_GPU_FN_SCORE,
   OKV_GPU_FN_TOPK,
   OKV_GPU_FN_SUMMARY_REDUCE,
+  OKV_GPU_FN_KV_WRITE,
   OKV_GPU_FN_COUNT
 } okv_gpu_fn_t;
 

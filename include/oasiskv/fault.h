@@ -37,7 +37,8 @@ typedef enum okv_hal_op_e {
   OKV_HAL_OP_COPY,             /* okv_hal_copy_async / okv_hal_copy_blocks_async: the call returns OK, nothing is
                                   copied, the stream's next event / synchronize reports COPY_FAILED */
   OKV_HAL_OP_KERNEL,           /* any kernel launch: returns OK, the kernel does not run, the stream's next
-                                  event / synchronize reports INTERNAL */
+                                  event / synchronize reports INTERNAL. Tiers OKV_TIER_COUNT, except the token
+                                  write (okv_hal_kv_write_tokens_async): src HOST, dst the slots' tier */
   OKV_HAL_OP_COUNT
 } okv_hal_op_t;
 

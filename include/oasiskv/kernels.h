@@ -272,6 +272,45 @@ typedef struct okv_topk_desc_t {
  * error. */
 OKV_API okv_status_t okv_hal_topk_async(okv_hal_stream_t *stream, const okv_topk_desc_t *desc);
 
+/* 5. Token writes into slots: the new token's K and V written where attention
+ * reads them, without moving the rest of the block (a real engine produces a
+ * decoded token's K/V on the device; the runtime writes the active block's slot
+ * this way instead of copying the whole block from the HOST tier). For each
+ * entry i < n, for d < head_dim:
+ *   Kt[d][pos[i]] = keys[i][d] and V[pos[i]][d] = values[i][d]
+ * of slot slot_index[i] of kv, converted to kv_dtype (round to nearest even,
+ * quiet NaN: the values of okv_f32_to_bf16 / okv_f32_to_f16; f32 is exact).
+ * So a position so written holds the same bytes as the runtime's HOST-tier copy
+ * of the token. Other positions and slots are not touched. When a
+ * (slot_index, pos) pair repeats within one call, which entry's values land
+ * there is unspecified (entries may run in parallel); never out of bounds. */
+typedef struct okv_kv_write_desc_t {
+  okv_hal_buffer_t *kv;       /* slots in slot layout, slot i at byte i * okv_block_bytes(kv_dtype, head_dim) */
+  uint32_t head_dim;          /* 1..256 */
+  okv_dtype_t kv_dtype;       /* dtype of the slots */
+  uint32_t n;                 /* entries (tokens); 0 = no-op */
+  const uint64_t *slot_index; /* [n] slot within kv */
+  const uint8_t *pos;         /* [n] token position within the slot, 0..15 */
+  const float *keys;          /* host f32 [n][head_dim] */
+  const float *values;        /* host f32 [n][head_dim] */
+} okv_kv_write_desc_t;
+
+/* Enqueues the writes of `desc` on `stream`. Host arrays (slot_index, pos,
+ * keys, values) are copied (on GPUs converted to kv_dtype and uploaded with
+ * the launch's arguments: 2 * head_dim * okv_dtype_size(kv_dtype) bytes per
+ * entry) before return; kv is retained until the kernel ran. Not a copy: the
+ * cpu backend's emulated link does not pace it. Thread safety: like every
+ * enqueue on one stream (callers serialise per stream).
+ * Errors: INVALID_ARGUMENT naming the field (stream or desc NULL, head_dim not
+ * in 1..256, kv_dtype out of range, kv not a live buffer of the stream's
+ * device, an array NULL with n > 0, slot_index[i] outside kv in
+ * okv_block_bytes(kv_dtype, head_dim) units, pos[i] > 15); UNAVAILABLE when
+ * the backend has no token-write kernel; OUT_OF_MEMORY for the host copies;
+ * the backend's launch error. Nothing is enqueued on error; an asynchronous
+ * failure (a kernel that did not run) is reported by the stream's next event
+ * or synchronize, and the slots' written positions are then unspecified. */
+OKV_API okv_status_t okv_hal_kv_write_tokens_async(okv_hal_stream_t *stream, const okv_kv_write_desc_t *desc);
+
 #ifdef __cplusplus
 }
 #endif

@@ -247,7 +247,9 @@ OKV_API okv_status_t okv_runtime_step_begin(okv_runtime_t *runtime, uint32_t n_s
  *  1. waits only for layer l's transfers issued in the previous step (layer-local sync) and commits
  *     them to the map (failed transfers map nothing; their blocks stay misses);
  *  2. appends the real token's K/V (k_new, v_new: f32 [n_seqs][n_kv_heads][head_dim]) to the HOST tier
- *     (committed), then its block summary, then refreshes the active block's slot from the HOST tier;
+ *     (committed), then its block summary, then writes it into the active block's DEVICE slot (the
+ *     token only, by a kernel on the compute stream; the whole block from the HOST tier after a failed
+ *     write);
  *  3. OKV_MODE_ONDEMAND selects with the real query and fetches every miss now;
  *  4. runs sparse attention for the T stacked tokens over the readable working set:
  *     q: f32 [n_seqs][T][n_q_heads][head_dim]; draft_kv: f32 [n_seqs][T-1][2][n_kv_heads][head_dim]
@@ -262,8 +264,9 @@ OKV_API okv_status_t okv_runtime_step_begin(okv_runtime_t *runtime, uint32_t n_s
  * does not know the batch, and `out` is left untouched):
  *  INVALID_ARGUMENT, OUT_OF_MEMORY (HOST extents, DEVICE slots in dense mode, host allocator): nothing
  *    committed for this layer; the same layer may be called again;
- *  COPY_FAILED (the active-block refresh failed twice), INTERNAL (a kernel, event or stream failed):
- *    the token is committed to the HOST tier, attention did not run; the slots the failed write covered
+ *  COPY_FAILED (the active block's whole-block copy failed twice), INTERNAL (a kernel, e.g. the token
+ *    write, an event or a stream failed twice): the token is committed to the HOST tier, attention's
+ *    output is not valid (it may have run before the failure was known); the slots the failed write covered
  *    stay unreadable and are repaired by the next append. The step may go on with layer l + 1. */
 OKV_API okv_status_t okv_runtime_step_layer(okv_runtime_t *runtime, uint32_t layer, const float *k_new,
                                             const float *v_new, const float *q, const float *draft_kv, float *out);
@@ -306,13 +309,15 @@ struct okv_step_stats_t {
   double attention_seconds;   /* foreground time from enqueueing attention to its completion */
   double predict_seconds;     /* background time of the prediction: scoring and top-K from the first launch to the
                                  indices read back (both levels with two-level scoring); the recall pass excluded */
-  uint64_t append_bytes;      /* HOST->DEVICE bytes copied to keep active blocks' slots current (not in
-                                 bytes_moved, which counts fetched blocks only) */
+  uint64_t append_bytes;      /* bytes written to keep active blocks' slots current: 2 * head_dim * element
+                                 bytes per token write (okv_hal_kv_write_tokens_async), a block per whole-block
+                                 HOST->DEVICE copy after a failed write (not in bytes_moved, which counts fetched
+                                 blocks only) */
   double append_seconds;      /* foreground time writing the real tokens' K/V into the HOST tier (data movement that
                                  a GPU does with its copy engine; not part of bookkeeping_seconds) */
   uint64_t pipeline_errors;   /* absorbed failures of a fetch batch or of a prediction (background pipeline, or the
                                  on-demand / recall pass): its blocks stayed misses, attention ran without them */
-  uint64_t retried_writes;    /* active-block refresh batches that failed once and succeeded when retried */
+  uint64_t retried_writes;    /* active-block write batches that failed once and succeeded when retried */
   /* Remote sequences (okv_runtime_seq_add_remote; counted by the step that selected). */
   uint64_t remote_blocks;      /* prefill blocks read through a KV source into the HOST tier (each at most once
                                   per sequence) */

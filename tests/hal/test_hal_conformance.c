@@ -912,6 +912,90 @@ static void test_kernels_dispatch(void **state) {
   buf_free(cnt);
 }
 
+/* Token writes (okv_hal_kv_write_tokens_async): each entry's K and V, converted to the KV dtype (round to
+ * nearest even), land at Kt[d][pos] and V[pos][d] of its slot, byte-exact; every other byte keeps its value;
+ * host arrays are copied at enqueue; invalid descriptors are refused with nothing written. */
+static void test_kv_write(void **state) {
+  fixture_t *f = *state;
+  enum { D = 12, N_SLOTS = 3, N = 4 };
+  const okv_dtype_t dtypes[3] = {OKV_DTYPE_F32, OKV_DTYPE_F16, OKV_DTYPE_BF16};
+  for (int di = 0; di < 3; ++di) {
+    const okv_dtype_t dt = dtypes[di];
+    const size_t es = okv_dtype_size(dt), bb = (size_t)okv_block_bytes(dt, D);
+    mbuf_t kv = mbuf_new(f, OKV_TIER_DEVICE, N_SLOTS * bb);
+    uint64_t slot[N] = {2, 0, 2, 1};
+    uint8_t pos[N] = {0, 15, 7, 3};
+    float keys[N][D], values[N][D];
+    for (int i = 0; i < N; ++i)
+      for (int d = 0; d < D; ++d) {
+        keys[i][d] = (float)okv_test_rng_normal(&f->rng) * 3.0f;
+        values[i][d] = (float)okv_test_rng_normal(&f->rng) * 3.0f;
+      }
+    keys[1][2] = 1.0f + 0x1p-8f; /* a halfway case for bf16 (ties to even) */
+    okv_kv_write_desc_t wd = {.kv = kv.buf,
+                              .head_dim = D,
+                              .kv_dtype = dt,
+                              .n = N,
+                              .slot_index = slot,
+                              .pos = pos,
+                              .keys = &keys[0][0],
+                              .values = &values[0][0]};
+    OKV_ASSERT_OK(okv_hal_kv_write_tokens_async(f->stream, &wd));
+    float want_k[N][D], want_v[N][D];
+    memcpy(want_k, keys, sizeof keys);
+    memcpy(want_v, values, sizeof values);
+    keys[0][0] = 1e6f; /* copied at enqueue: changes after the call are not seen */
+    pos[0] = 9;
+    OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+    for (int i = 0; i < N; ++i) {
+      const uint8_t p = i == 0 ? 0 : pos[i];
+      for (int d = 0; d < D; ++d) {
+        for (int kvi = 0; kvi < 2; ++kvi) {
+          const float x = kvi == 0 ? want_k[i][d] : want_v[i][d];
+          const size_t at = kvi == 0 ? (size_t)d * 16u + p : 16u * D + (size_t)p * D + d;
+          unsigned char *dst = kv.host + slot[i] * bb + at * es;
+          if (dt == OKV_DTYPE_F32) {
+            memcpy(dst, &x, 4);
+          } else {
+            const uint16_t h = dt == OKV_DTYPE_F16 ? okv_f32_to_f16(x) : okv_f32_to_bf16(x);
+            memcpy(dst, &h, 2);
+          }
+        }
+      }
+    }
+    mbuf_expect(&kv);
+    if (dt == OKV_DTYPE_BF16) { /* 1 + 2^-8 is halfway between two bf16 values: ties to the even one, 1.0 */
+      uint16_t h;
+      OKV_ASSERT_OK(okv_hal_buffer_read(kv.buf, 0 * bb + (2u * 16u + 15u) * 2u, &h, 2));
+      assert_int_equal(h, 0x3F80);
+    }
+    /* Refused, nothing written. */
+    okv_kv_write_desc_t bad = wd;
+    pos[0] = 16;
+    OKV_ASSERT_CODE(okv_hal_kv_write_tokens_async(f->stream, &bad), OKV_STATUS_INVALID_ARGUMENT);
+    pos[0] = 0;
+    slot[3] = N_SLOTS;
+    OKV_ASSERT_CODE(okv_hal_kv_write_tokens_async(f->stream, &bad), OKV_STATUS_INVALID_ARGUMENT);
+    slot[3] = 1;
+    bad.values = NULL;
+    OKV_ASSERT_CODE(okv_hal_kv_write_tokens_async(f->stream, &bad), OKV_STATUS_INVALID_ARGUMENT);
+    bad = wd;
+    bad.head_dim = 0;
+    OKV_ASSERT_CODE(okv_hal_kv_write_tokens_async(f->stream, &bad), OKV_STATUS_INVALID_ARGUMENT);
+    bad = wd;
+    bad.kv_dtype = OKV_DTYPE_COUNT;
+    OKV_ASSERT_CODE(okv_hal_kv_write_tokens_async(f->stream, &bad), OKV_STATUS_INVALID_ARGUMENT);
+    OKV_ASSERT_CODE(okv_hal_kv_write_tokens_async(f->stream, NULL), OKV_STATUS_INVALID_ARGUMENT);
+    bad = wd;
+    bad.n = 0; /* a no-op */
+    bad.keys = NULL;
+    OKV_ASSERT_OK(okv_hal_kv_write_tokens_async(f->stream, &bad));
+    OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+    mbuf_expect(&kv);
+    mbuf_free(&kv);
+  }
+}
+
 /* ---- Concurrency: handles, accounting and streams used from several threads ---- */
 
 typedef struct worker_arg_t {
@@ -998,6 +1082,7 @@ int main(int argc, char **argv) {
       OKV_FIXTURE_TEST(test_fault_hooks),
       OKV_FIXTURE_TEST(test_fault_op_hooks),
       OKV_FIXTURE_TEST(test_kernels_dispatch),
+      OKV_FIXTURE_TEST(test_kv_write),
       OKV_FIXTURE_TEST(test_concurrent_use),
   };
   return cmocka_run_group_tests_name("hal_conformance", tests, NULL, NULL);

@@ -379,6 +379,39 @@ void test_summary_append(void **state) {
   }
 }
 
+/* Token writes: each entry's K and V elements (already in the KV dtype) land at Kt[d][pos] and V[pos][d] of
+ * its slot; everything else keeps its bytes. 2-byte (bf16 / f16) and 4-byte (f32) elements, grid < n. */
+void test_kv_write(void **state) {
+  (void)state;
+  Rng r(12);
+  const uint32_t D = 20, n_slots = 4, n = 3;
+  for (uint32_t eb = 2; eb <= 4; eb += 2) {
+    const size_t slot_el = 2u * OKV_BLOCK_TOKENS * D, bb = slot_el * eb;
+    std::vector<unsigned char> kv(n_slots * bb), elems((size_t)n * 2 * D * eb);
+    for (auto &b : kv) b = (unsigned char)r.below(256);
+    for (auto &b : elems) b = (unsigned char)r.below(256);
+    const uint64_t sidx[n] = {2, 0, 2};
+    const uint8_t pos[n] = {5, 15, 6};
+    std::vector<unsigned char> want = kv;
+    for (uint32_t i = 0; i < n; ++i)
+      for (uint32_t e = 0; e < 2 * D; ++e) {
+        const size_t at = e < D ? (size_t)e * OKV_BLOCK_TOKENS + pos[i] : OKV_BLOCK_TOKENS * D + pos[i] * D + (e - D);
+        memcpy(&want[sidx[i] * bb + at * eb], &elems[((size_t)i * 2 * D + e) * eb], eb);
+      }
+    okv_gpu_kv_write_args_t a = {};
+    a.kv = addr(kv.data());
+    a.block_bytes = bb;
+    a.slot_index = addr(sidx);
+    a.pos = addr(pos);
+    a.elems = addr(elems.data());
+    a.n = n;
+    a.head_dim = D;
+    a.elem_bytes = eb;
+    assert_true(okv_emu::launch(okv_gpu_kv_write, {2, 1, 1}, OKV_GPU_SUMMARY_THREADS, 0, a));
+    assert_memory_equal(kv.data(), want.data(), want.size());
+  }
+}
+
 /* ---- 4. Scores ---- */
 
 void test_scores(void **state) {
@@ -838,6 +871,7 @@ int main(void) {
       cmocka_unit_test(test_attention_inflight_subset),
       cmocka_unit_test(test_summaries),
       cmocka_unit_test(test_summary_append),
+      cmocka_unit_test(test_kv_write),
       cmocka_unit_test(test_scores),
       cmocka_unit_test(test_narrow_bits),
       cmocka_unit_test(test_summaries_narrow),
