@@ -42,13 +42,14 @@
 typedef struct serve_shape_t {
   const char *name;
   uint32_t n_layers, n_q_heads, n_kv_heads, head_dim;
-  double params; /* all weights; bf16, read once per decode step */
+  double params;      /* all weights; bf16, read once per decode step */
+  double head_params; /* of which the output projection (vocab x dim), read after the last layer */
 } serve_shape_t;
 
 static const serve_shape_t k_shapes[] = {
-    {"llama3-8b", 32, 32, 8, 128, 8.03e9}, /* Llama-3.1-8B */
-    {"qwen3-8b", 36, 32, 8, 128, 8.19e9},  /* Qwen3-8B */
-    {"tiny", 8, 8, 2, 64, 0.2e9},          /* a small shape for tests and quick runs */
+    {"llama3-8b", 32, 32, 8, 128, 8.03e9, 128256.0 * 4096}, /* Llama-3.1-8B */
+    {"qwen3-8b", 36, 32, 8, 128, 8.19e9, 151936.0 * 4096},  /* Qwen3-8B */
+    {"tiny", 8, 8, 2, 64, 0.2e9, 0.0},                      /* a small shape for tests and quick runs */
 };
 
 typedef enum serve_mode_e { SM_DENSE, SM_OFFLOAD, SM_ONDEMAND, SM_PROXY, SM_OASIS, SM_COUNT } serve_mode_t;
@@ -427,20 +428,30 @@ static void stream_read(const void *buf, size_t bytes) {
  * (a read and a write of that half: the same HBM traffic). */
 typedef struct serve_weights_t {
   void *host;
-  size_t bytes; /* per layer */
+  size_t bytes;      /* per layer */
+  size_t head_bytes; /* the output projection's share for the layers run, read once after the last layer */
   okv_hal_buffer_t *dev_a, *dev_b;
   okv_hal_stream_t *stream;
 } serve_weights_t;
 
-static okv_status_t weights_read(serve_weights_t *w, double fraction) {
-  size_t n = (size_t)((double)w->bytes * fraction) & ~(size_t)7;
-  if (w->host) {
-    stream_read(w->host, n);
-    return OKV_OK;
+/* Reads n weight bytes, in pieces of at most one layer's buffer. */
+static okv_status_t weights_read_bytes(serve_weights_t *w, size_t n) {
+  while (n >= 8) {
+    size_t c = (n < w->bytes ? n : w->bytes) & ~(size_t)7;
+    n -= c;
+    if (w->host) {
+      stream_read(w->host, c);
+      continue;
+    }
+    if (!w->stream) return OKV_OK;
+    OKV_RETURN_IF_ERROR(okv_hal_copy_async(w->stream, w->dev_a, 0, w->dev_b, 0, c / 2));
+    OKV_RETURN_IF_ERROR(okv_hal_stream_synchronize(w->stream));
   }
-  if (!w->stream) return OKV_OK;
-  OKV_RETURN_IF_ERROR(okv_hal_copy_async(w->stream, w->dev_a, 0, w->dev_b, 0, n / 2));
-  return okv_hal_stream_synchronize(w->stream);
+  return OKV_OK;
+}
+
+static okv_status_t weights_read(serve_weights_t *w, double fraction) {
+  return weights_read_bytes(w, (size_t)((double)w->bytes * fraction));
 }
 
 /* ---- Exact attention (recall reference) ---- */
@@ -883,6 +894,11 @@ static void run_runtime(serve_t *s, serve_mode_t m, uint32_t ctx, serve_result_t
       st = weights_read(&s->w, 0.5); /* the feed-forward and the output projection */
       tw += okv_cli_now_s() - w0;
     }
+    if (!st) { /* the LM head after the last layer (the background selection of the last layer overlaps it) */
+      double w0 = okv_cli_now_s();
+      st = weights_read_bytes(&s->w, s->w.head_bytes);
+      tw += okv_cli_now_s() - w0;
+    }
     okv_step_stats_t ss;
     double te = okv_cli_now_s();
     okv_status_t st_end = okv_runtime_step_end(rt, &ss); /* waits for the pipeline's selections: a stall too */
@@ -1182,6 +1198,9 @@ static void run_offload(serve_t *s, uint32_t ctx, serve_result_t *r) {
       if (!st) st = weights_read(&s->w, 0.5);
       tw += okv_cli_now_s() - w0;
     }
+    double wh = okv_cli_now_s();
+    if (!st) st = weights_read_bytes(&s->w, s->w.head_bytes); /* the LM head after the last layer */
+    tw += okv_cli_now_s() - wh;
     moved = oc.moved;
     if (!st) st = okv_hal_stream_synchronize(xs);
     if (!st) st = okv_hal_stream_synchronize(cs);
@@ -1582,7 +1601,8 @@ int okv_cli_bench_serve(int argc, char **argv) {
     goto done;
   }
   /* The non-attention work: every weight byte read once per step, scaled to the layers run. */
-  s.w.bytes = (size_t)(o->shape->params * 2.0 / o->shape->n_layers) & ~(size_t)63;
+  s.w.bytes = (size_t)((o->shape->params - o->shape->head_params) * 2.0 / o->shape->n_layers) & ~(size_t)63;
+  s.w.head_bytes = (size_t)(o->shape->head_params * 2.0 * s.L / o->shape->n_layers) & ~(size_t)63;
   if (cpu) {
     size_t mbytes = s.w.bytes > (256u << 20) ? s.w.bytes : (256u << 20);
     wbuf = malloc(mbytes);
@@ -1611,9 +1631,10 @@ int okv_cli_bench_serve(int argc, char **argv) {
           CMD
           ": %s attention (%u query / %u KV heads, head_dim %u, bf16 KV), %u of its %u layers run (scaled "
           "down for this machine);\n  non-attention work: a streaming read of %.0f MB of weights per layer "
-          "(%.3g params x 2 B / %u layers), once per step for the whole batch\n",
+          "((%.3g params - %.3g of the LM head) x 2 B / %u layers) and %.0f MB of LM head after the last layer "
+          "(its share for %u layers), once per step for the whole batch\n",
           o->shape->name, s.nq, s.H, s.D, s.L, o->shape->n_layers, s.w.bytes / 1e6, o->shape->params,
-          o->shape->n_layers);
+          o->shape->head_params, o->shape->n_layers, s.w.head_bytes / 1e6, s.L);
   fprintf(info, "  device %s, DEVICE %.3g GiB for every mode; %s bandwidth %.1f GB/s (measured)\n", o->device,
           o->device_gib, cpu ? "DRAM stream" : "HBM (device copy)", s.dram_bps / 1e9);
   if (s.emulated)
