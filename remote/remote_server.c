@@ -395,7 +395,8 @@ static void on_hello(okv_remote_server_t *s, srv_client_t *c, const okv_remote_m
   }
   if (s->token_bytes > 0 &&
       !okv_remote_token_equal(m->u.hello.token, m->u.hello.token_bytes, (const uint8_t *)s->token, s->token_bytes)) {
-    refuse(s, c, 0, OKV_STATUS_INVALID_ARGUMENT, "wrong access token");
+    refuse(s, c, 0, OKV_STATUS_INVALID_ARGUMENT,
+           m->u.hello.token_bytes == 0 ? "no access token (this server needs one)" : "wrong access token");
     return;
   }
   send_ctx_t *x = new_ctx(s, OKV_REMOTE_HEADER_BYTES + 24u + s->address_bytes);

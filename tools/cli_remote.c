@@ -47,7 +47,12 @@ bool okv_cli_read_token(const char *cmd, const char *path, char token[257]) {
   }
   char buf[300];
   size_t n = fread(buf, 1, sizeof buf - 1, f);
+  int read_errno = ferror(f) ? errno : 0;
   fclose(f);
+  if (read_errno) { /* e.g. a directory */
+    fprintf(stderr, "%s: --token-file '%s': %s\n", cmd, path, strerror(read_errno));
+    return false;
+  }
   buf[n] = '\0';
   size_t len = strcspn(buf, "\r\n");
   if (len == 0 || len > 256) {

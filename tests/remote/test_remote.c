@@ -311,7 +311,10 @@ static void test_wrong_token(void **state) {
   okv_status_free(s);
   assert_null(c);
   assert_true(okv_rt_log_wait("refused: wrong access token", 5.0));
-  OKV_ASSERT_CODE(okv_remote_client_connect("127.0.0.1", f.port, NULL, NULL, &alloc, &c), OKV_STATUS_INVALID_ARGUMENT);
+  s = okv_remote_client_connect("127.0.0.1", f.port, NULL, NULL, &alloc, &c);
+  assert_int_equal(okv_status_code(s), OKV_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(okv_status_message(s), "no access token"));
+  okv_status_free(s);
   OKV_ASSERT_CODE(okv_remote_client_connect("127.0.0.1", f.port, "correct-horse-battery-staple", NULL, &alloc, &c),
                   OKV_STATUS_INVALID_ARGUMENT);
   /* The right token is served. */

@@ -102,6 +102,8 @@ if [ "$part" = small ]; then
 expect_fail "serve on a non-loopback address without a token" "without --token-file" \
   serve --model "$m260" --tokenizer "$t512" --listen 10.255.255.1:0
 expect_fail "serve --listen without a port" "ADDR:PORT" serve --model "$m260" --listen 127.0.0.1
+mkdir -p "$work/tokdir"
+expect_fail "a token file that is a directory" "tokdir': Is a directory" serve --model "$m260" --token-file "$work/tokdir"
 expect_fail "serve --listen with a host name" "numeric IPv4" serve --model "$m260" --listen localhost:7000
 expect_fail "--remote without --prefill-tokens" "need --prefill-tokens" "${b260[@]}" --remote 127.0.0.1:7000
 expect_fail "--remote and --disaggregated" "exclude" "${b260[@]}" --prefill-tokens 384 --remote 127.0.0.1:7 \
@@ -191,7 +193,7 @@ if UCX_TLS=tcp start_server "$m260" "$t512" --token-file "$work/token" --verbose
   same "--remote with --token-file (tcp)" "$work/loc1.json" "$work/rem.json" dense oasis
   UCX_TLS=tcp expect_fail "wrong token" "wrong access token" "${b260[@]}" --prefill-tokens 384 --mode oasis \
     --remote "127.0.0.1:$port" --token-file "$work/bad"
-  UCX_TLS=tcp expect_fail "no token" "wrong access token" "${b260[@]}" --prefill-tokens 384 --mode oasis \
+  UCX_TLS=tcp expect_fail "no token" "no access token \\(this server needs one\\)" "${b260[@]}" --prefill-tokens 384 --mode oasis \
     --remote "127.0.0.1:$port"
   UCX_TLS=tcp timeout 60 "$cli" "${g260[@]}" --mode oasis --remote "127.0.0.1:$port" --token-file "$work/token" \
     >"$work/gr.txt" 2>"$work/gr.err"
