@@ -449,7 +449,7 @@ int okv_cli_eval(int argc, char **argv) {
       goto done;
     }
     /* A window is cut out of running text: no end of text in it, even where the vocabulary appends EOS. */
-    if (nt > 0 && okv_tokenizer_adds_eos(cm.tokenizer) && enc[nt - 1] == okv_tokenizer_eos_id(cm.tokenizer)) nt--;
+    nt = okv_tokenizer_strip_added_eos(cm.tokenizer, enc, nt);
     if (nt > mc->seq_len) nt = mc->seq_len;
     if (nt < 2) {
       fprintf(stderr, CMD ": window %u of '%s' encodes to fewer than 2 tokens\n", w, text_path);

@@ -149,9 +149,7 @@ int okv_cli_generate(int argc, char **argv) {
   }
   const bool gguf_vocab = okv_tokenizer_kind(cm.tokenizer) != OKV_TOKENIZER_LLAMA2C;
   /* A vocabulary that appends EOS to every text (add_eos_token) would end the generation at once. */
-  if (gguf_vocab && n_prompt > 0 && okv_tokenizer_adds_eos(cm.tokenizer) &&
-      tokens[n_prompt - 1] == okv_tokenizer_eos_id(cm.tokenizer))
-    n_prompt--;
+  n_prompt = okv_tokenizer_strip_added_eos(cm.tokenizer, tokens, n_prompt);
   /* Without BOS (add_bos_token false) the prompt's first token is text to show; an empty prompt starts
    * from the vocabulary's BOS token all the same. */
   bool show_first = false;

@@ -483,6 +483,9 @@ uint32_t okv_tokenizer_bos_id(const okv_tokenizer_t *t) { return t ? t->info.bos
 uint32_t okv_tokenizer_eos_id(const okv_tokenizer_t *t) { return t ? t->info.eos_id : OKV_TOKEN_NONE; }
 bool okv_tokenizer_adds_bos(const okv_tokenizer_t *t) { return t && t->info.add_bos; }
 bool okv_tokenizer_adds_eos(const okv_tokenizer_t *t) { return t && t->info.add_eos; }
+size_t okv_tokenizer_strip_added_eos(const okv_tokenizer_t *t, const uint32_t *ids, size_t n) {
+  return t && ids && n > 0 && t->info.add_eos && ids[n - 1] == t->info.eos_id ? n - 1 : n;
+}
 uint32_t okv_tokenizer_max_piece_bytes(const okv_tokenizer_t *t) { return t ? t->info.max_piece_bytes : 0; }
 
 okv_status_t okv_tokenizer_token_text(const okv_tokenizer_t *t, uint32_t token, const char **out_ptr, size_t *out_len) {

@@ -101,6 +101,10 @@ uint32_t okv_tokenizer_bos_id(const okv_tokenizer_t *tokenizer);
 uint32_t okv_tokenizer_eos_id(const okv_tokenizer_t *tokenizer);
 bool okv_tokenizer_adds_bos(const okv_tokenizer_t *tokenizer);
 bool okv_tokenizer_adds_eos(const okv_tokenizer_t *tokenizer);
+/* The count of `ids` [n] (from okv_tokenizer_encode with bos = true) without the EOS that an add_eos_token
+ * vocabulary appended: n - 1 when the vocabulary adds EOS and ids[n - 1] is it, else n. For running text
+ * (an eval window, a prompt to continue), which does not end there. NULL tokenizer or ids: n. Thread-safe. */
+size_t okv_tokenizer_strip_added_eos(const okv_tokenizer_t *tokenizer, const uint32_t *ids, size_t n);
 /* The longest piece of the vocabulary in bytes: okv_tokenizer_piece never
  * needs more than this plus 1 (the NUL). */
 uint32_t okv_tokenizer_max_piece_bytes(const okv_tokenizer_t *tokenizer);
