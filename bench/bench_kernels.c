@@ -380,10 +380,36 @@ static okv_status_t bench_score_make(okv_bench_t *b, uint32_t batch, uint32_t n_
   OKV_RETURN_IF_ERROR(okv_hal_buffer_alloc(b->dev, OKV_TIER_DEVICE, (size_t)U * 128u * 4u, &c->idx));
   const size_t q_floats = (size_t)batch * T * H * G * D;
   OKV_RETURN_IF_ERROR(okv_hal_buffer_alloc(b->dev, OKV_TIER_DEVICE, q_floats * 4u, &c->q));
-  if (summary_dtype == OKV_DTYPE_F32)
+  if (summary_dtype == OKV_DTYPE_F32) {
     OKV_RETURN_IF_ERROR(bench_fill_f32(c->summ, n_summ * 2u * D, 11));
-  else
+  } else if (summary_dtype == OKV_DTYPE_Q8) { /* encoded from random bf16 summaries */
+    okv_hal_buffer_t *src = NULL;
+    uint64_t *first = malloc(8u * n_summ);
+    uint32_t *ones = malloc(4u * n_summ);
+    okv_status_t st = first && ones ? okv_hal_buffer_alloc(b->dev, OKV_TIER_DEVICE, n_summ * 4u * D, &src)
+                                    : okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: bench scoring");
+    if (st == OKV_OK) st = bench_fill_half(src, OKV_DTYPE_BF16, n_summ * 2u * D, 11);
+    if (st == OKV_OK) {
+      for (size_t i = 0; i < n_summ; i++) first[i] = i, ones[i] = 1;
+      okv_summary_reduce_desc_t rd = {.head_dim = D,
+                                      .src = src,
+                                      .src_dtype = OKV_DTYPE_BF16,
+                                      .dst = c->summ,
+                                      .dst_dtype = OKV_DTYPE_Q8,
+                                      .n = (uint32_t)n_summ,
+                                      .src_first = first,
+                                      .src_n = ones,
+                                      .dst_index = first};
+      st = okv_hal_summary_reduce_async(b->stream, &rd);
+      if (st == OKV_OK) st = okv_hal_stream_synchronize(b->stream);
+    }
+    okv_hal_buffer_release(src);
+    free(first);
+    free(ones);
+    OKV_RETURN_IF_ERROR(st);
+  } else {
     OKV_RETURN_IF_ERROR(bench_fill_half(c->summ, summary_dtype, n_summ * 2u * D, 11));
+  }
   OKV_RETURN_IF_ERROR(bench_fill_f32(c->q, q_floats, 13));
   c->sdesc = (okv_score_desc_t){.n_seqs = batch,
                                 .n_kv_heads = H,
@@ -585,11 +611,18 @@ int okv_cli_bench_kernels(int argc, char **argv) {
   BENCH_CHECK(bench_score_make(&b, score_batch, score_blocks, OKV_DTYPE_BF16, &sc));
   BENCH_CHECK(bench_time(&b, bench_launch_score, &sc, quick ? 0.05 : 0.2, &t_score_bf16));
   bench_score_free(&sc);
+  /* And on 8-bit summaries (the first pass of q8 scoring). */
+  double t_score_q8 = 0;
+  BENCH_CHECK(bench_score_make(&b, score_batch, score_blocks, OKV_DTYPE_Q8, &sc));
+  BENCH_CHECK(bench_time(&b, bench_launch_score, &sc, quick ? 0.05 : 0.2, &t_score_q8));
+  bench_score_free(&sc);
   if (!as_json) {
     printf("scoring 16K context, batch %u: %.3f ms (%.1f GB/s of summaries, stream %.1f GB/s) -> roofline %.2f\n",
            score_batch, t_score * 1e3, summ_bytes / t_score / 1e9, stream_sc, score_roof);
     printf("scoring 16K context on bf16 summaries: %.3f ms (%.1f GB/s of summaries) -> %.2fx the f32 speed\n",
            t_score_bf16 * 1e3, summ_bytes / 2.0 / t_score_bf16 / 1e9, t_score / t_score_bf16);
+    printf("scoring 16K context on 8-bit summaries: %.3f ms -> %.2fx the bf16 speed\n", t_score_q8 * 1e3,
+           t_score_bf16 / t_score_q8);
     printf("top-K 128 of 1024 blocks x %u segments: %.3f ms; attention over K=128 blocks: %.3f ms\n", score_batch * 8u,
            t_topk * 1e3, attn_k128_s * 1e3);
     printf(
@@ -612,6 +645,7 @@ int okv_cli_bench_kernels(int argc, char **argv) {
       {"scoring_gbps", summ_bytes / t_score / 1e9},
       {"scoring_bf16_time_s", t_score_bf16},
       {"scoring_bf16_gbps", summ_bytes / 2.0 / t_score_bf16 / 1e9},
+      {"scoring_q8_time_s", t_score_q8},
       {"topk_time_s", t_topk},
       {"attention_k128_time_s", attn_k128_s},
   };

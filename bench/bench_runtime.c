@@ -49,14 +49,15 @@ static float bench_rand(void) { /* uniform in [-1, 1) */
 }
 
 static void usage(void) {
-  fprintf(stderr,
-          "usage: oasiskv bench runtime [--backend NAME] [--seqs N] [--context TOKENS] [--layers N]\n"
-          "                             [--host-gib G] [--budget K] [--fetch-ratio R] [--steps N]\n"
-          "                             [--warmup N] [--noise X] [--recall] [--project SHAPE] [--json]\n"
-          "                             [--scoring flat|two-level] [--groups N] [--summary-dtype auto|f32|bf16|f16]\n"
-          "                             [--locality X]\n"
-          "  Defaults: cpu, 8 sequences x 16384 tokens, layers that fit in 4 GiB of host tier,\n"
-          "  K = 128, fetch ratio 0.05, 4 measured steps after 2 warm-up steps.\n");
+  fprintf(
+      stderr,
+      "usage: oasiskv bench runtime [--backend NAME] [--seqs N] [--context TOKENS] [--layers N]\n"
+      "                             [--host-gib G] [--budget K] [--fetch-ratio R] [--steps N]\n"
+      "                             [--warmup N] [--noise X] [--recall] [--project SHAPE] [--json]\n"
+      "                             [--scoring flat|two-level|q8] [--groups N] [--summary-dtype auto|f32|bf16|f16]\n"
+      "                             [--locality X]\n"
+      "  Defaults: cpu, 8 sequences x 16384 tokens, layers that fit in 4 GiB of host tier,\n"
+      "  K = 128, fetch ratio 0.05, 4 measured steps after 2 warm-up steps.\n");
 }
 
 static bool parse_u32(const char *s, uint32_t *out) {

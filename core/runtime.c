@@ -26,7 +26,8 @@ static okv_status_t alloc_dev(okv_runtime_t *rt, okv_tier_t tier, uint64_t bytes
 static okv_status_t predict_ctx_init(okv_runtime_t *rt, okv_predict_ctx_t *c, bool with_select) {
   okv_status_t st = OKV_OK;
   uint64_t n_seg = (uint64_t)rt->cfg.max_seqs * rt->cfg.n_kv_heads;
-  uint64_t K = rt->cfg.budget_blocks;
+  /* top-K arrays also hold the first pass's groups_kept units per head (two-level, q8) */
+  uint64_t K = rt->cfg.budget_blocks > rt->groups_kept ? rt->cfg.budget_blocks : rt->groups_kept;
   OKV_RETURN_IF_ERROR(alloc_dev(rt, OKV_TIER_DEVICE,
                                 (uint64_t)rt->cfg.max_seqs * 4u * rt->cfg.n_q_heads * rt->cfg.head_dim * 4u, &c->q,
                                 "query staging"));
@@ -136,6 +137,7 @@ void okv_runtime_destroy(okv_runtime_t *rt) {
   predict_ctx_free(rt, &rt->wk);
   okv_rt_free(&rt->alloc, rt->append_gindex);
   okv_rt_free(&rt->alloc, rt->append_gfirst);
+  okv_rt_free(&rt->alloc, rt->ones);
   okv_host_store_free(&rt->host, &rt->alloc);
   okv_hal_buffer_t *bufs[] = {rt->summaries, rt->group_summaries, rt->pool, rt->fg_inflight, rt->fg_out};
   for (int i = 0; i < 5; i++)

@@ -26,7 +26,7 @@ okv_status_t okv_mode_parse(const char *name, okv_mode_t *out_mode) {
 
 /* ---- scoring ---- */
 
-static const char *const k_scoring_names[OKV_SCORING_COUNT] = {"flat", "two-level"};
+static const char *const k_scoring_names[OKV_SCORING_COUNT] = {"flat", "two-level", "q8"};
 
 const char *okv_scoring_name(okv_scoring_t scoring) {
   return (unsigned)scoring < OKV_SCORING_COUNT ? k_scoring_names[scoring] : NULL;
@@ -39,7 +39,7 @@ okv_status_t okv_scoring_parse(const char *name, okv_scoring_t *out_scoring) {
       *out_scoring = (okv_scoring_t)i;
       return OKV_OK;
     }
-  return OKV_RT_INVALID("okv_scoring_parse: unknown scoring '%s' (flat, two-level)", name);
+  return OKV_RT_INVALID("okv_scoring_parse: unknown scoring '%s' (flat, two-level, q8)", name);
 }
 
 /* ---- config ---- */
@@ -83,7 +83,7 @@ okv_status_t okv_runtime_config_validate(const okv_runtime_config_t *c) {
   if ((unsigned)c->summary_dtype > OKV_SUMMARY_DTYPE_AUTO)
     return OKV_RT_INVALID("runtime config: summary_dtype = %d is not a dtype", (int)c->summary_dtype);
   if ((unsigned)c->scoring >= OKV_SCORING_COUNT)
-    return OKV_RT_INVALID("runtime config: scoring = %d is not a scoring (flat, two-level)", (int)c->scoring);
+    return OKV_RT_INVALID("runtime config: scoring = %d is not a scoring (flat, two-level, q8)", (int)c->scoring);
   if (c->scoring_groups > c->budget_blocks)
     return OKV_RT_INVALID("runtime config: scoring_groups = %u must be <= budget_blocks = %u", c->scoring_groups,
                           c->budget_blocks);

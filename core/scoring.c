@@ -1,12 +1,16 @@
 /* Scoring that scales with context (paper arXiv 2608.08097, "Predict", with
- * two additions measured in docs/kernels.md "Scoring at long context"):
+ * three additions measured in docs/kernels.md "Scoring at long context"):
  *  - summaries stored in cfg.summary_dtype (f32, or f16/bf16 with directed
  *    rounding so that the Quest bound stays an upper bound);
  *  - two-level scoring: one summary per group of OKV_SCORING_GROUP_BLOCKS
  *    blocks (the elementwise min/max of its blocks' summaries, so the group's
  *    score bounds every key of the group); the groups are scored first, then
  *    only the blocks of each KV head's best `groups_kept` groups, and the top-K
- *    is taken over those candidates. Flat scoring stays the reference.
+ *    is taken over those candidates. Flat scoring stays the reference;
+ *  - q8 scoring: the same two passes with units of one block whose summaries
+ *    are 8-bit (OKV_DTYPE_Q8, an upper bound of the exact summary's score);
+ *    the best K + margin blocks per KV head are rescored on the exact
+ *    summaries.
  * Owns the group summaries, their maintenance entry points and the two-level
  * prediction pass. */
 #include "runtime_internal.h"
@@ -14,21 +18,40 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GB OKV_SCORING_GROUP_BLOCKS
-
 okv_status_t okv_rt_scoring_init(okv_runtime_t *rt, uint64_t n_host_blocks) {
   const okv_runtime_config_t *c = &rt->cfg;
   rt->groups_kept = 0;
-  if (c->scoring != OKV_SCORING_TWO_LEVEL || c->mode == OKV_MODE_DENSE) return OKV_OK;
-  uint32_t g = c->scoring_groups ? c->scoring_groups : c->budget_blocks / 4u;
-  if (g < 1) g = 1;
-  /* Groups must not straddle extents, and keeping every group is flat scoring. */
-  if (rt->extent_blocks % GB != 0 || (uint64_t)g * GB >= rt->max_blocks) return OKV_OK;
-  rt->groups_kept = g;
+  rt->unit_blocks = 1;
+  rt->unit_dtype = c->summary_dtype;
+  if (c->scoring == OKV_SCORING_FLAT || c->mode == OKV_MODE_DENSE) return OKV_OK;
   uint64_t n_seg = (uint64_t)c->max_seqs * c->n_kv_heads;
+  uint32_t g;
+  if (c->scoring == OKV_SCORING_Q8) {
+    /* K + margin candidates per head; scoring all of a head's blocks this way is flat scoring. */
+    uint32_t m = c->scoring_groups ? c->scoring_groups : c->budget_blocks;
+    g = c->budget_blocks + m > OKV_TOPK_MAX ? OKV_TOPK_MAX : c->budget_blocks + m;
+    if ((uint64_t)g >= rt->max_blocks) return OKV_OK;
+    rt->unit_dtype = OKV_DTYPE_Q8;
+  } else {
+    g = c->scoring_groups ? c->scoring_groups : c->budget_blocks / 4u;
+    if (g < 1) g = 1;
+    rt->unit_blocks = OKV_SCORING_GROUP_BLOCKS;
+    /* Groups must not straddle extents, and keeping every group is flat scoring. */
+    if (rt->extent_blocks % rt->unit_blocks != 0 || (uint64_t)g * rt->unit_blocks >= rt->max_blocks) return OKV_OK;
+  }
+  rt->groups_kept = g;
+  uint64_t ub = okv_summary_bytes_ex(rt->unit_dtype, c->head_dim);
   okv_status_t st =
-      okv_hal_buffer_alloc(rt->device, OKV_TIER_DEVICE, n_host_blocks / GB * rt->summary_bytes, &rt->group_summaries);
-  if (st != OKV_OK) return okv_status_annotate(st, "runtime: allocating group summaries (DEVICE tier)");
+      okv_hal_buffer_alloc(rt->device, OKV_TIER_DEVICE, n_host_blocks / rt->unit_blocks * ub, &rt->group_summaries);
+  if (st != OKV_OK)
+    return okv_status_annotate(st, "runtime: allocating %s summaries (DEVICE tier)",
+                               rt->unit_dtype == OKV_DTYPE_Q8 ? "8-bit" : "group");
+  if (rt->unit_dtype == OKV_DTYPE_Q8) {
+    rt->ones = okv_malloc(&rt->alloc, n_seg * sizeof(uint32_t));
+    if (rt->ones == NULL) return OKV_RT_HOST_OOM("8-bit summary updates");
+    for (uint64_t i = 0; i < n_seg; i++) rt->ones[i] = 1;
+    return OKV_OK;
+  }
   rt->append_gindex = okv_malloc(&rt->alloc, n_seg * sizeof(uint64_t));
   rt->append_gfirst = okv_malloc(&rt->alloc, n_seg);
   if (rt->append_gindex == NULL || rt->append_gfirst == NULL) return OKV_RT_HOST_OOM("group summary updates");
@@ -42,7 +65,7 @@ okv_status_t okv_rt_scoring_ctx_init(okv_runtime_t *rt, okv_predict_ctx_t *ctx) 
   ctx->r_n = okv_malloc(&rt->alloc, n * sizeof(uint32_t));
   ctx->r_sfirst = okv_malloc(&rt->alloc, n * sizeof(uint64_t));
   ctx->r_cfirst = okv_malloc(&rt->alloc, n * sizeof(uint64_t));
-  ctx->cand_block = okv_malloc(&rt->alloc, n * GB * sizeof(uint32_t));
+  ctx->cand_block = okv_malloc(&rt->alloc, n * rt->unit_blocks * sizeof(uint32_t));
   if (!ctx->r_seg || !ctx->r_n || !ctx->r_sfirst || !ctx->r_cfirst || !ctx->cand_block)
     return OKV_RT_HOST_OOM("two-level scoring ranges");
   return OKV_OK;
@@ -60,6 +83,7 @@ void okv_rt_scoring_ctx_free(okv_runtime_t *rt, okv_predict_ctx_t *ctx) {
 okv_status_t okv_rt_groups_rebuild(okv_runtime_t *rt, okv_hal_stream_t *stream, uint32_t n,
                                    okv_block_map_t *const *maps, const uint32_t *blocks) {
   if (rt->group_summaries == NULL || n == 0) return OKV_OK;
+  const uint32_t GB = rt->unit_blocks;
   uint64_t *src_first = okv_malloc(&rt->alloc, (size_t)n * sizeof(uint64_t));
   uint64_t *dst = okv_malloc(&rt->alloc, (size_t)n * sizeof(uint64_t));
   uint32_t *src_n = okv_malloc(&rt->alloc, (size_t)n * sizeof(uint32_t));
@@ -81,7 +105,7 @@ okv_status_t okv_rt_groups_rebuild(okv_runtime_t *rt, okv_hal_stream_t *stream, 
                                    .src = rt->summaries,
                                    .src_dtype = rt->cfg.summary_dtype,
                                    .dst = rt->group_summaries,
-                                   .dst_dtype = rt->cfg.summary_dtype,
+                                   .dst_dtype = rt->unit_dtype,
                                    .n = m,
                                    .src_first = src_first,
                                    .src_n = src_n,
@@ -96,6 +120,7 @@ okv_status_t okv_rt_groups_rebuild(okv_runtime_t *rt, okv_hal_stream_t *stream, 
 
 okv_status_t okv_rt_groups_rebuild_head(okv_runtime_t *rt, okv_hal_stream_t *stream, okv_head_t *head) {
   if (rt->group_summaries == NULL) return OKV_OK;
+  const uint32_t GB = rt->unit_blocks;
   uint32_t ng = ceil_div_u32(head->map.n_blocks, GB);
   if (ng == 0) return OKV_OK;
   okv_block_map_t **maps = okv_malloc(&rt->alloc, (size_t)ng * sizeof *maps);
@@ -139,7 +164,7 @@ okv_status_t okv_rt_predict_two_level(okv_runtime_t *rt, okv_predict_ctx_t *ctx,
                                       double *bk_s) {
   double t0 = okv_rt_bk_s();
   const okv_runtime_config_t *c = &rt->cfg;
-  uint32_t H = c->n_kv_heads, G = rt->groups_kept, K = c->budget_blocks;
+  uint32_t H = c->n_kv_heads, G = rt->groups_kept, K = c->budget_blocks, GB = rt->unit_blocks;
   uint32_t n_seg = n_seqs * H;
   uint64_t cand_stride = (uint64_t)G * GB;
   okv_score_desc_t sd = {.n_seqs = n_seqs,
@@ -156,8 +181,8 @@ okv_status_t okv_rt_predict_two_level(okv_runtime_t *rt, okv_predict_ctx_t *ctx,
                          .seg_n_blocks = ctx->seg_n,
                          .scores = ctx->scores,
                          .seg_score_first = ctx->seg_score_first,
-                         .summary_dtype = c->summary_dtype};
-  /* Level 1: groups. */
+                         .summary_dtype = rt->unit_dtype};
+  /* Level 1: groups (two-level) or 8-bit block summaries (q8). */
   *bk_s += okv_rt_bk_s() - t0;
   okv_status_t st = okv_rt_score_units(rt, ctx, stream, &sd, n_seqs, layer, GB, bk_s);
   if (st != OKV_OK) return okv_status_annotate(st, "runtime: scoring the groups of layer %u", layer);
@@ -201,11 +226,16 @@ okv_status_t okv_rt_predict_two_level(okv_runtime_t *rt, okv_predict_ctx_t *ctx,
         sort_u32(groups, cg);
         for (uint32_t i = 0; i < cg; i++) {
           uint32_t b0 = groups[i] * GB, n = nb - b0 < GB ? nb - b0 : GB;
-          ctx->r_seg[nr] = u;
-          ctx->r_sfirst[nr] = okv_host_store_block(&rt->host, hd->extents, b0);
-          ctx->r_n[nr] = n;
-          ctx->r_cfirst[nr] = cfirst + pos;
-          nr++;
+          uint64_t sfirst = okv_host_store_block(&rt->host, hd->extents, b0);
+          if (pos > 0 && ctx->r_seg[nr - 1] == u && ctx->r_sfirst[nr - 1] + ctx->r_n[nr - 1] == sfirst) {
+            ctx->r_n[nr - 1] += n; /* contiguous with the previous range: one range */
+          } else {
+            ctx->r_seg[nr] = u;
+            ctx->r_sfirst[nr] = sfirst;
+            ctx->r_n[nr] = n;
+            ctx->r_cfirst[nr] = cfirst + pos;
+            nr++;
+          }
           for (uint32_t j = 0; j < n; j++) {
             if (b0 + j == nb - 1u) ctx->excl_blocks[n_excl++] = pos + j; /* the active block */
             ctx->cand_block[cfirst + pos + j] = b0 + j;
@@ -219,6 +249,7 @@ okv_status_t okv_rt_predict_two_level(okv_runtime_t *rt, okv_predict_ctx_t *ctx,
   ctx->excl_offsets[n_seg] = n_excl;
   okv_score_desc_t sd2 = sd;
   sd2.summaries = rt->summaries;
+  sd2.summary_dtype = c->summary_dtype;
   sd2.n_ranges = nr;
   sd2.range_seg = ctx->r_seg;
   sd2.range_summary_first = ctx->r_sfirst;

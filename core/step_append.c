@@ -55,7 +55,20 @@ static okv_status_t append_enqueue(okv_runtime_t *rt, uint32_t layer) {
                              .summary_dtype = c->summary_dtype};
     st = okv_hal_summarize_blocks_async(rt->compute, &sd);
   }
-  if (st == OKV_OK && rt->groups_kept > 0) { /* group summaries: appended keys, then groups of rebuilt blocks */
+  if (st == OKV_OK && rt->groups_kept > 0 && rt->unit_dtype == OKV_DTYPE_Q8) {
+    /* 8-bit summaries: re-encode every appended block from its updated summary, then the rebuilt ones */
+    okv_summary_reduce_desc_t rd = {.head_dim = hd,
+                                    .src = rt->summaries,
+                                    .src_dtype = c->summary_dtype,
+                                    .dst = rt->group_summaries,
+                                    .dst_dtype = OKV_DTYPE_Q8,
+                                    .n = rt->app_n_app,
+                                    .src_first = rt->append_index,
+                                    .src_n = rt->ones,
+                                    .dst_index = rt->append_index};
+    if (rd.n > 0) st = okv_hal_summary_reduce_async(rt->compute, &rd);
+    if (st == OKV_OK) st = okv_rt_groups_rebuild(rt, rt->compute, n_reb, rt->reb_map, rt->reb_block);
+  } else if (st == OKV_OK && rt->groups_kept > 0) { /* group summaries: appended keys, then groups of rebuilt blocks */
     ad.summaries = rt->group_summaries;
     ad.summary_index = rt->append_gindex;
     ad.first = rt->append_gfirst;
@@ -230,7 +243,7 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
       } else {
         rt->append_index[n_app] = hb;
         rt->append_first[n_app] = off == 0;
-        if (rt->groups_kept > 0) { /* the group's summary takes the same key */
+        if (rt->groups_kept > 0 && rt->unit_dtype != OKV_DTYPE_Q8) { /* the group's summary takes the same key */
           rt->append_gindex[n_app] = hb / OKV_SCORING_GROUP_BLOCKS;
           rt->append_gfirst[n_app] = off == 0 && b % OKV_SCORING_GROUP_BLOCKS == 0;
         }

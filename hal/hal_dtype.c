@@ -21,6 +21,7 @@ const char *okv_dtype_name(okv_dtype_t dtype) {
     case OKV_DTYPE_F32: return "f32";
     case OKV_DTYPE_F16: return "f16";
     case OKV_DTYPE_BF16: return "bf16";
+    case OKV_DTYPE_Q8: return "q8";
     default: return "unknown";
   }
 }
@@ -32,6 +33,7 @@ uint64_t okv_block_bytes(okv_dtype_t dtype, uint32_t head_dim) {
 uint64_t okv_summary_bytes(uint32_t head_dim) { return 2ull * (uint64_t)head_dim * 4ull; }
 
 uint64_t okv_summary_bytes_ex(okv_dtype_t summary_dtype, uint32_t head_dim) {
+  if (summary_dtype == OKV_DTYPE_Q8) return 8ull + ((2ull * (uint64_t)head_dim + 7ull) & ~7ull);
   return 2ull * (uint64_t)head_dim * (uint64_t)okv_dtype_size(summary_dtype);
 }
 

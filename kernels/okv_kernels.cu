@@ -100,6 +100,44 @@ OKV_DEVICE uint32_t okv_score_key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+// 8-bit summaries (OKV_DTYPE_Q8, include/oasiskv/kernels.h): f32 lo, f32 step,
+// u8 min codes [D], u8 max codes [D], padded to 8 bytes. Same arithmetic as the
+// CPU backend, so both give the same codes and scores.
+OKV_DEVICE uint64_t okv_q8_summary_bytes(uint32_t D) { return 8ull + ((2ull * D + 7ull) & ~7ull); }
+
+// lo = min of the mins, step = (max of the maxes - lo) / 255 rounded up until
+// lo + 255 * step covers the max; step = 0 when the box is a point, -1 when not finite.
+OKV_DEVICE void okv_q8_params(const float *mn, const float *mx, uint32_t D, float *lo_out, float *step_out) {
+  float lo = OKV_POS_INF, hi = OKV_NEG_INF;
+  for (uint32_t d = 0; d < D; ++d) {
+    lo = mn[d] < lo ? mn[d] : lo;
+    hi = mx[d] > hi ? mx[d] : hi;
+  }
+  float step = 0.0f;
+  if (!(lo > OKV_NEG_INF && lo < OKV_POS_INF && hi > OKV_NEG_INF && hi < OKV_POS_INF && hi - lo < OKV_POS_INF)) {
+    step = -1.0f;
+    lo = 0.0f;
+  } else if (hi > lo) {
+    step = (float)(((double)hi - (double)lo) / 255.0);
+    while ((double)lo + 255.0 * (double)step < (double)hi) step = nextafterf(step, OKV_POS_INF);
+  }
+  *lo_out = lo;
+  *step_out = step;
+}
+
+// Code of bound v: min codes round down (lo + code * step <= v), max codes up.
+OKV_DEVICE unsigned char okv_q8_code(float v, float lo, float step, bool up) {
+  if (!(step > 0.0f)) return 0;
+  const double x = ((double)v - (double)lo) / (double)step;
+  double c = up ? ceil(x) : floor(x);
+  if (up) {
+    while (c < 255.0 && (double)lo + c * (double)step < (double)v) c += 1.0;
+  } else {
+    while (c > 0.0 && (double)lo + c * (double)step > (double)v) c -= 1.0;
+  }
+  return (unsigned char)(c < 0.0 ? 0.0 : c > 255.0 ? 255.0 : c);
+}
+
 /* ---- 1. Batched block gather: one launch for any number of blocks; reads pinned ---- */
 // device-mapped host memory or device memory, writes the destination slots.
 
@@ -385,9 +423,12 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_SUMMARY_THREADS) okv_gpu_su
   const uint32_t *src_n = (const uint32_t *)a.src_n;
   const uint64_t *dst_index = (const uint64_t *)a.dst_index;
   const uint64_t ssb = 2ull * D * okv_elem_bytes(a.src_dtype), dsb = 2ull * D * okv_elem_bytes(a.dst_dtype);
+  const bool q8 = a.dst_dtype == (uint32_t)OKV_DTYPE_Q8;
+  const uint64_t dstride = q8 ? okv_q8_summary_bytes(D) : dsb;
+  __shared__ float s_mn[256], s_mx[256], s_lo, s_step;
   for (uint32_t i = blockIdx.x; i < a.n; i += gridDim.x) {
     const unsigned char *src = (const unsigned char *)a.src + src_first[i] * ssb;
-    unsigned char *dst = (unsigned char *)a.dst + dst_index[i] * dsb;
+    unsigned char *dst = (unsigned char *)a.dst + dst_index[i] * dstride;
     for (uint32_t d = threadIdx.x; d < D; d += blockDim.x) {
       float mn = OKV_POS_INF, mx = OKV_NEG_INF;
       for (uint32_t j = 0; j < src_n[i]; ++j) {
@@ -396,9 +437,28 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_SUMMARY_THREADS) okv_gpu_su
         mn = x < mn ? x : mn;
         mx = y > mx ? y : mx;
       }
-      okv_store_bound(dst, d, a.dst_dtype, mn, false);
-      okv_store_bound(dst, D + d, a.dst_dtype, mx, true);
+      if (q8) {
+        s_mn[d] = mn;
+        s_mx[d] = mx;
+      } else {
+        okv_store_bound(dst, d, a.dst_dtype, mn, false);
+        okv_store_bound(dst, D + d, a.dst_dtype, mx, true);
+      }
     }
+    if (!q8) continue; /* uniform across the block */
+    __syncthreads();
+    if (threadIdx.x == 0) okv_q8_params(s_mn, s_mx, D, &s_lo, &s_step);
+    __syncthreads();
+    const float lo = s_lo, step = s_step;
+    if (threadIdx.x == 0) {
+      ((float *)dst)[0] = lo;
+      ((float *)dst)[1] = step;
+    }
+    for (uint32_t d = threadIdx.x; d < D; d += blockDim.x) {
+      dst[8 + d] = okv_q8_code(s_mn[d], lo, step, false);
+      dst[8 + D + d] = okv_q8_code(s_mx[d], lo, step, true);
+    }
+    __syncthreads(); /* s_mn / s_mx are reused by the next entry */
   }
 }
 
@@ -431,6 +491,52 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_SCORE_THREADS) okv_gpu_scor
   const unsigned char *summ = (const unsigned char *)a.summaries;
   float *scores = (float *)a.scores;
   const uint32_t n_rows = (a.t_end - a.t_begin) * G;
+  if (sdt == (uint32_t)OKV_DTYPE_Q8) { /* uniform across the block */
+    const uint64_t qsb = okv_q8_summary_bytes(D);
+    for (uint32_t b = b_begin + warp; b < b_end; b += n_warps) { /* uniform per warp */
+      const unsigned char *sb = summ + (sum_first + b) * qsb;
+      const float lo = ((const float *)sb)[0], step = ((const float *)sb)[1];
+      float best = OKV_NEG_INF;
+      for (uint32_t r = 0; r < n_rows; ++r) {
+        const uint32_t t = a.t_begin + r / G, g = r % G;
+        const float *qr = q + (((uint64_t)s * T + t) * Hq + h * G + g) * D;
+        float m = 0.0f;
+        double sx = 0.0;
+        for (uint32_t d = lane; d < D; d += OKV_WARP_SIZE) {
+          const float x = qr[d] * a.scale;
+          m = fabsf(x) > m ? fabsf(x) : m;
+          sx += (double)x;
+        }
+        for (int w = OKV_WARP_SIZE / 2; w > 0; w /= 2) {
+          const float o = okv_shfl_xor(m, w, OKV_WARP_SIZE);
+          m = o > m ? o : m;
+          sx += okv_shfl_xor(sx, w, OKV_WARP_SIZE);
+        }
+        float v;
+        if (step < 0.0f || !(m < OKV_POS_INF)) {
+          v = OKV_POS_INF;
+        } else if (!(m > 0.0f)) {
+          v = (float)((double)lo * sx);
+        } else {
+          float sig = m / 127.0f;
+          while (127.0 * (double)sig < (double)m) sig = nextafterf(sig, OKV_POS_INF);
+          int dot = 0;
+          for (uint32_t d = lane; d < D; d += OKV_WARP_SIZE) {
+            const float x = qr[d] * a.scale;
+            float c = ceilf(x / sig);
+            if ((double)c * (double)sig < (double)x) c += 1.0f;
+            c = c > 127.0f ? 127.0f : c < -127.0f ? -127.0f : c;
+            dot += (int)c * (int)(x < 0.0f ? sb[8 + d] : sb[8 + D + d]);
+          }
+          for (int w = OKV_WARP_SIZE / 2; w > 0; w /= 2) dot += okv_shfl_xor(dot, w, OKV_WARP_SIZE);
+          v = (float)((double)lo * sx + (double)step * (double)sig * (double)dot);
+        }
+        best = fmaxf(best, v);
+      }
+      if (lane == 0) scores[score_first + b] = best;
+    }
+    return;
+  }
   for (uint32_t b = b_begin + warp; b < b_end; b += n_warps) { /* uniform per warp */
     const unsigned char *sb = summ + (sum_first + b) * 2 * D * okv_elem_bytes(sdt);
     float best = OKV_NEG_INF;

@@ -485,11 +485,70 @@ for (long i = 0; i < n; i++) {
       hi[e] = mx > hi[e] ? mx : hi[e];
     }
   uint8_t *dm = (uint8_t *)dst + (size_t)d->dst_index[i] * dsb;
+  if (ddt == OKV_DTYPE_Q8) {
+    okv_cpu_q8_encode(lo, hi, hd, dm);
+    continue;
+  }
   for (uint32_t e = 0; e < hd; e++) {
     store_bound(dm, ddt, e, lo[e], false);
     store_bound(dm, ddt, (size_t)hd + e, hi[e], true);
   }
 }
+}
+
+/* ---- 8-bit summaries (OKV_DTYPE_Q8; include/oasiskv/kernels.h) ---- */
+
+void okv_cpu_q8_encode(const float *mn, const float *mx, uint32_t hd, uint8_t *out) {
+  float lo = INFINITY, hi = -INFINITY;
+  for (uint32_t e = 0; e < hd; e++) {
+    lo = mn[e] < lo ? mn[e] : lo;
+    hi = mx[e] > hi ? mx[e] : hi;
+  }
+  float step = 0.0f;
+  uint8_t *amin = out + 8, *amax = out + 8 + hd;
+  memset(amin, 0, 2u * (size_t)hd);
+  if (!isfinite(lo) || !isfinite(hi) || !(hi - lo < INFINITY)) {
+    step = -1.0f; /* unbounded: scores +infinity */
+    lo = 0.0f;
+  } else if (hi > lo) {
+    step = (float)(((double)hi - (double)lo) / 255.0);
+    while ((double)lo + 255.0 * (double)step < (double)hi) step = nextafterf(step, INFINITY);
+    for (uint32_t e = 0; e < hd; e++) {
+      double a = floor(((double)mn[e] - (double)lo) / (double)step);
+      while (a > 0 && (double)lo + a * (double)step > (double)mn[e]) a -= 1;
+      double c = ceil(((double)mx[e] - (double)lo) / (double)step);
+      while (c < 255 && (double)lo + c * (double)step < (double)mx[e]) c += 1;
+      amin[e] = (uint8_t)(a < 0 ? 0 : a > 255 ? 255 : a);
+      amax[e] = (uint8_t)(c < 0 ? 0 : c > 255 ? 255 : c);
+    }
+  }
+  memcpy(out, &lo, 4);
+  memcpy(out + 4, &step, 4);
+}
+
+float okv_cpu_q8_query(const float *x, uint32_t hd, int8_t *codes, double *sum_x) {
+  float m = 0.0f;
+  double sx = 0.0;
+  for (uint32_t e = 0; e < hd; e++) {
+    float a = fabsf(x[e]);
+    m = a > m ? a : m;
+    sx += (double)x[e];
+  }
+  *sum_x = sx;
+  memset(codes, 0, 2u * (size_t)hd);
+  if (!(m > 0.0f) || !isfinite(m)) return m > 0.0f ? NAN : 0.0f; /* all zero: no code; non-finite: NaN score */
+  float sig = m / 127.0f;
+  while (127.0 * (double)sig < (double)m) sig = nextafterf(sig, INFINITY);
+  for (uint32_t e = 0; e < hd; e++) {
+    float c = ceilf(x[e] / sig);
+    if ((double)c * (double)sig < (double)x[e]) c += 1.0f;
+    c = c > 127.0f ? 127.0f : c < -127.0f ? -127.0f : c;
+    if (x[e] < 0.0f)
+      codes[e] = (int8_t)c; /* against the min codes */
+    else
+      codes[(size_t)hd + e] = (int8_t)c; /* against the max codes */
+  }
+  return sig;
 }
 
 /* ---- scoring ---- */
@@ -528,6 +587,201 @@ static void score_load_rows(const okv_score_desc_t *d, const float *q, uint32_t 
   }
 }
 
+/* The bound of one row on one block, in the arithmetic of the vector path:
+ * f32 lo * f32(sum_x) + (step * sigma) * f32(dot), fused. */
+static inline float q8_bound(const uint8_t *sm, float sig, double sum_x, int32_t dot) {
+  float lo, step;
+  memcpy(&lo, sm, 4);
+  memcpy(&step, sm + 4, 4);
+  if (step < 0.0f || sig != sig) return INFINITY;
+  return fmaf(step * sig, (float)dot, lo * (float)sum_x);
+}
+
+static int32_t q8_dot_base(const uint8_t *codes, const int8_t *q, uint32_t n) {
+  int32_t acc = 0;
+  for (uint32_t i = 0; i < n; i++) acc += (int32_t)codes[i] * (int32_t)q[i];
+  return acc;
+}
+
+/* OKV_DTYPE_Q8 scores of nb blocks (summaries sb bytes apart, codes at +8)
+ * for up to four query rows (codes 2*hd bytes each, qstride apart; rows past
+ * nr hold zero codes), with AVX-512 VNNI: four blocks x four rows of u8 x s8
+ * dot products at a time, the 16 sums reduced together with a transpose tree
+ * (lane l of the result holds accumulator bitrev4(l) = block * 4 + row), the
+ * bounds lo * sum_x + step * sigma * dot formed in f32 on those lanes and the
+ * max over rows taken per block. best[b] = max(best[b], score) unless first.
+ * Returns the blocks done (nb rounded down to 4). */
+#ifndef OKV_Q8_PF_BLOCKS
+#define OKV_Q8_PF_BLOCKS 32u /* software prefetch distance in blocks */
+#endif
+#define OKV_Q8_FOLD(a, b, lo_, hi_) (__builtin_shufflevector(a, b, lo_) + __builtin_shufflevector(a, b, hi_))
+#define OKV_Q8_L8                   0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define OKV_Q8_H8                   8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+#define OKV_Q8_L4                   0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
+#define OKV_Q8_H4                   4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
+#define OKV_Q8_L2                   0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
+#define OKV_Q8_H2                   2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
+#define OKV_Q8_L1                   0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
+#define OKV_Q8_H1                   1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vnni"))) static uint32_t q8_score_vnni(
+    const uint8_t *summ, size_t sb, uint32_t nb, const int8_t *q, size_t qstride, uint32_t n, uint32_t nr,
+    const float *sig, const double *sx, float *best, bool first) {
+  /* lane l -> accumulator v = bitrev4(l): block v >> 2, row v & 3 */
+  const __m512i k_of = _mm512_setr_epi32(0, 2, 1, 3, 0, 2, 1, 3, 0, 2, 1, 3, 0, 2, 1, 3);
+  const __m512i r_of = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 1, 1, 1, 1, 3, 3, 3, 3);
+  float sgv[4] = {0, 0, 0, 0}, sxv[4] = {0, 0, 0, 0};
+  __mmask16 row_ok = 0, row_inf = 0;
+  for (uint32_t r = 0; r < 4 && r < nr; r++) {
+    sgv[r] = sig[r];
+    sxv[r] = (float)sx[r];
+  }
+  for (int l = 0; l < 16; l++) {
+    static const int rr[16] = {0, 0, 0, 0, 2, 2, 2, 2, 1, 1, 1, 1, 3, 3, 3, 3};
+    if ((uint32_t)rr[l] < nr) {
+      row_ok |= (__mmask16)(1u << l);
+      if (sig[rr[l]] != sig[rr[l]]) row_inf |= (__mmask16)(1u << l);
+    }
+  }
+  const __m512 SG = _mm512_permutexvar_ps(r_of, _mm512_castps128_ps512(_mm_loadu_ps(sgv)));
+  const __m512 SX = _mm512_permutexvar_ps(r_of, _mm512_castps128_ps512(_mm_loadu_ps(sxv)));
+  const __m512 NEG = _mm512_set1_ps(-INFINITY), POS = _mm512_set1_ps(INFINITY);
+  const uint32_t nb4 = nb & ~3u;
+  for (uint32_t b = 0; b < nb4; b += 4) {
+    const uint8_t *c0 = summ + (size_t)b * sb;
+    if (b + OKV_Q8_PF_BLOCKS + 4u <= nb) /* software prefetch: the hardware streams too few lines ahead */
+      for (size_t o = 0; o < 4u * sb; o += 64) _mm_prefetch((const char *)c0 + OKV_Q8_PF_BLOCKS * sb + o, _MM_HINT_T0);
+    __m512i acc[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_si512();
+    for (uint32_t c = 0; c < n; c += 64) {
+      __mmask64 m = n - c >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (n - c)) - 1);
+      __m512i qv[4], bv[4];
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; r++) qv[r] = _mm512_maskz_loadu_epi8(m, q + (size_t)r * qstride + c);
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; k++) bv[k] = _mm512_maskz_loadu_epi8(m, c0 + (size_t)k * sb + 8 + c);
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; k++)
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) acc[k * 4 + r] = _mm512_dpbusd_epi32(acc[k * 4 + r], bv[k], qv[r]);
+    }
+    v16i r1[8], r2[4], r3[2];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) r1[i] = OKV_Q8_FOLD((v16i)acc[2 * i], (v16i)acc[2 * i + 1], OKV_Q8_L8, OKV_Q8_H8);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) r2[i] = OKV_Q8_FOLD(r1[2 * i], r1[2 * i + 1], OKV_Q8_L4, OKV_Q8_H4);
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++) r3[i] = OKV_Q8_FOLD(r2[2 * i], r2[2 * i + 1], OKV_Q8_L2, OKV_Q8_H2);
+    v16i sums = OKV_Q8_FOLD(r3[0], r3[1], OKV_Q8_L1, OKV_Q8_H1);
+    float lo4[4], st4[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+      memcpy(&lo4[k], c0 + (size_t)k * sb, 4);
+      memcpy(&st4[k], c0 + (size_t)k * sb + 4, 4);
+    }
+    const __m512 LO = _mm512_permutexvar_ps(k_of, _mm512_castps128_ps512(_mm_loadu_ps(lo4)));
+    const __m512 ST = _mm512_permutexvar_ps(k_of, _mm512_castps128_ps512(_mm_loadu_ps(st4)));
+    __m512 U = _mm512_fmadd_ps(_mm512_mul_ps(ST, SG), _mm512_cvtepi32_ps((__m512i)sums), _mm512_mul_ps(LO, SX));
+    __mmask16 inf = row_inf | _mm512_cmp_ps_mask(ST, _mm512_setzero_ps(), _CMP_LT_OQ);
+    U = _mm512_mask_blend_ps(inf, U, POS);
+    U = _mm512_mask_blend_ps(row_ok, NEG, U);
+    float u[16];
+    _mm512_storeu_ps(u, U);
+    /* lanes of block k: l with k_of[l] == k; rows in lanes {k-th of each group of four, bit-reversed} */
+    static const int lanes[4][4] = {{0, 8, 4, 12}, {2, 10, 6, 14}, {1, 9, 5, 13}, {3, 11, 7, 15}};
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+      float m0 = u[lanes[k][0]] > u[lanes[k][1]] ? u[lanes[k][0]] : u[lanes[k][1]];
+      float m1 = u[lanes[k][2]] > u[lanes[k][3]] ? u[lanes[k][2]] : u[lanes[k][3]];
+      float v = m0 > m1 ? m0 : m1;
+      best[b + (uint32_t)k] = (first || v > best[b + (uint32_t)k]) ? v : best[b + (uint32_t)k];
+    }
+  }
+  return nb4;
+}
+#undef OKV_Q8_FOLD
+#undef OKV_Q8_L8
+#undef OKV_Q8_H8
+#undef OKV_Q8_L4
+#undef OKV_Q8_H4
+#undef OKV_Q8_L2
+#undef OKV_Q8_H2
+#undef OKV_Q8_L1
+#undef OKV_Q8_H1
+
+static bool q8_have_vnni(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  return okv_cpu_isa_active() == OKV_CPU_ISA_AVX512 && __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
+#define OKV_Q8_ROWS 64u /* query rows quantized per pass */
+
+/* Scoring with OKV_DTYPE_Q8 summaries (same jobs and chunks as the other dtypes). */
+static void score_q8(const okv_score_desc_t *d, const float *q, const void *summaries, float *scores, int nt) {
+  const uint32_t G = d->group_size, hd = d->head_dim, nq = d->n_kv_heads * G;
+  const uint32_t rows = (d->t_end - d->t_begin) * G;
+  const uint32_t n_jobs = d->n_ranges > 0 ? d->n_ranges : d->n_seqs * d->n_kv_heads;
+  const size_t sb = (size_t)okv_summary_bytes_ex(OKV_DTYPE_Q8, hd), qs = 2u * (size_t)hd;
+  const float scale = (float)(1.0 / sqrt((double)hd));
+  const bool vnni = q8_have_vnni();
+  uint32_t max_nb = 0;
+  for (uint32_t j = 0; j < n_jobs; j++) {
+    uint32_t nb = score_job(d, j).n;
+    max_nb = nb > max_nb ? nb : max_nb;
+  }
+  const long n_chunks = (long)((max_nb + OKV_SCORE_CHUNK - 1u) / OKV_SCORE_CHUNK);
+  const long n_items = (long)n_jobs * n_chunks;
+  okv_unused_threads(nt);
+  OKV_OMP(omp parallel num_threads(nt) if (nt > 1 && n_items > 1)) {
+    _Alignas(64) int8_t qc[(OKV_Q8_ROWS + 3u) * 512];
+    float sig[OKV_Q8_ROWS], x[256];
+    double sx[OKV_Q8_ROWS];
+    uint32_t loaded_u = UINT32_MAX;
+OKV_OMP(omp for schedule(dynamic, 1))
+for (long it = 0; it < n_items; it++) {
+  const score_job_t job = score_job(d, (uint32_t)(it / n_chunks));
+  uint32_t b0 = (uint32_t)(it % n_chunks) * OKV_SCORE_CHUNK;
+  if (b0 >= job.n) continue;
+  uint32_t b1 = job.n - b0 > OKV_SCORE_CHUNK ? b0 + OKV_SCORE_CHUNK : job.n;
+  uint32_t s = job.u / d->n_kv_heads, h = job.u % d->n_kv_heads;
+  const uint8_t *summ = (const uint8_t *)summaries + (size_t)(job.summary_first + b0) * sb;
+  float *dst = scores + job.score_first + b0;
+  for (uint32_t r0 = 0; r0 < rows; r0 += OKV_Q8_ROWS) {
+    uint32_t nr = rows - r0 < OKV_Q8_ROWS ? rows - r0 : OKV_Q8_ROWS;
+    if (rows > OKV_Q8_ROWS || job.u != loaded_u) {
+      for (uint32_t i = 0; i < nr; i++) {
+        uint32_t r = r0 + i, t = d->t_begin + r / G, g = r % G;
+        const float *src = q + (((size_t)s * d->n_query_tokens + t) * nq + (size_t)h * G + g) * hd;
+        for (uint32_t e = 0; e < hd; e++) x[e] = src[e] * scale;
+        sig[i] = okv_cpu_q8_query(x, hd, qc + (size_t)i * qs, &sx[i]);
+      }
+      memset(qc + (size_t)nr * qs, 0, 3u * qs); /* rows nr..nr+2: zero codes for the 4-row tiles */
+      loaded_u = rows > OKV_Q8_ROWS ? UINT32_MAX : job.u;
+    }
+    const uint32_t nb = b1 - b0;
+    for (uint32_t i = 0; i < nr; i += 4) { /* four rows at a time; rows past nr are zero codes, ignored */
+      const bool first = r0 == 0 && i == 0;
+      uint32_t done = 0;
+      if (vnni)
+        done = q8_score_vnni(summ, sb, nb, qc + (size_t)i * qs, qs, (uint32_t)qs, nr - i, sig + i, sx + i, dst, first);
+      for (uint32_t b = done; b < nb; b++) {
+        const uint8_t *sm = summ + (size_t)b * sb;
+        float v = -INFINITY;
+        for (uint32_t r = i; r < nr && r < i + 4; r++) {
+          float u = q8_bound(sm, sig[r], sx[r], q8_dot_base(sm + 8, qc + (size_t)r * qs, (uint32_t)qs));
+          v = u > v ? u : v;
+        }
+        dst[b] = (first || v > dst[b]) ? v : dst[b];
+      }
+    }
+  }
+}
+  }
+}
+
 void okv_cpu_score_blocks(const okv_score_desc_t *d, const float *q, const void *summaries, float *scores,
                           int n_threads) {
   const uint32_t G = d->group_size, hd = d->head_dim, hdp = (hd + 15u) & ~15u;
@@ -536,6 +790,10 @@ void okv_cpu_score_blocks(const okv_score_desc_t *d, const float *q, const void 
   const int sdt = (int)d->summary_dtype;
   const size_t sb = (size_t)okv_summary_bytes_ex(d->summary_dtype, hd);
   const float scale = (float)(1.0 / sqrt((double)hd));
+  if (d->summary_dtype == OKV_DTYPE_Q8) {
+    score_q8(d, q, summaries, scores, cpu_threads(n_threads));
+    return;
+  }
   okv_score_fn fn = okv_score_range_base;
   switch (okv_cpu_isa_active()) {
     case OKV_CPU_ISA_AVX512: fn = okv_score_range_avx512; break;
@@ -548,7 +806,9 @@ void okv_cpu_score_blocks(const okv_score_desc_t *d, const float *q, const void 
     max_nb = nb > max_nb ? nb : max_nb;
   }
   const long n_chunks = (long)((max_nb + OKV_SCORE_CHUNK - 1u) / OKV_SCORE_CHUNK);
-  const long n_items = (long)n_jobs * n_chunks;
+  /* Short ranges (the candidates of a second pass) are scored several per work item. */
+  const uint32_t per_item = n_chunks == 1 && d->n_ranges > 0 ? OKV_SCORE_CHUNK / (max_nb ? max_nb : 1u) : 1u;
+  const long n_items = (long)((n_jobs + per_item - 1u) / per_item) * n_chunks;
   const int nt = cpu_threads(n_threads);
   okv_unused_threads(nt);
   OKV_OMP(omp parallel num_threads(nt) if (nt > 1 && n_items > 1)) {
@@ -560,24 +820,28 @@ void okv_cpu_score_blocks(const okv_score_desc_t *d, const float *q, const void 
     uint32_t loaded_u = UINT32_MAX;
 OKV_OMP(omp for schedule(dynamic, 1))
 for (long it = 0; it < n_items; it++) {
-  const score_job_t job = score_job(d, (uint32_t)(it / n_chunks));
-  uint32_t b0 = (uint32_t)(it % n_chunks) * OKV_SCORE_CHUNK;
-  if (b0 >= job.n) continue;
-  uint32_t b1 = job.n - b0 > OKV_SCORE_CHUNK ? b0 + OKV_SCORE_CHUNK : job.n;
-  uint32_t s = job.u / d->n_kv_heads, h = job.u % d->n_kv_heads;
-  const uint8_t *summ = (const uint8_t *)summaries + (size_t)(job.summary_first + b0) * sb;
-  float *dst = scores + job.score_first + b0;
-  for (uint32_t r0 = 0; r0 < rows; r0 += OKV_PASS_ROWS) {
-    uint32_t nr = rows - r0 < OKV_PASS_ROWS ? rows - r0 : OKV_PASS_ROWS;
-    if (rows > OKV_PASS_ROWS || job.u != loaded_u) {
-      score_load_rows(d, q, s, h, r0, nr, hdp, scale, qp, qn);
-      loaded_u = rows > OKV_PASS_ROWS ? UINT32_MAX : job.u;
-    }
-    if (r0 == 0) {
-      fn(summ, sdt, hd, hdp, b1 - b0, nr, qp, qn, dst);
-    } else {
-      fn(summ, sdt, hd, hdp, b1 - b0, nr, qp, qn, tmp);
-      for (uint32_t b = 0; b < b1 - b0; b++) dst[b] = tmp[b] > dst[b] ? tmp[b] : dst[b];
+  const uint32_t j0 = (uint32_t)(it / n_chunks) * per_item;
+  const uint32_t j1 = n_jobs - j0 > per_item ? j0 + per_item : n_jobs;
+  for (uint32_t j = j0; j < j1; j++) {
+    const score_job_t job = score_job(d, j);
+    uint32_t b0 = (uint32_t)(it % n_chunks) * OKV_SCORE_CHUNK;
+    if (b0 >= job.n) continue;
+    uint32_t b1 = job.n - b0 > OKV_SCORE_CHUNK ? b0 + OKV_SCORE_CHUNK : job.n;
+    uint32_t s = job.u / d->n_kv_heads, h = job.u % d->n_kv_heads;
+    const uint8_t *summ = (const uint8_t *)summaries + (size_t)(job.summary_first + b0) * sb;
+    float *dst = scores + job.score_first + b0;
+    for (uint32_t r0 = 0; r0 < rows; r0 += OKV_PASS_ROWS) {
+      uint32_t nr = rows - r0 < OKV_PASS_ROWS ? rows - r0 : OKV_PASS_ROWS;
+      if (rows > OKV_PASS_ROWS || job.u != loaded_u) {
+        score_load_rows(d, q, s, h, r0, nr, hdp, scale, qp, qn);
+        loaded_u = rows > OKV_PASS_ROWS ? UINT32_MAX : job.u;
+      }
+      if (r0 == 0) {
+        fn(summ, sdt, hd, hdp, b1 - b0, nr, qp, qn, dst);
+      } else {
+        fn(summ, sdt, hd, hdp, b1 - b0, nr, qp, qn, tmp);
+        for (uint32_t b = 0; b < b1 - b0; b++) dst[b] = tmp[b] > dst[b] ? tmp[b] : dst[b];
+      }
     }
   }
 }

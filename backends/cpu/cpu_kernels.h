@@ -26,6 +26,14 @@ void okv_cpu_summary_append_ex(const okv_summary_append_desc_t *d, void *summari
 void okv_cpu_kv_write(const okv_kv_write_desc_t *d, void *kv);
 /* src, dst: base pointers of d->src and d->dst. */
 void okv_cpu_summary_reduce(const okv_summary_reduce_desc_t *d, const void *src, void *dst, int n_threads);
+/* OKV_DTYPE_Q8 (include/oasiskv/kernels.h): encodes the box [mn, mx] (head_dim floats each) into `out`
+ * (okv_summary_bytes_ex(OKV_DTYPE_Q8, hd) bytes) with min codes rounded down and max codes up. */
+void okv_cpu_q8_encode(const float *mn, const float *mx, uint32_t hd, uint8_t *out);
+/* Query codes of one scaled query row x[hd] for OKV_DTYPE_Q8 scoring: codes[0..hd) hold the negative
+ * elements (against the min codes), codes[hd..2hd) the positive ones, each ceil(x / sigma) so that
+ * code * sigma >= x; *sum_x = sum of x in double. Returns sigma (0 for an all-zero row, NaN for a
+ * non-finite one). */
+float okv_cpu_q8_query(const float *x, uint32_t hd, int8_t *codes, double *sum_x);
 /* summaries: d->summary_dtype; segments or, with d->n_ranges > 0, ranges. */
 void okv_cpu_score_blocks(const okv_score_desc_t *d, const float *q, const void *summaries, float *scores,
                           int n_threads);

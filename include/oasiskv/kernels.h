@@ -34,7 +34,20 @@ extern "C" {
 
 #define OKV_BLOCK_TOKENS 16u
 
-typedef enum okv_dtype_e { OKV_DTYPE_F32 = 0, OKV_DTYPE_F16 = 1, OKV_DTYPE_BF16 = 2, OKV_DTYPE_COUNT } okv_dtype_t;
+typedef enum okv_dtype_e {
+  OKV_DTYPE_F32 = 0,
+  OKV_DTYPE_F16 = 1,
+  OKV_DTYPE_BF16 = 2,
+  OKV_DTYPE_COUNT, /* KV and summary dtypes are below this */
+  /* 8-bit block summary (a summary format, never a KV dtype; docs/kernels.md "8-bit summaries"):
+   * per block f32 lo, f32 step, then u8 min codes [head_dim], u8 max codes [head_dim], padded to
+   * 8 bytes. Code a stands for lo + step * a; min codes round down and max codes up, so the box
+   * [lo + step * amin, lo + step * amax] contains the source summary's box (an upper bound stays
+   * one). step < 0 marks a block whose bounds are not finite (it scores +infinity). Only
+   * okv_hal_summary_reduce_async's dst_dtype and okv_hal_score_blocks_async's summary_dtype
+   * accept it. */
+  OKV_DTYPE_Q8 = 4
+} okv_dtype_t;
 
 /* Element size in bytes (4, 2, 2); 0 for invalid. */
 OKV_API size_t okv_dtype_size(okv_dtype_t dtype);
@@ -45,7 +58,8 @@ OKV_API uint64_t okv_block_bytes(okv_dtype_t dtype, uint32_t head_dim);
 /* Bytes of one f32 block summary: 2 * head_dim * 4 (= okv_summary_bytes_ex(OKV_DTYPE_F32, head_dim)). */
 OKV_API uint64_t okv_summary_bytes(uint32_t head_dim);
 /* Bytes of one block summary stored in summary_dtype: 2 * head_dim * okv_dtype_size(summary_dtype)
- * (1,024 for f32 at head_dim 128, 512 for f16 / bf16); 0 for an invalid dtype. Pure, thread-safe. */
+ * (1,024 for f32 at head_dim 128, 512 for f16 / bf16); OKV_DTYPE_Q8: 8 + 2 * head_dim rounded up to
+ * 8 (264 at head_dim 128); 0 for an invalid dtype. Pure, thread-safe. */
 OKV_API uint64_t okv_summary_bytes_ex(okv_dtype_t summary_dtype, uint32_t head_dim);
 
 /* Conversions used by every backend and the tests (round to nearest even). */
@@ -200,6 +214,16 @@ OKV_API okv_status_t okv_hal_summary_reduce_async(okv_hal_stream_t *stream, cons
  * heads may need is kept, which is what attention over the shared KV head needs.
  * Summaries are read in summary_dtype (widened exactly) and the sum is
  * accumulated in f32.
+ * With summary_dtype OKV_DTYPE_Q8 (8-bit summaries, the first pass of q8
+ * scoring) the score of a row is computed on codes: x_i = f32(q_i * f32(1/sqrt(head_dim))),
+ * sigma = the least f32 >= max_i |x_i| / 127, c_i = ceil(x_i / sigma) in -127..127,
+ *   score = lo * sum_i x_i + step * sigma * sum_i c_i * (x_i < 0 ? amin_i : amax_i)
+ * (u8 x s8 dot products; the CPU backend uses AVX-512 VNNI when the CPU has it).
+ * c_i * sigma >= x_i and the code box contains the summary's box, so this is
+ * an upper bound of the Quest bound of the summary it encodes, up to f32
+ * rounding of the final sum (about 1e-7 relative); it exceeds it by at most
+ * step * (sum_i |x_i| + sigma * sum_i (amin_i + amax_i)). A block whose
+ * step < 0 scores +infinity; an all-zero row scores lo * sum_i x_i.
  * Ranges (two-level scoring: score group summaries first, then only the blocks
  * of the best groups): with n_ranges > 0, the per-segment arrays are ignored
  * (may be NULL) and, for each range r, blocks i < range_n_blocks[r] are scored

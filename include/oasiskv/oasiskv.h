@@ -58,12 +58,19 @@ typedef enum okv_scoring_e {
                                 blocks of each KV head's best scoring_groups groups (an approximation: a block of
                                 a group outside them is not predicted); equal to flat while a head has at most
                                 scoring_groups groups */
+  OKV_SCORING_Q8 = 2,        /* 8-bit summaries (OKV_DTYPE_Q8, a quarter of f32's bytes, u8 x s8 dot products)
+                                score every block; each KV head's best K + scoring_groups (0: K more; at most
+                                OKV_TOPK_MAX in all) are rescored on the exact summaries and the top-K taken
+                                from them. The 8-bit score is itself an upper bound of the exact one, so the
+                                top-K differs from flat only where a block of flat's top-K ranks below those
+                                candidates on the 8-bit scale; equal to flat while a head has at most that many
+                                blocks (docs/kernels.md "8-bit summaries") */
   OKV_SCORING_COUNT
 } okv_scoring_t;
 #define OKV_SCORING_GROUP_BLOCKS 16u
 /* okv_runtime_config_t.summary_dtype: summaries in the KV dtype. */
 #define OKV_SUMMARY_DTYPE_AUTO OKV_DTYPE_COUNT
-/* "flat" / "two-level" (NULL for an invalid value). Pure, thread-safe. */
+/* "flat" / "two-level" / "q8" (NULL for an invalid value). Pure, thread-safe. */
 OKV_API const char *okv_scoring_name(okv_scoring_t scoring);
 /* Parses a name of okv_scoring_name. Errors: INVALID_ARGUMENT listing the names. */
 OKV_API okv_status_t okv_scoring_parse(const char *name, okv_scoring_t *out_scoring);
@@ -100,9 +107,10 @@ typedef struct okv_runtime_config_t {
                                 KV dtype, which loses nothing: a min/max of stored keys is a stored value), F32,
                                 F16 or BF16 (half the bytes; min rounded toward -inf and max toward +inf, so
                                 scores stay upper bounds) */
-  okv_scoring_t scoring;     /* OKV_SCORING_FLAT (default) or OKV_SCORING_TWO_LEVEL */
+  okv_scoring_t scoring;     /* OKV_SCORING_FLAT (default), OKV_SCORING_TWO_LEVEL or OKV_SCORING_Q8 */
   uint32_t scoring_groups;   /* two-level: groups of OKV_SCORING_GROUP_BLOCKS blocks whose blocks are scored, per
-                                KV head and step; 0 = K / 4 (at least 1); at most K */
+                                KV head and step; 0 = K / 4 (at least 1). q8: candidates rescored beyond K per KV
+                                head; 0 = K. At most K */
 } okv_runtime_config_t;
 
 /* Sets every default (shape fields to 0: the caller must set them). */

@@ -31,6 +31,17 @@ void okv_ref_summary(const void *slot, okv_dtype_t dtype, uint32_t head_dim, uin
  * untouched. Summaries in d->summary_dtype. */
 void okv_ref_score(const okv_score_desc_t *d, const float *q, const void *summaries, double *scores);
 
+/* OKV_DTYPE_Q8: the score of one query row q[D] (unscaled, f32) on the 8-bit
+ * summary q8, from the definition in include/oasiskv/kernels.h, in double. */
+double okv_ref_q8_row(const uint8_t *q8, const float *q, uint32_t D);
+
+/* OKV_DTYPE_Q8: 0 if q8 encodes the box [mn, mx] (D floats each) as
+ * documented: lo exact, lo + 255 step covers the max within a few ulps of the
+ * least step, every min code the largest whose value is <= the min, every max
+ * code the smallest whose value is >= the max (step < 0 for a non-finite
+ * box, 0 for a point); otherwise the number of the first failed check. */
+int okv_ref_q8_check(const float *mn, const float *mx, uint32_t D, const uint8_t *q8);
+
 /* Sort-based top-K: out_indices [n_segments][k] (UINT32_MAX padding),
  * out_counts [n_segments]; positions mapped through d->index_map when set. */
 void okv_ref_topk(const okv_topk_desc_t *d, const float *scores, uint32_t *out_indices, uint32_t *out_counts);

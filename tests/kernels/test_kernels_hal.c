@@ -572,6 +572,157 @@ static void test_summary_reduce_hal(void **state) {
   release(bdst);
 }
 
+/* 8-bit summaries (OKV_DTYPE_Q8): bf16 summaries encoded through the reduce
+ * kernel satisfy the format's checks (lo exact, codes the tightest bounds;
+ * a point box gets step 0, a non-finite one step < 0); scores of every
+ * block and row equal the double-precision definition, are upper bounds of
+ * the exact Quest bound of the bf16 summaries (hence of every key), and
+ * exceed it by no more than the documented slack. head_dim 40 (codes not a
+ * multiple of 64 bytes), 6 rows (a partial group of four), 23 blocks (a
+ * partial group of four), and a range list. */
+static void test_q8_hal(void **state) {
+  fixture_t *f = *state;
+  okv_test_rng_t rng;
+  okv_test_rng_seed(&rng, 808);
+  const uint32_t S = 1, H = 2, G = 3, D = 40, T = 2, NQ = H * G, nb = 23, U = S * H, n_summ = U * nb;
+  const uint64_t sb = okv_summary_bytes_ex(OKV_DTYPE_BF16, D), qb = okv_summary_bytes_ex(OKV_DTYPE_Q8, D);
+  assert_int_equal(qb, 8 + 80);
+  assert_int_equal(okv_summary_bytes_ex(OKV_DTYPE_Q8, 128), 264);
+  assert_int_equal(okv_summary_bytes_ex(OKV_DTYPE_Q8, 3), 16);
+  uint16_t *summ = test_malloc(sb * n_summ);
+  for (uint32_t b = 0; b < n_summ; b++)
+    for (uint32_t e = 0; e < D; e++) {
+      float a = 3.0f * okv_test_rng_normal(&rng), c = 3.0f * okv_test_rng_normal(&rng);
+      if (b == 5) a = c = 0.75f;          /* a point box: step 0 */
+      if (b == 9 && e == 7) c = INFINITY; /* not finite: scores +inf */
+      summ[(size_t)b * 2 * D + e] = okv_f32_to_bf16_down(a < c ? a : c);
+      summ[(size_t)b * 2 * D + D + e] = okv_f32_to_bf16_up(a < c ? c : a);
+    }
+  float *q = test_malloc(sizeof(float) * S * T * NQ * D);
+  for (size_t i = 0; i < (size_t)S * T * NQ * D; i++) q[i] = okv_test_rng_normal(&rng);
+  for (uint32_t e = 0; e < D; e++) q[(size_t)(T - 1) * NQ * D + 1 * D + e] = 0.0f; /* an all-zero row */
+  uint64_t *first = test_malloc(8ull * n_summ);
+  uint32_t *ones = test_malloc(4ull * n_summ);
+  for (uint32_t i = 0; i < n_summ; i++) first[i] = i, ones[i] = 1;
+  okv_hal_buffer_t *bsrc = buf_with(f->dev, OKV_TIER_DEVICE, summ, sb * n_summ);
+  okv_hal_buffer_t *bq8 = buf_with(f->dev, OKV_TIER_DEVICE, NULL, qb * n_summ);
+  okv_summary_reduce_desc_t rd = {.head_dim = D,
+                                  .src = bsrc,
+                                  .src_dtype = OKV_DTYPE_BF16,
+                                  .dst = bq8,
+                                  .dst_dtype = OKV_DTYPE_Q8,
+                                  .n = n_summ,
+                                  .src_first = first,
+                                  .src_n = ones,
+                                  .dst_index = first};
+  if (kernel_unavailable(okv_hal_summary_reduce_async(f->stream, &rd), "summary reduce")) {
+    release(bsrc);
+    release(bq8);
+    test_free(summ);
+    test_free(q);
+    test_free(first);
+    test_free(ones);
+    skip();
+  }
+  OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+  uint8_t *q8 = test_malloc(qb * n_summ);
+  OKV_ASSERT_OK(okv_hal_buffer_read(bq8, 0, q8, qb * n_summ));
+  float *mn = test_malloc(4ull * D), *mx = test_malloc(4ull * D);
+  for (uint32_t b = 0; b < n_summ; b++) {
+    for (uint32_t e = 0; e < D; e++) {
+      mn[e] = okv_bf16_to_f32(summ[(size_t)b * 2 * D + e]);
+      mx[e] = okv_bf16_to_f32(summ[(size_t)b * 2 * D + D + e]);
+    }
+    int why = okv_ref_q8_check(mn, mx, D, q8 + b * qb);
+    if (why != 0) print_error("8-bit summary %u fails check %d\n", b, why);
+    assert_int_equal(why, 0);
+  }
+  float st5, st9;
+  memcpy(&st5, q8 + 5 * qb + 4, 4);
+  memcpy(&st9, q8 + 9 * qb + 4, 4);
+  assert_true(st5 == 0.0f && st9 < 0.0f);
+  /* Scores per segment (t_begin 0: both query tokens), then through ranges. */
+  uint64_t sfirst[2] = {0, nb}, scfirst[2] = {0, nb};
+  uint32_t segn[2] = {nb, nb - 2};
+  okv_hal_buffer_t *bqq = buf_with(f->dev, OKV_TIER_DEVICE, q, sizeof(float) * S * T * NQ * D);
+  okv_hal_buffer_t *bsc = buf_with(f->dev, OKV_TIER_DEVICE, NULL, 4ull * n_summ);
+  okv_score_desc_t sd = okv_kcase_score_desc(S, H, G, D, T, sfirst, segn, scfirst);
+  sd.t_begin = 0;
+  sd.q = bqq;
+  sd.summaries = bq8;
+  sd.summary_dtype = OKV_DTYPE_Q8;
+  sd.scores = bsc;
+  float *sc = test_malloc(4ull * n_summ);
+  double *ref = test_malloc(8ull * n_summ), *exact = test_malloc(8ull * n_summ);
+  for (int pass = 0; pass < 2; pass++) {
+    uint32_t rseg[3] = {1, 0, 0}, rn[3] = {4, 7, 9};
+    uint64_t rsf[3] = {nb + 3, 0, 13}, rcf[3] = {nb + 3, 0, 13};
+    if (pass == 1) {
+      sd.n_ranges = 3;
+      sd.range_seg = rseg;
+      sd.range_summary_first = rsf;
+      sd.range_n_blocks = rn;
+      sd.range_score_first = rcf;
+    }
+    for (uint32_t i = 0; i < n_summ; i++) sc[i] = -777.0f, ref[i] = -777.0, exact[i] = -777.0;
+    OKV_ASSERT_OK(okv_hal_buffer_write(bsc, 0, sc, 4ull * n_summ));
+    OKV_ASSERT_OK(okv_hal_score_blocks_async(f->stream, &sd));
+    OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+    OKV_ASSERT_OK(okv_hal_buffer_read(bsc, 0, sc, 4ull * n_summ));
+    okv_ref_score(&sd, q, q8, ref);
+    okv_score_desc_t ed = sd;
+    ed.summary_dtype = OKV_DTYPE_BF16;
+    okv_ref_score(&ed, q, summ, exact);
+    for (uint32_t i = 0; i < n_summ; i++) {
+      if (ref[i] == -777.0) {
+        assert_true(sc[i] == -777.0f); /* not a scored block: untouched */
+        continue;
+      }
+      if (i == 9) {
+        assert_true(isinf(sc[i]) && sc[i] > 0);
+        continue;
+      }
+      if (!(fabs(sc[i] - ref[i]) <= 1e-5 * (1.0 + fabs(ref[i])))) {
+        print_error("pass %d block %u: 8-bit score %.9g, definition %.9g\n", pass, i, sc[i], ref[i]);
+        fail();
+      }
+      assert_true(sc[i] >= exact[i] - 1e-5 * (1.0 + fabs(exact[i]))); /* an upper bound */
+      /* ... no looser than the documented slack, for the row that gives the exact bound */
+      float step;
+      memcpy(&step, q8 + i * qb + 4, 4);
+      double l1 = 0, codes = 0;
+      for (uint32_t e = 0; e < D; e++) codes += q8[i * qb + 8 + e] + q8[i * qb + 8 + D + e];
+      double slack_max = 0;
+      for (uint32_t r = 0; r < T * NQ; r++) {
+        l1 = 0;
+        double m = 0;
+        for (uint32_t e = 0; e < D; e++) {
+          double x = fabs(q[(size_t)r * D + e]) / sqrt((double)D);
+          l1 += x;
+          m = x > m ? x : m;
+        }
+        double sl = step * (l1 + m / 127.0 * 1.0001 * codes);
+        slack_max = sl > slack_max ? sl : slack_max;
+      }
+      assert_true(sc[i] <= exact[i] + slack_max + 1e-5 * (1.0 + fabs(exact[i])));
+    }
+  }
+  test_free(mn);
+  test_free(mx);
+  test_free(summ);
+  test_free(q);
+  test_free(first);
+  test_free(ones);
+  test_free(q8);
+  test_free(sc);
+  test_free(ref);
+  test_free(exact);
+  release(bsrc);
+  release(bq8);
+  release(bqq);
+  release(bsc);
+}
+
 /* ---- invalid descriptors: INVALID_ARGUMENT, nothing written ---- */
 
 static void expect_invalid_attention(fixture_t *f, const okv_attention_desc_t *d, okv_hal_buffer_t *out,
@@ -830,7 +981,7 @@ int main(int argc, char **argv) {
       OKV_FIXTURE_TEST(test_summaries),          OKV_FIXTURE_TEST(test_score_topk),
       OKV_FIXTURE_TEST(test_invalid_attention),  OKV_FIXTURE_TEST(test_invalid_others),
       OKV_FIXTURE_TEST(test_summaries_narrow),   OKV_FIXTURE_TEST(test_ranges_index_map),
-      OKV_FIXTURE_TEST(test_summary_reduce_hal),
+      OKV_FIXTURE_TEST(test_summary_reduce_hal), OKV_FIXTURE_TEST(test_q8_hal),
   };
   return cmocka_run_group_tests_name(g_backend, tests, NULL, NULL);
 }
