@@ -7,7 +7,6 @@
 #include "runtime_internal.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -160,7 +159,6 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
   }
   if (st != OKV_OK) {
     OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->predict)); /* no pending error left for the next job */
-    if (getenv("OKV_DEBUG_JOB")) fprintf(stderr, "job error: %s\n", okv_status_message(st));
     job->error = st;
     goto done;
   }
