@@ -364,6 +364,71 @@ static void test_scoring(void **state) {
   }
 }
 
+/* ---- 8-bit summaries ---- */
+
+/* OKV_DTYPE_Q8 scoring at every ISA level (the AVX-512 VNNI path, and the
+ * scalar path below AVX-512 or without VNNI) and 1-2 threads equals the
+ * double-precision definition, and is an upper bound of the exact Quest bound
+ * of the f32 summaries it encodes; head_dim 128 (four 64-byte chunks) and 20
+ * (one masked chunk), 37 blocks (a partial group of four), 8 rows (two
+ * groups of four). The encoder's codes pass the format's checks. */
+static void test_scoring_q8(void **state) {
+  (void)state;
+  okv_test_rng_t rng;
+  okv_test_rng_seed(&rng, 9090);
+  const uint32_t dims[2] = {128, 20};
+  for (int di = 0; di < 2; di++) {
+    const uint32_t S = 1, H = 2, G = 4, D = dims[di], T = 2, NQ = H * G, nb = 37, U = S * H, n = U * nb;
+    const size_t qb = (size_t)okv_summary_bytes_ex(OKV_DTYPE_Q8, D);
+    float *summ = test_malloc(sizeof(float) * 2 * D * n);
+    uint8_t *q8 = test_malloc(qb * n);
+    for (uint32_t b = 0; b < n; b++) {
+      for (uint32_t e = 0; e < D; e++) {
+        float a = okv_test_rng_normal(&rng) + 0.5f, c = okv_test_rng_normal(&rng) + 0.5f;
+        summ[(size_t)b * 2 * D + e] = a < c ? a : c;
+        summ[(size_t)b * 2 * D + D + e] = a < c ? c : a;
+      }
+      okv_cpu_q8_encode(summ + (size_t)b * 2 * D, summ + (size_t)b * 2 * D + D, D, q8 + b * qb);
+      assert_int_equal(okv_ref_q8_check(summ + (size_t)b * 2 * D, summ + (size_t)b * 2 * D + D, D, q8 + b * qb), 0);
+    }
+    float *q = test_malloc(sizeof(float) * S * T * NQ * D);
+    for (size_t i = 0; i < (size_t)S * T * NQ * D; i++) q[i] = okv_test_rng_normal(&rng);
+    uint64_t sfirst[2] = {0, nb}, scfirst[2] = {0, nb};
+    uint32_t segn[2] = {nb, nb};
+    okv_score_desc_t sd = okv_kcase_score_desc(S, H, G, D, T, sfirst, segn, scfirst);
+    sd.t_begin = 0;
+    double *ref = test_malloc(sizeof(double) * n), *exact = test_malloc(sizeof(double) * n);
+    okv_score_desc_t ed = sd;
+    okv_ref_score(&ed, q, summ, exact);
+    sd.summary_dtype = OKV_DTYPE_Q8;
+    okv_ref_score(&sd, q, q8, ref);
+    float *scores = test_malloc(sizeof(float) * n);
+    okv_cpu_isa_t top = okv_cpu_isa_detected();
+    for (int isa = 0; isa <= (int)top; isa++) {
+      okv_cpu_isa_limit((okv_cpu_isa_t)isa);
+      for (int nt = 1; nt <= MAX_THREADS; nt++) {
+        for (uint32_t i = 0; i < n; i++) scores[i] = -777.0f;
+        okv_cpu_score_blocks(&sd, q, q8, scores, nt);
+        for (uint32_t i = 0; i < n; i++) {
+          if (!(fabs(scores[i] - ref[i]) <= 1e-5 * (1.0 + fabs(ref[i])))) {
+            print_error("D %u isa %s threads %d block %u: %.9g, definition %.9g\n", D,
+                        okv_cpu_isa_name((okv_cpu_isa_t)isa), nt, i, scores[i], ref[i]);
+            fail();
+          }
+          assert_true(scores[i] >= exact[i] - 1e-5 * (1.0 + fabs(exact[i])));
+        }
+      }
+    }
+    okv_cpu_isa_limit(OKV_CPU_ISA_AVX512);
+    test_free(summ);
+    test_free(q8);
+    test_free(q);
+    test_free(ref);
+    test_free(exact);
+    test_free(scores);
+  }
+}
+
 /* ---- narrowed summaries (bf16 / f16) ---- */
 
 /* Element i of a summary array of dtype dt, widened. */
@@ -884,6 +949,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_summaries_narrow),
       cmocka_unit_test(test_scoring_narrow),
       cmocka_unit_test(test_scoring_ranges),
+      cmocka_unit_test(test_scoring_q8),
       cmocka_unit_test(test_summary_reduce),
       cmocka_unit_test(test_topk),
   };

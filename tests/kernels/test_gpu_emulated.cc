@@ -20,6 +20,8 @@
 
 extern "C" {
 #include <cmocka.h>
+
+#include "tests/kernels/kernel_ref.h"
 }
 
 /* Sanitizer builds switch fibers ~20x slower: smaller cases there. */
@@ -762,6 +764,83 @@ void test_scores_ranges_bf16(void **state) {
     }
 }
 
+/* 8-bit summaries (OKV_DTYPE_Q8): the reduce kernel's codes pass the
+ * format's checks (kernel_ref.c), and the scoring kernel's scores equal the
+ * double-precision definition, for a head_dim that leaves lanes idle. */
+void test_q8(void **state) {
+  (void)state;
+  Rng r(26);
+  const uint32_t n_kv = 2, G = 3, D = 40, T = 2, Hq = n_kv * G, nb = 19, n = n_kv * nb;
+  Elems src(2, (size_t)n * 2 * D);
+  for (uint32_t b = 0; b < n; ++b)
+    for (uint32_t d = 0; d < D; ++d) {
+      const float x = 2.0f * r.normal(), y = 2.0f * r.normal();
+      src.set((size_t)b * 2 * D + d, b == 4 ? 0.5f : std::min(x, y));
+      src.set((size_t)b * 2 * D + D + d, b == 4 ? 0.5f : std::max(x, y));
+    }
+  const size_t qb = 8 + 2 * D;
+  std::vector<unsigned char> q8(qb * n, 0x44);
+  std::vector<uint64_t> first(n);
+  std::vector<uint32_t> ones(n, 1);
+  for (uint32_t i = 0; i < n; ++i) first[i] = i;
+  okv_gpu_reduce_args_t ra = {};
+  ra.src = addr(src.bytes.data());
+  ra.dst = addr(q8.data());
+  ra.src_first = addr(first.data());
+  ra.src_n = addr(ones.data());
+  ra.dst_index = addr(first.data());
+  ra.n = n;
+  ra.head_dim = D;
+  ra.src_dtype = 2;
+  ra.dst_dtype = OKV_DTYPE_Q8;
+  assert_true(okv_emu::launch(okv_gpu_summary_reduce, {5, 1, 1}, OKV_GPU_SUMMARY_THREADS, 0, ra));
+  std::vector<float> mn(D), mx(D);
+  for (uint32_t b = 0; b < n; ++b) {
+    for (uint32_t d = 0; d < D; ++d) {
+      mn[d] = (float)src.value[(size_t)b * 2 * D + d];
+      mx[d] = (float)src.value[(size_t)b * 2 * D + D + d];
+    }
+    const int why = okv_ref_q8_check(mn.data(), mx.data(), D, &q8[b * qb]);
+    if (why != 0) fprintf(stderr, "8-bit summary %u fails check %d\n", b, why);
+    assert_int_equal(why, 0);
+  }
+  std::vector<float> q((size_t)T * Hq * D);
+  for (auto &x : q) x = r.normal();
+  std::vector<uint64_t> sf = {0, nb}, cf = {0, nb};
+  std::vector<uint32_t> sn = {nb, nb};
+  std::vector<float> scores(n, 42.0f);
+  okv_gpu_score_args_t a = {};
+  a.q = addr(q.data());
+  a.summaries = addr(q8.data());
+  a.scores = addr(scores.data());
+  a.seg_summary_first = addr(sf.data());
+  a.seg_n_blocks = addr(sn.data());
+  a.seg_score_first = addr(cf.data());
+  a.n_seqs = 1;
+  a.n_kv_heads = n_kv;
+  a.group_size = G;
+  a.head_dim = D;
+  a.n_query_tokens = T;
+  a.t_begin = 0;
+  a.t_end = T;
+  a.scale = (float)(1.0 / std::sqrt((double)D));
+  a.summary_dtype = OKV_DTYPE_Q8;
+  const uint32_t gy = (nb + OKV_GPU_SCORE_BLOCKS_PER_CTA - 1) / OKV_GPU_SCORE_BLOCKS_PER_CTA;
+  assert_true(okv_emu::launch(okv_gpu_score_blocks, {n_kv, gy, 1}, OKV_GPU_SCORE_THREADS, 0, a));
+  for (uint32_t h = 0; h < n_kv; ++h)
+    for (uint32_t b = 0; b < nb; ++b) {
+      double best = -INFINITY;
+      for (uint32_t t = 0; t < T; ++t)
+        for (uint32_t g = 0; g < G; ++g)
+          best = std::max(best, okv_ref_q8_row(&q8[(h * nb + b) * qb], &q[((size_t)t * Hq + h * G + g) * D], D));
+      const float got = scores[h * nb + b];
+      if (!(std::fabs(got - best) <= 1e-5 * (1.0 + std::fabs(best)))) {
+        fprintf(stderr, "8-bit score head %u block %u: got %.9g want %.9g\n", h, b, got, best);
+        fail();
+      }
+    }
+}
+
 /* ---- 5. Top-K ---- */
 
 void check_topk(const std::vector<std::vector<float>> &segs, const std::vector<std::vector<uint32_t>> &excl, uint32_t k,
@@ -878,6 +957,7 @@ int main(void) {
       cmocka_unit_test(test_summary_append_narrow),
       cmocka_unit_test(test_summary_reduce),
       cmocka_unit_test(test_scores_ranges_bf16),
+      cmocka_unit_test(test_q8),
       cmocka_unit_test(test_topk),
       cmocka_unit_test(test_topk_all_excluded),
   };
