@@ -54,7 +54,7 @@ static void usage(void) {
       "usage: oasiskv bench runtime [--backend NAME] [--seqs N] [--context TOKENS] [--layers N]\n"
       "                             [--host-gib G] [--budget K] [--fetch-ratio R] [--steps N]\n"
       "                             [--warmup N] [--noise X] [--recall] [--project SHAPE] [--json]\n"
-      "                             [--scoring flat|two-level|q8] [--groups N] [--summary-dtype auto|f32|bf16|f16]\n"
+      "                             [--scoring q8|flat|two-level] [--groups N] [--summary-dtype auto|f32|bf16|f16]\n"
       "                             [--locality X]\n"
       "  Defaults: cpu, 8 sequences x 16384 tokens, layers that fit in 4 GiB of host tier,\n"
       "  K = 128, fetch ratio 0.05, 4 measured steps after 2 warm-up steps.\n");
@@ -89,7 +89,9 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
   o->noise = 0.5;
   o->json = false;
   o->recall = false;
-  o->scoring = OKV_SCORING_FLAT;
+  okv_runtime_config_t defaults;
+  okv_runtime_config_init(&defaults);
+  o->scoring = defaults.scoring;             /* the runtime's default */
   o->summary_dtype = OKV_SUMMARY_DTYPE_AUTO; /* as the KV (bf16 here) */
   o->groups = 0;
   o->locality = 0;

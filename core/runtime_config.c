@@ -56,6 +56,7 @@ void okv_runtime_config_init(okv_runtime_config_t *config) {
   config->max_seqs = 64;
   config->max_context_tokens = 131072;
   config->summary_dtype = OKV_SUMMARY_DTYPE_AUTO;
+  config->scoring = OKV_SCORING_Q8; /* docs/kernels.md "Scoring at long context": flat's top-K, a third of its time */
 }
 
 okv_status_t okv_runtime_config_validate(const okv_runtime_config_t *c) {

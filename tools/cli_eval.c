@@ -38,6 +38,8 @@ static void usage(FILE *f) {
           "  --budget K         working-set blocks per KV head (default 8)\n"
           "  --fetch-ratio R    cap C = ceil(R*K) new blocks per KV head per step, R in (0,1] (default 0.05);\n"
           "                     auto[:MAX]: chosen per step from the measured link, at most MAX (default 0.05)\n"
+          "  --scoring S        flat|two-level|q8: how the prediction scores blocks (default: the runtime's,\n"
+          "                     docs/kernels.md \"Scoring at long context\")\n"
           "  --sweep            K in {1,2,4,8,16} x modes; writes results/sweep.{json,csv,png} unless overridden\n"
           "  --json FILE        JSON array of results ('-' = stdout instead of the table)\n"
           "  --csv FILE         CSV of results ('-' = stdout instead of the table)\n"
@@ -324,6 +326,7 @@ int okv_cli_eval(int argc, char **argv) {
   uint64_t offset = 0;
   uint32_t bytes = 2000, n_windows = 1, budget = 8, context = 0, prefill_tokens = 0;
   double fetch_ratio = 0.05;
+  okv_scoring_t scoring = OKV_SCORING_COUNT; /* not given */
   bool sweep = false;
   const char *trace_path = NULL, *remote_s = NULL, *token_path = NULL;
   bool disaggregated = false;
@@ -351,6 +354,7 @@ int okv_cli_eval(int argc, char **argv) {
     OKV_CLI_OPT_PARSED("--windows", okv_cli_parse_u32(CMD, "--windows", v, 1, 1024, &n_windows))
     OKV_CLI_OPT_PARSED("--budget", okv_cli_parse_u32(CMD, "--budget", v, 1, OKV_TOPK_MAX, &budget))
     OKV_CLI_OPT_PARSED("--fetch-ratio", okv_cli_parse_fetch_ratio(CMD, v, &fetch_ratio))
+    OKV_CLI_OPT_PARSED("--scoring", okv_cli_parse_scoring(CMD, v, &scoring))
     OKV_CLI_OPT_PARSED("--prefill-tokens", okv_cli_parse_u32(CMD, "--prefill-tokens", v, 1, 1u << 20, &prefill_tokens))
     fprintf(stderr, CMD ": unknown option '%s' (see --help)\n", argv[i]);
     return 2;
@@ -494,8 +498,16 @@ int okv_cli_eval(int argc, char **argv) {
   size_t n_budgets = sweep ? 5 : 1;
   bool tty = isatty(2);
   progress_t prog;
-  okv_eval_config_t ec = {
-      OKV_MODE_DENSE, OKV_DRAFTER_NONE, budget, fetch_ratio, tty ? progress_cb : NULL, &prog, NULL, NULL};
+  okv_eval_config_t ec = {OKV_MODE_DENSE,
+                          OKV_DRAFTER_NONE,
+                          budget,
+                          fetch_ratio,
+                          tty ? progress_cb : NULL,
+                          &prog,
+                          NULL,
+                          NULL,
+                          scoring != OKV_SCORING_COUNT,
+                          scoring != OKV_SCORING_COUNT ? scoring : OKV_SCORING_FLAT};
   if (okv_cli_remote_wanted(&remote)) { /* the KV server prefills each window per run */
     if (!okv_cli_remote_open(CMD, cm.model_path, cm.tokenizer_path, device, context, &remote)) goto done;
     prefill.n_windows = n_windows;

@@ -97,6 +97,14 @@ bool okv_cli_parse_fetch_ratio(const char *cmd, const char *s, double *out) {
   return true;
 }
 
+bool okv_cli_parse_scoring(const char *cmd, const char *s, okv_scoring_t *out) {
+  okv_status_t st = okv_scoring_parse(s, out);
+  if (st == OKV_OK) return true;
+  fprintf(stderr, "%s: --scoring: %s\n", cmd, okv_status_message(st));
+  okv_status_free(st);
+  return false;
+}
+
 const char *okv_cli_mode_name(okv_mode_t mode) { return okv_mode_name(mode); }
 
 bool okv_cli_parse_mode(const char *cmd, const char *s, okv_mode_t *out) {

@@ -53,6 +53,8 @@ bool okv_cli_parse_double(const char *cmd, const char *flag, const char *s, doub
  * OKV_CLI_AUTO_FETCH_RATIO_MAX), which is returned as -MAX. */
 #define OKV_CLI_AUTO_FETCH_RATIO_MAX 0.05
 bool okv_cli_parse_fetch_ratio(const char *cmd, const char *s, double *out);
+/* --scoring NAME (okv_scoring_parse's names); prints "CMD: ..." and returns false on a bad name. */
+bool okv_cli_parse_scoring(const char *cmd, const char *s, okv_scoring_t *out);
 /* Sets config->fetch_ratio and fetch_ratio_auto from a parsed --fetch-ratio value. */
 void okv_cli_apply_fetch_ratio(double fetch_ratio, okv_runtime_config_t *out);
 /* --mode for one mode; "all" is handled by the caller. */

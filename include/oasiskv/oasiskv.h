@@ -107,7 +107,8 @@ typedef struct okv_runtime_config_t {
                                 KV dtype, which loses nothing: a min/max of stored keys is a stored value), F32,
                                 F16 or BF16 (half the bytes; min rounded toward -inf and max toward +inf, so
                                 scores stay upper bounds) */
-  okv_scoring_t scoring;     /* OKV_SCORING_FLAT (default), OKV_SCORING_TWO_LEVEL or OKV_SCORING_Q8 */
+  okv_scoring_t scoring;     /* OKV_SCORING_Q8 (okv_runtime_config_init's default), OKV_SCORING_FLAT (the
+                                reference) or OKV_SCORING_TWO_LEVEL */
   uint32_t scoring_groups;   /* two-level: groups of OKV_SCORING_GROUP_BLOCKS blocks whose blocks are scored, per
                                 KV head and step; 0 = K / 4 (at least 1). q8: candidates rescored beyond K per KV
                                 head; 0 = K. At most K */

@@ -336,6 +336,8 @@ typedef struct okv_eval_config_t {
    * replaced by window indices; may be NULL. */
   okv_engine_trace_fn trace;
   void *trace_user;
+  bool scoring_set;      /* scoring given: otherwise the runtime's default */
+  okv_scoring_t scoring; /* okv_runtime_config_t.scoring when scoring_set */
 } okv_eval_config_t;
 
 typedef struct okv_eval_result_t {
