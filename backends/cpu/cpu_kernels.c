@@ -860,6 +860,15 @@ static inline uint64_t topk_key(float x, uint32_t idx) {
   return ((uint64_t)b << 32) | (uint64_t)(~idx);
 }
 
+/* The score of a key (topk_key's inverse on the upper 32 bits; -infinity for a NaN's key). */
+static inline float topk_key_score(uint64_t key) {
+  uint32_t b = (uint32_t)(key >> 32);
+  b = (b & 0x80000000u) ? (b & 0x7FFFFFFFu) : ~b;
+  float x;
+  memcpy(&x, &b, 4);
+  return x;
+}
+
 /* Min-heap sift-down of h[i] in h[0..n). */
 static inline void heap_down(uint64_t *h, uint32_t n, uint32_t i) {
   uint64_t x = h[i];
@@ -902,13 +911,25 @@ for (long ul = 0; ul < n_seg; ul++) {
   for (uint32_t i = cnt / 2u; i-- > 0;) heap_down(heap, cnt, i);
   if (cnt == k) {
     uint64_t thr = heap[0];
+    float tf = topk_key_score(thr);
     for (; b < n; b++) {
+      /* Sixteen scores below the threshold's score at a time are skipped (a later block with an equal
+       * score loses the tie, so only >= can enter); NaN compares false, as its -infinity key would. */
+      if ((b & 15u) == 0 && n - b >= 16u) {
+        int any = 0;
+        for (uint32_t i = 0; i < 16u; i++) any |= sc[b + i] >= tf;
+        if (!any) {
+          b += 15u;
+          continue;
+        }
+      }
       uint64_t key = topk_key(sc[b], b);
       if (key <= thr) continue;
       if (has_excl && (excl[b >> 6] >> (b & 63u) & 1u)) continue;
       heap[0] = key;
       heap_down(heap, cnt, 0);
       thr = heap[0];
+      tf = topk_key_score(thr);
     }
   }
   /* Heap sort: popping the minimum to the end leaves descending order. */
