@@ -527,8 +527,9 @@ typedef struct serve_result_t {
   double cap_blocks_mean; /* auto: the mean C the runtime chose (okv_runtime_cap_state), sampled each step */
   double step_list[64];
   uint32_t n_step_list;
-  /* Runtime modes, per measured step (first 64): HOST->DEVICE fetch bytes; auto: the mean C over layers. */
-  double fetch_list[64], cap_list[64];
+  /* Runtime modes, per measured step (first 64): HOST->DEVICE fetch bytes; auto: the mean C over layers and the
+   * link ceiling the controller searched under (okv_cap_state_t.cap_ceiling_blocks). */
+  double fetch_list[64], cap_list[64], ceiling_list[64];
   char note[160];
 } serve_result_t;
 
@@ -932,12 +933,16 @@ static void run_runtime(serve_t *s, serve_mode_t m, uint32_t ctx, serve_result_t
       cum.append_bytes += ss.append_bytes;
       cum.stall_seconds += ss.stall_seconds + te;
       okv_cap_state_t cs;
-      double cap = 0;
-      if (s->cur_auto && okv_status_consume(okv_runtime_cap_state(rt, &cs)) == OKV_STATUS_OK) cap = cs.cap_blocks;
+      double cap = 0, ceiling = 0;
+      if (s->cur_auto && okv_status_consume(okv_runtime_cap_state(rt, &cs)) == OKV_STATUS_OK) {
+        cap = cs.cap_blocks;
+        ceiling = cs.cap_ceiling_blocks;
+      }
       r->cap_blocks_mean += cap;
       if (r->n_step_list < 64) {
         r->fetch_list[r->n_step_list] = (double)ss.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE];
         r->cap_list[r->n_step_list] = cap;
+        r->ceiling_list[r->n_step_list] = ceiling;
       }
       cum.attention_seconds += ss.attention_seconds;
       cum.append_seconds += ss.append_seconds;
@@ -1370,16 +1375,19 @@ static json_object *result_json(const serve_t *s, const serve_result_t *r) {
   for (uint32_t i = 0; i < r->n_step_list; i++) json_object_array_add(sl, json_object_new_double(r->step_list[i]));
   json_object_object_add(o, "step_seconds_each", sl);
   if (r->mode != SM_OFFLOAD) { /* runtime modes */
-    json_object *fl = json_object_new_array(), *cl = json_object_new_array();
+    json_object *fl = json_object_new_array(), *cl = json_object_new_array(), *ml = json_object_new_array();
     for (uint32_t i = 0; i < r->n_step_list; i++) {
       json_object_array_add(fl, json_object_new_double(r->fetch_list[i]));
       if (r->fetch_auto) json_object_array_add(cl, json_object_new_double(r->cap_list[i]));
+      if (r->fetch_auto) json_object_array_add(ml, json_object_new_double(r->ceiling_list[i]));
     }
     json_object_object_add(o, "fetch_bytes_each", fl);
     if (r->fetch_auto) {
       json_object_object_add(o, "cap_blocks_each", cl);
+      json_object_object_add(o, "cap_ceiling_each", ml);
     } else {
       json_object_put(cl);
+      json_object_put(ml);
     }
   }
   if (r->note[0]) json_object_object_add(o, "note", json_object_new_string(r->note));

@@ -315,13 +315,13 @@ void okv_rt_note_layer_use(okv_runtime_t *rt, uint32_t layer) {
       rt->layer_interval_s > 0 ? (1.0 - CAP_EWMA_WEIGHT) * rt->layer_interval_s + CAP_EWMA_WEIGHT * dt : dt;
 }
 
-/* C for a job of `n_seqs` sequences: the configured cap, or with
+/* The link ceiling for a job of `n_seqs` sequences: the configured cap, or with
  * fetch_ratio_auto the largest C whose transfers, for every layer, fit in
  * CAP_LINK_SHARE of the time between a layer's uses at the measured bandwidth:
  *   C = floor(share * link_bps * interval / (n_layers * n_seqs * n_kv_heads * block_bytes)),
  * clamped to 1..ceil(fetch_ratio * K). Until both are measured: the paper's
  * 0.05 * K (at most the maximum). */
-uint32_t okv_rt_choose_cap(const okv_runtime_t *rt, uint32_t n_seqs) {
+uint32_t okv_rt_cap_ceiling(const okv_runtime_t *rt, uint32_t n_seqs) {
   uint32_t cmax = rt->cap_blocks;
   if (!rt->cfg.fetch_ratio_auto) return cmax;
   if (rt->link_bps <= 0 || rt->layer_interval_s <= 0) {
@@ -334,6 +334,27 @@ uint32_t okv_rt_choose_cap(const okv_runtime_t *rt, uint32_t n_seqs) {
   return c >= (double)cmax ? cmax : (uint32_t)c;
 }
 
+/* C for a job of `n_seqs` sequences: the configured cap, or with
+ * fetch_ratio_auto the controller's C (cap_ctl.h), never above the link ceiling. */
+uint32_t okv_rt_choose_cap(const okv_runtime_t *rt, uint32_t n_seqs) {
+  uint32_t ceiling = okv_rt_cap_ceiling(rt, n_seqs);
+  if (!rt->cfg.fetch_ratio_auto) return ceiling;
+  return rt->cap_ctl.c < ceiling ? rt->cap_ctl.c : ceiling;
+}
+
+/* End of a step (fetch_ratio_auto): feeds the controller the step's cost per
+ * decoded token (wall time from step_begin / sequences), the blocks the cap
+ * deferred and the link; its C applies to the next step's jobs. */
+void okv_rt_cap_step_end(okv_runtime_t *rt, uint64_t deferred) {
+  if (!rt->cfg.fetch_ratio_auto || rt->step_n_seqs == 0) return;
+  okv_cap_obs_t obs = {.ceiling = okv_rt_cap_ceiling(rt, rt->step_n_seqs),
+                       .token_seconds = (okv_rt_wall_s() - rt->step_begin_s) / rt->step_n_seqs,
+                       .deferred = deferred,
+                       .link_bytes_per_s = rt->link_bps};
+  rt->cap_ceiling_last = obs.ceiling;
+  okv_cap_ctl_update(&rt->cap_ctl, &obs);
+}
+
 okv_status_t okv_runtime_cap_state(const okv_runtime_t *rt, okv_cap_state_t *out) {
   if (rt == NULL || out == NULL) return OKV_RT_INVALID("okv_runtime_cap_state: runtime or out_state is NULL");
   memset(out, 0, sizeof *out);
@@ -343,6 +364,10 @@ okv_status_t okv_runtime_cap_state(const okv_runtime_t *rt, okv_cap_state_t *out
   double sum = 0;
   for (uint32_t l = 0; l < rt->cfg.n_layers; l++) sum += rt->jobs ? rt->jobs[l].cap : rt->cap_blocks;
   out->cap_blocks = sum / rt->cfg.n_layers;
+  if (rt->cfg.fetch_ratio_auto) {
+    out->cap_ceiling_blocks = rt->cap_ceiling_last;
+    out->cap_target_blocks = rt->cap_ctl.c;
+  }
   return OKV_OK;
 }
 

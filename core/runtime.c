@@ -190,6 +190,7 @@ okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_conf
   if (rt->cap_blocks < 1) rt->cap_blocks = 1;
   if (rt->cap_blocks > c->budget_blocks) rt->cap_blocks = c->budget_blocks;
   rt->slots_per_head = c->budget_blocks + 1u + rt->cap_blocks;
+  okv_cap_ctl_init(&rt->cap_ctl, okv_rt_cap_ceiling(rt, 1)); /* nothing measured: the paper's 0.05 * K */
   rt->step = 1;
   uint64_t LH = (uint64_t)c->n_layers * c->n_kv_heads;
   uint64_t n_seg = (uint64_t)c->max_seqs * c->n_kv_heads;

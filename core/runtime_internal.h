@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "block_map.h"
+#include "cap_ctl.h"
 #include "host_store.h"
 #include "select.h"
 #include "oasiskv/oasiskv.h"
@@ -153,6 +154,9 @@ struct okv_runtime_t {
   okv_hal_event_t **copy_start_events; /* [n_layers], auto only */
   double link_bps, layer_interval_s;   /* 0 = not measured yet */
   double *last_use_s;                  /* [n_layers] wall time of the layer's latest step_layer */
+  okv_cap_ctl_t cap_ctl;               /* the search over C below the link ceiling (cap_ctl.h) */
+  double step_begin_s;                 /* wall time of the step's okv_runtime_step_begin */
+  uint32_t cap_ceiling_last;           /* link ceiling the latest step_end fed the controller (0: none yet) */
   okv_hal_event_t *append_event;
 
   /* Foreground scratch */
@@ -316,7 +320,9 @@ double okv_rt_job_wait_event(okv_runtime_t *rt, uint32_t layer);
 void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s);
 void okv_rt_job_submit(okv_runtime_t *rt, uint32_t layer, const float *q, double *q_s);
 void okv_rt_note_layer_use(okv_runtime_t *rt, uint32_t layer);
+uint32_t okv_rt_cap_ceiling(const okv_runtime_t *rt, uint32_t n_seqs);
 uint32_t okv_rt_choose_cap(const okv_runtime_t *rt, uint32_t n_seqs);
+void okv_rt_cap_step_end(okv_runtime_t *rt, uint64_t deferred);
 /* scoring.c */
 okv_status_t okv_rt_scoring_init(okv_runtime_t *rt, uint64_t n_host_blocks);
 okv_status_t okv_rt_scoring_ctx_init(okv_runtime_t *rt, okv_predict_ctx_t *ctx);

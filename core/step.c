@@ -41,6 +41,7 @@ okv_status_t okv_runtime_step_begin(okv_runtime_t *rt, uint32_t n_seqs, const ui
     rt->step_seq_id[i] = seq_ids[i];
   }
   rt->in_step = true;
+  rt->step_begin_s = rt->cfg.fetch_ratio_auto ? okv_rt_wall_s() : 0.0;
   rt->step_n_seqs = n_seqs;
   rt->step_T = n_query_tokens;
   rt->next_layer = 0;
@@ -379,6 +380,7 @@ okv_status_t okv_runtime_step_end(okv_runtime_t *rt, okv_step_stats_t *out_stats
   step.deferred_steps = step.deferred > 0;
   okv_rt_stats_add(&rt->total_cum, &step);
   if (out_stats) *out_stats = step;
+  if (st == OKV_OK && has_pipeline(rt)) okv_rt_cap_step_end(rt, step.deferred);
   rt->in_step = false;
   rt->step++;
   return st;

@@ -362,6 +362,8 @@ typedef struct okv_cap_state_t {
   double layer_interval_seconds;
   double cap_blocks;
   uint32_t cap_max_blocks;
+  uint32_t cap_ceiling_blocks; /* auto: the link ceiling of the latest step (0 until a step ended) */
+  uint32_t cap_target_blocks;  /* auto: the controller's C for the next step (at most the ceiling) */
 } okv_cap_state_t;
 
 /* Reads the cap state. Call from the engine thread between calls (not thread-safe

@@ -524,22 +524,22 @@ static void test_auto_cap(void **state) {
   okv_runtime_t *rt = d.rt;
   assert_int_equal(rt->cap_blocks, 4);
   /* Nothing measured: the paper's 0.05 * K = 0.4 -> 1. */
-  assert_int_equal(okv_rt_choose_cap(rt, 2), 1);
+  assert_int_equal(okv_rt_cap_ceiling(rt, 2), 1);
   /* 2 layers x 2 KV heads x 3 seqs = 12 heads; block_bytes = 2 * 16 * 16 * 4 = 2048.
    * 0.8 * 1e6 B/s * 0.0768 s / (12 * 2048) = 2.5 -> 2. */
   uint64_t bb = okv_block_bytes(c.kv_dtype, c.head_dim);
   assert_int_equal(bb, 2048);
   rt->link_bps = 1e6;
   rt->layer_interval_s = 0.0768;
-  assert_int_equal(okv_rt_choose_cap(rt, 3), 2);
+  assert_int_equal(okv_rt_cap_ceiling(rt, 3), 2);
   rt->link_bps = 0.5e6; /* half the link: 1.25 -> 1 */
-  assert_int_equal(okv_rt_choose_cap(rt, 3), 1);
+  assert_int_equal(okv_rt_cap_ceiling(rt, 3), 1);
   rt->link_bps = 0.1e6; /* below one block per head: never below 1 */
-  assert_int_equal(okv_rt_choose_cap(rt, 3), 1);
+  assert_int_equal(okv_rt_cap_ceiling(rt, 3), 1);
   rt->link_bps = 1e9; /* never above the maximum */
-  assert_int_equal(okv_rt_choose_cap(rt, 3), 4);
+  assert_int_equal(okv_rt_cap_ceiling(rt, 3), 4);
   rt->link_bps = NAN;
-  assert_int_equal(okv_rt_choose_cap(rt, 3), 1);
+  assert_int_equal(okv_rt_cap_ceiling(rt, 3), 1);
   rt->link_bps = 0;
   rt->layer_interval_s = 0;
   drv_add(&d, 300);
@@ -553,6 +553,10 @@ static void test_auto_cap(void **state) {
     OKV_ASSERT_OK(okv_runtime_cap_state(rt, &cs));
     assert_true(cs.cap_blocks >= 1.0 && cs.cap_blocks <= 4.0);
     assert_int_equal(cs.cap_max_blocks, 4);
+    /* The controller's C stays within 1..ceiling, the ceiling within 1..C_max (core/cap_ctl.h). */
+    assert_true(cs.cap_ceiling_blocks >= 1 && cs.cap_ceiling_blocks <= 4);
+    assert_true(cs.cap_target_blocks >= 1 && cs.cap_target_blocks <= cs.cap_ceiling_blocks);
+    assert_true(okv_rt_choose_cap(rt, 2) <= okv_rt_cap_ceiling(rt, 2));
   }
   assert_true(cs.layer_interval_seconds > 0);
   assert_true(cs.link_bytes_per_second > 0); /* transfers happened and were timed */

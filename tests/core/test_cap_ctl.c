@@ -1,0 +1,175 @@
+/* Pure tests of the self-tuning cap's controller (core/cap_ctl.h): hand-computed
+ * walks with synthetic measurements (cost per token, deferred demand, link
+ * ceiling), and bounds under a long random workload with a fixed seed. No device. */
+#include "tests/common/test_common.h"
+
+#include <math.h>
+
+#include "core/cap_ctl.h"
+
+/* One step: returns the C for the next step. */
+static uint32_t feed(okv_cap_ctl_t *ctl, uint32_t ceiling, double token_s, uint64_t deferred, double link) {
+  okv_cap_obs_t o = {.ceiling = ceiling, .token_seconds = token_s, .deferred = deferred, .link_bytes_per_s = link};
+  uint32_t c = okv_cap_ctl_update(ctl, &o);
+  assert_true(c >= 1);
+  assert_true(c <= (ceiling < 1 ? 1 : ceiling));
+  assert_int_equal(c, ctl->c);
+  return c;
+}
+
+/* A window: the steps left to settle after a change of C (none when C stayed) then OKV_CAP_CTL_WINDOW
+ * measured steps, all at cost j; returns the last C and checks that C does not change before the window's
+ * last step. */
+static uint32_t window(okv_cap_ctl_t *ctl, uint32_t ceiling, double j, uint64_t deferred) {
+  uint32_t c0 = ctl->c, n = ctl->settle + OKV_CAP_CTL_WINDOW;
+  assert_int_equal(ctl->n_win, 0);
+  for (uint32_t i = 0; i + 1 < n; i++) assert_int_equal(feed(ctl, ceiling, j, deferred, 1e9), c0);
+  return feed(ctl, ceiling, j, deferred, 1e9);
+}
+
+/* Fetches that do not pay: each smaller C is cheaper per token, so C walks down
+ * 7 -> 4 -> 2 -> 1 (stride max(1, C/2)); at 1 nothing is cheaper. */
+static void test_shrinks_when_fetches_do_not_pay(void **state) {
+  (void)state;
+  okv_cap_ctl_t ctl;
+  okv_cap_ctl_init(&ctl, 7);
+  assert_int_equal(ctl.c, 7);
+  assert_int_equal(window(&ctl, 7, 1.00, 10), 4); /* base 1.00 measured: probe down 7 - 3 */
+  assert_int_equal(window(&ctl, 7, 0.90, 10), 2); /* 10% cheaper (>= 3%): kept, on down: 4 - 2 */
+  assert_int_equal(ctl.c_base, 4);
+  assert_int_equal(window(&ctl, 7, 0.85, 10), 1); /* 5.6% cheaper: kept, 2 - 1 */
+  assert_int_equal(window(&ctl, 7, 0.84, 10), 2); /* 1.2% cheaper: not worth it, back to 2 */
+  assert_int_equal(ctl.c_base, 2);
+  assert_int_equal(ctl.hold, 1);
+  assert_int_equal(ctl.backoff, 2);
+  /* One base window at 2 (hold 1), then the other direction: up to 3 (demand was deferred). */
+  assert_int_equal(window(&ctl, 7, 0.85, 10), 3);
+  /* 3 costs 10% more than 2 (> 3%): rejected, back to 2 and hold 2 windows. */
+  assert_int_equal(window(&ctl, 7, 0.935, 10), 2);
+  assert_int_equal(ctl.hold, 2);
+  assert_int_equal(ctl.backoff, 4);
+  assert_int_equal(window(&ctl, 7, 0.85, 10), 2); /* hold 2 -> 1 */
+  assert_int_equal(window(&ctl, 7, 0.85, 10), 1); /* hold 1 -> 0: probe down again (periodic re-probe) */
+  assert_int_equal(window(&ctl, 7, 0.85, 10), 2); /* not cheaper: back, hold 4 */
+  assert_int_equal(ctl.hold, 4);
+  assert_int_equal(ctl.backoff, OKV_CAP_CTL_MAX_HOLD);
+  assert_int_equal(ctl.accepted, 2);
+}
+
+/* Fetches near free (cost within 3%) while the cap defers demand: C grows back
+ * 1 -> 2 -> 3 -> 4 -> 6 -> 7 and stops at the ceiling. */
+static void test_grows_back_when_fetches_are_free(void **state) {
+  (void)state;
+  okv_cap_ctl_t ctl;
+  okv_cap_ctl_init(&ctl, 1);
+  assert_int_equal(window(&ctl, 7, 1.00, 5), 2); /* base; nothing below 1: probe up */
+  assert_int_equal(window(&ctl, 7, 1.02, 5), 3); /* 2% dearer: kept, continue up */
+  assert_int_equal(window(&ctl, 7, 1.02, 5), 4);
+  assert_int_equal(window(&ctl, 7, 1.03, 5), 6); /* stride 4 / 2 = 2 */
+  assert_int_equal(window(&ctl, 7, 1.03, 5), 7); /* 6 + 3 capped at the ceiling 7 */
+  assert_int_equal(ctl.c_base, 6);
+  /* At the ceiling an up probe is impossible: the next probe goes down. */
+  assert_int_equal(window(&ctl, 7, 1.03, 5), 4);
+  assert_int_equal(ctl.c_base, 7);
+  assert_int_equal(window(&ctl, 7, 1.03, 5), 7); /* 4 is not cheaper: back to 7 */
+  assert_int_equal(ctl.c_base, 7);
+}
+
+/* No demand deferred: no up probe, whatever the cost says. */
+static void test_no_growth_without_demand(void **state) {
+  (void)state;
+  okv_cap_ctl_t ctl;
+  okv_cap_ctl_init(&ctl, 2);
+  assert_int_equal(window(&ctl, 7, 1.0, 0), 1); /* probe down first */
+  assert_int_equal(window(&ctl, 7, 1.0, 0), 2); /* not cheaper: back */
+  for (int i = 0; i < 20; i++) assert_true(window(&ctl, 7, 1.0, 0) <= 2);
+  /* Demand appears: an up probe follows once the hold ends. */
+  uint32_t max_c = 0;
+  for (int i = 0; i < 20; i++) {
+    uint32_t c = window(&ctl, 7, 1.0, 3);
+    if (c > max_c) max_c = c;
+  }
+  assert_int_equal(max_c, 7);
+}
+
+/* The link halves: the ceiling clamps C at once, the search restarts from the
+ * clamped C (fresh base window, backoff 1); when the link comes back, C can grow. */
+static void test_reacts_to_halved_link(void **state) {
+  (void)state;
+  okv_cap_ctl_t ctl;
+  okv_cap_ctl_init(&ctl, 7);
+  assert_int_equal(window(&ctl, 7, 1.0, 9), 4);
+  assert_int_equal(window(&ctl, 7, 1.0, 9), 7); /* rejected: hold 1, backoff 2 */
+  assert_int_equal(ctl.backoff, 2);
+  assert_int_equal(feed(&ctl, 7, 1.0, 9, 1e9), 7); /* settle */
+  /* Half the link: its ceiling is 3 (and the estimate moved by 50% > 25%). */
+  assert_int_equal(feed(&ctl, 3, 1.0, 9, 0.5e9), 3);
+  assert_int_equal(ctl.c_base, 3);
+  assert_int_equal(ctl.backoff, 1);
+  assert_int_equal(ctl.hold, 0);
+  assert_true(ctl.link_ref == 0.5e9);
+  /* The next full window measures the base at 3, then probes down to 2. */
+  for (uint32_t i = 0; i < OKV_CAP_CTL_WINDOW - 1; i++) assert_int_equal(feed(&ctl, 3, 1.0, 9, 0.5e9), 3);
+  assert_int_equal(feed(&ctl, 3, 1.0, 9, 0.5e9), 2);
+  /* A ceiling falling below a probe's C ends the probe: back to the (clamped) base. */
+  assert_int_equal(feed(&ctl, 1, 1.0, 9, 0.5e9), 1);
+  assert_int_equal(ctl.c_base, 1);
+  /* The link doubles back: the search restarts and grows while the cost stays flat. */
+  assert_int_equal(feed(&ctl, 7, 1.0, 9, 1e9), 1); /* the link estimate moved: a fresh base window */
+  assert_int_equal(ctl.settle, 0);
+  assert_true(ctl.link_ref == 1e9);
+  uint32_t c = 0;
+  for (int i = 0; i < 12; i++) c = window(&ctl, 7, 1.0, 9);
+  assert_true(ctl.c_base >= 4);
+  assert_true(c <= 7);
+}
+
+/* Unmeasured steps (0, negative, NaN cost) do not count towards a window. */
+static void test_unmeasured_steps_skipped(void **state) {
+  (void)state;
+  okv_cap_ctl_t ctl;
+  okv_cap_ctl_init(&ctl, 4);
+  assert_int_equal(feed(&ctl, 7, 1.0, 1, 0), 4); /* settle */
+  assert_int_equal(feed(&ctl, 7, 0.0, 1, 0), 4);
+  assert_int_equal(feed(&ctl, 7, NAN, 1, 0), 4);
+  assert_int_equal(feed(&ctl, 7, -1.0, 1, 0), 4);
+  assert_int_equal(ctl.n_win, 0);
+  assert_int_equal(feed(&ctl, 7, 1.0, 1, 0), 4);
+  assert_int_equal(feed(&ctl, 7, 1.0, 1, 0), 4);
+  assert_int_equal(feed(&ctl, 7, 1.0, 1, 0), 2); /* three measured: base done, probe down */
+  /* The median ignores one outlier per window: 0.5 among 1.0s is not "cheaper". */
+  assert_int_equal(feed(&ctl, 7, 1.0, 1, 0), 2); /* settle */
+  assert_int_equal(feed(&ctl, 7, 0.5, 1, 0), 2);
+  assert_int_equal(feed(&ctl, 7, 1.0, 1, 0), 2);
+  assert_int_equal(feed(&ctl, 7, 1.0, 1, 0), 4);
+}
+
+/* Bounds under random measurements and ceilings (fixed seed): 1 <= C <= max(1, ceiling), always. */
+static void test_bounds_random(void **state) {
+  (void)state;
+  okv_cap_ctl_t ctl;
+  okv_cap_ctl_init(&ctl, 0); /* 0 starts at 1 */
+  assert_int_equal(ctl.c, 1);
+  uint64_t x = 12345;
+  uint32_t ceiling = 7;
+  for (int i = 0; i < 20000; i++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    uint32_t r = (uint32_t)(x >> 33);
+    if (r % 50 == 0) ceiling = r % 12; /* 0..11; 0 reads as 1 */
+    double j = (r % 1000) / 500.0;     /* 0 (unmeasured) .. 2 */
+    double link = (r % 7 == 0) ? (double)(r % 5) * 1e8 : 3e8;
+    feed(&ctl, ceiling, j, r % 3, link);
+    assert_true(ctl.c_base >= 1);
+    assert_true(ctl.backoff >= 1 && ctl.backoff <= OKV_CAP_CTL_MAX_HOLD);
+  }
+  assert_true(ctl.probes > 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_shrinks_when_fetches_do_not_pay), cmocka_unit_test(test_grows_back_when_fetches_are_free),
+      cmocka_unit_test(test_no_growth_without_demand),        cmocka_unit_test(test_reacts_to_halved_link),
+      cmocka_unit_test(test_unmeasured_steps_skipped),        cmocka_unit_test(test_bounds_random),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
