@@ -84,7 +84,8 @@ typedef struct okv_predict_ctx_t {
   /* Two-level scoring (core/scoring.c): ranges of the second level and the candidates' block ids. */
   uint32_t *r_seg, *r_n;         /* [n_seg * groups_kept] */
   uint64_t *r_sfirst, *r_cfirst; /* [n_seg * groups_kept] */
-  uint32_t *cand_block;          /* [n_seg * groups_kept * 16] index map of the candidate scores */
+  uint32_t *cand_block;          /* [n_seg * groups_kept * unit_blocks] index map of the candidate scores */
+  uint64_t *cand_bits;           /* [max_blocks / 64 + 1] kept units of one head, to list them in ascending order */
   /* Recall pass with two-level scoring (track_recall): the two-level top-K of the real query, kept while the
    * flat (reference) pass overwrites host_topk, and a bitmap of one head's flat top-K. */
   uint32_t *agree_topk, *agree_counts; /* [n_seg * K], [n_seg] */

@@ -66,15 +66,17 @@ okv_status_t okv_rt_scoring_ctx_init(okv_runtime_t *rt, okv_predict_ctx_t *ctx) 
   ctx->r_sfirst = okv_malloc(&rt->alloc, n * sizeof(uint64_t));
   ctx->r_cfirst = okv_malloc(&rt->alloc, n * sizeof(uint64_t));
   ctx->cand_block = okv_malloc(&rt->alloc, n * rt->unit_blocks * sizeof(uint32_t));
-  if (!ctx->r_seg || !ctx->r_n || !ctx->r_sfirst || !ctx->r_cfirst || !ctx->cand_block)
+  ctx->cand_bits = okv_malloc(&rt->alloc, (rt->max_blocks / 64u + 1u) * sizeof(uint64_t));
+  if (!ctx->r_seg || !ctx->r_n || !ctx->r_sfirst || !ctx->r_cfirst || !ctx->cand_block || !ctx->cand_bits)
     return OKV_RT_HOST_OOM("two-level scoring ranges");
   return OKV_OK;
 }
 
 void okv_rt_scoring_ctx_free(okv_runtime_t *rt, okv_predict_ctx_t *ctx) {
-  void *arrs[] = {ctx->r_seg, ctx->r_n, ctx->r_sfirst, ctx->r_cfirst, ctx->cand_block};
+  void *arrs[] = {ctx->r_seg, ctx->r_n, ctx->r_sfirst, ctx->r_cfirst, ctx->cand_block, ctx->cand_bits};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) okv_rt_free(&rt->alloc, arrs[i]);
   ctx->r_seg = ctx->r_n = ctx->cand_block = NULL;
+  ctx->cand_bits = NULL;
   ctx->r_sfirst = ctx->r_cfirst = NULL;
 }
 
@@ -141,17 +143,6 @@ okv_status_t okv_rt_groups_rebuild_head(okv_runtime_t *rt, okv_hal_stream_t *str
 }
 
 /* ---- two-level prediction ---- */
-
-static void sort_u32(uint32_t *v, uint32_t n) {
-  for (uint32_t i = 1; i < n; i++) {
-    uint32_t x = v[i], j = i;
-    while (j > 0 && v[j - 1] > x) {
-      v[j] = v[j - 1];
-      j--;
-    }
-    v[j] = x;
-  }
-}
 
 /* Same contract as okv_rt_predict_topk (results in ctx->host_topk / host_counts,
  * K per segment, the active block excluded). Level 1 scores every group of
@@ -221,27 +212,31 @@ okv_status_t okv_rt_predict_two_level(okv_runtime_t *rt, okv_predict_ctx_t *ctx,
       ctx->seg_score_first[u] = cfirst;
       if (nb > 0) {
         const okv_head_t *hd = seq_head(rt, seq, layer, h);
-        uint32_t *groups = &ctx->host_topk[(size_t)u * G];
-        uint32_t cg = ctx->host_counts[u];
-        sort_u32(groups, cg);
-        for (uint32_t i = 0; i < cg; i++) {
-          uint32_t b0 = groups[i] * GB, n = nb - b0 < GB ? nb - b0 : GB;
-          uint64_t sfirst = okv_host_store_block(&rt->host, hd->extents, b0);
-          if (pos > 0 && ctx->r_seg[nr - 1] == u && ctx->r_sfirst[nr - 1] + ctx->r_n[nr - 1] == sfirst) {
-            ctx->r_n[nr - 1] += n; /* contiguous with the previous range: one range */
-          } else {
-            ctx->r_seg[nr] = u;
-            ctx->r_sfirst[nr] = sfirst;
-            ctx->r_n[nr] = n;
-            ctx->r_cfirst[nr] = cfirst + pos;
-            nr++;
+        const uint32_t *groups = &ctx->host_topk[(size_t)u * G];
+        uint32_t cg = ctx->host_counts[u], nw = ceil_div_u32(ceil_div_u32(nb, GB), 64u);
+        /* the kept units in ascending order (ties then break as in flat scoring): a bitmap, not a sort */
+        memset(ctx->cand_bits, 0, (size_t)nw * sizeof(uint64_t));
+        for (uint32_t i = 0; i < cg; i++) ctx->cand_bits[groups[i] >> 6] |= 1ull << (groups[i] & 63u);
+        for (uint32_t w = 0; w < nw; w++)
+          for (uint64_t bits = ctx->cand_bits[w]; bits != 0; bits &= bits - 1u) {
+            uint32_t g = w * 64u + (uint32_t)__builtin_ctzll(bits);
+            uint32_t b0 = g * GB, n = nb - b0 < GB ? nb - b0 : GB;
+            uint64_t sfirst = okv_host_store_block(&rt->host, hd->extents, b0);
+            if (pos > 0 && ctx->r_seg[nr - 1] == u && ctx->r_sfirst[nr - 1] + ctx->r_n[nr - 1] == sfirst) {
+              ctx->r_n[nr - 1] += n; /* contiguous with the previous range: one range */
+            } else {
+              ctx->r_seg[nr] = u;
+              ctx->r_sfirst[nr] = sfirst;
+              ctx->r_n[nr] = n;
+              ctx->r_cfirst[nr] = cfirst + pos;
+              nr++;
+            }
+            for (uint32_t j = 0; j < n; j++) {
+              if (b0 + j == nb - 1u) ctx->excl_blocks[n_excl++] = pos + j; /* the active block */
+              ctx->cand_block[cfirst + pos + j] = b0 + j;
+            }
+            pos += n;
           }
-          for (uint32_t j = 0; j < n; j++) {
-            if (b0 + j == nb - 1u) ctx->excl_blocks[n_excl++] = pos + j; /* the active block */
-            ctx->cand_block[cfirst + pos + j] = b0 + j;
-          }
-          pos += n;
-        }
       }
       ctx->topk_n[u] = pos;
     }

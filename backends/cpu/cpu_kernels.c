@@ -808,6 +808,8 @@ void okv_cpu_score_blocks(const okv_score_desc_t *d, const float *q, const void 
   const long n_chunks = (long)((max_nb + OKV_SCORE_CHUNK - 1u) / OKV_SCORE_CHUNK);
   /* Short ranges (the candidates of a second pass) are scored several per work item. */
   const uint32_t per_item = n_chunks == 1 && d->n_ranges > 0 ? OKV_SCORE_CHUNK / (max_nb ? max_nb : 1u) : 1u;
+  /* Short ranges of four query rows on AVX-512: quads gathered across ranges (score_gather4). */
+  const bool gather = per_item > 1 && rows == 4 && hd % 16u == 0 && fn == okv_score_range_avx512;
   const long n_items = (long)((n_jobs + per_item - 1u) / per_item) * n_chunks;
   const int nt = cpu_threads(n_threads);
   okv_unused_threads(nt);
@@ -822,6 +824,33 @@ OKV_OMP(omp for schedule(dynamic, 1))
 for (long it = 0; it < n_items; it++) {
   const uint32_t j0 = (uint32_t)(it / n_chunks) * per_item;
   const uint32_t j1 = n_jobs - j0 > per_item ? j0 + per_item : n_jobs;
+  if (gather) { /* scattered single blocks: four at a time across ranges of one segment */
+    const uint8_t *qs[4];
+    float *qd[4];
+    uint32_t nq = 0, qu = UINT32_MAX;
+    for (uint32_t j = j0; j <= j1; j++) {
+      score_job_t job = j < j1 ? score_job(d, j) : (score_job_t){UINT32_MAX, 0, 0, 0};
+      if (nq > 0 && (job.u != qu || j == j1)) { /* another segment or the end: the partial quad one by one */
+        for (uint32_t k = 0; k < nq; k++) fn(qs[k], sdt, hd, hdp, 1, rows, qp, qn, qd[k]);
+        nq = 0;
+      }
+      if (j == j1) break;
+      if (job.u != loaded_u) {
+        score_load_rows(d, q, job.u / d->n_kv_heads, job.u % d->n_kv_heads, 0, rows, hdp, scale, qp, qn);
+        loaded_u = job.u;
+      }
+      qu = job.u;
+      for (uint32_t b = 0; b < job.n; b++) {
+        qs[nq] = (const uint8_t *)summaries + (size_t)(job.summary_first + b) * sb;
+        qd[nq] = scores + job.score_first + b;
+        if (++nq == 4) {
+          okv_score_gather4_avx512(qs, sdt, hd, hdp, qp, qn, qd, true);
+          nq = 0;
+        }
+      }
+    }
+    continue;
+  }
   for (uint32_t j = j0; j < j1; j++) {
     const score_job_t job = score_job(d, j);
     uint32_t b0 = (uint32_t)(it % n_chunks) * OKV_SCORE_CHUNK;

@@ -644,17 +644,16 @@ OKV_AI void OKV_ISA(score_rows)(const int dt, const int CR, const uint8_t *summ,
 #define OKV_H2                   2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
 #define OKV_L1                   0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
 #define OKV_H1                   1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
-OKV_AI uint32_t OKV_ISA(score4x4)(const int dt, const uint8_t *summ, uint32_t hd, uint32_t hdp, uint32_t nb,
-                                  const float *qp, const float *qn, float *scores, bool first) {
-  if (hd % 16u != 0) return 0;                                                /* partial chunks: the generic path */
-  const size_t es = dt == OKV_DTYPE_F32 ? 4u : 2u, bs = 2u * (size_t)hd * es; /* bytes per summary */
-  const uint32_t nb4 = nb & ~3u;
+/* One quad: blocks whose summaries start at s[0..3], scores to d[0..3]. */
+OKV_AI void OKV_ISA(score_quad)(const int dt, const uint8_t *const *s, uint32_t hd, uint32_t hdp, const float *qp,
+                                const float *qn, float *const *d, bool first) {
+  const size_t es = dt == OKV_DTYPE_F32 ? 4u : 2u;
   const float *p0 = qp, *p1 = qp + hdp, *p2 = qp + 2u * hdp, *p3 = qp + 3u * hdp;
   const float *n0 = qn, *n1 = qn + hdp, *n2 = qn + 2u * hdp, *n3 = qn + 3u * hdp;
-  for (uint32_t b = 0; b < nb4; b += 4) {
+  {
     v16f X[16];
     /* block k's min at s_k, max hd elements later */
-    const uint8_t *s0 = summ + (size_t)b * bs, *s1 = s0 + bs, *s2 = s1 + bs, *s3 = s2 + bs;
+    const uint8_t *s0 = s[0], *s1 = s[1], *s2 = s[2], *s3 = s[3];
     const size_t mo = (size_t)hd * es;
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++) X[i] = okv_v16f_splat(0.0f);
@@ -704,10 +703,35 @@ OKV_AI uint32_t OKV_ISA(score4x4)(const int dt, const uint8_t *summ, uint32_t hd
         float v = sums[lane_of[k * 4 + r]];
         best = v > best ? v : best;
       }
-      scores[b + (uint32_t)k] = (first || best > scores[b + (uint32_t)k]) ? best : scores[b + (uint32_t)k];
+      *d[k] = (first || best > *d[k]) ? best : *d[k];
     }
   }
+}
+
+OKV_AI uint32_t OKV_ISA(score4x4)(const int dt, const uint8_t *summ, uint32_t hd, uint32_t hdp, uint32_t nb,
+                                  const float *qp, const float *qn, float *scores, bool first) {
+  if (hd % 16u != 0) return 0;                                                /* partial chunks: the generic path */
+  const size_t es = dt == OKV_DTYPE_F32 ? 4u : 2u, bs = 2u * (size_t)hd * es; /* bytes per summary */
+  const uint32_t nb4 = nb & ~3u;
+  for (uint32_t b = 0; b < nb4; b += 4) {
+    const uint8_t *s[4] = {summ + (size_t)b * bs, summ + (size_t)(b + 1) * bs, summ + (size_t)(b + 2) * bs,
+                           summ + (size_t)(b + 3) * bs};
+    float *d[4] = {scores + b, scores + b + 1, scores + b + 2, scores + b + 3};
+    OKV_ISA(score_quad)(dt, s, hd, hdp, qp, qn, d, first);
+  }
   return nb4;
+}
+
+/* Four blocks anywhere (summaries at s[0..3], scores to d[0..3]) for four
+ * query rows: the second pass of q8 / two-level scoring, whose candidates are
+ * scattered. Summaries of dtype dt; hd a multiple of 16. */
+static void OKV_ISA(score_gather4)(const uint8_t *const *s, int dt, uint32_t hd, uint32_t hdp, const float *qp,
+                                   const float *qn, float *const *d, bool first) {
+  switch (dt) {
+    case OKV_DTYPE_F16: OKV_ISA(score_quad)(OKV_DTYPE_F16, s, hd, hdp, qp, qn, d, first); break;
+    case OKV_DTYPE_BF16: OKV_ISA(score_quad)(OKV_DTYPE_BF16, s, hd, hdp, qp, qn, d, first); break;
+    default: OKV_ISA(score_quad)(OKV_DTYPE_F32, s, hd, hdp, qp, qn, d, first); break;
+  }
 }
 #undef OKV_FOLD
 #undef OKV_L8

@@ -364,6 +364,68 @@ static void test_scoring(void **state) {
   }
 }
 
+/* Many short ranges (the second pass of q8 scoring: one to three blocks per
+ * range, segments interleaved, four query rows) at every ISA level: on
+ * AVX-512 they are scored four blocks at a time across ranges; every score
+ * equals the reference and nothing else is written. */
+static void test_scoring_scattered(void **state) {
+  (void)state;
+  okv_test_rng_t rng;
+  okv_test_rng_seed(&rng, 5150);
+  const uint32_t S = 2, H = 2, G = 4, D = 64, T = 2, NQ = H * G, n_summ = 300, NR = 57;
+  float *summ = test_malloc(sizeof(float) * 2 * D * n_summ);
+  for (uint32_t b = 0; b < n_summ; b++)
+    for (uint32_t e = 0; e < D; e++) {
+      float a = okv_test_rng_normal(&rng), c = okv_test_rng_normal(&rng);
+      summ[(size_t)b * 2 * D + e] = a < c ? a : c;
+      summ[(size_t)b * 2 * D + D + e] = a < c ? c : a;
+    }
+  float *q = test_malloc(sizeof(float) * S * T * NQ * D);
+  for (size_t i = 0; i < (size_t)S * T * NQ * D; i++) q[i] = okv_test_rng_normal(&rng);
+  uint32_t rseg[NR], rn[NR];
+  uint64_t rsf[NR], rcf[NR], total = 0;
+  for (uint32_t r = 0; r < NR; r++) {
+    rseg[r] = (r / 5u) % (S * H); /* runs of five ranges per segment, then the next */
+    rn[r] = 1 + okv_test_rng_below(&rng, 3);
+    rsf[r] = okv_test_rng_below(&rng, n_summ - 3);
+    rcf[r] = total + 1; /* a gap before each range */
+    total += rn[r] + 1;
+  }
+  okv_score_desc_t sd = okv_kcase_score_desc(S, H, G, D, T, NULL, NULL, NULL);
+  sd.t_begin = 1;
+  sd.n_ranges = NR;
+  sd.range_seg = rseg;
+  sd.range_summary_first = rsf;
+  sd.range_n_blocks = rn;
+  sd.range_score_first = rcf;
+  float *scores = test_malloc(sizeof(float) * (total + 1));
+  double *ref = test_malloc(sizeof(double) * (total + 1));
+  for (uint64_t i = 0; i <= total; i++) ref[i] = -777.0;
+  okv_ref_score(&sd, q, summ, ref);
+  okv_cpu_isa_t top = okv_cpu_isa_detected();
+  for (int isa = 0; isa <= (int)top; isa++) {
+    okv_cpu_isa_limit((okv_cpu_isa_t)isa);
+    for (int nt = 1; nt <= MAX_THREADS; nt++) {
+      for (uint64_t i = 0; i <= total; i++) scores[i] = -777.0f;
+      okv_cpu_score_blocks(&sd, q, summ, scores, nt);
+      for (uint64_t i = 0; i <= total; i++) {
+        if (ref[i] == -777.0) {
+          assert_true(scores[i] == -777.0f);
+        } else if (!(fabs(scores[i] - ref[i]) <= 1e-5 * (1.0 + fabs(ref[i])))) {
+          print_error("isa %s threads %d score %llu: %.9g want %.9g\n", okv_cpu_isa_name((okv_cpu_isa_t)isa), nt,
+                      (unsigned long long)i, scores[i], ref[i]);
+          fail();
+        }
+      }
+    }
+  }
+  okv_cpu_isa_limit(OKV_CPU_ISA_AVX512);
+  test_free(summ);
+  test_free(q);
+  test_free(scores);
+  test_free(ref);
+}
+
 /* ---- 8-bit summaries ---- */
 
 /* OKV_DTYPE_Q8 scoring at every ISA level (the AVX-512 VNNI path, and the
@@ -950,6 +1012,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_scoring_narrow),
       cmocka_unit_test(test_scoring_ranges),
       cmocka_unit_test(test_scoring_q8),
+      cmocka_unit_test(test_scoring_scattered),
       cmocka_unit_test(test_summary_reduce),
       cmocka_unit_test(test_topk),
   };
