@@ -455,6 +455,9 @@ void okv_rt_job_submit(okv_runtime_t *rt, uint32_t layer, const float *q, double
   job->state = OKV_JOB_QUEUED;
   rt->queue[(rt->q_head + rt->q_len) % c->n_layers] = layer;
   rt->q_len++;
-  pthread_cond_signal(&rt->work_cv);
+  bool idle = rt->q_len == 1; /* the worker sleeps on work_cv only with an empty queue */
   pthread_mutex_unlock(&rt->mutex);
+  /* Signalled after the unlock, so that the woken worker does not at once block on the mutex the engine
+   * thread still holds (two extra context switches on a loaded host); only when it may be asleep. */
+  if (idle) pthread_cond_signal(&rt->work_cv);
 }
