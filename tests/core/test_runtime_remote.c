@@ -15,6 +15,7 @@
  *  - bad admission fields are refused naming the field, leaving nothing
  *    allocated; okv_runtime_seq_read_kv reads the HOST tier exactly.
  * The source is called on the runtime's background thread (TSan in CI). */
+#include <pthread.h>
 #include <stdio.h>
 
 #include "tests/core/rt_ref.h"
@@ -39,8 +40,24 @@ typedef struct fake_src_t {
   uint64_t blocks_read;
 } fake_src_t;
 
+/* A gate on every source's reads (test_step_end_does_not_wait): while armed, a read waits for its release. */
+static pthread_mutex_t g_gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_gate_cv = PTHREAD_COND_INITIALIZER;
+static bool g_gate_armed, g_gate_waiting;
+
+static void gate_wait(void) {
+  pthread_mutex_lock(&g_gate_mu);
+  if (g_gate_armed) {
+    g_gate_waiting = true;
+    pthread_cond_broadcast(&g_gate_cv);
+    while (g_gate_armed) pthread_cond_wait(&g_gate_cv, &g_gate_mu);
+  }
+  pthread_mutex_unlock(&g_gate_mu);
+}
+
 static okv_status_t fake_read(void *user, uint32_t n, const uint64_t *index, void *const *dst) {
   fake_src_t *f = user;
+  gate_wait();
   f->calls++;
   if (f->fail_at != 0 && (f->calls == f->fail_at || (f->persistent && f->calls > f->fail_at)))
     return okv_status_make(OKV_STATUS_UNAVAILABLE, "kv server 127.0.0.1:9 closed the connection");
@@ -831,6 +848,61 @@ static void test_read_kv(void **state) {
   }
 }
 
+/* okv_runtime_step_end does not wait for the background pipeline (docs/api.md "Stats"): with the worker held
+ * inside a read through a KV source (layer 0's job of the step), the step's remaining layers run and the
+ * step ends (waiting would never return); the held job's counts are in no step yet, okv_runtime_stats waits
+ * for it and counts it, and the next step collects it at layer 0's commit: counted once. */
+static void test_step_end_does_not_wait(void **state) {
+  (void)state;
+  okv_runtime_config_t c;
+  base_config(&c, OKV_MODE_OASIS, OKV_DTYPE_F32);
+  harn_t x;
+  harn_open(&x, &c, mode_T(OKV_MODE_OASIS));
+  x.untracked = true;
+  seq_add_remote(&x, 0, 41, 300, 1); /* 19 blocks, only the active one admitted: the first jobs read */
+  const uint32_t which[1] = {0};
+  const fake_src_t *src = &x.s[0].adm->src;
+  pthread_mutex_lock(&g_gate_mu);
+  g_gate_armed = true;
+  g_gate_waiting = false;
+  pthread_mutex_unlock(&g_gate_mu);
+  assert_int_equal(harn_step(&x, 1, which, NULL, 0), OKV_STATUS_OK); /* returned with a job held in its read */
+  pthread_mutex_lock(&g_gate_mu);
+  while (!g_gate_waiting) pthread_cond_wait(&g_gate_cv, &g_gate_mu); /* layer 0's job reaches its read */
+  g_gate_armed = false;
+  pthread_cond_broadcast(&g_gate_cv);
+  pthread_mutex_unlock(&g_gate_mu);
+  /* Both jobs of the step (layer 0's held, layer 1's queued behind it) were collected by no step yet. */
+  assert_int_equal(x.stats.remote_blocks, 0);
+  assert_int_equal(x.stats.admitted, 0);
+  assert_int_equal(x.stats.hits + x.stats.misses, 0);
+  uint64_t steps_remote = 0, steps_admitted = 0;
+  okv_step_stats_t cum;
+  OKV_ASSERT_OK(okv_runtime_stats(x.rt, UINT32_MAX, &cum)); /* waits: every job of the step counts */
+  assert_true(cum.remote_blocks > 0);
+  assert_int_equal(cum.remote_blocks, src->blocks_read);
+  assert_true(cum.admitted > 0);
+  assert_int_equal(x.rt->total_cum.admitted, 0); /* ... without being collected */
+  for (uint32_t step = 0; step < 4; step++) {
+    assert_int_equal(harn_step(&x, 1, which, NULL, 0), OKV_STATUS_OK);
+    assert_true(harn_check(&x, 0) < 5e-5);
+    steps_remote += x.stats.remote_blocks;
+    steps_admitted += x.stats.admitted;
+  }
+  OKV_ASSERT_OK(okv_runtime_stats(x.rt, UINT32_MAX, &cum));
+  assert_int_equal(cum.remote_blocks, src->blocks_read); /* every read counted, once */
+  uint64_t pending_remote = 0, pending_admitted = 0;
+  for (uint32_t l = 0; l < c.n_layers; l++)
+    if (x.rt->jobs[l].stats_pending) {
+      pending_remote += x.rt->jobs[l].stats.remote_blocks;
+      pending_admitted += x.rt->jobs[l].stats.admitted;
+    }
+  assert_int_equal(steps_remote + pending_remote, cum.remote_blocks); /* the steps + the uncollected = every job */
+  assert_int_equal(steps_admitted + pending_admitted, cum.admitted);
+  assert_int_equal(x.rt->total_cum.admitted, steps_admitted);
+  harn_close(&x);
+}
+
 int main(int argc, char **argv) {
   g_backend = okv_test_backend_or_skip(argc, argv);
   const struct CMUnitTest tests[] = {
@@ -841,6 +913,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_remote_bad_fields),
       cmocka_unit_test(test_remote_add_faults),
       cmocka_unit_test(test_read_kv),
+      cmocka_unit_test(test_step_end_does_not_wait),
   };
   return cmocka_run_group_tests_name("core_runtime_remote", tests, NULL, NULL);
 }
