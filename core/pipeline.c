@@ -277,13 +277,17 @@ void okv_rt_jobs_drain(okv_runtime_t *rt) {
 
 /* Adds a finished job's selection stats to *dst once (docs/api.md "Stats": a job's stats land in the step
  * that collects them). The caller has seen the job not QUEUED under rt->mutex (that orders the worker's
- * writes before these reads). deferred_steps is left to the step that sums them. */
+ * writes before these reads). The job's deferred_steps (1 when it deferred) counts for its layer; for the
+ * whole runtime a selecting step counts once, in rt->step_deferred_steps, when the first of its jobs that
+ * deferred is collected (jobs are collected in step order). */
 void okv_rt_job_collect(okv_runtime_t *rt, uint32_t layer, okv_step_stats_t *dst) {
   okv_layer_job_t *job = &rt->jobs[layer];
   if (!job->stats_pending) return;
-  okv_step_stats_t js = job->stats;
-  js.deferred_steps = 0;
-  okv_rt_stats_add(dst, &js);
+  okv_rt_stats_add(dst, &job->stats);
+  if (job->stats.deferred > 0 && job->step > rt->deferred_step_mark) {
+    rt->deferred_step_mark = job->step;
+    rt->step_deferred_steps++;
+  }
   job->stats_pending = false;
 }
 

@@ -132,14 +132,24 @@ void okv_rt_stats_add(okv_step_stats_t *d, const okv_step_stats_t *s) {
   d->remote_stall_seconds += s->remote_stall_seconds;
 }
 
-/* Adds the stats of finished jobs no step has collected yet (layer UINT32_MAX: every layer's). */
+/* Adds the stats of finished jobs no step has collected yet (layer UINT32_MAX: every layer's), counted as
+ * okv_rt_job_collect will count them: deferred_steps per job for a layer, per selecting step for the total
+ * (like every count of a step in progress, one already counted by it is not in the cumulative stats yet). */
 static void add_uncollected(const okv_runtime_t *rt, uint32_t layer, okv_step_stats_t *out) {
   if (!has_pipeline(rt) || rt->jobs == NULL) return;
-  for (uint32_t l = 0; l < rt->cfg.n_layers; l++) {
+  uint32_t L = rt->cfg.n_layers;
+  for (uint32_t l = 0; l < L; l++) {
     const okv_layer_job_t *job = &rt->jobs[l];
     if ((layer != UINT32_MAX && l != layer) || !job->stats_pending) continue;
     okv_step_stats_t js = job->stats;
-    js.deferred_steps = 0;
+    if (layer == UINT32_MAX) { /* a new selecting step, not counted yet nor by an earlier pending job */
+      bool first = job->stats.deferred > 0 && job->step > rt->deferred_step_mark;
+      for (uint32_t m = 0; m < l && first; m++) {
+        const okv_layer_job_t *o = &rt->jobs[m];
+        if (o->stats_pending && o->stats.deferred > 0 && o->step == job->step) first = false;
+      }
+      js.deferred_steps = first;
+    }
     okv_rt_stats_add(out, &js);
   }
 }

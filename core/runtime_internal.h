@@ -202,6 +202,10 @@ struct okv_runtime_t {
   okv_step_stats_t *layer_step; /* [n_layers] this step */
   okv_step_stats_t *layer_cum;  /* [n_layers] */
   okv_step_stats_t total_cum;
+  /* deferred_steps of the pipeline modes: selecting steps whose jobs deferred, each counted once when its
+   * first such job is collected (okv_rt_job_collect); this step's count, and the latest step counted. */
+  uint64_t step_deferred_steps;
+  uint32_t deferred_step_mark;
 
   /* Background pipeline */
   okv_layer_job_t *jobs; /* [n_layers] */

@@ -358,16 +358,18 @@ okv_status_t okv_runtime_step_end(okv_runtime_t *rt, okv_step_stats_t *out_stats
   /* No wait for the background thread: a job's selection stats land in the step that collects them
    * (docs/api.md "Stats"), here if it is done, else at its layer's next commit. */
   if (has_pipeline(rt)) okv_rt_jobs_collect_done(rt);
+  bool pipeline = has_pipeline(rt);
   for (uint32_t l = 0; l < rt->cfg.n_layers; l++) {
     okv_step_stats_t *ls = &rt->layer_step[l];
     ls->steps = 1;
-    ls->deferred_steps = ls->deferred > 0;
+    if (!pipeline) ls->deferred_steps = ls->deferred > 0; /* else: the collected jobs that deferred */
     okv_rt_stats_add(&step, ls);
     okv_rt_stats_add(&rt->layer_cum[l], ls);
     memset(ls, 0, sizeof *ls);
   }
   step.steps = 1;
-  step.deferred_steps = step.deferred > 0;
+  step.deferred_steps = pipeline ? rt->step_deferred_steps : step.deferred > 0;
+  rt->step_deferred_steps = 0;
   okv_rt_stats_add(&rt->total_cum, &step);
   if (out_stats) *out_stats = step;
   rt->in_step = false;

@@ -308,7 +308,8 @@ struct okv_step_stats_t {
   uint64_t recall_hits; /* true next-step top-K blocks resident in time (track_recall) */
   uint64_t recall_total;
   uint64_t steps;             /* steps summed (1 for a step's stats) */
-  uint64_t deferred_steps;    /* steps where the cap deferred at least one block */
+  uint64_t deferred_steps;    /* steps where the cap deferred at least one block (OASIS / PROXY: counted once per
+                                 selecting step, in the step that collects its first job that deferred) */
   double bookkeeping_seconds; /* host time in the runtime's own code paths (mapping, selection, scheduling,
                                  plan building), foreground + background thread; excludes kernels, copies and
                                  waits on them */
