@@ -902,7 +902,7 @@ static void run_runtime(serve_t *s, serve_mode_t m, uint32_t ctx, serve_result_t
     }
     okv_step_stats_t ss;
     double te = okv_cli_now_s();
-    okv_status_t st_end = okv_runtime_step_end(rt, &ss); /* waits for the pipeline's selections: a stall too */
+    okv_status_t st_end = okv_runtime_step_end(rt, &ss); /* no wait for the pipeline (a wait would be a stall) */
     te = okv_cli_now_s() - te;
     if (!st)
       st = st_end;

@@ -268,7 +268,36 @@ void okv_rt_job_wait_selected(okv_runtime_t *rt, uint32_t layer) {
 }
 
 void okv_rt_jobs_drain(okv_runtime_t *rt) {
-  for (uint32_t l = 0; l < rt->cfg.n_layers; l++) okv_rt_job_wait_selected(rt, l);
+  if (!rt->worker_started) return;
+  pthread_mutex_lock(&rt->mutex); /* one lock for every layer: the worker runs the queue in order */
+  for (uint32_t l = 0; l < rt->cfg.n_layers; l++)
+    while (rt->jobs[l].state == OKV_JOB_QUEUED) pthread_cond_wait(&rt->done_cv, &rt->mutex);
+  pthread_mutex_unlock(&rt->mutex);
+}
+
+/* Adds a finished job's selection stats to *dst once (docs/api.md "Stats": a job's stats land in the step
+ * that collects them). The caller has seen the job not QUEUED under rt->mutex (that orders the worker's
+ * writes before these reads). The job's deferred_steps (1 when it deferred) counts for its layer; for the
+ * whole runtime a selecting step counts once, in rt->step_deferred_steps, when the first of its jobs that
+ * deferred is collected (jobs are collected in step order). */
+void okv_rt_job_collect(okv_runtime_t *rt, uint32_t layer, okv_step_stats_t *dst) {
+  okv_layer_job_t *job = &rt->jobs[layer];
+  if (!job->stats_pending) return;
+  okv_rt_stats_add(dst, &job->stats);
+  if (job->stats.deferred > 0 && job->step > rt->deferred_step_mark) {
+    rt->deferred_step_mark = job->step;
+    rt->step_deferred_steps++;
+  }
+  job->stats_pending = false;
+}
+
+/* Collects the stats of every job the worker has finished, without waiting for the others (step_end). */
+void okv_rt_jobs_collect_done(okv_runtime_t *rt) {
+  if (!rt->worker_started) return;
+  pthread_mutex_lock(&rt->mutex);
+  for (uint32_t l = 0; l < rt->cfg.n_layers; l++)
+    if (rt->jobs[l].stats_pending && rt->jobs[l].state != OKV_JOB_QUEUED) okv_rt_job_collect(rt, l, &rt->layer_step[l]);
+  pthread_mutex_unlock(&rt->mutex);
 }
 
 void okv_runtime_debug_drain(okv_runtime_t *runtime) {
@@ -379,11 +408,20 @@ void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
   if (!has_pipeline(rt)) return;
   okv_layer_job_t *job = &rt->jobs[layer];
   okv_step_stats_t *ls = &rt->layer_step[layer];
-  double t0 = okv_rt_wall_s();
+  double w0 = okv_rt_wall_s();
   okv_rt_job_wait_selected(rt, layer);
-  ls->stall_seconds += okv_rt_wall_s() - t0;
+  double w1 = okv_rt_wall_s(), remote = 0;
+  if (job->remote_t1 > 0) { /* the part of the wait during which the job read through a KV source */
+    double lo = job->remote_t0 > w0 ? job->remote_t0 : w0, hi = job->remote_t1 < w1 ? job->remote_t1 : w1;
+    if (hi > lo) remote = hi - lo;
+    job->remote_t0 = job->remote_t1 = 0;
+  }
+  ls->remote_stall_seconds += remote;
+  ls->stall_seconds += (w1 - w0) - remote;
   ls->stall_seconds += okv_rt_job_wait_event(rt, layer);
-  t0 = okv_rt_bk_s();
+  /* The job's selection stats land in the step that collects them: this one, unless step_end found it done. */
+  okv_rt_job_collect(rt, layer, ls);
+  double t0 = okv_rt_bk_s();
   okv_status_t st = job->event_status;
   job->event_status = OKV_OK;
   bool ok = st == OKV_OK;
@@ -446,6 +484,9 @@ void okv_rt_job_submit(okv_runtime_t *rt, uint32_t layer, const float *q, double
   job->state = OKV_JOB_QUEUED;
   rt->queue[(rt->q_head + rt->q_len) % c->n_layers] = layer;
   rt->q_len++;
-  pthread_cond_signal(&rt->work_cv);
+  bool idle = rt->q_len == 1; /* the worker sleeps on work_cv only with an empty queue */
   pthread_mutex_unlock(&rt->mutex);
+  /* Signalled after the unlock, so that the woken worker does not at once block on the mutex the engine
+   * thread still holds (two extra context switches on a loaded host); only when it may be asleep. */
+  if (idle) pthread_cond_signal(&rt->work_cv);
 }

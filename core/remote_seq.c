@@ -272,22 +272,6 @@ uint32_t okv_rt_remote_fill(okv_runtime_t *rt, uint32_t layer, okv_predict_ctx_t
   return kept;
 }
 
-/* Start of okv_runtime_step_end (OASIS, PROXY): waits for the background thread to finish the step's jobs
- * and books, per layer, the overlap of that wait with the job's reads as remote_stall_seconds. */
-void okv_rt_remote_stall(okv_runtime_t *rt) {
-  if (!has_pipeline(rt)) return;
-  double w0 = okv_rt_wall_s();
-  okv_rt_jobs_drain(rt);
-  double w1 = okv_rt_wall_s();
-  for (uint32_t l = 0; l < rt->cfg.n_layers; l++) {
-    okv_layer_job_t *job = &rt->jobs[l];
-    if (job->remote_t1 <= 0) continue;
-    double lo = job->remote_t0 > w0 ? job->remote_t0 : w0, hi = job->remote_t1 < w1 ? job->remote_t1 : w1;
-    if (hi > lo) rt->layer_step[l].remote_stall_seconds += hi - lo;
-    job->remote_t0 = job->remote_t1 = 0;
-  }
-}
-
 /* ---- read_kv ---- */
 
 static inline float load_elem(const uint8_t *base, okv_dtype_t dt, size_t idx) {

@@ -133,17 +133,39 @@ void okv_rt_stats_add(okv_step_stats_t *d, const okv_step_stats_t *s) {
   d->remote_stall_seconds += s->remote_stall_seconds;
 }
 
+/* Adds the stats of finished jobs no step has collected yet (layer UINT32_MAX: every layer's), counted as
+ * okv_rt_job_collect will count them: deferred_steps per job for a layer, per selecting step for the total
+ * (like every count of a step in progress, one already counted by it is not in the cumulative stats yet). */
+static void add_uncollected(const okv_runtime_t *rt, uint32_t layer, okv_step_stats_t *out) {
+  if (!has_pipeline(rt) || rt->jobs == NULL) return;
+  uint32_t L = rt->cfg.n_layers;
+  for (uint32_t l = 0; l < L; l++) {
+    const okv_layer_job_t *job = &rt->jobs[l];
+    if ((layer != UINT32_MAX && l != layer) || !job->stats_pending) continue;
+    okv_step_stats_t js = job->stats;
+    if (layer == UINT32_MAX) { /* a new selecting step, not counted yet nor by an earlier pending job */
+      bool first = job->stats.deferred > 0 && job->step > rt->deferred_step_mark;
+      for (uint32_t m = 0; m < l && first; m++) {
+        const okv_layer_job_t *o = &rt->jobs[m];
+        if (o->stats_pending && o->stats.deferred > 0 && o->step == job->step) first = false;
+      }
+      js.deferred_steps = first;
+    }
+    okv_rt_stats_add(out, &js);
+  }
+}
+
 okv_status_t okv_runtime_stats(const okv_runtime_t *runtime, uint32_t layer, okv_step_stats_t *out_stats) {
   if (runtime == NULL) return OKV_RT_INVALID("okv_runtime_stats: runtime is NULL");
   if (out_stats == NULL) return OKV_RT_INVALID("okv_runtime_stats: out_stats is NULL");
-  if (layer == UINT32_MAX) {
-    *out_stats = runtime->total_cum;
-    return OKV_OK;
-  }
-  if (layer >= runtime->cfg.n_layers)
+  if (layer != UINT32_MAX && layer >= runtime->cfg.n_layers)
     return OKV_RT_INVALID("okv_runtime_stats: layer = %u must be < n_layers = %u (or UINT32_MAX)", layer,
                           runtime->cfg.n_layers);
-  *out_stats = runtime->layer_cum[layer];
+  /* Every job issued so far counts: wait for the background thread, then add the jobs that no step has
+   * collected yet (they stay pending: the step that collects them adds them to the cumulative stats). */
+  okv_rt_jobs_drain((okv_runtime_t *)runtime);
+  *out_stats = layer == UINT32_MAX ? runtime->total_cum : runtime->layer_cum[layer];
+  add_uncollected(runtime, layer, out_stats);
   return OKV_OK;
 }
 

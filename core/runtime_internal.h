@@ -111,11 +111,11 @@ typedef struct okv_layer_job_t {
   uint32_t n_plan;
   okv_block_copy_t *pairs;
   bool event_recorded, event_waited;
-  bool start_recorded;       /* copy_start_events[layer] precedes this plan's copy (auto cap) */
-  okv_status_t event_status; /* cached result of waiting on the event */
-  okv_status_t error;        /* a predict-stage failure (no plan) */
-  okv_step_stats_t stats;    /* selection stats of the job */
-  bool stats_pending;
+  bool start_recorded;         /* copy_start_events[layer] precedes this plan's copy (auto cap) */
+  okv_status_t event_status;   /* cached result of waiting on the event */
+  okv_status_t error;          /* a predict-stage failure (no plan) */
+  okv_step_stats_t stats;      /* selection stats of the job */
+  bool stats_pending;          /* stats not yet added to a step (foreground only; docs/api.md "Stats") */
   double remote_t0, remote_t1; /* wall span of the job's reads through KV sources (remote_t1 > 0: some) */
 } okv_layer_job_t;
 
@@ -210,6 +210,10 @@ struct okv_runtime_t {
   okv_step_stats_t *layer_step; /* [n_layers] this step */
   okv_step_stats_t *layer_cum;  /* [n_layers] */
   okv_step_stats_t total_cum;
+  /* deferred_steps of the pipeline modes: selecting steps whose jobs deferred, each counted once when its
+   * first such job is collected (okv_rt_job_collect); this step's count, and the latest step counted. */
+  uint64_t step_deferred_steps;
+  uint32_t deferred_step_mark;
 
   /* Background pipeline */
   okv_layer_job_t *jobs; /* [n_layers] */
@@ -302,7 +306,6 @@ void okv_rt_seq_publish(okv_runtime_t *rt, okv_seq_t *s, uint32_t *out_seq_id);
 uint32_t okv_rt_remote_fill(okv_runtime_t *rt, uint32_t layer, okv_predict_ctx_t *ctx, okv_plan_entry_t *plan,
                             okv_block_copy_t *pairs, uint32_t n_plan, okv_step_stats_t *stats, double *out_t0,
                             double *out_t1);
-void okv_rt_remote_stall(okv_runtime_t *rt);
 /* pipeline.c */
 okv_status_t okv_rt_predict_topk(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream, uint32_t n_seqs,
                                  uint32_t layer, uint32_t T, uint32_t t_begin, uint32_t t_end, double *bk_s);
@@ -317,6 +320,8 @@ okv_status_t okv_rt_predict_topk_flat(okv_runtime_t *rt, okv_predict_ctx_t *ctx,
 void *okv_rt_worker_main(void *arg);
 void okv_rt_job_wait_selected(okv_runtime_t *rt, uint32_t layer);
 void okv_rt_jobs_drain(okv_runtime_t *rt);
+void okv_rt_job_collect(okv_runtime_t *rt, uint32_t layer, okv_step_stats_t *dst);
+void okv_rt_jobs_collect_done(okv_runtime_t *rt);
 double okv_rt_job_wait_event(okv_runtime_t *rt, uint32_t layer);
 void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s);
 void okv_rt_job_submit(okv_runtime_t *rt, uint32_t layer, const float *q, double *q_s);
@@ -348,8 +353,8 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
  * slots it covered unreadable and its summaries stale (repaired by the next append). */
 okv_status_t okv_rt_layer_append_finish(okv_runtime_t *rt, uint32_t layer, double *bk_s, bool *out_redo);
 
-/* For tests: the map of (seq, layer, kv_head), NULL when not found. Not thread-safe
- * against a running step. */
+/* For tests: the map of (seq, layer, kv_head), NULL when not found. Drains the background
+ * thread first (its jobs may outlive okv_runtime_step_end); not thread-safe against a running step. */
 const okv_block_map_t *okv_runtime_debug_map(const okv_runtime_t *runtime, uint32_t seq_id, uint32_t layer,
                                              uint32_t kv_head);
 /* For tests: host block index of logical block `block` of (seq, layer, kv_head), UINT32_MAX if none. */

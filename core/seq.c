@@ -75,6 +75,9 @@ okv_status_t okv_runtime_seq_capacity(const okv_runtime_t *rt, uint32_t n_tokens
 okv_status_t okv_rt_seq_reserve(okv_runtime_t *rt, uint32_t n_tokens, const char *fn, okv_seq_t **out_seq) {
   const okv_runtime_config_t *c = &rt->cfg;
   okv_seq_t *s = NULL;
+  /* A queued job may still name a sequence removed during its step (it skips it by id): let the background
+   * thread finish before a free record is reused (step_end does not wait for it). */
+  if (has_pipeline(rt)) okv_rt_jobs_drain(rt);
   for (uint32_t i = 0; i < c->max_seqs; i++)
     if (!rt->seqs[i].live && rt->seqs[i].heads == NULL) {
       s = &rt->seqs[i];
@@ -320,6 +323,7 @@ okv_status_t okv_runtime_seq_resident(const okv_runtime_t *rt, uint32_t seq_id, 
 
 const okv_block_map_t *okv_runtime_debug_map(const okv_runtime_t *rt, uint32_t seq_id, uint32_t layer,
                                              uint32_t kv_head) {
+  if (rt && has_pipeline(rt)) okv_rt_jobs_drain((okv_runtime_t *)rt); /* the worker may be selecting the layer */
   const okv_seq_t *s = rt ? okv_rt_seq_find(rt, seq_id) : NULL;
   if (s == NULL || layer >= rt->cfg.n_layers || kv_head >= rt->cfg.n_kv_heads) return NULL;
   return &seq_head(rt, s, layer, kv_head)->map;

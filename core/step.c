@@ -26,6 +26,9 @@ okv_status_t okv_runtime_step_begin(okv_runtime_t *rt, uint32_t n_seqs, const ui
     if (s == NULL)
       return okv_status_make(OKV_STATUS_NOT_FOUND, "okv_runtime_step_begin: seq_ids[%u] = %u does not exist", i,
                              seq_ids[i]);
+    /* A remote sequence's `lost` is written by the background thread's reads: let the previous step's jobs
+     * finish (step_end no longer waits for them), so that a failed read is refused here, at the next step. */
+    if (s->remote && has_pipeline(rt)) okv_rt_jobs_drain(rt);
     for (uint32_t j = 0; j < i; j++)
       if (seq_ids[j] == seq_ids[i])
         return OKV_RT_INVALID("okv_runtime_step_begin: seq_ids[%u] = %u is listed twice", i, seq_ids[i]);
@@ -353,31 +356,21 @@ okv_status_t okv_runtime_step_end(okv_runtime_t *rt, okv_step_stats_t *out_stats
     st = OKV_RT_INVALID("okv_runtime_step_end: only %u of %u layers ran this step", rt->next_layer, rt->cfg.n_layers);
   okv_step_stats_t step;
   memset(&step, 0, sizeof step);
-  okv_rt_remote_stall(rt); /* waits for the step's jobs; books the wait on remote reads */
-  double stall = 0;
+  /* No wait for the background thread: a job's selection stats land in the step that collects them
+   * (docs/api.md "Stats"), here if it is done, else at its layer's next commit. */
+  if (has_pipeline(rt)) okv_rt_jobs_collect_done(rt);
+  bool pipeline = has_pipeline(rt);
   for (uint32_t l = 0; l < rt->cfg.n_layers; l++) {
     okv_step_stats_t *ls = &rt->layer_step[l];
-    if (has_pipeline(rt)) {
-      double t0 = okv_rt_wall_s();
-      okv_rt_job_wait_selected(rt, l);
-      stall += okv_rt_wall_s() - t0;
-      okv_layer_job_t *job = &rt->jobs[l];
-      if (job->stats_pending) {
-        okv_step_stats_t js = job->stats;
-        js.deferred_steps = 0;
-        okv_rt_stats_add(ls, &js);
-        job->stats_pending = false;
-      }
-    }
     ls->steps = 1;
-    ls->deferred_steps = ls->deferred > 0;
+    if (!pipeline) ls->deferred_steps = ls->deferred > 0; /* else: the collected jobs that deferred */
     okv_rt_stats_add(&step, ls);
     okv_rt_stats_add(&rt->layer_cum[l], ls);
     memset(ls, 0, sizeof *ls);
   }
-  (void)stall;
   step.steps = 1;
-  step.deferred_steps = step.deferred > 0;
+  step.deferred_steps = pipeline ? rt->step_deferred_steps : step.deferred > 0;
+  rt->step_deferred_steps = 0;
   okv_rt_stats_add(&rt->total_cum, &step);
   if (out_stats) *out_stats = step;
   if (st == OKV_OK && has_pipeline(rt)) okv_rt_cap_step_end(rt, step.deferred);

@@ -147,13 +147,14 @@ typedef struct okv_prefill_t {
 
 /* Adds a sequence, optionally with prefilled K/V (bulk-loaded into the HOST
  * tier, summaries built; the initial working set is the last K blocks per head,
- * or everything while under the dense threshold). Writes the new id.
+ * or everything while under the dense threshold). Writes the new id. Waits for the background
+ * pipeline's queued jobs first (okv_runtime_step_end does not).
  * Errors: OUT_OF_MEMORY when the slot pool or the HOST tier cannot hold the
  * sequence's working set (nothing is left allocated), INVALID_ARGUMENT. */
 OKV_API okv_status_t okv_runtime_seq_add(okv_runtime_t *runtime, const okv_prefill_t *prefill, uint32_t *out_seq_id);
 
 /* Removes a sequence and frees its slots and host blocks, also while its
- * transfers are in flight. Errors: NOT_FOUND. */
+ * transfers are in flight (waits for the background pipeline's queued jobs). Errors: NOT_FOUND. */
 OKV_API okv_status_t okv_runtime_seq_remove(okv_runtime_t *runtime, uint32_t seq_id);
 
 /* Context length in tokens. Errors: NOT_FOUND. */
@@ -281,6 +282,10 @@ OKV_API okv_status_t okv_runtime_step_layer(okv_runtime_t *runtime, uint32_t lay
                                             const float *v_new, const float *q, const float *draft_kv, float *out);
 
 /* Ends the step (every layer must have run); writes this step's stats when out_stats is not NULL.
+ * Does not wait for the background pipeline: the step's last jobs (predict + select of its last layers)
+ * may still run; layer l's job is waited for by layer l's next commit. A job's selection stats (hits,
+ * misses, admitted, deferred, predict time, remote reads) land in the step that collects them: this one
+ * when the job is done by now, else the step of its layer's next commit (docs/api.md "Stats").
  * Errors: INVALID_ARGUMENT (no step begun, layers missing). */
 typedef struct okv_step_stats_t okv_step_stats_t;
 OKV_API okv_status_t okv_runtime_step_end(okv_runtime_t *runtime, okv_step_stats_t *out_stats);
@@ -299,19 +304,21 @@ OKV_API okv_status_t okv_runtime_peek_layer(okv_runtime_t *runtime, uint32_t n_s
 
 /* ---- Stats ---- */
 struct okv_step_stats_t {
-  uint64_t hits;                                        /* predicted blocks already resident (no traffic) */
-  uint64_t misses;                                      /* predicted blocks not resident */
-  uint64_t admitted;                                    /* misses scheduled for transfer (<= C per KV head) */
-  uint64_t deferred;                                    /* misses left for later steps by the cap */
-  uint64_t evicted;                                     /* victims replaced */
-  uint64_t failed_blocks;                               /* transfers that failed (blocks stay misses) */
-  uint64_t blocks_moved;                                /* blocks copied HOST->DEVICE */
+  uint64_t hits;          /* predicted blocks already resident (no traffic) */
+  uint64_t misses;        /* predicted blocks not resident */
+  uint64_t admitted;      /* misses scheduled for transfer (<= C per KV head and sequence per job; a step may
+                        collect two jobs of a layer: docs/api.md "Stats") */
+  uint64_t deferred;      /* misses left for later steps by the cap */
+  uint64_t evicted;       /* victims replaced */
+  uint64_t failed_blocks; /* transfers that failed (blocks stay misses) */
+  uint64_t blocks_moved;  /* blocks copied HOST->DEVICE */
   uint64_t bytes_moved[OKV_TIER_COUNT][OKV_TIER_COUNT]; /* [src][dst] */
   double stall_seconds;                                 /* foreground time waiting on transfers */
   uint64_t recall_hits; /* true next-step top-K blocks resident in time (track_recall) */
   uint64_t recall_total;
   uint64_t steps;             /* steps summed (1 for a step's stats) */
-  uint64_t deferred_steps;    /* steps where the cap deferred at least one block */
+  uint64_t deferred_steps;    /* steps where the cap deferred at least one block (OASIS / PROXY: counted once per
+                                 selecting step, in the step that collects its first job that deferred) */
   double bookkeeping_seconds; /* host time in the runtime's own code paths (mapping, selection, scheduling,
                                  plan building), foreground + background thread; excludes kernels, copies and
                                  waits on them */
@@ -327,15 +334,15 @@ struct okv_step_stats_t {
   uint64_t pipeline_errors;   /* absorbed failures of a fetch batch or of a prediction (background pipeline, or the
                                  on-demand / recall pass): its blocks stayed misses, attention ran without them */
   uint64_t retried_writes;    /* active-block write batches that failed once and succeeded when retried */
-  /* Remote sequences (okv_runtime_seq_add_remote; counted by the step that selected). */
+  /* Remote sequences (okv_runtime_seq_add_remote; counted by the step that collects the job, as selections). */
   uint64_t remote_blocks;      /* prefill blocks read through a KV source into the HOST tier (each at most once
                                   per sequence) */
   uint64_t remote_bytes;       /* their bytes: remote_blocks x block bytes (also in bytes_moved[REMOTE][HOST]) */
   double remote_seconds;       /* time inside the sources' read_blocks calls (the background thread's, or the
                                   engine thread's in OKV_MODE_ONDEMAND) */
   double remote_stall_seconds; /* foreground time spent waiting while a read_blocks call ran: all of it in
-                                  ONDEMAND, in OASIS / PROXY the overlap of okv_runtime_step_end's wait for the
-                                  background thread with its reads (not in stall_seconds) */
+                                  ONDEMAND, in OASIS / PROXY the overlap of a layer commit's wait for its job with
+                                  the job's reads (not in stall_seconds) */
   /* Two-level scoring with track_recall: recall_hits / recall_total then count the exact (flat-scored) top-K of the
    * real query, and these count how much of it the two-level top-K of the same query finds. */
   uint64_t topk_agreement_hits;  /* blocks in both the two-level and the flat top-K of the real query */
@@ -343,10 +350,12 @@ struct okv_step_stats_t {
 };
 
 /* Cumulative stats over the runtime's life (layer = UINT32_MAX) or for one layer, since creation
- * or the last okv_runtime_stats_reset. Errors: INVALID_ARGUMENT (NULL pointers, layer >= n_layers
+ * or the last okv_runtime_stats_reset. Waits for the background pipeline and includes the jobs that no
+ * step has collected yet (without collecting them: nothing is counted twice), so every job issued so far
+ * counts. Not thread-safe (the engine thread). Errors: INVALID_ARGUMENT (NULL pointers, layer >= n_layers
  * and not UINT32_MAX). */
 OKV_API okv_status_t okv_runtime_stats(const okv_runtime_t *runtime, uint32_t layer, okv_step_stats_t *out_stats);
-/* Clears cumulative stats. */
+/* Clears cumulative stats (jobs not collected yet count in the step that collects them, after the reset). */
 OKV_API void okv_runtime_stats_reset(okv_runtime_t *runtime);
 
 /* State of the cap (docs/api.md "Fetch ratio"). link_bytes_per_second and

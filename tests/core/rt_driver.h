@@ -6,7 +6,8 @@
 
 #include "tests/core/rt_ref.h"
 
-#define DRV_MAX_SEQS 16
+#define DRV_MAX_SEQS   16
+#define DRV_MAX_LAYERS 8
 
 typedef struct drv_t {
   okv_runtime_config_t cfg;
@@ -22,7 +23,12 @@ typedef struct drv_t {
   uint32_t T, step_n;
   uint32_t step_slot[DRV_MAX_SEQS]; /* index into ids/hist of each batch row */
   float *q, *draft, *out, *k_new, *v_new;
-  okv_step_stats_t last_stats;
+  okv_step_stats_t last_stats; /* okv_runtime_step_end's: the jobs it collected, maybe of the step before */
+  /* track_jobs: after each step, what that step's jobs selected and its commits moved (rt_stats_since),
+   * all layers and per layer. Waits for the background thread each step, so off by default: the other
+   * tests let a step's last jobs run into the next step, as an engine does. */
+  bool track_jobs;
+  okv_step_stats_t last_jobs, last_job[DRV_MAX_LAYERS], cum_prev, cum_layer_prev[DRV_MAX_LAYERS];
   okv_status_code_t last_layer_code; /* first non-OK code of step_layer in the last step */
 } drv_t;
 
@@ -38,6 +44,7 @@ static inline void drv_open(drv_t *d, const char *backend, const okv_runtime_con
   okv_test_rng_seed(&d->rng, seed);
   OKV_ASSERT_OK(okv_hal_device_create(backend, params, &d->alloc, &d->dev));
   OKV_ASSERT_OK(okv_runtime_create(d->dev, cfg, &d->alloc, &d->rt));
+  assert_true(cfg->n_layers <= DRV_MAX_LAYERS);
   size_t L = cfg->n_layers, n = DRV_MAX_SEQS, T = 4;
   d->q = test_calloc(L * n * T * cfg->n_q_heads * cfg->head_dim, sizeof(float));
   d->out = test_calloc(L * n * T * cfg->n_q_heads * cfg->head_dim, sizeof(float));
@@ -129,6 +136,10 @@ static inline void drv_step_n(drv_t *d, uint32_t n_batch, uint32_t T, float q_sc
     for (uint32_t i = 0; i < n_batch; i++) rt_hist_append(&d->hist[i], l, k + i * kvn, v + i * kvn);
   }
   OKV_ASSERT_OK(okv_runtime_step_end(d->rt, &d->last_stats));
+  if (d->track_jobs) {
+    rt_stats_since(d->rt, UINT32_MAX, &d->cum_prev, &d->last_jobs);
+    for (uint32_t l = 0; l < d->cfg.n_layers; l++) rt_stats_since(d->rt, l, &d->cum_layer_prev[l], &d->last_job[l]);
+  }
 }
 
 static inline void drv_step(drv_t *d, uint32_t T, float q_scale) { drv_step_n(d, d->n_seqs, T, q_scale); }

@@ -20,6 +20,35 @@ static inline void rt_config(okv_runtime_config_t *c, uint32_t n_layers, uint32_
   c->head_dim = head_dim;
 }
 
+/* *a -= *b for every field (the counts of the stats between two cumulative readings). */
+static inline void rt_stats_sub(okv_step_stats_t *a, const okv_step_stats_t *b) {
+  a->hits -= b->hits, a->misses -= b->misses, a->admitted -= b->admitted, a->deferred -= b->deferred;
+  a->evicted -= b->evicted, a->failed_blocks -= b->failed_blocks, a->blocks_moved -= b->blocks_moved;
+  for (int i = 0; i < OKV_TIER_COUNT; i++)
+    for (int j = 0; j < OKV_TIER_COUNT; j++) a->bytes_moved[i][j] -= b->bytes_moved[i][j];
+  a->stall_seconds -= b->stall_seconds, a->recall_hits -= b->recall_hits, a->recall_total -= b->recall_total;
+  a->steps -= b->steps, a->deferred_steps -= b->deferred_steps;
+  a->bookkeeping_seconds -= b->bookkeeping_seconds, a->attention_seconds -= b->attention_seconds;
+  a->predict_seconds -= b->predict_seconds, a->append_bytes -= b->append_bytes;
+  a->append_seconds -= b->append_seconds, a->pipeline_errors -= b->pipeline_errors;
+  a->retried_writes -= b->retried_writes, a->remote_blocks -= b->remote_blocks, a->remote_bytes -= b->remote_bytes;
+  a->remote_seconds -= b->remote_seconds, a->remote_stall_seconds -= b->remote_stall_seconds;
+  a->topk_agreement_hits -= b->topk_agreement_hits, a->topk_agreement_total -= b->topk_agreement_total;
+}
+
+/* What happened since *prev (layer: one layer, UINT32_MAX: all), from okv_runtime_stats, which waits for the
+ * background thread and counts every job issued so far: called after okv_runtime_step_end, the selections
+ * of exactly the jobs that step issued (one per layer) and the commits it made, whichever step collected
+ * them (docs/api.md "Stats"). Updates *prev. */
+static inline void rt_stats_since(const okv_runtime_t *rt, uint32_t layer, okv_step_stats_t *prev,
+                                  okv_step_stats_t *out) {
+  okv_step_stats_t now;
+  OKV_ASSERT_OK(okv_runtime_stats(rt, layer, &now));
+  *out = now;
+  rt_stats_sub(out, prev);
+  *prev = now;
+}
+
 typedef struct rt_hist_t {
   uint32_t n_layers, n_kv_heads, head_dim, max_tokens;
   okv_dtype_t dtype;

@@ -346,7 +346,8 @@ static void w_run(run_t *r, okv_mode_t mode) {
       w_step(r, s, false);
       if (mode == OKV_MODE_OASIS && s == 6) w_peek(r, s, false);
     }
-    /* Recovery: no fault from here on. */
+    /* Recovery: no fault from here on. The last step's jobs may outlive its step_end: phase 1 ends with them. */
+    okv_runtime_debug_drain(r->rt);
     __atomic_store_n(&g_sw.active, 0, __ATOMIC_RELEASE);
     for (int c = 0; c < N_CLS; c++) g_sw.phase1_ops[c] = __atomic_load_n(&g_sw.n_ops[c], __ATOMIC_ACQUIRE);
     for (uint32_t s = W_STEPS; s < W_STEPS + W_RECOVERY; s++) w_step(r, s, true);

@@ -371,7 +371,8 @@ static uint64_t run_sparse(okv_mode_t mode, uint64_t seed, uint32_t n_steps, boo
   assert_int_equal(C, 1);
   prev_t *prev = test_calloc(1, sizeof *prev);
   uint64_t hash = check_invariants(&d, prev, false, C);
-  uint64_t sum_admitted = 0, sum_moved = 0, sum_deferred = 0;
+  d.track_jobs = true;
+  uint64_t sum_admitted = 0, sum_moved = 0, sum_deferred = 0, step_admitted = 0, step_moved = 0;
   uint32_t T = mode == OKV_MODE_OASIS ? 2 : 1;
   for (uint32_t step = 0; step < n_steps; step++) {
     drv_step(&d, T, 2.0f);
@@ -383,8 +384,26 @@ static uint64_t run_sparse(okv_mode_t mode, uint64_t seed, uint32_t n_steps, boo
     }
     hash = hash * 31u + check_invariants(&d, prev, mode != OKV_MODE_ONDEMAND, mode == OKV_MODE_ONDEMAND ? 99 : C);
     if (step % 10 == 0 || step + 1 == n_steps) check_group_summaries(&d);
-    const okv_step_stats_t *s = &d.last_stats;
+    /* The step's own stats hold the jobs it collected: per layer its own job when done by step_end, and the
+     * previous step's when step_end did not find that one done (docs/api.md "Stats"). */
+    const okv_step_stats_t *e = &d.last_stats;
     uint64_t heads = (uint64_t)d.n_seqs * c.n_layers * c.n_kv_heads;
+    if (mode != OKV_MODE_ONDEMAND) assert_true(e->admitted <= 2u * C * heads);
+    assert_int_equal(e->steps, 1);
+    assert_true(e->deferred_steps <= 2u && (e->deferred_steps == 0 || e->deferred > 0)); /* selecting steps */
+    assert_true(e->admitted + e->deferred == e->misses);
+    step_admitted += e->admitted;
+    step_moved += e->blocks_moved;
+    /* What this step's jobs selected (one job per layer, whichever step collects it): the cap holds per job. */
+    const okv_step_stats_t *s = &d.last_jobs;
+    uint64_t job_admitted = 0;
+    for (uint32_t l = 0; l < c.n_layers; l++) {
+      const okv_step_stats_t *j = &d.last_job[l];
+      if (mode != OKV_MODE_ONDEMAND) assert_true(j->admitted <= (uint64_t)C * d.n_seqs * c.n_kv_heads);
+      assert_true(j->admitted + j->deferred == j->misses);
+      job_admitted += j->admitted;
+    }
+    assert_int_equal(job_admitted, s->admitted);
     if (mode != OKV_MODE_ONDEMAND) assert_true(s->admitted <= C * heads);
     assert_true(s->blocks_moved * okv_block_bytes(c.kv_dtype, c.head_dim) ==
                 s->bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE]);
@@ -396,8 +415,8 @@ static uint64_t run_sparse(okv_mode_t mode, uint64_t seed, uint32_t n_steps, boo
     g_agree_hits += s->topk_agreement_hits;
     g_agree_total += s->topk_agreement_total;
     assert_true(s->admitted + s->deferred == s->misses);
-    assert_int_equal(s->deferred_steps, s->deferred > 0);
     assert_int_equal(s->steps, 1);
+    assert_int_equal(s->deferred_steps, s->deferred > 0); /* the step's jobs: one selecting step */
     sum_admitted += s->admitted;
     sum_moved += s->blocks_moved;
     sum_deferred += s->deferred;
@@ -412,9 +431,20 @@ static uint64_t run_sparse(okv_mode_t mode, uint64_t seed, uint32_t n_steps, boo
   OKV_ASSERT_OK(okv_runtime_stats(d.rt, UINT32_MAX, &cum));
   OKV_ASSERT_OK(okv_runtime_stats(d.rt, 0, &l0));
   OKV_ASSERT_OK(okv_runtime_stats(d.rt, 1, &l1));
+  /* Every job issued is counted once: the cumulative stats (which wait for the background thread) are the
+   * sum of the jobs; the steps' own stats sum to the same less the jobs no step has collected yet (at most
+   * one per layer, of the last step). */
   assert_int_equal(cum.admitted, sum_admitted);
   assert_int_equal(cum.blocks_moved, sum_moved);
   assert_int_equal(cum.admitted, l0.admitted + l1.admitted);
+  assert_int_equal(step_moved, sum_moved); /* commits land in the step that commits */
+  assert_true(step_admitted <= sum_admitted);
+  assert_true(step_admitted + (uint64_t)C * d.n_seqs * c.n_layers * c.n_kv_heads >= sum_admitted);
+  uint64_t pending = 0;
+  for (uint32_t l = 0; l < c.n_layers; l++)
+    if (d.rt->jobs && d.rt->jobs[l].stats_pending) pending += d.rt->jobs[l].stats.admitted;
+  assert_int_equal(step_admitted + pending, sum_admitted);
+  assert_int_equal(d.rt->total_cum.admitted, step_admitted);
   assert_int_equal(cum.steps, n_steps);
   assert_int_equal(l0.steps, n_steps);
   assert_true(cum.admitted > 0);
@@ -521,6 +551,7 @@ static void test_auto_cap(void **state) {
   okv_hal_device_params_t p = small_params();
   drv_t d;
   drv_open(&d, g_backend, &c, &p, 11, 1024);
+  d.track_jobs = true; /* the cap per job (last_job) */
   okv_runtime_t *rt = d.rt;
   assert_int_equal(rt->cap_blocks, 4);
   /* Nothing measured: the paper's 0.05 * K = 0.4 -> 1. */
@@ -549,7 +580,9 @@ static void test_auto_cap(void **state) {
     drv_step(&d, 2, 2.0f);
     assert_int_equal(d.last_layer_code, OKV_STATUS_OK);
     uint64_t heads = (uint64_t)d.n_seqs * c.n_layers * c.n_kv_heads;
-    assert_true(d.last_stats.admitted <= 4u * heads);
+    assert_true(d.last_stats.admitted <= 2u * 4u * heads); /* the step's own job and maybe the previous one's */
+    for (uint32_t l = 0; l < c.n_layers; l++)              /* the cap per job */
+      assert_true(d.last_job[l].admitted <= 4u * d.n_seqs * c.n_kv_heads);
     OKV_ASSERT_OK(okv_runtime_cap_state(rt, &cs));
     assert_true(cs.cap_blocks >= 1.0 && cs.cap_blocks <= 4.0);
     assert_int_equal(cs.cap_max_blocks, 4);

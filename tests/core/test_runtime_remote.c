@@ -15,6 +15,7 @@
  *  - bad admission fields are refused naming the field, leaving nothing
  *    allocated; okv_runtime_seq_read_kv reads the HOST tier exactly.
  * The source is called on the runtime's background thread (TSan in CI). */
+#include <pthread.h>
 #include <stdio.h>
 
 #include "tests/core/rt_ref.h"
@@ -39,8 +40,24 @@ typedef struct fake_src_t {
   uint64_t blocks_read;
 } fake_src_t;
 
+/* A gate on every source's reads (test_step_end_does_not_wait): while armed, a read waits for its release. */
+static pthread_mutex_t g_gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_gate_cv = PTHREAD_COND_INITIALIZER;
+static bool g_gate_armed, g_gate_waiting;
+
+static void gate_wait(void) {
+  pthread_mutex_lock(&g_gate_mu);
+  if (g_gate_armed) {
+    g_gate_waiting = true;
+    pthread_cond_broadcast(&g_gate_cv);
+    while (g_gate_armed) pthread_cond_wait(&g_gate_cv, &g_gate_mu);
+  }
+  pthread_mutex_unlock(&g_gate_mu);
+}
+
 static okv_status_t fake_read(void *user, uint32_t n, const uint64_t *index, void *const *dst) {
   fake_src_t *f = user;
+  gate_wait();
   f->calls++;
   if (f->fail_at != 0 && (f->calls == f->fail_at || (f->persistent && f->calls > f->fail_at)))
     return okv_status_make(OKV_STATUS_UNAVAILABLE, "kv server 127.0.0.1:9 closed the connection");
@@ -154,7 +171,10 @@ typedef struct harn_t {
   seqh_t s[MAXS];
   uint32_t T, max_tokens;
   float *q, *dr, *k, *v, *out; /* batch scratch of one layer */
-  okv_step_stats_t stats;
+  /* After each step: what that step's jobs selected and read, and its commits (rt_stats_since: waits for the
+   * background thread), or with untracked the step's own stats (the jobs it collected; no wait). */
+  okv_step_stats_t stats, cum_prev;
+  bool untracked;
 } harn_t;
 
 static size_t q_elems(const harn_t *x) { return (size_t)x->T * x->cfg.n_q_heads * x->cfg.head_dim; }
@@ -283,6 +303,7 @@ static okv_status_code_t harn_step(harn_t *x, uint32_t n, const uint32_t *which,
     }
   }
   OKV_ASSERT_OK(okv_runtime_step_end(x->rt, &x->stats));
+  if (!x->untracked) rt_stats_since(x->rt, UINT32_MAX, &x->cum_prev, &x->stats);
   return OKV_STATUS_OK;
 }
 
@@ -310,6 +331,7 @@ static double harn_check(harn_t *x, uint32_t i) {
 
 /* Every resident block of a remote slot is present in the HOST tier (nothing unread is ever attended). */
 static void check_resident_present(harn_t *x, uint32_t i) {
+  okv_runtime_debug_drain(x->rt); /* the maps and present bits of the step's last jobs */
   const okv_seq_t *s = okv_rt_seq_find(x->rt, x->s[i].id);
   assert_non_null(s);
   for (uint32_t u = 0; u < x->cfg.n_layers * x->cfg.n_kv_heads; u++) {
@@ -541,6 +563,7 @@ static uint32_t fail_run(okv_mode_t mode, uint32_t fail_at, bool persistent, flo
   base_config(&c, mode, OKV_DTYPE_F32);
   harn_t x;
   harn_open(&x, &c, mode_T(mode));
+  x.untracked = true; /* a step's last jobs run into the next step_begin, which must still see a lost read */
   seq_add_remote(&x, 0, 31, 260, 2);
   seq_add_local(&x, 1, 32, 150);
   seq_add_remote(&x, 2, 33, 200, 1);
@@ -571,8 +594,8 @@ static uint32_t fail_run(okv_mode_t mode, uint32_t fail_at, bool persistent, flo
     }
     assert_int_equal(code, OKV_STATUS_OK);
     for (uint32_t j = 0; j < n; j++) {
-      assert_true(harn_check(&x, which[j]) < 5e-5); /* valid outputs for everyone */
-      check_resident_present(&x, which[j]);
+      assert_true(harn_check(&x, which[j]) < 5e-5);       /* valid outputs for everyone */
+      if (step % 2) check_resident_present(&x, which[j]); /* (waits for the worker) */
     }
     if (x.stats.failed_blocks > 0) {
       assert_true(x.stats.pipeline_errors > 0);
@@ -584,6 +607,14 @@ static uint32_t fail_run(okv_mode_t mode, uint32_t fail_at, bool persistent, flo
       seq_add_remote(&x, 0, 34, 230, 2);
       readded = true;
     }
+  }
+  /* A failed read's job may land in no step's stats yet (its step was the last, or the next was refused): the
+   * cumulative stats count every job. */
+  okv_step_stats_t cum;
+  OKV_ASSERT_OK(okv_runtime_stats(x.rt, UINT32_MAX, &cum));
+  if (cum.failed_blocks > 0) {
+    assert_true(cum.pipeline_errors > 0);
+    saw_failed = true;
   }
   uint32_t calls = x.s[0].adm->src.calls;
   if (fail_at > 0) { /* the failure was seen, refused at the next step, and the sequence re-admitted */
@@ -817,6 +848,61 @@ static void test_read_kv(void **state) {
   }
 }
 
+/* okv_runtime_step_end does not wait for the background pipeline (docs/api.md "Stats"): with the worker held
+ * inside a read through a KV source (layer 0's job of the step), the step's remaining layers run and the
+ * step ends (waiting would never return); the held job's counts are in no step yet, okv_runtime_stats waits
+ * for it and counts it, and the next step collects it at layer 0's commit: counted once. */
+static void test_step_end_does_not_wait(void **state) {
+  (void)state;
+  okv_runtime_config_t c;
+  base_config(&c, OKV_MODE_OASIS, OKV_DTYPE_F32);
+  harn_t x;
+  harn_open(&x, &c, mode_T(OKV_MODE_OASIS));
+  x.untracked = true;
+  seq_add_remote(&x, 0, 41, 300, 1); /* 19 blocks, only the active one admitted: the first jobs read */
+  const uint32_t which[1] = {0};
+  const fake_src_t *src = &x.s[0].adm->src;
+  pthread_mutex_lock(&g_gate_mu);
+  g_gate_armed = true;
+  g_gate_waiting = false;
+  pthread_mutex_unlock(&g_gate_mu);
+  assert_int_equal(harn_step(&x, 1, which, NULL, 0), OKV_STATUS_OK); /* returned with a job held in its read */
+  pthread_mutex_lock(&g_gate_mu);
+  while (!g_gate_waiting) pthread_cond_wait(&g_gate_cv, &g_gate_mu); /* layer 0's job reaches its read */
+  g_gate_armed = false;
+  pthread_cond_broadcast(&g_gate_cv);
+  pthread_mutex_unlock(&g_gate_mu);
+  /* Both jobs of the step (layer 0's held, layer 1's queued behind it) were collected by no step yet. */
+  assert_int_equal(x.stats.remote_blocks, 0);
+  assert_int_equal(x.stats.admitted, 0);
+  assert_int_equal(x.stats.hits + x.stats.misses, 0);
+  uint64_t steps_remote = 0, steps_admitted = 0;
+  okv_step_stats_t cum;
+  OKV_ASSERT_OK(okv_runtime_stats(x.rt, UINT32_MAX, &cum)); /* waits: every job of the step counts */
+  assert_true(cum.remote_blocks > 0);
+  assert_int_equal(cum.remote_blocks, src->blocks_read);
+  assert_true(cum.admitted > 0);
+  assert_int_equal(x.rt->total_cum.admitted, 0); /* ... without being collected */
+  for (uint32_t step = 0; step < 4; step++) {
+    assert_int_equal(harn_step(&x, 1, which, NULL, 0), OKV_STATUS_OK);
+    assert_true(harn_check(&x, 0) < 5e-5);
+    steps_remote += x.stats.remote_blocks;
+    steps_admitted += x.stats.admitted;
+  }
+  OKV_ASSERT_OK(okv_runtime_stats(x.rt, UINT32_MAX, &cum));
+  assert_int_equal(cum.remote_blocks, src->blocks_read); /* every read counted, once */
+  uint64_t pending_remote = 0, pending_admitted = 0;
+  for (uint32_t l = 0; l < c.n_layers; l++)
+    if (x.rt->jobs[l].stats_pending) {
+      pending_remote += x.rt->jobs[l].stats.remote_blocks;
+      pending_admitted += x.rt->jobs[l].stats.admitted;
+    }
+  assert_int_equal(steps_remote + pending_remote, cum.remote_blocks); /* the steps + the uncollected = every job */
+  assert_int_equal(steps_admitted + pending_admitted, cum.admitted);
+  assert_int_equal(x.rt->total_cum.admitted, steps_admitted);
+  harn_close(&x);
+}
+
 int main(int argc, char **argv) {
   g_backend = okv_test_backend_or_skip(argc, argv);
   const struct CMUnitTest tests[] = {
@@ -827,6 +913,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_remote_bad_fields),
       cmocka_unit_test(test_remote_add_faults),
       cmocka_unit_test(test_read_kv),
+      cmocka_unit_test(test_step_end_does_not_wait),
   };
   return cmocka_run_group_tests_name("core_runtime_remote", tests, NULL, NULL);
 }
