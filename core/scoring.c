@@ -212,6 +212,9 @@ okv_status_t okv_rt_predict_two_level(okv_runtime_t *rt, okv_predict_ctx_t *ctx,
       ctx->seg_score_first[u] = cfirst;
       if (nb > 0) {
         const okv_head_t *hd = seq_head(rt, seq, layer, h);
+        const uint32_t EB = rt->extent_blocks;
+        uint32_t ext_lo = 0, ext_hi = 0; /* the extent of the last candidate: ascending, so few divisions */
+        uint64_t ext_base = 0;
         const uint32_t *groups = &ctx->host_topk[(size_t)u * G];
         uint32_t cg = ctx->host_counts[u], nw = ceil_div_u32(ceil_div_u32(nb, GB), 64u);
         /* the kept units in ascending order (ties then break as in flat scoring): a bitmap, not a sort */
@@ -221,7 +224,12 @@ okv_status_t okv_rt_predict_two_level(okv_runtime_t *rt, okv_predict_ctx_t *ctx,
           for (uint64_t bits = ctx->cand_bits[w]; bits != 0; bits &= bits - 1u) {
             uint32_t g = w * 64u + (uint32_t)__builtin_ctzll(bits);
             uint32_t b0 = g * GB, n = nb - b0 < GB ? nb - b0 : GB;
-            uint64_t sfirst = okv_host_store_block(&rt->host, hd->extents, b0);
+            if (b0 >= ext_hi) {
+              ext_lo = b0 / EB * EB;
+              ext_hi = ext_lo + EB;
+              ext_base = (uint64_t)hd->extents[b0 / EB] * EB;
+            }
+            uint64_t sfirst = ext_base + (b0 - ext_lo); /* okv_host_store_block(&rt->host, hd->extents, b0) */
             if (pos > 0 && ctx->r_seg[nr - 1] == u && ctx->r_sfirst[nr - 1] + ctx->r_n[nr - 1] == sfirst) {
               ctx->r_n[nr - 1] += n; /* contiguous with the previous range: one range */
             } else {
