@@ -30,7 +30,8 @@ okv_status_t okv_rt_scoring_init(okv_runtime_t *rt, uint64_t n_host_blocks) {
     /* K + margin candidates per head; scoring all of a head's blocks this way is flat scoring. */
     uint32_t m = c->scoring_groups ? c->scoring_groups : c->budget_blocks;
     g = c->budget_blocks + m > OKV_TOPK_MAX ? OKV_TOPK_MAX : c->budget_blocks + m;
-    if ((uint64_t)g >= rt->max_blocks) return OKV_OK;
+    /* No margin left (K = OKV_TOPK_MAX) would make the 8-bit order decide: flat scoring then. */
+    if (g <= c->budget_blocks || (uint64_t)g >= rt->max_blocks) return OKV_OK;
     rt->unit_dtype = OKV_DTYPE_Q8;
   } else {
     g = c->scoring_groups ? c->scoring_groups : c->budget_blocks / 4u;

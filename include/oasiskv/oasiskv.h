@@ -64,7 +64,8 @@ typedef enum okv_scoring_e {
                                 from them. The 8-bit score is itself an upper bound of the exact one, so the
                                 top-K differs from flat only where a block of flat's top-K ranks below those
                                 candidates on the 8-bit scale; equal to flat while a head has at most that many
-                                blocks (docs/kernels.md "8-bit summaries") */
+                                blocks, or when no margin fits (K = OKV_TOPK_MAX) (docs/kernels.md "8-bit
+                                summaries") */
   OKV_SCORING_COUNT
 } okv_scoring_t;
 #define OKV_SCORING_GROUP_BLOCKS 16u
