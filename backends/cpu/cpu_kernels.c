@@ -587,6 +587,16 @@ static void score_load_rows(const okv_score_desc_t *d, const float *q, uint32_t 
   }
 }
 
+/* The most blocks of any job of a scoring call (sizes its work items). */
+static uint32_t score_max_blocks(const okv_score_desc_t *d, uint32_t n_jobs) {
+  uint32_t max_nb = 0;
+  for (uint32_t j = 0; j < n_jobs; j++) {
+    uint32_t nb = score_job(d, j).n;
+    max_nb = nb > max_nb ? nb : max_nb;
+  }
+  return max_nb;
+}
+
 /* The bound of one row on one block, in the arithmetic of the vector path:
  * f32 lo * f32(sum_x) + (step * sigma) * f32(dot), fused. */
 static inline float q8_bound(const uint8_t *sm, float sig, double sum_x, int32_t dot) {
@@ -727,11 +737,7 @@ static void score_q8(const okv_score_desc_t *d, const float *q, const void *summ
   const size_t sb = (size_t)okv_summary_bytes_ex(OKV_DTYPE_Q8, hd), qs = 2u * (size_t)hd;
   const float scale = (float)(1.0 / sqrt((double)hd));
   const bool vnni = q8_have_vnni();
-  uint32_t max_nb = 0;
-  for (uint32_t j = 0; j < n_jobs; j++) {
-    uint32_t nb = score_job(d, j).n;
-    max_nb = nb > max_nb ? nb : max_nb;
-  }
+  const uint32_t max_nb = score_max_blocks(d, n_jobs);
   const long n_chunks = (long)((max_nb + OKV_SCORE_CHUNK - 1u) / OKV_SCORE_CHUNK);
   const long n_items = (long)n_jobs * n_chunks;
   okv_unused_threads(nt);
@@ -800,11 +806,7 @@ void okv_cpu_score_blocks(const okv_score_desc_t *d, const float *q, const void 
     case OKV_CPU_ISA_AVX2: fn = okv_score_range_avx2; break;
     default: break;
   }
-  uint32_t max_nb = 0;
-  for (uint32_t j = 0; j < n_jobs; j++) {
-    uint32_t nb = score_job(d, j).n;
-    max_nb = nb > max_nb ? nb : max_nb;
-  }
+  const uint32_t max_nb = score_max_blocks(d, n_jobs);
   const long n_chunks = (long)((max_nb + OKV_SCORE_CHUNK - 1u) / OKV_SCORE_CHUNK);
   /* Short ranges (the candidates of a second pass) are scored several per work item. */
   const uint32_t per_item = n_chunks == 1 && d->n_ranges > 0 ? OKV_SCORE_CHUNK / (max_nb ? max_nb : 1u) : 1u;
