@@ -36,6 +36,7 @@
 #define SERVE_MAX_CTX          16u
 #define SERVE_EXTENT           64u /* the runtime's HOST extent (blocks), for sizing its host store */
 #define SERVE_NOMINAL_GPU_LINK 50e9
+#define SERVE_MAX_REPEAT       31u
 
 /* ---- Shapes and modes ---- */
 
@@ -76,6 +77,7 @@ typedef struct serve_opts_t {
   double ratios[16]; /* fetch ratios run by the capped modes (proxy, oasis) */
   bool ratio_auto[16];
   uint32_t n_ratios;
+  uint32_t repeat; /* runs of every (mode, ratio) per context, interleaved; the tables give the median run */
   bool link_given;
   uint64_t seed;
 } serve_opts_t;
@@ -108,6 +110,8 @@ static void usage(FILE *f) {
           "  --recall-steps N     extra steps sampled for recall (default 2; 0 = skip)\n"
           "  --recall-seqs N      sequences sampled per recall step (default 2)\n"
           "  --time-budget S      stop measuring a mode after S seconds (default 15; >= 1 step)\n"
+          "  --repeat N           run every mode (and ratio) N times, interleaved, and report each one's median\n"
+          "                       run by tokens/s (default 1; odd N gives a true median)\n"
           "  --trace FILE         keys/queries from `oasiskv eval --trace` instead of the generator\n"
           "  --draft-rho X        generator: draft innovation correlation in [0,1] (default 0.7)\n"
           "  --seed S             generator seed (default 1)\n"
@@ -194,6 +198,7 @@ static int parse_args(int argc, char **argv, serve_opts_t *o) {
   o->time_budget_s = 15.0;
   o->draft_rho = 0.7;
   o->seed = 1;
+  o->repeat = 1;
   for (int i = 0; i < SM_COUNT; i++) o->modes[i] = true;
   const char *shape_s = NULL, *contexts_s = NULL, *modes_s = NULL;
   uint32_t context = 0;
@@ -220,6 +225,7 @@ static int parse_args(int argc, char **argv, serve_opts_t *o) {
     OKV_CLI_OPT_PARSED("--recall-steps", okv_cli_parse_u32(CMD, "--recall-steps", v, 0, 64, &o->recall_steps))
     OKV_CLI_OPT_PARSED("--recall-seqs", okv_cli_parse_u32(CMD, "--recall-seqs", v, 1, 64, &o->recall_seqs))
     OKV_CLI_OPT_PARSED("--time-budget", okv_cli_parse_double(CMD, "--time-budget", v, &o->time_budget_s))
+    OKV_CLI_OPT_PARSED("--repeat", okv_cli_parse_u32(CMD, "--repeat", v, 1, SERVE_MAX_REPEAT, &o->repeat))
     OKV_CLI_OPT_STRING("--trace", o->trace_path)
     OKV_CLI_OPT_PARSED("--draft-rho", okv_cli_parse_double(CMD, "--draft-rho", v, &o->draft_rho))
     OKV_CLI_OPT_PARSED("--seed", okv_cli_parse_u64(CMD, "--seed", v, &o->seed))
@@ -530,6 +536,9 @@ typedef struct serve_result_t {
   /* Runtime modes, per measured step (first 64): HOST->DEVICE fetch bytes; auto: the mean C over layers and the
    * link ceiling the controller searched under (okv_cap_state_t.cap_ceiling_blocks). */
   double fetch_list[64], cap_list[64], ceiling_list[64];
+  /* --repeat: every run's tokens/s, in run order (in the median run's record) */
+  double tps_runs[SERVE_MAX_REPEAT];
+  uint32_t n_runs;
   char note[160];
 } serve_result_t;
 
@@ -1349,6 +1358,11 @@ static json_object *result_json(const serve_t *s, const serve_result_t *r) {
   json_object_object_add(o, "concurrent_sequences", json_object_new_int64(r->concurrent));
   json_object_object_add(o, "steps", json_object_new_int64(r->steps));
   json_num(o, "tokens_per_second", r->tokens_per_second);
+  if (r->n_runs > 1) { /* --repeat: this object is the median run; every run's tokens/s */
+    json_object *tr = json_object_new_array();
+    for (uint32_t i = 0; i < r->n_runs; i++) json_object_array_add(tr, json_object_new_double(r->tps_runs[i]));
+    json_object_object_add(o, "tokens_per_second_runs", tr);
+  }
   json_num(o, "step_seconds", r->step_seconds);
   json_num(o, "bytes_per_step", r->bytes_per_step);
   json_num(o, "fetch_bytes_per_step", r->fetch_bytes_per_step);
@@ -1437,10 +1451,12 @@ static void print_table(const serve_t *s, const serve_result_t *rs, size_t n, ui
       printf("%-9s %6s %5u   -- %s\n", k_mode_names[r->mode], ratio, r->concurrent, r->note);
       continue;
     }
-    printf("%-9s %6s %5u %9.1f %9.1f %10.2f %10.2f %9.3f %6.1f%% %7.3f %7.1f%s%s\n", k_mode_names[r->mode], ratio,
+    printf("%-9s %6s %5u %9.1f %9.1f %10.2f %10.2f %9.3f %6.1f%% %7.3f %7.1f", k_mode_names[r->mode], ratio,
            r->concurrent, r->tokens_per_second, 1e3 * r->step_seconds, r->bytes_per_step / 1e6,
            r->link_budget_bytes_per_step / 1e6, r->link_utilization, 100.0 * r->stall_fraction, r->recall,
-           r->load_seconds, r->note[0] ? "  " : "", r->note);
+           r->load_seconds);
+    for (uint32_t k = 0; r->n_runs > 1 && k < r->n_runs; k++) printf("%s%.1f", k ? " " : "  runs: ", r->tps_runs[k]);
+    printf("%s%s\n", r->note[0] ? "  " : "", r->note);
   }
   if (dense && oasis && dense->tokens_per_second > 0) {
     char ratio[16];
@@ -1450,10 +1466,13 @@ static void print_table(const serve_t *s, const serve_result_t *rs, size_t n, ui
         "%.1f%% of step time (target <= 5%%)\n",
         ctx, oasis->tokens_per_second / dense->tokens_per_second, ratio, 100.0 * oasis->stall_fraction);
   }
-  if (autor && best_fixed)
-    printf("oasis fetch ratio auto: %.1f tok/s = %.1f%% of the best fixed ratio (%g: %.1f tok/s; target >= 95%%)\n",
+  if (autor && best_fixed) {
+    char med[48] = "";
+    if (autor->n_runs > 1) snprintf(med, sizeof med, "medians of %u runs; ", autor->n_runs);
+    printf("oasis fetch ratio auto: %.1f tok/s = %.1f%% of the best fixed ratio (%g: %.1f tok/s; %starget >= 95%%)\n",
            autor->tokens_per_second, 100.0 * autor->tokens_per_second / best_fixed->tokens_per_second,
-           best_fixed->fetch_ratio, best_fixed->tokens_per_second);
+           best_fixed->fetch_ratio, best_fixed->tokens_per_second, med);
+  }
   (void)s;
 }
 
@@ -1559,6 +1578,8 @@ int okv_cli_bench_serve(int argc, char **argv) {
   okv_kv_trace_t trace;
   memset(&trace, 0, sizeof trace);
   serve_result_t *results = calloc((size_t)o->n_contexts * SM_COUNT * o->n_ratios, sizeof *results);
+  serve_result_t *runs = calloc((size_t)o->repeat * SM_COUNT * o->n_ratios, sizeof *runs);
+  bool any_failed = false;
   size_t n_results = 0;
   okv_cli_output_t out_json = {0}, out_csv = {0}, out_png = {0};
   bool have_json = false, have_csv = false, have_png = false;
@@ -1604,7 +1625,7 @@ int okv_cli_bench_serve(int argc, char **argv) {
     s.src.trace = &trace;
     s.src.q_scale = (float)sqrt((double)s.D / (double)trace.shape.head_dim);
   }
-  if (!results) {
+  if (!results || !runs) {
     fprintf(stderr, CMD ": out of host memory\n");
     goto done;
   }
@@ -1688,25 +1709,58 @@ int okv_cli_bench_serve(int argc, char **argv) {
     memset(s.fit, 0, sizeof s.fit);
     if (o->modes[SM_OFFLOAD] && !o->offload_seqs && !o->modes[SM_DENSE])
       s.fit[SM_DENSE] = fit_search(&s, SM_DENSE, ctx, fit_bound(&s, SM_DENSE, ctx));
+    /* Every (mode, ratio) configuration, run --repeat times in interleaved rounds so that slow phases of the
+     * machine fall on all of them alike; the concurrency search runs once per configuration. */
+    uint32_t cfg_mode[SM_COUNT * 16], cfg_ratio[SM_COUNT * 16], cfg_fit[SM_COUNT * 16], n_cfg = 0;
     for (int m = 0; m < SM_COUNT; m++) {
       if (!o->modes[m]) continue;
       uint32_t n_r = m == SM_PROXY || m == SM_OASIS ? o->n_ratios : 1;
       for (uint32_t ri = 0; ri < n_r; ri++) {
-        s.cur_ratio = o->ratios[ri];
-        s.cur_auto = o->ratio_auto[ri];
-        if (m != SM_OFFLOAD) s.fit[m] = fit_search(&s, (serve_mode_t)m, ctx, fit_bound(&s, (serve_mode_t)m, ctx));
-        serve_result_t *r = &results[n_results++];
-        r->mode = (serve_mode_t)m;
+        cfg_mode[n_cfg] = (uint32_t)m;
+        cfg_ratio[n_cfg++] = ri;
+      }
+    }
+    for (uint32_t rep = 0; rep < o->repeat; rep++) {
+      for (uint32_t c = 0; c < n_cfg; c++) {
+        serve_mode_t m = (serve_mode_t)cfg_mode[c];
+        s.cur_ratio = o->ratios[cfg_ratio[c]];
+        s.cur_auto = o->ratio_auto[cfg_ratio[c]];
+        if (m != SM_OFFLOAD) {
+          if (rep == 0) cfg_fit[c] = fit_search(&s, m, ctx, fit_bound(&s, m, ctx));
+          s.fit[m] = cfg_fit[c];
+        }
+        serve_result_t *r = &runs[(size_t)rep * n_cfg + c];
+        memset(r, 0, sizeof *r);
+        r->mode = m;
         r->context = ctx;
         double t0 = okv_cli_now_s();
         if (m == SM_OFFLOAD)
           run_offload(&s, ctx, r);
         else
-          run_runtime(&s, (serve_mode_t)m, ctx, r);
+          run_runtime(&s, m, ctx, r);
         finish_result(&s, r);
-        fprintf(stderr, CMD ": %s at %u tokens: %u seqs, %.1f tok/s (%.1f s)%s%s\n", k_mode_names[m], ctx,
+        any_failed |= r->steps == 0;
+        char run_s[32] = "";
+        if (o->repeat > 1) snprintf(run_s, sizeof run_s, " [run %u/%u]", rep + 1, o->repeat);
+        fprintf(stderr, CMD ": %s at %u tokens%s: %u seqs, %.1f tok/s (%.1f s)%s%s\n", k_mode_names[m], ctx, run_s,
                 r->concurrent, r->tokens_per_second, okv_cli_now_s() - t0, r->note[0] ? ": " : "", r->note);
       }
+    }
+    for (uint32_t c = 0; c < n_cfg; c++) { /* the median run by tokens/s stands for the configuration */
+      uint32_t idx[SERVE_MAX_REPEAT];
+      for (uint32_t rep = 0; rep < o->repeat; rep++) idx[rep] = rep;
+      for (uint32_t i = 1; i < o->repeat; i++)
+        for (uint32_t j = i; j > 0 && runs[(size_t)idx[j] * n_cfg + c].tokens_per_second <
+                                          runs[(size_t)idx[j - 1] * n_cfg + c].tokens_per_second;
+             j--) {
+          uint32_t t = idx[j];
+          idx[j] = idx[j - 1];
+          idx[j - 1] = t;
+        }
+      serve_result_t *r = &results[n_results++];
+      *r = runs[(size_t)idx[(o->repeat - 1) / 2] * n_cfg + c];
+      r->n_runs = o->repeat;
+      for (uint32_t rep = 0; rep < o->repeat; rep++) r->tps_runs[rep] = runs[(size_t)rep * n_cfg + c].tokens_per_second;
     }
     if (!quiet) print_table(&s, results, n_results, ctx);
   }
@@ -1732,14 +1786,13 @@ int okv_cli_bench_serve(int argc, char **argv) {
     have_png = false;
     if (!okv_cli_output_commit(CMD, &out_png)) goto done;
   }
-  rc = 0;
-  for (size_t i = 0; i < n_results; i++)
-    if (results[i].steps == 0) rc = 1; /* a mode that could not run is an error (its note says why) */
+  rc = any_failed ? 1 : 0; /* a run that could not run is an error (its note says why) */
 done:
   if (have_json) okv_cli_output_abort(&out_json);
   if (have_csv) okv_cli_output_abort(&out_csv);
   if (have_png) okv_cli_output_abort(&out_png);
   free(results);
+  free(runs);
   free(wbuf);
   free(s.src.tmpl_k);
   okv_attn_gen_destroy(s.src.gen);

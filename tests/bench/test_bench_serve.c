@@ -238,6 +238,8 @@ static void test_serve_bad_options(void **state) {
       "bench serve --no-such-option",
       "bench serve --fetch-ratio auto:2",
       "bench serve --draft-rho 2",
+      "bench serve --repeat 0",
+      "bench serve --repeat 32",
       "bench serve --trace /nonexistent/none.trace --shape tiny --context 64",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -268,6 +270,56 @@ static void test_serve_bad_options(void **state) {
   assert_true(fabs(num(autor, "cap_bytes_per_step") - 4.0 * 2 * 2 * 4096 * seqs) < 0.5);
   json_object_put(arr);
   unlink(json);
+}
+
+/* --repeat 3: one JSON object per (mode, ratio), the median run of three interleaved runs: its tokens/s is the
+ * middle of its three recorded runs, and the table prints the runs. */
+static void test_serve_repeat(void **state) {
+  (void)state;
+  char json[300], out[300], args[1024];
+  snprintf(json, sizeof json, "%s/repeat.json", g_dir);
+  snprintf(out, sizeof out, "%s/repeat.txt", g_dir);
+  snprintf(args, sizeof args, SMOKE_ARGS "--modes dense,oasis --fetch-ratio 0.25,auto:0.25 --repeat 3 --json '%s'",
+           json);
+  int rc = run_cli(args, out);
+  if (rc != 0) show_stderr();
+  assert_int_equal(rc, 0);
+  json_object *arr = json_object_from_file(json);
+  assert_non_null(arr);
+  assert_int_equal(json_object_array_length(arr), 3); /* dense, oasis 0.25, oasis auto */
+  for (size_t i = 0; i < 3; i++) {
+    json_object *o = json_object_array_get_idx(arr, i), *runs = NULL;
+    assert_true(json_object_object_get_ex(o, "tokens_per_second_runs", &runs));
+    assert_int_equal(json_object_array_length(runs), 3);
+    double t[3];
+    for (size_t k = 0; k < 3; k++) t[k] = json_object_get_double(json_object_array_get_idx(runs, k));
+    for (size_t k = 0; k < 3; k++) assert_true(t[k] > 0);
+    for (size_t a = 0; a < 2; a++) /* sort the three */
+      for (size_t b = 0; b + 1 < 3 - a; b++)
+        if (t[b] > t[b + 1]) {
+          double x = t[b];
+          t[b] = t[b + 1];
+          t[b + 1] = x;
+        }
+    double med = t[1];
+    assert_true(num(o, "tokens_per_second") == med);
+  }
+  assert_string_equal(str(json_object_array_get_idx(arr, 0), "mode"), "dense");
+  assert_string_equal(str(json_object_array_get_idx(arr, 2), "fetch_ratio"), "auto");
+  json_object_put(arr);
+  FILE *f = fopen(out, "r");
+  assert_non_null(f);
+  char line[1024];
+  int n_runs = 0, n_auto = 0;
+  while (fgets(line, sizeof line, f)) {
+    n_runs += strstr(line, "  runs: ") != NULL;
+    n_auto += strstr(line, "medians of 3 runs") != NULL;
+  }
+  fclose(f);
+  assert_int_equal(n_runs, 3);
+  assert_int_equal(n_auto, 1);
+  unlink(json);
+  unlink(out);
 }
 
 /* oasiskv info shows the emulated link it was asked for. */
@@ -308,7 +360,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_serve_all_modes), cmocka_unit_test(test_serve_trace_replay),
       cmocka_unit_test(test_eval_trace),      cmocka_unit_test(test_serve_bad_options),
-      cmocka_unit_test(test_info_link),
+      cmocka_unit_test(test_info_link),       cmocka_unit_test(test_serve_repeat),
   };
   int rc = cmocka_run_group_tests_name("bench_serve", tests, NULL, NULL);
   char cmd[400];
