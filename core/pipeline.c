@@ -131,6 +131,8 @@ okv_status_t okv_rt_predict_topk_flat(okv_runtime_t *rt, okv_predict_ctx_t *ctx,
 
 /* ---- background pipeline ---- */
 
+#define OKV_SELECT_PREFETCH_AHEAD 4u /* heads */
+
 /* Predict + select + issue one batched transfer for one layer job. */
 static void job_run(okv_runtime_t *rt, uint32_t layer) {
   okv_layer_job_t *job = &rt->jobs[layer];
@@ -143,7 +145,8 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
   bool any = false;
   for (uint32_t s = 0; s < job->n_seqs; s++) {
     okv_seq_t *seq = &rt->seqs[job->seq_index[s]];
-    if (!seq->live || seq->id != job->seq_id[s] || !seq_layer_sparse(rt, seq, layer) || seq->lost) seq = NULL;
+    if (!seq->live || seq->id != job->seq_id[s] || !seq_layer_sparse(rt, seq, layer) || okv_seq_is_lost(seq))
+      seq = NULL;
     ctx->seqs[s] = seq;
     any |= seq != NULL;
   }
@@ -171,6 +174,13 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
     for (uint32_t h = 0; h < H; h++) {
       uint32_t u = s * H + h;
       okv_head_t *hd = seq_head(rt, seq, layer, h);
+      /* The maps are cold (each step streams the KV and the scores through the caches): prefetch
+       * OKV_SELECT_PREFETCH_AHEAD heads ahead, so that their misses overlap this head's work. */
+      for (uint32_t k = u == 0 ? 1u : OKV_SELECT_PREFETCH_AHEAD; k <= OKV_SELECT_PREFETCH_AHEAD; k++) {
+        uint32_t ua = u + k;
+        if (ua / H < job->n_seqs && ctx->seqs[ua / H] != NULL)
+          okv_select_prefetch(&seq_head(rt, ctx->seqs[ua / H], layer, ua % H)->map);
+      }
       okv_select_result_t r;
       st = okv_select_head(&hd->map, &p, &ctx->host_topk[(size_t)u * K], ctx->host_counts[u], ctx->sel_scratch,
                            ctx->sel_admitted, ctx->sel_victims, &r);

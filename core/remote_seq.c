@@ -254,11 +254,13 @@ uint32_t okv_rt_remote_fill(okv_runtime_t *rt, uint32_t layer, okv_predict_ctx_t
         }
         stats->failed_blocks += n;
         stats->pipeline_errors++;
-        if (s->lost == OKV_OK)
+        if (s->lost == OKV_OK) {
           s->lost = okv_status_annotate(st, "reading %u prefill blocks of layer %u through KV source '%s'", n, layer,
                                         s->source_name);
-        else
+          __atomic_store_n(&s->lost_flag, 1, __ATOMIC_RELEASE);
+        } else {
           okv_status_free(st);
+        }
       }
     }
     for (uint32_t k = i; k < j; k++) {

@@ -52,13 +52,19 @@ typedef struct okv_seq_t {
   okv_head_t *heads;  /* [n_layers * n_kv_heads], layer-major */
   /* Remote sequences (remote_seq.c): prefill blocks [0, n_remote_blocks) of every head are authoritative at
    * `source`. `lost` is the first failed read (then okv_runtime_step_begin refuses the sequence); it is
-   * written by the thread that reads the source and read by the engine thread after the jobs drained. */
+   * written by the thread that reads the source and read by the engine thread after the jobs drained.
+   * `lost_flag` (okv_seq_is_lost) says the same without the drain: the foreground reads it mid-step while the
+   * background thread may be setting it. */
   bool remote;
   uint32_t n_remote_blocks;
   okv_kv_source_t source; /* source.name points at source_name */
   char *source_name;
   okv_status_t lost;
+  int lost_flag; /* atomic: 1 once `lost` is set */
 } okv_seq_t;
+
+/* Whether a read through the sequence's KV source failed (any thread, any time). */
+static inline bool okv_seq_is_lost(const okv_seq_t *s) { return __atomic_load_n(&s->lost_flag, __ATOMIC_ACQUIRE) != 0; }
 
 typedef struct okv_plan_entry_t {
   uint32_t seq_index, seq_id, kv_head, block, slot, victim;

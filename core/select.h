@@ -35,4 +35,19 @@ okv_status_t okv_select_head(okv_block_map_t *map, const okv_select_params_t *pa
                              uint32_t n_predicted, uint32_t *scratch, uint32_t *out_admitted, uint32_t *out_victims,
                              okv_select_result_t *out_result);
 
+/* Prefetches the arrays okv_select_head reads of `map` (a hint; no effect on results). */
+static inline void okv_select_prefetch(const okv_block_map_t *map) {
+  uint32_t n = map->n_resident;
+  for (uint32_t i = 0; i < n; i += 16) {
+    __builtin_prefetch(map->resident + i);
+    __builtin_prefetch(map->res_last + i);
+  }
+  uint32_t w = map->n_blocks / 64u + 1u;
+  for (uint32_t i = 0; i < w; i += 8) {
+    __builtin_prefetch(map->res_bits + i);
+    __builtin_prefetch(map->pred_prev + i);
+    __builtin_prefetch(map->pred_bits + i);
+  }
+}
+
 #endif

@@ -44,6 +44,7 @@ void okv_rt_seq_release(okv_runtime_t *rt, okv_seq_t *s) {
   s->n_tokens = NULL;
   s->source_name = NULL;
   s->lost = OKV_OK;
+  __atomic_store_n(&s->lost_flag, 0, __ATOMIC_RELEASE);
   s->remote = false;
   s->live = false;
 }

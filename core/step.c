@@ -142,7 +142,7 @@ static void fg_predict_and_fetch(okv_runtime_t *rt, uint32_t layer, const float 
   bool any = false;
   for (uint32_t s = 0; s < n_seqs; s++) {
     okv_seq_t *seq = step_seq(rt, s);
-    if (seq && (!seq_layer_sparse(rt, seq, layer) || seq->lost)) seq = NULL;
+    if (seq && (!seq_layer_sparse(rt, seq, layer) || okv_seq_is_lost(seq))) seq = NULL;
     ctx->seqs[s] = seq;
     any |= seq != NULL;
   }
