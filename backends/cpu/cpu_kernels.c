@@ -914,6 +914,42 @@ static inline void heap_down(uint64_t *h, uint32_t n, uint32_t i) {
   h[i] = x;
 }
 
+/* Sampled threshold for long segments: the scores at or above the `rank`-th best of every
+ * OKV_TOPK_SAMPLE_STRIDE-th score are about rank x stride, ~2k; when at least k of them exist, they hold the
+ * whole top-k (every score of the top-k is >= the k-th best >= the threshold), so the heap runs over them
+ * alone. Otherwise (ties, exclusions, unlucky samples, more than OKV_TOPK_CAND_MAX) the plain scan decides. */
+#define OKV_TOPK_SAMPLE_STRIDE 8u
+#define OKV_TOPK_CAND_MAX      (4u * OKV_TOPK_MAX)
+
+/* The `rank`-th best (1-based) of every stride-th score of sc[0..n) (NaN = -inf), or -inf. */
+static float topk_sample_threshold(const float *sc, uint32_t n, uint32_t rank) {
+  float h[OKV_TOPK_MAX]; /* min-heap of the best `rank` samples */
+  uint32_t cnt = 0;
+  for (uint32_t b = 0; b < n; b += OKV_TOPK_SAMPLE_STRIDE) {
+    float x = sc[b] == sc[b] ? sc[b] : -INFINITY;
+    if (cnt < rank) { /* sift up */
+      uint32_t i = cnt++;
+      while (i > 0 && h[(i - 1u) / 2u] > x) {
+        h[i] = h[(i - 1u) / 2u];
+        i = (i - 1u) / 2u;
+      }
+      h[i] = x;
+    } else if (x > h[0]) { /* sift down */
+      uint32_t i = 0;
+      for (;;) {
+        uint32_t c = 2u * i + 1u;
+        if (c >= cnt) break;
+        if (c + 1u < cnt && h[c + 1u] < h[c]) c++;
+        if (h[c] >= x) break;
+        h[i] = h[c];
+        i = c;
+      }
+      h[i] = x;
+    }
+  }
+  return cnt == rank ? h[0] : -INFINITY;
+}
+
 void okv_cpu_topk(const okv_topk_desc_t *d, const float *scores, uint32_t *out_indices, uint32_t *out_counts,
                   int n_threads) {
   const int nt = cpu_threads(n_threads);
@@ -934,13 +970,48 @@ for (long ul = 0; ul < n_seg; ul++) {
       excl[d->excl_blocks[i] >> 6] |= 1ull << (d->excl_blocks[i] & 63u);
   }
   uint32_t cnt = 0, b = 0;
+  /* Long segments: the candidates at or above a sampled threshold, when they are enough (see above). */
+  uint64_t cand[OKV_TOPK_CAND_MAX];
+  uint32_t m = 0;
+  bool sampled = false;
+  if (n >= 16u * k && n / OKV_TOPK_SAMPLE_STRIDE >= 4u * k) {
+    const uint32_t rank = 2u * k / OKV_TOPK_SAMPLE_STRIDE + 1u;
+    const float t0 = topk_sample_threshold(sc, n, rank);
+    if (t0 > -INFINITY) {
+      for (uint32_t i = 0; i < n && m <= OKV_TOPK_CAND_MAX; i++) {
+        if ((i & 15u) == 0 && n - i >= 16u) {
+          int any = 0;
+          for (uint32_t j = 0; j < 16u; j++) any |= sc[i + j] >= t0;
+          if (!any) {
+            i += 15u;
+            continue;
+          }
+        }
+        if (!(sc[i] >= t0) || (has_excl && (excl[i >> 6] >> (i & 63u) & 1u))) continue;
+        if (m < OKV_TOPK_CAND_MAX) cand[m] = topk_key(sc[i], i);
+        m++;
+      }
+      sampled = m >= k && m <= OKV_TOPK_CAND_MAX;
+    }
+  }
+  if (sampled) {
+    for (; cnt < k; cnt++) heap[cnt] = cand[cnt];
+    for (uint32_t i = cnt / 2u; i-- > 0;) heap_down(heap, cnt, i);
+    for (uint32_t i = k; i < m; i++)
+      if (cand[i] > heap[0]) {
+        heap[0] = cand[i];
+        heap_down(heap, cnt, 0);
+      }
+    b = n; /* the plain scan below has nothing left */
+  }
   /* Fill the heap with the first k candidates, then keep the k best. */
   for (; b < n && cnt < k; b++) {
     if (has_excl && (excl[b >> 6] >> (b & 63u) & 1u)) continue;
     heap[cnt++] = topk_key(sc[b], b);
   }
-  for (uint32_t i = cnt / 2u; i-- > 0;) heap_down(heap, cnt, i);
-  if (cnt == k) {
+  if (!sampled)
+    for (uint32_t i = cnt / 2u; i-- > 0;) heap_down(heap, cnt, i);
+  if (cnt == k && !sampled) {
     uint64_t thr = heap[0];
     float tf = topk_key_score(thr);
     for (; b < n; b++) {

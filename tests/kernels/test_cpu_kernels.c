@@ -903,6 +903,8 @@ static void test_summary_reduce(void **state) {
 
 /* ---- top-K ---- */
 
+#define OKV_TOPK_SAMPLE_STRIDE_TEST 8u /* cpu_kernels.c's OKV_TOPK_SAMPLE_STRIDE */
+
 static void check_topk(const okv_topk_desc_t *d, const float *scores) {
   size_t n_out = (size_t)d->n_segments * d->k;
   uint32_t *out = test_malloc(sizeof(uint32_t) * n_out), *ref = test_malloc(sizeof(uint32_t) * n_out);
@@ -989,6 +991,35 @@ static void test_topk(void **state) {
   test_free(map);
   test_free(sc);
   test_free(eb);
+  /* long segments (the sampled-threshold path): distinct scores in random, ascending and descending order, a
+   * segment of one repeated score, and a segment with a NaN in every sample position */
+  {
+    const uint32_t nl = 8192, ns = 5;
+    float *ls = test_malloc(sizeof(float) * nl * ns);
+    for (uint32_t i = 0; i < nl; i++) {
+      ls[i] = (float)okv_test_rng_below(&rng, 1u << 30) * 1e-6f - 500.0f;
+      ls[nl + i] = (float)i * 0.5f - 100.0f;
+      ls[2 * nl + i] = 100.0f - (float)i * 0.5f;
+      ls[3 * nl + i] = 1.5f;
+      ls[4 * nl + i] = i % OKV_TOPK_SAMPLE_STRIDE_TEST == 0 ? NAN : (float)okv_test_rng_below(&rng, 1000);
+    }
+    uint64_t lf[5];
+    uint32_t ln[5], leo[6] = {0}, leb[64], nle = 0;
+    for (uint32_t u = 0; u < ns; u++) {
+      lf[u] = (uint64_t)u * nl;
+      ln[u] = nl;
+      for (uint32_t i = 0; i < 8; i++) leb[nle++] = u == 0 ? okv_test_rng_below(&rng, nl) : nl - 1u - i * 3u;
+      leo[u + 1] = nle;
+    }
+    static const uint32_t lks[] = {1, 64, 128, 256, 512};
+    for (int ki = 0; ki < 5; ki++) {
+      okv_topk_desc_t d = okv_kcase_topk_desc(ns, lks[ki], lf, ln, leo, leb);
+      check_topk(&d, ls);
+      d.excl_offsets = NULL;
+      check_topk(&d, ls);
+    }
+    test_free(ls);
+  }
 }
 
 int main(int argc, char **argv) {
