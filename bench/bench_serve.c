@@ -574,7 +574,8 @@ static uint32_t warmup_steps(const serve_t *s, serve_mode_t m, double ratio, boo
   return (s->K + C - 1) / C + 2;
 }
 
-/* Decode positions any mode replays: the longest warm-up, the measured and the recall steps. */
+/* Decode positions any mode replays: the longest warm-up, the measured and the recall steps (the trace's
+ * windows must hold them all). */
 static uint32_t decode_positions(const serve_t *s) {
   uint32_t w = warmup_steps(s, SM_DENSE, 0, false);
   for (uint32_t i = 0; i < s->o.n_ratios; i++) {
@@ -584,11 +585,24 @@ static uint32_t decode_positions(const serve_t *s) {
   return w + s->o.decode + s->o.recall_steps;
 }
 
-static uint32_t max_ctx(const serve_t *s, uint32_t ctx) { return ctx + decode_positions(s) + SERVE_MAX_CTX; }
+/* Decode steps a run of mode m makes at the current fetch ratio (s->cur_ratio; dense, ondemand and offload do
+ * not depend on it): its warm-up, the measured steps and, where recall is sampled (ondemand, proxy, oasis), the
+ * recall steps. Each appends one token to every sequence. */
+static uint32_t mode_steps(const serve_t *s, serve_mode_t m) {
+  uint32_t w = warmup_steps(s, m, s->cur_ratio, s->cur_auto);
+  if (m == SM_OFFLOAD) return w + (s->o.offload_steps < s->o.decode ? s->o.offload_steps : s->o.decode);
+  return w + s->o.decode + (m == SM_DENSE ? 0u : s->o.recall_steps);
+}
 
-/* The runtime's HOST store for B sequences (whole extents per (layer, KV head)). */
-static uint64_t host_store_bytes(const serve_t *s, uint32_t B, uint32_t ctx) {
-  uint32_t mb = n_blocks_of(max_ctx(s, ctx)), e = mb < SERVE_EXTENT ? mb : SERVE_EXTENT;
+/* Tokens a sequence of mode m may hold (the runtime's max_context_tokens): the prompt, every step's token and
+ * a block of margin. */
+static uint32_t max_ctx(const serve_t *s, serve_mode_t m, uint32_t ctx) {
+  return ctx + mode_steps(s, m) + SERVE_MAX_CTX;
+}
+
+/* The runtime's HOST store for B sequences of mode m (whole extents per (layer, KV head)), bytes. */
+static uint64_t host_store_bytes(const serve_t *s, serve_mode_t m, uint32_t B, uint32_t ctx) {
+  uint32_t mb = n_blocks_of(max_ctx(s, m, ctx)), e = mb < SERVE_EXTENT ? mb : SERVE_EXTENT;
   return (uint64_t)B * s->L * s->H * ((mb + e - 1) / e) * e * s->block_bytes;
 }
 
@@ -615,8 +629,8 @@ static void runtime_config(const serve_t *s, serve_mode_t m, uint32_t B, uint32_
   c->budget_blocks = s->K;
   okv_cli_apply_fetch_ratio(s->cur_ratio, c); /* negative: the self-tuning cap with maximum -ratio */
   c->max_seqs = B;
-  c->max_context_tokens = max_ctx(s, ctx);
-  c->host_capacity_bytes = host_store_bytes(s, B, ctx);
+  c->max_context_tokens = max_ctx(s, m, ctx);
+  c->host_capacity_bytes = host_store_bytes(s, m, B, ctx);
   c->track_recall = false;
 }
 
@@ -625,12 +639,13 @@ static void runtime_config(const serve_t *s, serve_mode_t m, uint32_t B, uint32_
  * server has none). GPU: plus the emulated weights. */
 static uint64_t device_capacity(const serve_t *s, serve_mode_t m, uint32_t B, uint32_t ctx) {
   uint64_t cap = s->device_bytes;
-  if (m == SM_DENSE) cap += host_store_bytes(s, B, ctx) / s->block_bytes * s->summary_bytes;
+  if (m == SM_DENSE) cap += host_store_bytes(s, m, B, ctx) / s->block_bytes * s->summary_bytes;
   if (!s->w.host) cap += s->w.bytes + 8192;
   return cap;
 }
 
-/* Whether B sequences of ctx tokens fit in mode m's DEVICE budget. */
+/* Whether B sequences of ctx prompt tokens fit in mode m's DEVICE budget for the whole run: at the length they
+ * reach after its last step (dense holds every block in DEVICE, so the blocks the steps append count). */
 static bool fits(const serve_t *s, serve_mode_t m, uint32_t B, uint32_t ctx) {
   okv_hal_device_t *dev = NULL;
   okv_runtime_t *rt = NULL;
@@ -644,7 +659,7 @@ static bool fits(const serve_t *s, serve_mode_t m, uint32_t B, uint32_t ctx) {
   if (st == OKV_OK) st = okv_runtime_create(dev, &c, NULL, &rt);
   if (st == OKV_OK) {
     uint32_t n = 0;
-    st = okv_runtime_seq_capacity(rt, ctx, &n);
+    st = okv_runtime_seq_capacity(rt, ctx + mode_steps(s, m), &n);
     ok = st == OKV_OK && n >= B;
   }
   okv_status_free(st);
@@ -657,7 +672,7 @@ static bool fits(const serve_t *s, serve_mode_t m, uint32_t B, uint32_t ctx) {
 /* An upper bound of the concurrency search: DEVICE bytes over the least a sequence needs (its KV in dense,
  * K + 1 slots per head otherwise), capped at --max-seqs. */
 static uint32_t fit_bound(const serve_t *s, serve_mode_t m, uint32_t ctx) {
-  uint64_t per = m == SM_DENSE ? (uint64_t)s->L * s->H * n_blocks_of(max_ctx(s, ctx)) * s->block_bytes
+  uint64_t per = m == SM_DENSE ? (uint64_t)s->L * s->H * n_blocks_of(max_ctx(s, m, ctx)) * s->block_bytes
                                : (uint64_t)s->L * s->H * (s->K + 1u) * s->block_bytes;
   uint64_t ub = (m == SM_DENSE ? device_capacity(s, m, 1, ctx) * 2 : s->device_bytes) / per + 2;
   return ub < s->o.max_seqs ? (uint32_t)ub : s->o.max_seqs;
@@ -855,7 +870,7 @@ static void run_runtime(serve_t *s, serve_mode_t m, uint32_t ctx, serve_result_t
   double t_meas = 0, t_weights = 0;
   okv_step_stats_t cum;
   memset(&cum, 0, sizeof cum);
-  rc.cap = s->K + 2u + (m == SM_DENSE ? n_blocks_of(max_ctx(s, ctx)) : 0u);
+  rc.cap = s->K + 2u + (m == SM_DENSE ? n_blocks_of(max_ctx(s, m, ctx)) : 0u);
   rc.n_samples = s->o.recall_seqs < B ? s->o.recall_seqs : B;
   if (m != SM_DENSE && recall_left > 0) {
     rc.res = malloc((size_t)rc.n_samples * s->L * s->H * rc.cap * sizeof(uint32_t));
@@ -1054,7 +1069,7 @@ static okv_status_t off_copies(const serve_t *s, off_copier_t *c, uint32_t limit
 static void run_offload(serve_t *s, uint32_t ctx, serve_result_t *r) {
   uint32_t B = s->o.offload_seqs ? s->o.offload_seqs : (s->fit[SM_DENSE] ? s->fit[SM_DENSE] : 1u);
   r->concurrent = B;
-  const uint32_t L = s->L, H = s->H, D = s->D, mb = n_blocks_of(max_ctx(s, ctx));
+  const uint32_t L = s->L, H = s->H, D = s->D, mb = n_blocks_of(max_ctx(s, SM_OFFLOAD, ctx));
   const uint64_t bb = s->block_bytes, unit_bytes = (uint64_t)H * mb * bb;
   const size_t QD = (size_t)s->nq * D, HD = (size_t)H * D;
   okv_hal_device_t *dev = NULL;
@@ -1764,6 +1779,7 @@ int okv_cli_bench_serve(int argc, char **argv) {
     }
     if (!quiet) print_table(&s, results, n_results, ctx);
   }
+  if (any_failed) goto done; /* a run that could not run is an error (its note says why): no output is left */
   if (have_json) {
     json_c_set_serialization_double_format("%.8g", JSON_C_OPTION_GLOBAL);
     json_object *arr = json_object_new_array();
@@ -1786,7 +1802,7 @@ int okv_cli_bench_serve(int argc, char **argv) {
     have_png = false;
     if (!okv_cli_output_commit(CMD, &out_png)) goto done;
   }
-  rc = any_failed ? 1 : 0; /* a run that could not run is an error (its note says why) */
+  rc = 0;
 done:
   if (have_json) okv_cli_output_abort(&out_json);
   if (have_csv) okv_cli_output_abort(&out_csv);

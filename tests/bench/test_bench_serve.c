@@ -322,6 +322,54 @@ static void test_serve_repeat(void **state) {
   unlink(out);
 }
 
+/* Runs `args` (a dense bench serve run) with --json into dir/fit.json and returns its concurrent_sequences after
+ * checking that it ran every measured step (-1 when it failed). */
+static int dense_run(const char *args, uint32_t steps) {
+  char json[300], cmd[1024];
+  snprintf(json, sizeof json, "%s/fit.json", g_dir);
+  snprintf(cmd, sizeof cmd, "%s --json '%s'", args, json);
+  int rc = run_cli(cmd, NULL);
+  if (rc != 0) {
+    print_error("'%s': exit %d\n", args, rc);
+    show_stderr();
+    return -1;
+  }
+  json_object *arr = json_object_from_file(json);
+  assert_non_null(arr);
+  json_object *o = json_object_array_get_idx(arr, 0);
+  assert_string_equal(str(o, "mode"), "dense");
+  assert_true(num(o, "steps") == steps);
+  int seqs = (int)num(o, "concurrent_sequences");
+  json_object_put(arr);
+  unlink(json);
+  return seqs;
+}
+
+/* dense admits only the sequences whose KV fits in DEVICE at the end of the run: every step appends a token,
+ * and a step that starts a block needs a slot per (layer, KV head) of every sequence. 2048-token prompts fill
+ * 128 blocks exactly, so the first decode step starts block 129 (at 0.0068 GiB a search at the prompt's length
+ * admitted a sequence too many and the step failed). Its concurrency does not depend on the fetch ratios
+ * (their warm-ups are proxy's and oasis's). */
+static void test_serve_dense_fit(void **state) {
+  (void)state;
+#define DENSE_ARGS "bench serve --shape tiny --layers 1 --decode 2 --modes dense --recall-steps 0 "
+  assert_true(dense_run(DENSE_ARGS "--context 2048 --warmup 1 --device-gib 0.0068", 2) >= 1);
+  assert_true(dense_run(DENSE_ARGS "--context 2048 --device-gib 0.05", 2) >= 1);
+  int a = dense_run(DENSE_ARGS "--context 2000 --device-gib 0.02 --fetch-ratio 0.25", 2);
+  int b = dense_run(DENSE_ARGS "--context 2000 --device-gib 0.02 --fetch-ratio 0.01,0.02", 2);
+  assert_true(a >= 1);
+  assert_int_equal(a, b);
+  /* A run that fails (not one sequence fits) exits 1 and leaves none of its output files. */
+  char json[300], csv[300], args[1024];
+  snprintf(json, sizeof json, "%s/failed.json", g_dir);
+  snprintf(csv, sizeof csv, "%s/failed.csv", g_dir);
+  snprintf(args, sizeof args, DENSE_ARGS "--context 2048 --device-gib 0.0001 --json '%s' --csv '%s'", json, csv);
+  assert_int_equal(run_cli(args, NULL), 1);
+  assert_int_equal(access(json, F_OK), -1);
+  assert_int_equal(access(csv, F_OK), -1);
+#undef DENSE_ARGS
+}
+
 /* oasiskv info shows the emulated link it was asked for. */
 static void test_info_link(void **state) {
   (void)state;
@@ -361,6 +409,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_serve_all_modes), cmocka_unit_test(test_serve_trace_replay),
       cmocka_unit_test(test_eval_trace),      cmocka_unit_test(test_serve_bad_options),
       cmocka_unit_test(test_info_link),       cmocka_unit_test(test_serve_repeat),
+      cmocka_unit_test(test_serve_dense_fit),
   };
   int rc = cmocka_run_group_tests_name("bench_serve", tests, NULL, NULL);
   char cmd[400];
