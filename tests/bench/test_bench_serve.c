@@ -3,7 +3,7 @@
  * values in range, the cap respected, offload's traffic hand-computed; trace
  * replay; `oasiskv eval --trace` (stories260K, oracle drafter: the layer-0
  * draft query of position p is the real query of p + 1); bad options; and
- * `oasiskv info` showing the emulated link.
+ * `oasiskv info` showing the emulated link; `oasiskv bench runtime`'s capacity check.
  * usage: test_bench_serve <path to oasiskv> <shared dir> */
 #include <json-c/json.h>
 #include <math.h>
@@ -370,6 +370,41 @@ static void test_serve_dense_fit(void **state) {
 #undef DENSE_ARGS
 }
 
+/* `oasiskv bench runtime` refuses, before allocating, a run whose HOST tier (sequences x layers x context),
+ * DEVICE tier or prefill exceeds --host-gib, and a --layers out of 1..128: exit 2, one line naming the
+ * numbers. (--layers 1000 used to allocate until the machine ran out of memory; --host-gib was ignored once
+ * --layers was given.) A run within the bound still runs. */
+static void test_runtime_capacity(void **state) {
+  (void)state;
+  static const char *const bad[] = {
+      "bench runtime --seqs 1 --context 1024 --layers 20 --host-gib 0.01 --steps 1 --warmup 0",
+      "bench runtime --seqs 2 --context 2048 --layers 1000 --steps 1",
+      "bench runtime --seqs 1000 --context 16 --layers 10 --steps 1",
+      "bench runtime --seqs 200 --context 131072 --steps 1",
+      "bench runtime --layers 0",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    int rc = run_cli(bad[i], NULL);
+    if (rc != 2 || stderr_lines() != 1) {
+      print_error("'%s': exit %d, %d stderr lines\n", bad[i], rc, stderr_lines());
+      show_stderr();
+      fail();
+    }
+  }
+  char err[300], line[512] = "";
+  snprintf(err, sizeof err, "%s/err", g_dir);
+  assert_int_equal(run_cli(bad[0], NULL), 2);
+  FILE *f = fopen(err, "r");
+  assert_non_null(f);
+  assert_non_null(fgets(line, sizeof line, f));
+  fclose(f);
+  assert_non_null(strstr(line, "1 seqs x 20 layers x 1024 tokens need 0.16 GiB of HOST tier"));
+  assert_non_null(strstr(line, "--host-gib 0.01"));
+  int rc = run_cli("bench runtime --seqs 1 --context 1024 --layers 2 --host-gib 0.1 --steps 1 --warmup 0", NULL);
+  if (rc != 0) show_stderr();
+  assert_int_equal(rc, 0);
+}
+
 /* oasiskv info shows the emulated link it was asked for. */
 static void test_info_link(void **state) {
   (void)state;
@@ -409,7 +444,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_serve_all_modes), cmocka_unit_test(test_serve_trace_replay),
       cmocka_unit_test(test_eval_trace),      cmocka_unit_test(test_serve_bad_options),
       cmocka_unit_test(test_info_link),       cmocka_unit_test(test_serve_repeat),
-      cmocka_unit_test(test_serve_dense_fit),
+      cmocka_unit_test(test_serve_dense_fit), cmocka_unit_test(test_runtime_capacity),
   };
   int rc = cmocka_run_group_tests_name("bench_serve", tests, NULL, NULL);
   char cmd[400];
