@@ -1578,6 +1578,15 @@ int okv_cli_bench_serve(int argc, char **argv) {
     fprintf(stderr, CMD ": --plot needs gnuplot, which is not installed (Debian: apt-get install gnuplot-nox)\n");
     return 1;
   }
+  if (strcmp(o->device, "cpu") != 0) { /* a GPU backend that cannot open a device says why, before any work */
+    okv_hal_device_t *probe = NULL;
+    okv_status_t ps = okv_hal_device_create(o->device, NULL, NULL, &probe);
+    if (ps) {
+      okv_cli_print_status(CMD, okv_status_annotate(ps, "device '%s'", o->device));
+      return 1;
+    }
+    OKV_IGNORE_ERROR(okv_hal_device_release(probe));
+  }
   rc = 1;
   s.L = o->layers;
   s.H = o->shape->n_kv_heads;

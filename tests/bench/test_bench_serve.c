@@ -405,6 +405,42 @@ static void test_runtime_capacity(void **state) {
   assert_int_equal(rc, 0);
 }
 
+/* `bench serve --device cuda` (or hip) where that backend cannot open a device fails at once with the
+ * backend's own reason (as eval and bench runtime do), exit 1, one line, no output file; it used to measure
+ * a bandwidth of 0 and report that not one sequence fits. Skipped where the backend works. */
+static void test_serve_unavailable_device(void **state) {
+  (void)state;
+  int tried = 0;
+  for (size_t i = 0; i < okv_hal_backend_count(); i++) { /* the GPU backends compiled in */
+    const char *name = okv_hal_backend_name(i);
+    if (!strcmp(name, "cpu")) continue;
+    okv_hal_device_t *dev = NULL;
+    okv_status_t st = okv_hal_device_create(name, NULL, NULL, &dev);
+    if (st == OKV_OK) {
+      OKV_IGNORE_ERROR(okv_hal_device_release(dev));
+      continue;
+    }
+    char why[512], json[300], args[1024], line[1024] = "", err[300];
+    snprintf(why, sizeof why, "%s", okv_status_message(st));
+    okv_status_free(st);
+    snprintf(json, sizeof json, "%s/gpu.json", g_dir);
+    snprintf(args, sizeof args, "bench serve --device %s --shape tiny --layers 1 --context 256 --json '%s'", name,
+             json);
+    assert_int_equal(run_cli(args, NULL), 1);
+    assert_int_equal(stderr_lines(), 1);
+    snprintf(err, sizeof err, "%s/err", g_dir);
+    FILE *f = fopen(err, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(line, sizeof line, f));
+    fclose(f);
+    print_message("%s", line);
+    assert_non_null(strstr(line, why));
+    assert_int_equal(access(json, F_OK), -1);
+    tried++;
+  }
+  if (!tried) skip();
+}
+
 /* oasiskv info shows the emulated link it was asked for. */
 static void test_info_link(void **state) {
   (void)state;
@@ -441,10 +477,15 @@ int main(int argc, char **argv) {
   snprintf(g_dir, sizeof g_dir, "/tmp/okv-bench-serve-XXXXXX");
   if (!mkdtemp(g_dir)) return 1;
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_serve_all_modes), cmocka_unit_test(test_serve_trace_replay),
-      cmocka_unit_test(test_eval_trace),      cmocka_unit_test(test_serve_bad_options),
-      cmocka_unit_test(test_info_link),       cmocka_unit_test(test_serve_repeat),
-      cmocka_unit_test(test_serve_dense_fit), cmocka_unit_test(test_runtime_capacity),
+      cmocka_unit_test(test_serve_all_modes),
+      cmocka_unit_test(test_serve_trace_replay),
+      cmocka_unit_test(test_eval_trace),
+      cmocka_unit_test(test_serve_bad_options),
+      cmocka_unit_test(test_info_link),
+      cmocka_unit_test(test_serve_repeat),
+      cmocka_unit_test(test_serve_dense_fit),
+      cmocka_unit_test(test_runtime_capacity),
+      cmocka_unit_test(test_serve_unavailable_device),
   };
   int rc = cmocka_run_group_tests_name("bench_serve", tests, NULL, NULL);
   char cmd[400];
