@@ -1423,17 +1423,36 @@ static json_object *result_json(const serve_t *s, const serve_result_t *r) {
   return o;
 }
 
+/* The CSV's fetch_ratio (a number, "auto", or "-" for the uncapped modes) and fetch_ratio_max (auto's
+ * maximum ratio, else "-") of r. */
+static void csv_ratio(const serve_result_t *r, char *ratio, char *max, size_t n) {
+  bool capped = r->mode == SM_PROXY || r->mode == SM_OASIS;
+  if (!capped)
+    snprintf(ratio, n, "-");
+  else if (r->fetch_auto)
+    snprintf(ratio, n, "auto");
+  else
+    snprintf(ratio, n, "%g", r->fetch_ratio);
+  if (capped && r->fetch_auto)
+    snprintf(max, n, "%g", r->fetch_ratio);
+  else
+    snprintf(max, n, "-");
+}
+
 static void print_csv(FILE *f, const serve_t *s, const serve_result_t *rs, size_t n) {
   fprintf(f,
-          "mode,context_tokens,concurrent_sequences,tokens_per_second,step_seconds,bytes_per_step,"
-          "fetch_bytes_per_step,append_bytes_per_step,link_budget_bytes_per_step,cap_bytes_per_step,"
+          "mode,context_tokens,fetch_ratio,fetch_ratio_max,concurrent_sequences,tokens_per_second,step_seconds,"
+          "bytes_per_step,fetch_bytes_per_step,append_bytes_per_step,link_budget_bytes_per_step,cap_bytes_per_step,"
           "link_utilization,stall_fraction,recall,load_seconds,steps,note\n");
   for (size_t i = 0; i < n; i++) {
     const serve_result_t *r = &rs[i];
-    fprintf(f, "%s,%u,%u,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.4g,%u,\"%s\"\n", k_mode_names[r->mode],
-            r->context, r->concurrent, r->tokens_per_second, r->step_seconds, r->bytes_per_step,
-            r->fetch_bytes_per_step, r->append_bytes_per_step, r->link_budget_bytes_per_step, r->cap_bytes_per_step,
-            r->link_utilization, r->stall_fraction, r->recall, r->load_seconds, r->steps, r->note);
+    char ratio[32], max[32];
+    csv_ratio(r, ratio, max, sizeof ratio);
+    fprintf(f, "%s,%u,%s,%s,%u,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.4g,%u,\"%s\"\n",
+            k_mode_names[r->mode], r->context, ratio, max, r->concurrent, r->tokens_per_second, r->step_seconds,
+            r->bytes_per_step, r->fetch_bytes_per_step, r->append_bytes_per_step, r->link_budget_bytes_per_step,
+            r->cap_bytes_per_step, r->link_utilization, r->stall_fraction, r->recall, r->load_seconds, r->steps,
+            r->note);
   }
   (void)s;
 }

@@ -441,6 +441,62 @@ static void test_serve_unavailable_device(void **state) {
   if (!tried) skip();
 }
 
+/* Field `name` of CSV line `row` (header `head`) into out, "" when absent. No quoted commas before it. */
+static void csv_field(const char *head, const char *row, const char *name, char *out, size_t n) {
+  char h[1024], r[1024];
+  snprintf(h, sizeof h, "%s", head);
+  snprintf(r, sizeof r, "%s", row);
+  h[strcspn(h, "\n")] = r[strcspn(r, "\n")] = '\0';
+  int col = -1, k = 0;
+  for (char *sv = NULL, *t = strtok_r(h, ",", &sv); t; t = strtok_r(NULL, ",", &sv), k++)
+    if (!strcmp(t, name)) col = k;
+  out[0] = '\0';
+  k = 0;
+  for (char *p = r, *c; col >= 0 && p; p = c ? c + 1 : NULL, k++) {
+    c = strchr(p, ',');
+    if (k == col) {
+      snprintf(out, n, "%.*s", (int)(c ? (size_t)(c - p) : strlen(p)), p);
+      return;
+    }
+  }
+}
+
+/* --csv: every row carries its fetch ratio ("auto" for auto) and auto's maximum, so the rows of a ratio sweep
+ * can be told apart. */
+static void test_serve_csv(void **state) {
+  (void)state;
+  char csv[300], args[1024];
+  snprintf(csv, sizeof csv, "%s/serve.csv", g_dir);
+  snprintf(args, sizeof args,
+           "bench serve --shape tiny --layers 2 --context 1024 --decode 2 --warmup 1 --device-gib 0.006 "
+           "--budget 16 --link-gbps 0.5 --modes dense,oasis --fetch-ratio 0.25,auto,auto:0.1 --recall-steps 0 "
+           "--csv '%s'",
+           csv);
+  int rc = run_cli(args, NULL);
+  if (rc != 0) show_stderr();
+  assert_int_equal(rc, 0);
+  FILE *f = fopen(csv, "r");
+  assert_non_null(f);
+  char head[1024], row[4][1024];
+  assert_non_null(fgets(head, sizeof head, f));
+  for (int i = 0; i < 4; i++) assert_non_null(fgets(row[i], sizeof row[i], f));
+  assert_null(fgets(head + 512, 512, f)); /* dense and three oasis rows, nothing more */
+  fclose(f);
+  static const char *const want[4][3] = {
+      {"dense", "-", "-"}, {"oasis", "0.25", "-"}, {"oasis", "auto", "0.05"}, {"oasis", "auto", "0.1"}};
+  for (int i = 0; i < 4; i++) {
+    char mode[32], ratio[32], max[32];
+    csv_field(head, row[i], "mode", mode, sizeof mode);
+    csv_field(head, row[i], "fetch_ratio", ratio, sizeof ratio);
+    csv_field(head, row[i], "fetch_ratio_max", max, sizeof max);
+    print_message("%s %s %s\n", mode, ratio, max);
+    assert_string_equal(mode, want[i][0]);
+    assert_string_equal(ratio, want[i][1]);
+    assert_string_equal(max, want[i][2]);
+  }
+  unlink(csv);
+}
+
 /* oasiskv info shows the emulated link it was asked for. */
 static void test_info_link(void **state) {
   (void)state;
@@ -486,6 +542,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_serve_dense_fit),
       cmocka_unit_test(test_runtime_capacity),
       cmocka_unit_test(test_serve_unavailable_device),
+      cmocka_unit_test(test_serve_csv),
   };
   int rc = cmocka_run_group_tests_name("bench_serve", tests, NULL, NULL);
   char cmd[400];
