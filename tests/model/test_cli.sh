@@ -96,7 +96,8 @@ expect_fail "generate oracle drafter" generate --drafter oracle
 expect_fail "eval unknown device" eval "${base[@]}" --device tpu "${outs[@]}"
 expect_fail "generate unknown device" generate --device tpu
 expect_fail "eval unknown option" eval --frobnicate
-expect_fail "eval missing value" eval --budget
+expect_fail_msg "eval missing value" "^oasiskv eval: option --budget needs a value" eval --budget
+expect_fail_msg "generate missing value" "^oasiskv generate: option --steps needs a value" generate --steps
 expect_fail "generate --temperature -1" generate --temperature -1
 expect_fail_msg "generate --temperature 1e-400" "'1e-400' is out of range \(underflows\)" generate --temperature 1e-400
 expect_fail_msg "generate --temperature 1e400" "'1e400' is out of range \(overflows\)" generate --temperature 1e400
