@@ -51,9 +51,9 @@ static float bench_rand(void) { /* uniform in [-1, 1) */
   return (float)((double)(g_lcg >> 40) * (1.0 / 8388608.0) - 1.0);
 }
 
-static void usage(void) {
+static void usage(FILE *f) {
   fprintf(
-      stderr,
+      f,
       "usage: oasiskv bench runtime [--backend NAME] [--seqs N] [--context TOKENS] [--layers N]\n"
       "                             [--host-gib G] [--budget K] [--fetch-ratio R] [--steps N]\n"
       "                             [--warmup N] [--noise X] [--recall] [--project SHAPE] [--json]\n"
@@ -113,7 +113,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
       o->recall = true;
       continue;
     } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      usage();
+      usage(stdout);
       return 1;
     }
     static const char *const valued[] = {"--backend", "--seqs",    "--context",  "--layers",        "--budget",
@@ -122,8 +122,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
     bool known = false;
     for (size_t j = 0; j < sizeof valued / sizeof valued[0]; j++) known |= strcmp(a, valued[j]) == 0;
     if (!known) {
-      fprintf(stderr, "oasiskv bench runtime: unknown option %s\n", a);
-      usage();
+      fprintf(stderr, "oasiskv bench runtime: unknown option '%s' (see --help)\n", a);
       return 2;
     }
     if (v == NULL) {
@@ -142,22 +141,25 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
         fprintf(stderr, "oasiskv bench runtime: --layers must be in [1, %u], got %s\n", BENCH_MAX_LAYERS, v);
         return 2;
       }
-    } else if (strcmp(a, "--budget") == 0)
+    } else if (strcmp(a, "--budget") == 0) {
       ok = parse_u32(v, &o->budget_blocks);
-    else if (strcmp(a, "--steps") == 0)
+      if (ok && (o->budget_blocks < 1 || o->budget_blocks > OKV_TOPK_MAX)) {
+        fprintf(stderr, "oasiskv bench runtime: --budget must be in [1, %u], got %s\n", OKV_TOPK_MAX, v);
+        return 2;
+      }
+    } else if (strcmp(a, "--steps") == 0)
       ok = parse_u32(v, &o->steps) && o->steps > 0;
     else if (strcmp(a, "--warmup") == 0)
       ok = parse_u32(v, &o->warmup);
     else if (strcmp(a, "--host-gib") == 0)
       ok = parse_f64(v, &o->host_gib) && o->host_gib > 0 && o->host_gib <= 4096;
-    else if (strcmp(a, "--fetch-ratio") == 0)
-      ok = okv_cli_parse_fetch_ratio("oasiskv bench runtime", v, &o->fetch_ratio); /* auto[:MAX] -> -MAX */
-    else if (strcmp(a, "--project") == 0)
+    else if (strcmp(a, "--fetch-ratio") == 0) {
+      /* auto[:MAX] -> -MAX; the parser prints its own error line */
+      if (!okv_cli_parse_fetch_ratio("oasiskv bench runtime", v, &o->fetch_ratio)) return 2;
+    } else if (strcmp(a, "--project") == 0)
       o->project = v;
     else if (strcmp(a, "--scoring") == 0) {
-      okv_status_t ps = okv_scoring_parse(v, &o->scoring);
-      ok = ps == OKV_OK;
-      okv_status_free(ps);
+      if (!okv_cli_parse_scoring("oasiskv bench runtime", v, &o->scoring)) return 2; /* prints its error line */
     } else if (strcmp(a, "--groups") == 0)
       ok = parse_u32(v, &o->groups) && o->groups > 0;
     else if (strcmp(a, "--summary-dtype") == 0) {
@@ -177,8 +179,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
     else if (strcmp(a, "--noise") == 0)
       ok = parse_f64(v, &o->noise) && o->noise >= 0;
     else {
-      fprintf(stderr, "oasiskv bench runtime: unknown option %s\n", a);
-      usage();
+      fprintf(stderr, "oasiskv bench runtime: unknown option '%s' (see --help)\n", a);
       return 2;
     }
     if (!ok) {

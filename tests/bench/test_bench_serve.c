@@ -497,6 +497,39 @@ static void test_serve_csv(void **state) {
   unlink(csv);
 }
 
+/* `bench runtime` and `bench kernels`: --help on stdout (exit 0); a bad --fetch-ratio or --budget is one line
+ * and exit 2 (it was two lines; --budget 0 reached the runtime's config check, exit 1). */
+static void test_bench_help_and_values(void **state) {
+  (void)state;
+  char out[300];
+  snprintf(out, sizeof out, "%s/help.txt", g_dir);
+  static const char *const help[] = {"bench runtime --help", "bench kernels --help", "bench serve --help"};
+  for (size_t i = 0; i < 3; i++) {
+    assert_int_equal(run_cli(help[i], out), 0);
+    assert_int_equal(stderr_lines(), 0);
+    FILE *f = fopen(out, "r");
+    assert_non_null(f);
+    char line[256];
+    assert_non_null(fgets(line, sizeof line, f));
+    assert_non_null(strstr(line, "usage: oasiskv bench"));
+    fclose(f);
+  }
+  unlink(out);
+  static const char *const bad[] = {
+      "bench runtime --fetch-ratio 0", "bench runtime --fetch-ratio 2", "bench runtime --budget 0",
+      "bench runtime --budget 513",    "bench runtime --scoring nope",  "bench runtime --frobnicate",
+      "bench kernels --frobnicate",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    int rc = run_cli(bad[i], NULL);
+    if (rc != 2 || stderr_lines() != 1) {
+      print_error("'%s': exit %d, %d stderr lines\n", bad[i], rc, stderr_lines());
+      show_stderr();
+      fail();
+    }
+  }
+}
+
 /* oasiskv info shows the emulated link it was asked for. */
 static void test_info_link(void **state) {
   (void)state;
@@ -543,6 +576,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_runtime_capacity),
       cmocka_unit_test(test_serve_unavailable_device),
       cmocka_unit_test(test_serve_csv),
+      cmocka_unit_test(test_bench_help_and_values),
   };
   int rc = cmocka_run_group_tests_name("bench_serve", tests, NULL, NULL);
   char cmd[400];
