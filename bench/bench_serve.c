@@ -1423,6 +1423,14 @@ static json_object *result_json(const serve_t *s, const serve_result_t *r) {
   return o;
 }
 
+/* v with fmt into b, or "-" when it is not a number (recall without --recall-steps). */
+static void fmt_num(char *b, size_t n, const char *fmt, double v) {
+  if (isfinite(v))
+    snprintf(b, n, fmt, v);
+  else
+    snprintf(b, n, "-");
+}
+
 /* The CSV's fetch_ratio (a number, "auto", or "-" for the uncapped modes) and fetch_ratio_max (auto's
  * maximum ratio, else "-") of r. */
 static void csv_ratio(const serve_result_t *r, char *ratio, char *max, size_t n) {
@@ -1448,11 +1456,19 @@ static void print_csv(FILE *f, const serve_t *s, const serve_result_t *rs, size_
     const serve_result_t *r = &rs[i];
     char ratio[32], max[32];
     csv_ratio(r, ratio, max, sizeof ratio);
-    fprintf(f, "%s,%u,%s,%s,%u,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.4g,%u,\"%s\"\n",
-            k_mode_names[r->mode], r->context, ratio, max, r->concurrent, r->tokens_per_second, r->step_seconds,
-            r->bytes_per_step, r->fetch_bytes_per_step, r->append_bytes_per_step, r->link_budget_bytes_per_step,
-            r->cap_bytes_per_step, r->link_utilization, r->stall_fraction, r->recall, r->load_seconds, r->steps,
-            r->note);
+    fprintf(f, "%s,%u,%s,%s,%u", k_mode_names[r->mode], r->context, ratio, max, r->concurrent);
+    const double v[] = {r->tokens_per_second,     r->step_seconds,
+                        r->bytes_per_step,        r->fetch_bytes_per_step,
+                        r->append_bytes_per_step, r->link_budget_bytes_per_step,
+                        r->cap_bytes_per_step,    r->link_utilization,
+                        r->stall_fraction,        r->recall,
+                        r->load_seconds};
+    for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
+      char b[32];
+      fmt_num(b, sizeof b, "%.6g", v[k]);
+      fprintf(f, ",%s", b);
+    }
+    fprintf(f, ",%u,\"%s\"\n", r->steps, r->note);
   }
   (void)s;
 }
@@ -1485,10 +1501,12 @@ static void print_table(const serve_t *s, const serve_result_t *rs, size_t n, ui
       printf("%-9s %6s %5u   -- %s\n", k_mode_names[r->mode], ratio, r->concurrent, r->note);
       continue;
     }
-    printf("%-9s %6s %5u %9.1f %9.1f %10.2f %10.2f %9.3f %6.1f%% %7.3f %7.1f", k_mode_names[r->mode], ratio,
-           r->concurrent, r->tokens_per_second, 1e3 * r->step_seconds, r->bytes_per_step / 1e6,
-           r->link_budget_bytes_per_step / 1e6, r->link_utilization, 100.0 * r->stall_fraction, r->recall,
-           r->load_seconds);
+    char use[32], recall[32];
+    fmt_num(use, sizeof use, "%.3f", r->link_utilization);
+    fmt_num(recall, sizeof recall, "%.3f", r->recall);
+    printf("%-9s %6s %5u %9.1f %9.1f %10.2f %10.2f %9s %6.1f%% %7s %7.1f", k_mode_names[r->mode], ratio, r->concurrent,
+           r->tokens_per_second, 1e3 * r->step_seconds, r->bytes_per_step / 1e6, r->link_budget_bytes_per_step / 1e6,
+           use, 100.0 * r->stall_fraction, recall, r->load_seconds);
     for (uint32_t k = 0; r->n_runs > 1 && k < r->n_runs; k++) printf("%s%.1f", k ? " " : "  runs: ", r->tps_runs[k]);
     printf("%s%s\n", r->note[0] ? "  " : "", r->note);
   }
@@ -1496,7 +1514,7 @@ static void print_table(const serve_t *s, const serve_result_t *rs, size_t n, ui
     char ratio[16];
     ratio_text(oasis, ratio, sizeof ratio);
     printf(
-        "oasis/dense tokens/s at %u tokens: %.2fx (oasis at fetch ratio %s; issue 12 target >= 2.5x); oasis stall "
+        "oasis/dense tokens/s at %u tokens: %.2fx (oasis at fetch ratio %s; target >= 2.5x); oasis stall "
         "%.1f%% of step time (target <= 5%%)\n",
         ctx, oasis->tokens_per_second / dense->tokens_per_second, ratio, 100.0 * oasis->stall_fraction);
   }

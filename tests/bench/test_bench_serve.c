@@ -493,8 +493,27 @@ static void test_serve_csv(void **state) {
     assert_string_equal(mode, want[i][0]);
     assert_string_equal(ratio, want[i][1]);
     assert_string_equal(max, want[i][2]);
+    char recall[32];
+    csv_field(head, row[i], "recall", recall, sizeof recall);
+    assert_string_equal(recall, i == 0 ? "1" : "-"); /* --recall-steps 0: no recall sampled, "-" (not nan) */
   }
   unlink(csv);
+  /* The table: no nan, and its summary line states the target without any tracker reference. */
+  char out[300], line[1024];
+  snprintf(out, sizeof out, "%s/table.txt", g_dir);
+  *strstr(args, " --csv") = '\0';
+  assert_int_equal(run_cli(args, out), 0);
+  f = fopen(out, "r");
+  assert_non_null(f);
+  int n_target = 0;
+  while (fgets(line, sizeof line, f)) {
+    assert_null(strstr(line, "nan"));
+    assert_null(strstr(line, "issue "));
+    n_target += strstr(line, "target >= 2.5x") != NULL;
+  }
+  fclose(f);
+  assert_int_equal(n_target, 1);
+  unlink(out);
 }
 
 /* `bench runtime` and `bench kernels`: --help on stdout (exit 0); a bad --fetch-ratio or --budget is one line
