@@ -121,6 +121,7 @@ static void usage(FILE *f) {
 
 static bool parse_list_u32(const char *s, uint32_t *out, uint32_t cap, uint32_t *n) {
   *n = 0;
+  if (okv_cli_list_has_empty(s)) return false;
   const char *p = s;
   while (*p) {
     char *end;
@@ -141,7 +142,7 @@ static bool parse_list_u32(const char *s, uint32_t *out, uint32_t cap, uint32_t 
 static bool parse_modes(const char *s, bool *modes) {
   memset(modes, 0, SM_COUNT * sizeof *modes);
   char buf[256];
-  if (strlen(s) >= sizeof buf) return false;
+  if (strlen(s) >= sizeof buf || okv_cli_list_has_empty(s)) return false;
   strcpy(buf, s);
   for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
     int m = -1;
@@ -158,8 +159,8 @@ static bool parse_modes(const char *s, bool *modes) {
 /* A comma-separated list of fetch ratios, each in (0, 1], "auto" or "auto:MAX" (1 to 16 entries). */
 static bool parse_ratios(const char *v, serve_opts_t *o) {
   char buf[512];
-  if (strlen(v) >= sizeof buf || !*v) {
-    fprintf(stderr, CMD ": --fetch-ratio: expected 1..16 ratios in (0, 1] or 'auto', got '%s'\n", v);
+  if (strlen(v) >= sizeof buf || okv_cli_list_has_empty(v)) {
+    fprintf(stderr, CMD ": --fetch-ratio: expected 1..16 comma-separated ratios in (0, 1] or 'auto', got '%s'\n", v);
     return false;
   }
   strcpy(buf, v);

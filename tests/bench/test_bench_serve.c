@@ -241,6 +241,12 @@ static void test_serve_bad_options(void **state) {
       "bench serve --repeat 0",
       "bench serve --repeat 32",
       "bench serve --trace /nonexistent/none.trace --shape tiny --context 64",
+      "bench serve --fetch-ratio 0.05,,0.1", /* empty list entries */
+      "bench serve --fetch-ratio 0.05,",
+      "bench serve --fetch-ratio ,0.05",
+      "bench serve --modes dense,,oasis",
+      "bench serve --contexts 1024,",
+      "bench remote --batches 1,,2",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     int rc = run_cli(bad[i], NULL);
