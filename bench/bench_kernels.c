@@ -446,8 +446,8 @@ static void bench_json_figures(json_object *obj, const okv_bench_figure_t *figur
   for (size_t i = 0; i < n; i++) json_object_object_add(obj, figures[i].key, json_object_new_double(figures[i].value));
 }
 
-static void bench_usage(void) {
-  fprintf(stderr,
+static void bench_usage(FILE *f) {
+  fprintf(f,
           "usage: oasiskv bench kernels [--threads N] [--quick] [--device cpu|cuda|hip] [--json]\n"
           "  Roofline benchmark of the attention, scoring and top-K kernels (docs/kernels.md).\n");
 }
@@ -466,11 +466,10 @@ int okv_cli_bench_kernels(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
       device = argv[++i];
     } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      bench_usage();
+      bench_usage(stdout);
       return 0;
     } else {
-      fprintf(stderr, "oasiskv bench kernels: unknown option '%s'\n", argv[i]);
-      bench_usage();
+      fprintf(stderr, "oasiskv bench kernels: unknown option '%s' (see --help)\n", argv[i]);
       return 2;
     }
   }

@@ -220,6 +220,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
       o->n_batches = 0;
       char buf[256];
       snprintf(buf, sizeof buf, "%s", v);
+      ok = !okv_cli_list_has_empty(v);
       for (char *save = NULL, *t = strtok_r(buf, ",", &save); ok && t; t = strtok_r(NULL, ",", &save)) {
         ok = o->n_batches < MAX_POINTS && parse_u32(t, &o->batches[o->n_batches]) && o->batches[o->n_batches] >= 1 &&
              o->batches[o->n_batches] <= 65536;

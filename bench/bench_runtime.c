@@ -36,6 +36,9 @@ typedef struct bench_opts_t {
   double locality; /* 0 = i.i.d. keys; > 0: keys drift slowly along the context (docs/kernels.md) */
 } bench_opts_t;
 
+/* --layers: at most this many (and without --layers, as many as fit in --host-gib of HOST tier, up to it). */
+#define BENCH_MAX_LAYERS 128u
+
 static double bench_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -48,16 +51,19 @@ static float bench_rand(void) { /* uniform in [-1, 1) */
   return (float)((double)(g_lcg >> 40) * (1.0 / 8388608.0) - 1.0);
 }
 
-static void usage(void) {
+static void usage(FILE *f) {
   fprintf(
-      stderr,
+      f,
       "usage: oasiskv bench runtime [--backend NAME] [--seqs N] [--context TOKENS] [--layers N]\n"
       "                             [--host-gib G] [--budget K] [--fetch-ratio R] [--steps N]\n"
       "                             [--warmup N] [--noise X] [--recall] [--project SHAPE] [--json]\n"
       "                             [--scoring q8|flat|two-level] [--groups N] [--summary-dtype auto|f32|bf16|f16]\n"
       "                             [--locality X]\n"
       "  Defaults: cpu, 8 sequences x 16384 tokens, layers that fit in 4 GiB of host tier,\n"
-      "  K = 128, fetch ratio 0.05, 4 measured steps after 2 warm-up steps.\n");
+      "  K = 128, fetch ratio 0.05, 4 measured steps after 2 warm-up steps.\n"
+      "  --layers N: 1..128. --host-gib G (default 4) bounds the HOST tier that N sequences x layers x\n"
+      "  context need, and also the DEVICE tier (slot pool, summaries) and the f32 prefill: a run that\n"
+      "  needs more of any is refused.\n");
 }
 
 static bool parse_u32(const char *s, uint32_t *out) {
@@ -107,7 +113,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
       o->recall = true;
       continue;
     } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      usage();
+      usage(stdout);
       return 1;
     }
     static const char *const valued[] = {"--backend", "--seqs",    "--context",  "--layers",        "--budget",
@@ -116,8 +122,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
     bool known = false;
     for (size_t j = 0; j < sizeof valued / sizeof valued[0]; j++) known |= strcmp(a, valued[j]) == 0;
     if (!known) {
-      fprintf(stderr, "oasiskv bench runtime: unknown option %s\n", a);
-      usage();
+      fprintf(stderr, "oasiskv bench runtime: unknown option '%s' (see --help)\n", a);
       return 2;
     }
     if (v == NULL) {
@@ -127,27 +132,34 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
     if (strcmp(a, "--backend") == 0)
       o->backend = v;
     else if (strcmp(a, "--seqs") == 0)
-      ok = parse_u32(v, &o->n_seqs) && o->n_seqs > 0;
+      ok = parse_u32(v, &o->n_seqs) && o->n_seqs > 0 && o->n_seqs <= 65536;
     else if (strcmp(a, "--context") == 0)
       ok = parse_u32(v, &o->context_tokens) && o->context_tokens > 0;
-    else if (strcmp(a, "--layers") == 0)
+    else if (strcmp(a, "--layers") == 0) {
       ok = parse_u32(v, &o->n_layers);
-    else if (strcmp(a, "--budget") == 0)
+      if (ok && (o->n_layers < 1 || o->n_layers > BENCH_MAX_LAYERS)) {
+        fprintf(stderr, "oasiskv bench runtime: --layers must be in [1, %u], got %s\n", BENCH_MAX_LAYERS, v);
+        return 2;
+      }
+    } else if (strcmp(a, "--budget") == 0) {
       ok = parse_u32(v, &o->budget_blocks);
-    else if (strcmp(a, "--steps") == 0)
+      if (ok && (o->budget_blocks < 1 || o->budget_blocks > OKV_TOPK_MAX)) {
+        fprintf(stderr, "oasiskv bench runtime: --budget must be in [1, %u], got %s\n", OKV_TOPK_MAX, v);
+        return 2;
+      }
+    } else if (strcmp(a, "--steps") == 0)
       ok = parse_u32(v, &o->steps) && o->steps > 0;
     else if (strcmp(a, "--warmup") == 0)
       ok = parse_u32(v, &o->warmup);
     else if (strcmp(a, "--host-gib") == 0)
-      ok = parse_f64(v, &o->host_gib) && o->host_gib > 0;
-    else if (strcmp(a, "--fetch-ratio") == 0)
-      ok = okv_cli_parse_fetch_ratio("oasiskv bench runtime", v, &o->fetch_ratio); /* auto[:MAX] -> -MAX */
-    else if (strcmp(a, "--project") == 0)
+      ok = parse_f64(v, &o->host_gib) && o->host_gib > 0 && o->host_gib <= 4096;
+    else if (strcmp(a, "--fetch-ratio") == 0) {
+      /* auto[:MAX] -> -MAX; the parser prints its own error line */
+      if (!okv_cli_parse_fetch_ratio("oasiskv bench runtime", v, &o->fetch_ratio)) return 2;
+    } else if (strcmp(a, "--project") == 0)
       o->project = v;
     else if (strcmp(a, "--scoring") == 0) {
-      okv_status_t ps = okv_scoring_parse(v, &o->scoring);
-      ok = ps == OKV_OK;
-      okv_status_free(ps);
+      if (!okv_cli_parse_scoring("oasiskv bench runtime", v, &o->scoring)) return 2; /* prints its error line */
     } else if (strcmp(a, "--groups") == 0)
       ok = parse_u32(v, &o->groups) && o->groups > 0;
     else if (strcmp(a, "--summary-dtype") == 0) {
@@ -167,8 +179,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
     else if (strcmp(a, "--noise") == 0)
       ok = parse_f64(v, &o->noise) && o->noise >= 0;
     else {
-      fprintf(stderr, "oasiskv bench runtime: unknown option %s\n", a);
-      usage();
+      fprintf(stderr, "oasiskv bench runtime: unknown option '%s' (see --help)\n", a);
       return 2;
     }
     if (!ok) {
@@ -286,9 +297,29 @@ int okv_cli_bench_runtime(int argc, char **argv) {
   uint32_t L = o.n_layers;
   if (L == 0) {
     uint64_t fit = host_bytes / (per_seq_layer * o.n_seqs);
-    L = fit == 0 ? 1u : (fit > 128u ? 128u : (uint32_t)fit);
+    L = fit == 0 ? 1u : (fit > BENCH_MAX_LAYERS ? BENCH_MAX_LAYERS : (uint32_t)fit);
   }
+  uint64_t limit = host_bytes;
   host_bytes = per_seq_layer * o.n_seqs * L;
+  uint32_t C_max = (uint32_t)ceil(fabs(o.fetch_ratio) * o.budget_blocks - 1e-9); /* with auto: its maximum */
+  if (C_max < 1) C_max = 1;
+  /* DEVICE: the summaries of every HOST block, the slot pool (K + 1 + C per sequence, layer and KV head) and
+   * the score buffers; on the cpu backend host memory as well. */
+  uint64_t summaries = host_bytes / block_bytes * okv_summary_bytes(hd);
+  uint64_t pool = (uint64_t)o.n_seqs * L * H * (o.budget_blocks + 1u + C_max) * block_bytes;
+  uint64_t scores = (uint64_t)o.n_seqs * H * max_blocks * 4u * 2u;
+  uint64_t prefill = (uint64_t)L * o.context_tokens * H * hd * 2u * sizeof(float); /* f32 K and V, all layers */
+  const uint64_t device = summaries + pool + scores, need[3] = {host_bytes, device, prefill};
+  static const char *const what[3] = {"of HOST tier", "of DEVICE (slot pool, summaries, scores)",
+                                      "for the f32 prefill K/V"};
+  for (int i = 0; i < 3; i++) {
+    if (need[i] <= limit) continue;
+    fprintf(stderr,
+            "oasiskv bench runtime: %u seqs x %u layers x %u tokens need %.2f GiB %s, more than --host-gib %g "
+            "(fewer --seqs, --layers or --context tokens, or a larger --host-gib)\n",
+            o.n_seqs, L, o.context_tokens, (double)need[i] / 1073741824.0, what[i], o.host_gib);
+    return 2;
+  }
 
   okv_runtime_config_t cfg;
   okv_runtime_config_init(&cfg);
@@ -314,9 +345,6 @@ int okv_cli_bench_runtime(int argc, char **argv) {
 
   okv_hal_device_params_t params;
   okv_hal_device_params_init(&params);
-  uint64_t summaries = host_bytes / block_bytes * okv_summary_bytes(hd);
-  uint64_t pool = (uint64_t)o.n_seqs * L * H * (o.budget_blocks + 1u + C) * block_bytes;
-  uint64_t scores = (uint64_t)o.n_seqs * H * max_blocks * 4u * 2u;
   params.capacity_bytes[OKV_TIER_DEVICE] = summaries + pool + scores + (256u << 20);
   okv_hal_device_t *dev = NULL;
   st = okv_hal_device_create(o.backend, &params, NULL, &dev);

@@ -121,6 +121,7 @@ static void usage(FILE *f) {
 
 static bool parse_list_u32(const char *s, uint32_t *out, uint32_t cap, uint32_t *n) {
   *n = 0;
+  if (okv_cli_list_has_empty(s)) return false;
   const char *p = s;
   while (*p) {
     char *end;
@@ -141,7 +142,7 @@ static bool parse_list_u32(const char *s, uint32_t *out, uint32_t cap, uint32_t 
 static bool parse_modes(const char *s, bool *modes) {
   memset(modes, 0, SM_COUNT * sizeof *modes);
   char buf[256];
-  if (strlen(s) >= sizeof buf) return false;
+  if (strlen(s) >= sizeof buf || okv_cli_list_has_empty(s)) return false;
   strcpy(buf, s);
   for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
     int m = -1;
@@ -158,8 +159,8 @@ static bool parse_modes(const char *s, bool *modes) {
 /* A comma-separated list of fetch ratios, each in (0, 1], "auto" or "auto:MAX" (1 to 16 entries). */
 static bool parse_ratios(const char *v, serve_opts_t *o) {
   char buf[512];
-  if (strlen(v) >= sizeof buf || !*v) {
-    fprintf(stderr, CMD ": --fetch-ratio: expected 1..16 ratios in (0, 1] or 'auto', got '%s'\n", v);
+  if (strlen(v) >= sizeof buf || okv_cli_list_has_empty(v)) {
+    fprintf(stderr, CMD ": --fetch-ratio: expected 1..16 comma-separated ratios in (0, 1] or 'auto', got '%s'\n", v);
     return false;
   }
   strcpy(buf, v);
@@ -574,7 +575,8 @@ static uint32_t warmup_steps(const serve_t *s, serve_mode_t m, double ratio, boo
   return (s->K + C - 1) / C + 2;
 }
 
-/* Decode positions any mode replays: the longest warm-up, the measured and the recall steps. */
+/* Decode positions any mode replays: the longest warm-up, the measured and the recall steps (the trace's
+ * windows must hold them all). */
 static uint32_t decode_positions(const serve_t *s) {
   uint32_t w = warmup_steps(s, SM_DENSE, 0, false);
   for (uint32_t i = 0; i < s->o.n_ratios; i++) {
@@ -584,11 +586,24 @@ static uint32_t decode_positions(const serve_t *s) {
   return w + s->o.decode + s->o.recall_steps;
 }
 
-static uint32_t max_ctx(const serve_t *s, uint32_t ctx) { return ctx + decode_positions(s) + SERVE_MAX_CTX; }
+/* Decode steps a run of mode m makes at the current fetch ratio (s->cur_ratio; dense, ondemand and offload do
+ * not depend on it): its warm-up, the measured steps and, where recall is sampled (ondemand, proxy, oasis), the
+ * recall steps. Each appends one token to every sequence. */
+static uint32_t mode_steps(const serve_t *s, serve_mode_t m) {
+  uint32_t w = warmup_steps(s, m, s->cur_ratio, s->cur_auto);
+  if (m == SM_OFFLOAD) return w + (s->o.offload_steps < s->o.decode ? s->o.offload_steps : s->o.decode);
+  return w + s->o.decode + (m == SM_DENSE ? 0u : s->o.recall_steps);
+}
 
-/* The runtime's HOST store for B sequences (whole extents per (layer, KV head)). */
-static uint64_t host_store_bytes(const serve_t *s, uint32_t B, uint32_t ctx) {
-  uint32_t mb = n_blocks_of(max_ctx(s, ctx)), e = mb < SERVE_EXTENT ? mb : SERVE_EXTENT;
+/* Tokens a sequence of mode m may hold (the runtime's max_context_tokens): the prompt, every step's token and
+ * a block of margin. */
+static uint32_t max_ctx(const serve_t *s, serve_mode_t m, uint32_t ctx) {
+  return ctx + mode_steps(s, m) + SERVE_MAX_CTX;
+}
+
+/* The runtime's HOST store for B sequences of mode m (whole extents per (layer, KV head)), bytes. */
+static uint64_t host_store_bytes(const serve_t *s, serve_mode_t m, uint32_t B, uint32_t ctx) {
+  uint32_t mb = n_blocks_of(max_ctx(s, m, ctx)), e = mb < SERVE_EXTENT ? mb : SERVE_EXTENT;
   return (uint64_t)B * s->L * s->H * ((mb + e - 1) / e) * e * s->block_bytes;
 }
 
@@ -615,8 +630,8 @@ static void runtime_config(const serve_t *s, serve_mode_t m, uint32_t B, uint32_
   c->budget_blocks = s->K;
   okv_cli_apply_fetch_ratio(s->cur_ratio, c); /* negative: the self-tuning cap with maximum -ratio */
   c->max_seqs = B;
-  c->max_context_tokens = max_ctx(s, ctx);
-  c->host_capacity_bytes = host_store_bytes(s, B, ctx);
+  c->max_context_tokens = max_ctx(s, m, ctx);
+  c->host_capacity_bytes = host_store_bytes(s, m, B, ctx);
   c->track_recall = false;
 }
 
@@ -625,12 +640,13 @@ static void runtime_config(const serve_t *s, serve_mode_t m, uint32_t B, uint32_
  * server has none). GPU: plus the emulated weights. */
 static uint64_t device_capacity(const serve_t *s, serve_mode_t m, uint32_t B, uint32_t ctx) {
   uint64_t cap = s->device_bytes;
-  if (m == SM_DENSE) cap += host_store_bytes(s, B, ctx) / s->block_bytes * s->summary_bytes;
+  if (m == SM_DENSE) cap += host_store_bytes(s, m, B, ctx) / s->block_bytes * s->summary_bytes;
   if (!s->w.host) cap += s->w.bytes + 8192;
   return cap;
 }
 
-/* Whether B sequences of ctx tokens fit in mode m's DEVICE budget. */
+/* Whether B sequences of ctx prompt tokens fit in mode m's DEVICE budget for the whole run: at the length they
+ * reach after its last step (dense holds every block in DEVICE, so the blocks the steps append count). */
 static bool fits(const serve_t *s, serve_mode_t m, uint32_t B, uint32_t ctx) {
   okv_hal_device_t *dev = NULL;
   okv_runtime_t *rt = NULL;
@@ -644,7 +660,7 @@ static bool fits(const serve_t *s, serve_mode_t m, uint32_t B, uint32_t ctx) {
   if (st == OKV_OK) st = okv_runtime_create(dev, &c, NULL, &rt);
   if (st == OKV_OK) {
     uint32_t n = 0;
-    st = okv_runtime_seq_capacity(rt, ctx, &n);
+    st = okv_runtime_seq_capacity(rt, ctx + mode_steps(s, m), &n);
     ok = st == OKV_OK && n >= B;
   }
   okv_status_free(st);
@@ -657,7 +673,7 @@ static bool fits(const serve_t *s, serve_mode_t m, uint32_t B, uint32_t ctx) {
 /* An upper bound of the concurrency search: DEVICE bytes over the least a sequence needs (its KV in dense,
  * K + 1 slots per head otherwise), capped at --max-seqs. */
 static uint32_t fit_bound(const serve_t *s, serve_mode_t m, uint32_t ctx) {
-  uint64_t per = m == SM_DENSE ? (uint64_t)s->L * s->H * n_blocks_of(max_ctx(s, ctx)) * s->block_bytes
+  uint64_t per = m == SM_DENSE ? (uint64_t)s->L * s->H * n_blocks_of(max_ctx(s, m, ctx)) * s->block_bytes
                                : (uint64_t)s->L * s->H * (s->K + 1u) * s->block_bytes;
   uint64_t ub = (m == SM_DENSE ? device_capacity(s, m, 1, ctx) * 2 : s->device_bytes) / per + 2;
   return ub < s->o.max_seqs ? (uint32_t)ub : s->o.max_seqs;
@@ -855,7 +871,7 @@ static void run_runtime(serve_t *s, serve_mode_t m, uint32_t ctx, serve_result_t
   double t_meas = 0, t_weights = 0;
   okv_step_stats_t cum;
   memset(&cum, 0, sizeof cum);
-  rc.cap = s->K + 2u + (m == SM_DENSE ? n_blocks_of(max_ctx(s, ctx)) : 0u);
+  rc.cap = s->K + 2u + (m == SM_DENSE ? n_blocks_of(max_ctx(s, m, ctx)) : 0u);
   rc.n_samples = s->o.recall_seqs < B ? s->o.recall_seqs : B;
   if (m != SM_DENSE && recall_left > 0) {
     rc.res = malloc((size_t)rc.n_samples * s->L * s->H * rc.cap * sizeof(uint32_t));
@@ -1054,7 +1070,7 @@ static okv_status_t off_copies(const serve_t *s, off_copier_t *c, uint32_t limit
 static void run_offload(serve_t *s, uint32_t ctx, serve_result_t *r) {
   uint32_t B = s->o.offload_seqs ? s->o.offload_seqs : (s->fit[SM_DENSE] ? s->fit[SM_DENSE] : 1u);
   r->concurrent = B;
-  const uint32_t L = s->L, H = s->H, D = s->D, mb = n_blocks_of(max_ctx(s, ctx));
+  const uint32_t L = s->L, H = s->H, D = s->D, mb = n_blocks_of(max_ctx(s, SM_OFFLOAD, ctx));
   const uint64_t bb = s->block_bytes, unit_bytes = (uint64_t)H * mb * bb;
   const size_t QD = (size_t)s->nq * D, HD = (size_t)H * D;
   okv_hal_device_t *dev = NULL;
@@ -1408,17 +1424,52 @@ static json_object *result_json(const serve_t *s, const serve_result_t *r) {
   return o;
 }
 
+/* v with fmt into b, or "-" when it is not a number (recall without --recall-steps). */
+static void fmt_num(char *b, size_t n, const char *fmt, double v) {
+  if (isfinite(v))
+    snprintf(b, n, fmt, v);
+  else
+    snprintf(b, n, "-");
+}
+
+/* The CSV's fetch_ratio (a number, "auto", or "-" for the uncapped modes) and fetch_ratio_max (auto's
+ * maximum ratio, else "-") of r. */
+static void csv_ratio(const serve_result_t *r, char *ratio, char *max, size_t n) {
+  bool capped = r->mode == SM_PROXY || r->mode == SM_OASIS;
+  if (!capped)
+    snprintf(ratio, n, "-");
+  else if (r->fetch_auto)
+    snprintf(ratio, n, "auto");
+  else
+    snprintf(ratio, n, "%g", r->fetch_ratio);
+  if (capped && r->fetch_auto)
+    snprintf(max, n, "%g", r->fetch_ratio);
+  else
+    snprintf(max, n, "-");
+}
+
 static void print_csv(FILE *f, const serve_t *s, const serve_result_t *rs, size_t n) {
   fprintf(f,
-          "mode,context_tokens,concurrent_sequences,tokens_per_second,step_seconds,bytes_per_step,"
-          "fetch_bytes_per_step,append_bytes_per_step,link_budget_bytes_per_step,cap_bytes_per_step,"
+          "mode,context_tokens,fetch_ratio,fetch_ratio_max,concurrent_sequences,tokens_per_second,step_seconds,"
+          "bytes_per_step,fetch_bytes_per_step,append_bytes_per_step,link_budget_bytes_per_step,cap_bytes_per_step,"
           "link_utilization,stall_fraction,recall,load_seconds,steps,note\n");
   for (size_t i = 0; i < n; i++) {
     const serve_result_t *r = &rs[i];
-    fprintf(f, "%s,%u,%u,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.4g,%u,\"%s\"\n", k_mode_names[r->mode],
-            r->context, r->concurrent, r->tokens_per_second, r->step_seconds, r->bytes_per_step,
-            r->fetch_bytes_per_step, r->append_bytes_per_step, r->link_budget_bytes_per_step, r->cap_bytes_per_step,
-            r->link_utilization, r->stall_fraction, r->recall, r->load_seconds, r->steps, r->note);
+    char ratio[32], max[32];
+    csv_ratio(r, ratio, max, sizeof ratio);
+    fprintf(f, "%s,%u,%s,%s,%u", k_mode_names[r->mode], r->context, ratio, max, r->concurrent);
+    const double v[] = {r->tokens_per_second,     r->step_seconds,
+                        r->bytes_per_step,        r->fetch_bytes_per_step,
+                        r->append_bytes_per_step, r->link_budget_bytes_per_step,
+                        r->cap_bytes_per_step,    r->link_utilization,
+                        r->stall_fraction,        r->recall,
+                        r->load_seconds};
+    for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
+      char b[32];
+      fmt_num(b, sizeof b, "%.6g", v[k]);
+      fprintf(f, ",%s", b);
+    }
+    fprintf(f, ",%u,\"%s\"\n", r->steps, r->note);
   }
   (void)s;
 }
@@ -1451,10 +1502,12 @@ static void print_table(const serve_t *s, const serve_result_t *rs, size_t n, ui
       printf("%-9s %6s %5u   -- %s\n", k_mode_names[r->mode], ratio, r->concurrent, r->note);
       continue;
     }
-    printf("%-9s %6s %5u %9.1f %9.1f %10.2f %10.2f %9.3f %6.1f%% %7.3f %7.1f", k_mode_names[r->mode], ratio,
-           r->concurrent, r->tokens_per_second, 1e3 * r->step_seconds, r->bytes_per_step / 1e6,
-           r->link_budget_bytes_per_step / 1e6, r->link_utilization, 100.0 * r->stall_fraction, r->recall,
-           r->load_seconds);
+    char use[32], recall[32];
+    fmt_num(use, sizeof use, "%.3f", r->link_utilization);
+    fmt_num(recall, sizeof recall, "%.3f", r->recall);
+    printf("%-9s %6s %5u %9.1f %9.1f %10.2f %10.2f %9s %6.1f%% %7s %7.1f", k_mode_names[r->mode], ratio, r->concurrent,
+           r->tokens_per_second, 1e3 * r->step_seconds, r->bytes_per_step / 1e6, r->link_budget_bytes_per_step / 1e6,
+           use, 100.0 * r->stall_fraction, recall, r->load_seconds);
     for (uint32_t k = 0; r->n_runs > 1 && k < r->n_runs; k++) printf("%s%.1f", k ? " " : "  runs: ", r->tps_runs[k]);
     printf("%s%s\n", r->note[0] ? "  " : "", r->note);
   }
@@ -1462,7 +1515,7 @@ static void print_table(const serve_t *s, const serve_result_t *rs, size_t n, ui
     char ratio[16];
     ratio_text(oasis, ratio, sizeof ratio);
     printf(
-        "oasis/dense tokens/s at %u tokens: %.2fx (oasis at fetch ratio %s; issue 12 target >= 2.5x); oasis stall "
+        "oasis/dense tokens/s at %u tokens: %.2fx (oasis at fetch ratio %s; target >= 2.5x); oasis stall "
         "%.1f%% of step time (target <= 5%%)\n",
         ctx, oasis->tokens_per_second / dense->tokens_per_second, ratio, 100.0 * oasis->stall_fraction);
   }
@@ -1562,6 +1615,15 @@ int okv_cli_bench_serve(int argc, char **argv) {
   if (o->plot_path && !have_gnuplot()) {
     fprintf(stderr, CMD ": --plot needs gnuplot, which is not installed (Debian: apt-get install gnuplot-nox)\n");
     return 1;
+  }
+  if (strcmp(o->device, "cpu") != 0) { /* a GPU backend that cannot open a device says why, before any work */
+    okv_hal_device_t *probe = NULL;
+    okv_status_t ps = okv_hal_device_create(o->device, NULL, NULL, &probe);
+    if (ps) {
+      okv_cli_print_status(CMD, okv_status_annotate(ps, "device '%s'", o->device));
+      return 1;
+    }
+    OKV_IGNORE_ERROR(okv_hal_device_release(probe));
   }
   rc = 1;
   s.L = o->layers;
@@ -1764,6 +1826,7 @@ int okv_cli_bench_serve(int argc, char **argv) {
     }
     if (!quiet) print_table(&s, results, n_results, ctx);
   }
+  if (any_failed) goto done; /* a run that could not run is an error (its note says why): no output is left */
   if (have_json) {
     json_c_set_serialization_double_format("%.8g", JSON_C_OPTION_GLOBAL);
     json_object *arr = json_object_new_array();
@@ -1786,7 +1849,7 @@ int okv_cli_bench_serve(int argc, char **argv) {
     have_png = false;
     if (!okv_cli_output_commit(CMD, &out_png)) goto done;
   }
-  rc = any_failed ? 1 : 0; /* a run that could not run is an error (its note says why) */
+  rc = 0;
 done:
   if (have_json) okv_cli_output_abort(&out_json);
   if (have_csv) okv_cli_output_abort(&out_csv);

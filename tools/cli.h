@@ -37,4 +37,13 @@ static inline uint64_t okv_cli_rng_next(uint64_t *s) {
   return x * 0x2545F4914F6CDD1Dull;
 }
 
+/* Whether the comma-separated list s has an empty entry: s empty, a leading or trailing comma, or two in a row
+ * ("0.05,", "a,,b"). List parsers reject these (strtok would skip the empty entries silently). */
+static inline bool okv_cli_list_has_empty(const char *s) {
+  if (s == NULL || *s == '\0' || *s == ',') return true;
+  for (; *s; s++)
+    if (*s == ',' && (s[1] == ',' || s[1] == '\0')) return true;
+  return false;
+}
+
 #endif

@@ -131,6 +131,7 @@ static json_object *result_json(const okv_eval_result_t *r) {
   json_object_object_add(o, "budget_blocks", json_object_new_int64(r->budget_blocks));
   json_add_num(o, "fetch_ratio", fabs(r->fetch_ratio)); /* with auto: the maximum */
   json_object_object_add(o, "fetch_ratio_auto", json_object_new_boolean(r->fetch_ratio < 0));
+  json_object_object_add(o, "scoring", json_object_new_string(okv_scoring_name(r->scoring)));
   json_object_object_add(o, "tokens_evaluated", json_object_new_int64((int64_t)r->tokens_evaluated));
   json_add_num(o, "mean_nll", r->mean_nll);
   json_add_num(o, "perplexity", r->perplexity);
@@ -165,21 +166,27 @@ static void fmt_num(char *b, size_t n, const char *fmt, double v) {
     snprintf(b, n, "-");
 }
 
+/* The fetch ratio of r as the table and the CSV show it: "0.05", or "auto:0.05" for the self-tuning cap (with its
+ * maximum). */
+static void fmt_ratio(char *b, size_t n, double fetch_ratio) {
+  snprintf(b, n, "%s%g", fetch_ratio < 0 ? "auto:" : "", fabs(fetch_ratio));
+}
+
 static void print_csv(FILE *f, const okv_eval_result_t *rs, size_t n) {
-  fprintf(
-      f,
-      "mode,drafter,budget_blocks,fetch_ratio,tokens_evaluated,mean_nll,perplexity,top1_agreement,kl_vs_dense,"
-      "recall,bytes_moved,blocks_moved_per_token,deferred_steps,stall_seconds,tokens_per_second,recall_per_layer\n");
+  fprintf(f,
+          "mode,drafter,budget_blocks,fetch_ratio,fetch_ratio_auto,scoring,tokens_evaluated,mean_nll,perplexity,"
+          "top1_agreement,kl_vs_dense,recall,bytes_moved,blocks_moved_per_token,deferred_steps,stall_seconds,"
+          "tokens_per_second,recall_per_layer\n");
   for (size_t i = 0; i < n; ++i) {
     const okv_eval_result_t *r = &rs[i];
     char top1[32], kl[32], rec[32];
     fmt_num(top1, sizeof top1, "%.6f", r->top1_agreement);
     fmt_num(kl, sizeof kl, "%.6g", r->kl_vs_dense);
     fmt_num(rec, sizeof rec, "%.6f", r->recall);
-    fprintf(f, "%s,%s,%u,%g,%llu,%.6f,%.6f,%s,%s,%s,%llu,%.4f,%llu,%.6f,%.1f,", okv_cli_mode_name(r->mode),
-            okv_drafter_name(r->drafter), r->budget_blocks, fabs(r->fetch_ratio),
-            (unsigned long long)r->tokens_evaluated, r->mean_nll, r->perplexity, top1, kl, rec,
-            (unsigned long long)r->bytes_moved, r->blocks_moved_per_token, (unsigned long long)r->deferred_steps,
+    fprintf(f, "%s,%s,%u,%g,%s,%s,%llu,%.6f,%.6f,%s,%s,%s,%llu,%.4f,%llu,%.6f,%.1f,", okv_cli_mode_name(r->mode),
+            okv_drafter_name(r->drafter), r->budget_blocks, fabs(r->fetch_ratio), r->fetch_ratio < 0 ? "true" : "false",
+            okv_scoring_name(r->scoring), (unsigned long long)r->tokens_evaluated, r->mean_nll, r->perplexity, top1, kl,
+            rec, (unsigned long long)r->bytes_moved, r->blocks_moved_per_token, (unsigned long long)r->deferred_steps,
             r->stall_seconds, r->tokens_per_second);
     for (uint32_t l = 0; l < r->n_layers && l < 64; ++l) {
       char b[32];
@@ -191,20 +198,21 @@ static void print_csv(FILE *f, const okv_eval_result_t *rs, size_t n) {
 }
 
 static void print_table(FILE *f, const okv_eval_result_t *rs, size_t n, double dense_nll) {
-  fprintf(f, "%-9s %-7s %4s %6s %7s %9s %8s %9s %7s %10s %7s %8s %9s %8s %9s %9s  %s\n", "mode", "drafter", "K",
-          "ratio", "tokens", "mean_nll", "d_nll%", "ppl", "top1", "kl", "recall", "blk/tok", "MB_moved", "deferred",
-          "stall_s", "tok/s", "recall/layer");
+  fprintf(f, "%-9s %-7s %4s %9s %-9s %7s %9s %8s %9s %7s %10s %7s %8s %9s %8s %9s %9s  %s\n", "mode", "drafter", "K",
+          "ratio", "scoring", "tokens", "mean_nll", "d_nll%", "ppl", "top1", "kl", "recall", "blk/tok", "MB_moved",
+          "deferred", "stall_s", "tok/s", "recall/layer");
   for (size_t i = 0; i < n; ++i) {
     const okv_eval_result_t *r = &rs[i];
-    char top1[32], kl[32], rec[32], dn[32];
+    char top1[32], kl[32], rec[32], dn[32], ratio[32];
+    fmt_ratio(ratio, sizeof ratio, r->fetch_ratio);
     fmt_num(top1, sizeof top1, "%.4f", r->top1_agreement);
     fmt_num(kl, sizeof kl, "%.3e", r->kl_vs_dense);
     fmt_num(rec, sizeof rec, "%.4f", r->recall);
     fmt_num(dn, sizeof dn, "%+.3f", 100.0 * (r->mean_nll - dense_nll) / dense_nll);
-    fprintf(f, "%-9s %-7s %4u %6.3f %7llu %9.5f %8s %9.4f %7s %10s %7s %8.3f %9.3f %8llu %9.4f %9.0f  ",
-            okv_cli_mode_name(r->mode), okv_drafter_name(r->drafter), r->budget_blocks, fabs(r->fetch_ratio),
-            (unsigned long long)r->tokens_evaluated, r->mean_nll, dn, r->perplexity, top1, kl, rec,
-            r->blocks_moved_per_token, (double)r->bytes_moved / 1e6, (unsigned long long)r->deferred_steps,
+    fprintf(f, "%-9s %-7s %4u %9s %-9s %7llu %9.5f %8s %9.4f %7s %10s %7s %8.3f %9.3f %8llu %9.4f %9.0f  ",
+            okv_cli_mode_name(r->mode), okv_drafter_name(r->drafter), r->budget_blocks, ratio,
+            okv_scoring_name(r->scoring), (unsigned long long)r->tokens_evaluated, r->mean_nll, dn, r->perplexity, top1,
+            kl, rec, r->blocks_moved_per_token, (double)r->bytes_moved / 1e6, (unsigned long long)r->deferred_steps,
             r->stall_seconds, r->tokens_per_second);
     if (r->mode == OKV_MODE_DENSE) fputc('-', f);
     for (uint32_t l = 0; r->mode != OKV_MODE_DENSE && l < r->n_layers && l < 64; ++l) {

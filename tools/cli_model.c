@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int okv_cli_opt_value(int argc, char **argv, int *i, const char *name, const char **out_value) {
+int okv_cli_opt_value(const char *cmd, int argc, char **argv, int *i, const char *name, const char **out_value) {
   const char *a = argv[*i];
   size_t n = strlen(name);
   if (strncmp(a, name, n) != 0) return 0;
@@ -22,7 +22,7 @@ int okv_cli_opt_value(int argc, char **argv, int *i, const char *name, const cha
   }
   if (a[n] != '\0') return 0;
   if (*i + 1 >= argc) {
-    fprintf(stderr, "oasiskv: option %s needs a value\n", name);
+    fprintf(stderr, "%s: option %s needs a value\n", cmd, name);
     return -1;
   }
   *out_value = argv[++*i];

@@ -14,18 +14,20 @@
 
 /* Matches "--name VALUE" or "--name=VALUE" at argv[*i]; advances *i past the
  * value and sets *out_value. Returns 1 on a match, 0 if argv[*i] is another
- * option, -1 (after printing an error) when the value is missing. */
-int okv_cli_opt_value(int argc, char **argv, int *i, const char *name, const char **out_value);
+ * option, -1 (after printing "<cmd>: option --name needs a value") when the
+ * value is missing. */
+int okv_cli_opt_value(const char *cmd, int argc, char **argv, int *i, const char *name, const char **out_value);
 
 /* Options of a command's argv loop, whose locals are argc, argv, the index i,
- * the value v and the match r (see okv_cli_opt_value): "--name VALUE" is
+ * the value v and the match r (see okv_cli_opt_value), in a file that defines
+ * CMD as the command's name ("oasiskv eval"): "--name VALUE" is
  * parsed by `parsed` (an expression on v that stores the value and is false,
  * after printing, on a bad one), then the loop continues; a missing or bad
  * value makes the command return 2. OKV_CLI_OPT_STRING stores v as is. */
-#define OKV_CLI_OPT_PARSED(name, parsed)                          \
-  if ((r = okv_cli_opt_value(argc, argv, &i, (name), &v)) != 0) { \
-    if (r < 0 || !(parsed)) return 2;                             \
-    continue;                                                     \
+#define OKV_CLI_OPT_PARSED(name, parsed)                               \
+  if ((r = okv_cli_opt_value(CMD, argc, argv, &i, (name), &v)) != 0) { \
+    if (r < 0 || !(parsed)) return 2;                                  \
+    continue;                                                          \
   }
 #define OKV_CLI_OPT_STRING(name, var) OKV_CLI_OPT_PARSED(name, ((var) = v, true))
 /* "--name" without a value sets the bool `var`, then the loop continues. */

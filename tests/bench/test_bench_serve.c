@@ -3,7 +3,7 @@
  * values in range, the cap respected, offload's traffic hand-computed; trace
  * replay; `oasiskv eval --trace` (stories260K, oracle drafter: the layer-0
  * draft query of position p is the real query of p + 1); bad options; and
- * `oasiskv info` showing the emulated link.
+ * `oasiskv info` showing the emulated link; `oasiskv bench runtime`'s capacity check.
  * usage: test_bench_serve <path to oasiskv> <shared dir> */
 #include <json-c/json.h>
 #include <math.h>
@@ -241,6 +241,12 @@ static void test_serve_bad_options(void **state) {
       "bench serve --repeat 0",
       "bench serve --repeat 32",
       "bench serve --trace /nonexistent/none.trace --shape tiny --context 64",
+      "bench serve --fetch-ratio 0.05,,0.1", /* empty list entries */
+      "bench serve --fetch-ratio 0.05,",
+      "bench serve --fetch-ratio ,0.05",
+      "bench serve --modes dense,,oasis",
+      "bench serve --contexts 1024,",
+      "bench remote --batches 1,,2",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     int rc = run_cli(bad[i], NULL);
@@ -322,6 +328,233 @@ static void test_serve_repeat(void **state) {
   unlink(out);
 }
 
+/* Runs `args` (a dense bench serve run) with --json into dir/fit.json and returns its concurrent_sequences after
+ * checking that it ran every measured step (-1 when it failed). */
+static int dense_run(const char *args, uint32_t steps) {
+  char json[300], cmd[1024];
+  snprintf(json, sizeof json, "%s/fit.json", g_dir);
+  snprintf(cmd, sizeof cmd, "%s --json '%s'", args, json);
+  int rc = run_cli(cmd, NULL);
+  if (rc != 0) {
+    print_error("'%s': exit %d\n", args, rc);
+    show_stderr();
+    return -1;
+  }
+  json_object *arr = json_object_from_file(json);
+  assert_non_null(arr);
+  json_object *o = json_object_array_get_idx(arr, 0);
+  assert_string_equal(str(o, "mode"), "dense");
+  assert_true(num(o, "steps") == steps);
+  int seqs = (int)num(o, "concurrent_sequences");
+  json_object_put(arr);
+  unlink(json);
+  return seqs;
+}
+
+/* dense admits only the sequences whose KV fits in DEVICE at the end of the run: every step appends a token,
+ * and a step that starts a block needs a slot per (layer, KV head) of every sequence. 2048-token prompts fill
+ * 128 blocks exactly, so the first decode step starts block 129 (at 0.0068 GiB a search at the prompt's length
+ * admitted a sequence too many and the step failed). Its concurrency does not depend on the fetch ratios
+ * (their warm-ups are proxy's and oasis's). */
+static void test_serve_dense_fit(void **state) {
+  (void)state;
+#define DENSE_ARGS "bench serve --shape tiny --layers 1 --decode 2 --modes dense --recall-steps 0 "
+  assert_true(dense_run(DENSE_ARGS "--context 2048 --warmup 1 --device-gib 0.0068", 2) >= 1);
+  assert_true(dense_run(DENSE_ARGS "--context 2048 --device-gib 0.05", 2) >= 1);
+  int a = dense_run(DENSE_ARGS "--context 2000 --device-gib 0.02 --fetch-ratio 0.25", 2);
+  int b = dense_run(DENSE_ARGS "--context 2000 --device-gib 0.02 --fetch-ratio 0.01,0.02", 2);
+  assert_true(a >= 1);
+  assert_int_equal(a, b);
+  /* A run that fails (not one sequence fits) exits 1 and leaves none of its output files. */
+  char json[300], csv[300], args[1024];
+  snprintf(json, sizeof json, "%s/failed.json", g_dir);
+  snprintf(csv, sizeof csv, "%s/failed.csv", g_dir);
+  snprintf(args, sizeof args, DENSE_ARGS "--context 2048 --device-gib 0.0001 --json '%s' --csv '%s'", json, csv);
+  assert_int_equal(run_cli(args, NULL), 1);
+  assert_int_equal(access(json, F_OK), -1);
+  assert_int_equal(access(csv, F_OK), -1);
+#undef DENSE_ARGS
+}
+
+/* `oasiskv bench runtime` refuses, before allocating, a run whose HOST tier (sequences x layers x context),
+ * DEVICE tier or prefill exceeds --host-gib, and a --layers out of 1..128: exit 2, one line naming the
+ * numbers. (--layers 1000 used to allocate until the machine ran out of memory; --host-gib was ignored once
+ * --layers was given.) A run within the bound still runs. */
+static void test_runtime_capacity(void **state) {
+  (void)state;
+  static const char *const bad[] = {
+      "bench runtime --seqs 1 --context 1024 --layers 20 --host-gib 0.01 --steps 1 --warmup 0",
+      "bench runtime --seqs 2 --context 2048 --layers 1000 --steps 1",
+      "bench runtime --seqs 1000 --context 16 --layers 10 --steps 1",
+      "bench runtime --seqs 200 --context 131072 --steps 1",
+      "bench runtime --layers 0",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    int rc = run_cli(bad[i], NULL);
+    if (rc != 2 || stderr_lines() != 1) {
+      print_error("'%s': exit %d, %d stderr lines\n", bad[i], rc, stderr_lines());
+      show_stderr();
+      fail();
+    }
+  }
+  char err[300], line[512] = "";
+  snprintf(err, sizeof err, "%s/err", g_dir);
+  assert_int_equal(run_cli(bad[0], NULL), 2);
+  FILE *f = fopen(err, "r");
+  assert_non_null(f);
+  assert_non_null(fgets(line, sizeof line, f));
+  fclose(f);
+  assert_non_null(strstr(line, "1 seqs x 20 layers x 1024 tokens need 0.16 GiB of HOST tier"));
+  assert_non_null(strstr(line, "--host-gib 0.01"));
+  int rc = run_cli("bench runtime --seqs 1 --context 1024 --layers 2 --host-gib 0.1 --steps 1 --warmup 0", NULL);
+  if (rc != 0) show_stderr();
+  assert_int_equal(rc, 0);
+}
+
+/* `bench serve --device cuda` (or hip) where that backend cannot open a device fails at once with the
+ * backend's own reason (as eval and bench runtime do), exit 1, one line, no output file; it used to measure
+ * a bandwidth of 0 and report that not one sequence fits. Skipped where the backend works. */
+static void test_serve_unavailable_device(void **state) {
+  (void)state;
+  int tried = 0;
+  for (size_t i = 0; i < okv_hal_backend_count(); i++) { /* the GPU backends compiled in */
+    const char *name = okv_hal_backend_name(i);
+    if (!strcmp(name, "cpu")) continue;
+    okv_hal_device_t *dev = NULL;
+    okv_status_t st = okv_hal_device_create(name, NULL, NULL, &dev);
+    if (st == OKV_OK) {
+      OKV_IGNORE_ERROR(okv_hal_device_release(dev));
+      continue;
+    }
+    char why[512], json[300], args[1024], line[1024] = "", err[300];
+    snprintf(why, sizeof why, "%s", okv_status_message(st));
+    okv_status_free(st);
+    snprintf(json, sizeof json, "%s/gpu.json", g_dir);
+    snprintf(args, sizeof args, "bench serve --device %s --shape tiny --layers 1 --context 256 --json '%s'", name,
+             json);
+    assert_int_equal(run_cli(args, NULL), 1);
+    assert_int_equal(stderr_lines(), 1);
+    snprintf(err, sizeof err, "%s/err", g_dir);
+    FILE *f = fopen(err, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(line, sizeof line, f));
+    fclose(f);
+    print_message("%s", line);
+    assert_non_null(strstr(line, why));
+    assert_int_equal(access(json, F_OK), -1);
+    tried++;
+  }
+  if (!tried) skip();
+}
+
+/* Field `name` of CSV line `row` (header `head`) into out, "" when absent. No quoted commas before it. */
+static void csv_field(const char *head, const char *row, const char *name, char *out, size_t n) {
+  char h[1024], r[1024];
+  snprintf(h, sizeof h, "%s", head);
+  snprintf(r, sizeof r, "%s", row);
+  h[strcspn(h, "\n")] = r[strcspn(r, "\n")] = '\0';
+  int col = -1, k = 0;
+  for (char *sv = NULL, *t = strtok_r(h, ",", &sv); t; t = strtok_r(NULL, ",", &sv), k++)
+    if (!strcmp(t, name)) col = k;
+  out[0] = '\0';
+  k = 0;
+  for (char *p = r, *c; col >= 0 && p; p = c ? c + 1 : NULL, k++) {
+    c = strchr(p, ',');
+    if (k == col) {
+      snprintf(out, n, "%.*s", (int)(c ? (size_t)(c - p) : strlen(p)), p);
+      return;
+    }
+  }
+}
+
+/* --csv: every row carries its fetch ratio ("auto" for auto) and auto's maximum, so the rows of a ratio sweep
+ * can be told apart. */
+static void test_serve_csv(void **state) {
+  (void)state;
+  char csv[300], args[1024];
+  snprintf(csv, sizeof csv, "%s/serve.csv", g_dir);
+  snprintf(args, sizeof args,
+           "bench serve --shape tiny --layers 2 --context 1024 --decode 2 --warmup 1 --device-gib 0.006 "
+           "--budget 16 --link-gbps 0.5 --modes dense,oasis --fetch-ratio 0.25,auto,auto:0.1 --recall-steps 0 "
+           "--csv '%s'",
+           csv);
+  int rc = run_cli(args, NULL);
+  if (rc != 0) show_stderr();
+  assert_int_equal(rc, 0);
+  FILE *f = fopen(csv, "r");
+  assert_non_null(f);
+  char head[1024], row[4][1024];
+  assert_non_null(fgets(head, sizeof head, f));
+  for (int i = 0; i < 4; i++) assert_non_null(fgets(row[i], sizeof row[i], f));
+  assert_null(fgets(head + 512, 512, f)); /* dense and three oasis rows, nothing more */
+  fclose(f);
+  static const char *const want[4][3] = {
+      {"dense", "-", "-"}, {"oasis", "0.25", "-"}, {"oasis", "auto", "0.05"}, {"oasis", "auto", "0.1"}};
+  for (int i = 0; i < 4; i++) {
+    char mode[32], ratio[32], max[32];
+    csv_field(head, row[i], "mode", mode, sizeof mode);
+    csv_field(head, row[i], "fetch_ratio", ratio, sizeof ratio);
+    csv_field(head, row[i], "fetch_ratio_max", max, sizeof max);
+    print_message("%s %s %s\n", mode, ratio, max);
+    assert_string_equal(mode, want[i][0]);
+    assert_string_equal(ratio, want[i][1]);
+    assert_string_equal(max, want[i][2]);
+    char recall[32];
+    csv_field(head, row[i], "recall", recall, sizeof recall);
+    assert_string_equal(recall, i == 0 ? "1" : "-"); /* --recall-steps 0: no recall sampled, "-" (not nan) */
+  }
+  unlink(csv);
+  /* The table: no nan, and its summary line states the target without any tracker reference. */
+  char out[300], line[1024];
+  snprintf(out, sizeof out, "%s/table.txt", g_dir);
+  *strstr(args, " --csv") = '\0';
+  assert_int_equal(run_cli(args, out), 0);
+  f = fopen(out, "r");
+  assert_non_null(f);
+  int n_target = 0;
+  while (fgets(line, sizeof line, f)) {
+    assert_null(strstr(line, "nan"));
+    assert_null(strstr(line, "issue "));
+    n_target += strstr(line, "target >= 2.5x") != NULL;
+  }
+  fclose(f);
+  assert_int_equal(n_target, 1);
+  unlink(out);
+}
+
+/* `bench runtime` and `bench kernels`: --help on stdout (exit 0); a bad --fetch-ratio or --budget is one line
+ * and exit 2 (it was two lines; --budget 0 reached the runtime's config check, exit 1). */
+static void test_bench_help_and_values(void **state) {
+  (void)state;
+  char out[300];
+  snprintf(out, sizeof out, "%s/help.txt", g_dir);
+  static const char *const help[] = {"bench runtime --help", "bench kernels --help", "bench serve --help"};
+  for (size_t i = 0; i < 3; i++) {
+    assert_int_equal(run_cli(help[i], out), 0);
+    assert_int_equal(stderr_lines(), 0);
+    FILE *f = fopen(out, "r");
+    assert_non_null(f);
+    char line[256];
+    assert_non_null(fgets(line, sizeof line, f));
+    assert_non_null(strstr(line, "usage: oasiskv bench"));
+    fclose(f);
+  }
+  unlink(out);
+  static const char *const bad[] = {
+      "bench runtime --fetch-ratio 0", "bench runtime --fetch-ratio 2", "bench runtime --budget 0",
+      "bench runtime --budget 513",    "bench runtime --scoring nope",  "bench runtime --frobnicate",
+      "bench kernels --frobnicate",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    int rc = run_cli(bad[i], NULL);
+    if (rc != 2 || stderr_lines() != 1) {
+      print_error("'%s': exit %d, %d stderr lines\n", bad[i], rc, stderr_lines());
+      show_stderr();
+      fail();
+    }
+  }
+}
+
 /* oasiskv info shows the emulated link it was asked for. */
 static void test_info_link(void **state) {
   (void)state;
@@ -358,9 +591,17 @@ int main(int argc, char **argv) {
   snprintf(g_dir, sizeof g_dir, "/tmp/okv-bench-serve-XXXXXX");
   if (!mkdtemp(g_dir)) return 1;
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_serve_all_modes), cmocka_unit_test(test_serve_trace_replay),
-      cmocka_unit_test(test_eval_trace),      cmocka_unit_test(test_serve_bad_options),
-      cmocka_unit_test(test_info_link),       cmocka_unit_test(test_serve_repeat),
+      cmocka_unit_test(test_serve_all_modes),
+      cmocka_unit_test(test_serve_trace_replay),
+      cmocka_unit_test(test_eval_trace),
+      cmocka_unit_test(test_serve_bad_options),
+      cmocka_unit_test(test_info_link),
+      cmocka_unit_test(test_serve_repeat),
+      cmocka_unit_test(test_serve_dense_fit),
+      cmocka_unit_test(test_runtime_capacity),
+      cmocka_unit_test(test_serve_unavailable_device),
+      cmocka_unit_test(test_serve_csv),
+      cmocka_unit_test(test_bench_help_and_values),
   };
   int rc = cmocka_run_group_tests_name("bench_serve", tests, NULL, NULL);
   char cmd[400];

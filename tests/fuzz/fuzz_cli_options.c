@@ -103,7 +103,7 @@ static void check_opt_value(int argc, char **argv) {
     for (int i = 0; i < argc; ++i) {
       int at = i;
       const char *v = NULL;
-      int r = okv_cli_opt_value(argc, argv, &i, names[k], &v);
+      int r = okv_cli_opt_value("fuzz", argc, argv, &i, names[k], &v);
       OKV_FUZZ_CHECK(r >= -1 && r <= 1);
       OKV_FUZZ_CHECK(i < argc);
       if (r == 1) {

@@ -96,7 +96,8 @@ expect_fail "generate oracle drafter" generate --drafter oracle
 expect_fail "eval unknown device" eval "${base[@]}" --device tpu "${outs[@]}"
 expect_fail "generate unknown device" generate --device tpu
 expect_fail "eval unknown option" eval --frobnicate
-expect_fail "eval missing value" eval --budget
+expect_fail_msg "eval missing value" "^oasiskv eval: option --budget needs a value" eval --budget
+expect_fail_msg "generate missing value" "^oasiskv generate: option --steps needs a value" generate --steps
 expect_fail "generate --temperature -1" generate --temperature -1
 expect_fail_msg "generate --temperature 1e-400" "'1e-400' is out of range \(underflows\)" generate --temperature 1e-400
 expect_fail_msg "generate --temperature 1e400" "'1e400' is out of range \(overflows\)" generate --temperature 1e400
@@ -179,6 +180,22 @@ if [ "$(head -c 1 "$work/j")" != "[" ] || [ "$(grep -c '"mode"' "$work/j")" -ne 
   echo "FAIL --json -"; cat "$work/j"; fails=$((fails + 1))
 else
   echo "ok   --json -"
+fi
+# --scoring and --fetch-ratio auto[:MAX] show in the JSON (scoring, fetch_ratio_auto), the CSV and the table
+# (an auto run's ratio as auto:MAX, never like a fixed one).
+n=$((n + 1))
+sc=(eval --model "$model" --tokenizer "$tok" --text "$text" --bytes 300 --mode proxy --scoring flat --fetch-ratio auto:0.5)
+"$cli" "${sc[@]}" --json - >"$work/sj" 2>/dev/null
+"$cli" "${sc[@]}" --csv - >"$work/sc" 2>/dev/null
+"$cli" "${sc[@]}" >"$work/st" 2>/dev/null
+"$cli" eval --model "$model" --tokenizer "$tok" --text "$text" --bytes 300 --mode proxy --json - >"$work/sd" 2>/dev/null
+if [ "$(grep -c '"scoring":"flat"' "$work/sj")" -ne 2 ] || [ "$(grep -c '"fetch_ratio_auto":true' "$work/sj")" -ne 2 ] ||
+   [ "$(grep -c '"scoring":"q8"' "$work/sd")" -ne 2 ] || ! head -1 "$work/sc" | grep -q ',fetch_ratio_auto,scoring,' ||
+   [ "$(grep -c '^proxy,none,8,0.5,true,flat,' "$work/sc")" -ne 1 ] ||
+   ! grep -qE '^proxy +none +8 +auto:0\.5 +flat ' "$work/st" || grep -qE '^proxy +none +8 +0\.5' "$work/st"; then
+  echo "FAIL --scoring / --fetch-ratio auto in the outputs"; cat "$work/sj" "$work/sc" "$work/st"; fails=$((fails + 1))
+else
+  echo "ok   --scoring / --fetch-ratio auto in JSON, CSV and table"
 fi
 
 # tokenize: the reference encodings of ../shared/gguf (line k of <vocab>.out is string k of <vocab>.inp).

@@ -213,6 +213,7 @@ okv_status_t okv_eval_run_prefilled(const okv_model_t *model, okv_hal_device_t *
   r.drafter = drafter;
   r.budget_blocks = config->mode == OKV_MODE_DENSE ? rc.budget_blocks : config->budget_blocks;
   r.fetch_ratio = config->fetch_ratio;
+  r.scoring = rc.scoring;
   r.tokens_evaluated = total_positions;
   r.mean_nll = nll / (double)total_positions;
   r.perplexity = exp(r.mean_nll);

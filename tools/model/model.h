@@ -344,7 +344,8 @@ typedef struct okv_eval_result_t {
   okv_mode_t mode;
   okv_drafter_t drafter;
   uint32_t budget_blocks;
-  double fetch_ratio;
+  double fetch_ratio;        /* as okv_eval_config_t's: negative = the self-tuning cap, at most -fetch_ratio */
+  okv_scoring_t scoring;     /* the prediction's block scoring the run's runtime used (okv_runtime_config_t) */
   uint64_t tokens_evaluated; /* predicted positions over all windows */
   double mean_nll;           /* nats per token */
   double perplexity;         /* exp(mean_nll) */
