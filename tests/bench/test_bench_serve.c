@@ -293,6 +293,15 @@ static void test_serve_repeat(void **state) {
   json_object *arr = json_object_from_file(json);
   assert_non_null(arr);
   assert_int_equal(json_object_array_length(arr), 3); /* dense, oasis 0.25, oasis auto */
+  double pr[3];                                       /* auto / 0.25 per round */
+  for (size_t k = 0; k < 3; k++) {
+    json_object *ra = NULL, *rf = NULL;
+    assert_true(json_object_object_get_ex(json_object_array_get_idx(arr, 2), "tokens_per_second_runs", &ra));
+    assert_true(json_object_object_get_ex(json_object_array_get_idx(arr, 1), "tokens_per_second_runs", &rf));
+    pr[k] = json_object_get_double(json_object_array_get_idx(ra, k)) /
+            json_object_get_double(json_object_array_get_idx(rf, k));
+  }
+  double paired = fmax(fmin(pr[0], pr[1]), fmin(fmax(pr[0], pr[1]), pr[2])); /* median of three */
   for (size_t i = 0; i < 3; i++) {
     json_object *o = json_object_array_get_idx(arr, i), *runs = NULL;
     assert_true(json_object_object_get_ex(o, "tokens_per_second_runs", &runs));
@@ -316,14 +325,21 @@ static void test_serve_repeat(void **state) {
   FILE *f = fopen(out, "r");
   assert_non_null(f);
   char line[1024];
-  int n_runs = 0, n_auto = 0;
+  int n_runs = 0, n_auto = 0, n_paired = 0;
   while (fgets(line, sizeof line, f)) {
     n_runs += strstr(line, "  runs: ") != NULL;
     n_auto += strstr(line, "medians of 3 runs") != NULL;
+    const char *p = strstr(line, "paired by round (auto / 0.25 within each of the 3 rounds, median): ");
+    if (p) { /* printed to 0.1% */
+      double got = strtod(p + strlen("paired by round (auto / 0.25 within each of the 3 rounds, median): "), NULL);
+      assert_true(fabs(got - 100.0 * paired) <= 0.051);
+      n_paired++;
+    }
   }
   fclose(f);
   assert_int_equal(n_runs, 3);
   assert_int_equal(n_auto, 1);
+  assert_int_equal(n_paired, 1);
   unlink(json);
   unlink(out);
 }
