@@ -539,6 +539,7 @@ typedef struct serve_result_t {
   double fetch_list[64], cap_list[64], ceiling_list[64];
   /* --repeat: every run's tokens/s, in run order (in the median run's record) */
   double tps_runs[SERVE_MAX_REPEAT];
+  const struct serve_result_t *run_of[SERVE_MAX_REPEAT]; /* every run's record, in run order */
   uint32_t n_runs;
   char note[160];
 } serve_result_t;
@@ -1349,6 +1350,28 @@ static void json_num(json_object *o, const char *k, double v) {
   json_object_object_add(o, k, isfinite(v) ? json_object_new_double(v) : NULL);
 }
 
+static json_object *num_list(const double *v, uint32_t n) {
+  json_object *a = json_object_new_array();
+  for (uint32_t i = 0; i < n; i++) json_object_array_add(a, json_object_new_double(v[i]));
+  return a;
+}
+
+/* One run of a --repeat configuration: its throughput, stall and per-step lists. */
+static json_object *run_json(const serve_result_t *r) {
+  json_object *o = json_object_new_object();
+  json_num(o, "tokens_per_second", r->tokens_per_second);
+  json_num(o, "stall_fraction", r->stall_fraction);
+  json_num(o, "bytes_per_step", r->bytes_per_step);
+  json_object_object_add(o, "step_seconds_each", num_list(r->step_list, r->n_step_list));
+  if (r->mode != SM_OFFLOAD) json_object_object_add(o, "fetch_bytes_each", num_list(r->fetch_list, r->n_step_list));
+  if (r->fetch_auto) {
+    json_object_object_add(o, "cap_blocks_each", num_list(r->cap_list, r->n_step_list));
+    json_object_object_add(o, "cap_ceiling_each", num_list(r->ceiling_list, r->n_step_list));
+  }
+  if (r->note[0]) json_object_object_add(o, "note", json_object_new_string(r->note));
+  return o;
+}
+
 static json_object *result_json(const serve_t *s, const serve_result_t *r) {
   json_object *o = json_object_new_object();
   json_object_object_add(o, "mode", json_object_new_string(k_mode_names[r->mode]));
@@ -1378,6 +1401,9 @@ static json_object *result_json(const serve_t *s, const serve_result_t *r) {
     json_object *tr = json_object_new_array();
     for (uint32_t i = 0; i < r->n_runs; i++) json_object_array_add(tr, json_object_new_double(r->tps_runs[i]));
     json_object_object_add(o, "tokens_per_second_runs", tr);
+    json_object *ra = json_object_new_array(); /* each run's steps, to see what made a run slow */
+    for (uint32_t i = 0; i < r->n_runs; i++) json_object_array_add(ra, run_json(r->run_of[i]));
+    json_object_object_add(o, "runs", ra);
   }
   json_num(o, "step_seconds", r->step_seconds);
   json_num(o, "bytes_per_step", r->bytes_per_step);
@@ -1664,7 +1690,8 @@ int okv_cli_bench_serve(int argc, char **argv) {
   okv_kv_trace_t trace;
   memset(&trace, 0, sizeof trace);
   serve_result_t *results = calloc((size_t)o->n_contexts * SM_COUNT * o->n_ratios, sizeof *results);
-  serve_result_t *runs = calloc((size_t)o->repeat * SM_COUNT * o->n_ratios, sizeof *runs);
+  /* every run of every context (calloc: pages are touched only by the runs made) */
+  serve_result_t *runs = calloc((size_t)o->n_contexts * o->repeat * SM_COUNT * o->n_ratios, sizeof *runs);
   bool any_failed = false;
   size_t n_results = 0;
   okv_cli_output_t out_json = {0}, out_csv = {0}, out_png = {0};
@@ -1798,6 +1825,7 @@ int okv_cli_bench_serve(int argc, char **argv) {
     /* Every (mode, ratio) configuration, run --repeat times in interleaved rounds so that slow phases of the
      * machine fall on all of them alike; the concurrency search runs once per configuration. */
     uint32_t cfg_mode[SM_COUNT * 16], cfg_ratio[SM_COUNT * 16], cfg_fit[SM_COUNT * 16], n_cfg = 0;
+    serve_result_t *ctx_runs = runs + (size_t)ci * o->repeat * SM_COUNT * o->n_ratios;
     for (int m = 0; m < SM_COUNT; m++) {
       if (!o->modes[m]) continue;
       uint32_t n_r = m == SM_PROXY || m == SM_OASIS ? o->n_ratios : 1;
@@ -1815,7 +1843,7 @@ int okv_cli_bench_serve(int argc, char **argv) {
           if (rep == 0) cfg_fit[c] = fit_search(&s, m, ctx, fit_bound(&s, m, ctx));
           s.fit[m] = cfg_fit[c];
         }
-        serve_result_t *r = &runs[(size_t)rep * n_cfg + c];
+        serve_result_t *r = &ctx_runs[(size_t)rep * n_cfg + c];
         memset(r, 0, sizeof *r);
         r->mode = m;
         r->context = ctx;
@@ -1836,17 +1864,20 @@ int okv_cli_bench_serve(int argc, char **argv) {
       uint32_t idx[SERVE_MAX_REPEAT];
       for (uint32_t rep = 0; rep < o->repeat; rep++) idx[rep] = rep;
       for (uint32_t i = 1; i < o->repeat; i++)
-        for (uint32_t j = i; j > 0 && runs[(size_t)idx[j] * n_cfg + c].tokens_per_second <
-                                          runs[(size_t)idx[j - 1] * n_cfg + c].tokens_per_second;
+        for (uint32_t j = i; j > 0 && ctx_runs[(size_t)idx[j] * n_cfg + c].tokens_per_second <
+                                          ctx_runs[(size_t)idx[j - 1] * n_cfg + c].tokens_per_second;
              j--) {
           uint32_t t = idx[j];
           idx[j] = idx[j - 1];
           idx[j - 1] = t;
         }
       serve_result_t *r = &results[n_results++];
-      *r = runs[(size_t)idx[(o->repeat - 1) / 2] * n_cfg + c];
+      *r = ctx_runs[(size_t)idx[(o->repeat - 1) / 2] * n_cfg + c];
       r->n_runs = o->repeat;
-      for (uint32_t rep = 0; rep < o->repeat; rep++) r->tps_runs[rep] = runs[(size_t)rep * n_cfg + c].tokens_per_second;
+      for (uint32_t rep = 0; rep < o->repeat; rep++) {
+        r->tps_runs[rep] = ctx_runs[(size_t)rep * n_cfg + c].tokens_per_second;
+        r->run_of[rep] = &ctx_runs[(size_t)rep * n_cfg + c];
+      }
     }
     if (!quiet) print_table(&s, results, n_results, ctx);
   }

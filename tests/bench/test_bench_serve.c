@@ -318,6 +318,18 @@ static void test_serve_repeat(void **state) {
         }
     double med = t[1];
     assert_true(num(o, "tokens_per_second") == med);
+    /* every run's record, in run order: its tokens/s and one step time per measured step */
+    json_object *ra = NULL;
+    assert_true(json_object_object_get_ex(o, "runs", &ra));
+    assert_int_equal(json_object_array_length(ra), 3);
+    for (size_t k = 0; k < 3; k++) {
+      json_object *rk = json_object_array_get_idx(ra, k), *steps = NULL;
+      assert_true(num(rk, "tokens_per_second") == json_object_get_double(json_object_array_get_idx(runs, k)));
+      assert_true(json_object_object_get_ex(rk, "step_seconds_each", &steps));
+      assert_int_equal(json_object_array_length(steps), 3); /* --decode 3 */
+      json_object *caps = NULL;
+      assert_int_equal(json_object_object_get_ex(rk, "cap_blocks_each", &caps), i == 2); /* auto only */
+    }
   }
   assert_string_equal(str(json_object_array_get_idx(arr, 0), "mode"), "dense");
   assert_string_equal(str(json_object_array_get_idx(arr, 2), "fetch_ratio"), "auto");
