@@ -921,33 +921,22 @@ static inline void heap_down(uint64_t *h, uint32_t n, uint32_t i) {
 #define OKV_TOPK_SAMPLE_STRIDE 8u
 #define OKV_TOPK_CAND_MAX      (4u * OKV_TOPK_MAX)
 
-/* The `rank`-th best (1-based) of every stride-th score of sc[0..n) (NaN = -inf), or -inf. */
+/* The `rank`-th best (1-based) of every stride-th score of sc[0..n) (NaN = -inf), or -inf; rank <= OKV_TOPK_MAX.
+ * The samples' total-order keys go through the same min-heap as the top-K itself. */
 static float topk_sample_threshold(const float *sc, uint32_t n, uint32_t rank) {
-  float h[OKV_TOPK_MAX]; /* min-heap of the best `rank` samples */
-  uint32_t cnt = 0;
-  for (uint32_t b = 0; b < n; b += OKV_TOPK_SAMPLE_STRIDE) {
-    float x = sc[b] == sc[b] ? sc[b] : -INFINITY;
-    if (cnt < rank) { /* sift up */
-      uint32_t i = cnt++;
-      while (i > 0 && h[(i - 1u) / 2u] > x) {
-        h[i] = h[(i - 1u) / 2u];
-        i = (i - 1u) / 2u;
-      }
-      h[i] = x;
-    } else if (x > h[0]) { /* sift down */
-      uint32_t i = 0;
-      for (;;) {
-        uint32_t c = 2u * i + 1u;
-        if (c >= cnt) break;
-        if (c + 1u < cnt && h[c + 1u] < h[c]) c++;
-        if (h[c] >= x) break;
-        h[i] = h[c];
-        i = c;
-      }
-      h[i] = x;
+  uint64_t h[OKV_TOPK_MAX];
+  uint32_t cnt = 0, b = 0;
+  for (; b < n && cnt < rank; b += OKV_TOPK_SAMPLE_STRIDE) h[cnt++] = topk_key(sc[b], b);
+  if (cnt < rank) return -INFINITY;
+  for (uint32_t i = cnt / 2u; i-- > 0;) heap_down(h, cnt, i);
+  for (; b < n; b += OKV_TOPK_SAMPLE_STRIDE) {
+    uint64_t key = topk_key(sc[b], b);
+    if (key > h[0]) {
+      h[0] = key;
+      heap_down(h, cnt, 0);
     }
   }
-  return cnt == rank ? h[0] : -INFINITY;
+  return topk_key_score(h[0]);
 }
 
 void okv_cpu_topk(const okv_topk_desc_t *d, const float *scores, uint32_t *out_indices, uint32_t *out_counts,

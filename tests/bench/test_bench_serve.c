@@ -7,6 +7,7 @@
  * usage: test_bench_serve <path to oasiskv> <shared dir> */
 #include <json-c/json.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,20 @@ static int stderr_lines(void) {
   while (f && (c = fgetc(f)) != EOF) n += c == '\n';
   if (f) fclose(f);
   return n;
+}
+
+/* Each command of bad[0..n) fails with one line on stderr: exit status `rc` (0: any failure short of a
+ * crash or a missing program, 1..125). */
+static void expect_one_line_errors(const char *const *bad, size_t n, int rc_want) {
+  for (size_t i = 0; i < n; i++) {
+    int rc = run_cli(bad[i], NULL);
+    bool rc_ok = rc_want ? rc == rc_want : rc > 0 && rc < 126;
+    if (!rc_ok || stderr_lines() != 1) {
+      print_error("'%s': exit %d, %d stderr lines\n", bad[i], rc, stderr_lines());
+      show_stderr();
+      fail();
+    }
+  }
 }
 
 static double num(json_object *o, const char *key) {
@@ -248,14 +263,7 @@ static void test_serve_bad_options(void **state) {
       "bench serve --contexts 1024,",
       "bench remote --batches 1,,2",
   };
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    int rc = run_cli(bad[i], NULL);
-    if (rc == 0 || rc >= 126 || stderr_lines() != 1) {
-      print_error("'%s': exit %d, %d stderr lines\n", bad[i], rc, stderr_lines());
-      show_stderr();
-      fail();
-    }
-  }
+  expect_one_line_errors(bad, sizeof bad / sizeof bad[0], 0);
   /* --fetch-ratio auto:MAX: the runtime's self-tuning cap, within 1..ceil(MAX * K) blocks per KV head. */
   char json[300], args[1024];
   snprintf(json, sizeof json, "%s/auto.json", g_dir);
@@ -417,14 +425,7 @@ static void test_runtime_capacity(void **state) {
       "bench runtime --seqs 200 --context 131072 --steps 1",
       "bench runtime --layers 0",
   };
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    int rc = run_cli(bad[i], NULL);
-    if (rc != 2 || stderr_lines() != 1) {
-      print_error("'%s': exit %d, %d stderr lines\n", bad[i], rc, stderr_lines());
-      show_stderr();
-      fail();
-    }
-  }
+  expect_one_line_errors(bad, sizeof bad / sizeof bad[0], 2);
   char err[300], line[512] = "";
   snprintf(err, sizeof err, "%s/err", g_dir);
   assert_int_equal(run_cli(bad[0], NULL), 2);
@@ -573,14 +574,7 @@ static void test_bench_help_and_values(void **state) {
       "bench runtime --budget 513",    "bench runtime --scoring nope",  "bench runtime --frobnicate",
       "bench kernels --frobnicate",
   };
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    int rc = run_cli(bad[i], NULL);
-    if (rc != 2 || stderr_lines() != 1) {
-      print_error("'%s': exit %d, %d stderr lines\n", bad[i], rc, stderr_lines());
-      show_stderr();
-      fail();
-    }
-  }
+  expect_one_line_errors(bad, sizeof bad / sizeof bad[0], 2);
 }
 
 /* oasiskv info shows the emulated link it was asked for. */
