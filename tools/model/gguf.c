@@ -695,8 +695,8 @@ static okv_status_t wrong_type(const okv_gguf_t *g, const char *key, uint32_t t,
 }
 
 okv_status_t okv_gguf_get_u32(const okv_gguf_t *g, const char *key, uint32_t *out) {
-  uint64_t i, v;
-  uint32_t t;
+  uint64_t i = 0, v = 0;
+  uint32_t t = 0;
   OKV_RETURN_IF_ERROR(find_kv(g, key, &i, &t, &v));
   int64_t sv = 0;
   uint64_t uv = 0;
@@ -714,8 +714,8 @@ okv_status_t okv_gguf_get_u32(const okv_gguf_t *g, const char *key, uint32_t *ou
 }
 
 okv_status_t okv_gguf_get_f32(const okv_gguf_t *g, const char *key, float *out) {
-  uint64_t i, v;
-  uint32_t t;
+  uint64_t i = 0, v = 0;
+  uint32_t t = 0;
   OKV_RETURN_IF_ERROR(find_kv(g, key, &i, &t, &v));
   if (t == OKV_GGUF_F32) {
     uint32_t b = le32(g->base + v);
@@ -733,8 +733,8 @@ okv_status_t okv_gguf_get_f32(const okv_gguf_t *g, const char *key, float *out) 
 }
 
 okv_status_t okv_gguf_get_bool(const okv_gguf_t *g, const char *key, bool *out) {
-  uint64_t i, v;
-  uint32_t t;
+  uint64_t i = 0, v = 0;
+  uint32_t t = 0;
   OKV_RETURN_IF_ERROR(find_kv(g, key, &i, &t, &v));
   if (t != OKV_GGUF_BOOL) return wrong_type(g, key, t, "bool");
   *out = g->base[v] != 0;
@@ -742,8 +742,8 @@ okv_status_t okv_gguf_get_bool(const okv_gguf_t *g, const char *key, bool *out) 
 }
 
 okv_status_t okv_gguf_get_str(const okv_gguf_t *g, const char *key, const char **out_ptr, size_t *out_len) {
-  uint64_t i, v;
-  uint32_t t;
+  uint64_t i = 0, v = 0;
+  uint32_t t = 0;
   OKV_RETURN_IF_ERROR(find_kv(g, key, &i, &t, &v));
   if (t != OKV_GGUF_STRING) return wrong_type(g, key, t, "string");
   *out_len = (size_t)le64(g->base + v);
@@ -753,8 +753,8 @@ okv_status_t okv_gguf_get_str(const okv_gguf_t *g, const char *key, const char *
 
 okv_status_t okv_gguf_get_arr(const okv_gguf_t *g, const char *key, okv_gguf_type_t *out_elem, uint64_t *out_n,
                               const void **out_data) {
-  uint64_t i, v;
-  uint32_t t;
+  uint64_t i = 0, v = 0;
+  uint32_t t = 0;
   OKV_RETURN_IF_ERROR(find_kv(g, key, &i, &t, &v));
   if (t != OKV_GGUF_ARRAY) return wrong_type(g, key, t, "array");
   if (out_elem) *out_elem = (okv_gguf_type_t)le32(g->base + v);
@@ -765,8 +765,8 @@ okv_status_t okv_gguf_get_arr(const okv_gguf_t *g, const char *key, okv_gguf_typ
 
 okv_status_t okv_gguf_get_arr_str(const okv_gguf_t *g, const char *key, uint64_t idx, const char **out_ptr,
                                   size_t *out_len) {
-  uint64_t i, v;
-  uint32_t t;
+  uint64_t i = 0, v = 0;
+  uint32_t t = 0;
   OKV_RETURN_IF_ERROR(find_kv(g, key, &i, &t, &v));
   if (t != OKV_GGUF_ARRAY || le32(g->base + v) != OKV_GGUF_STRING) return wrong_type(g, key, t, "array of strings");
   uint64_t n = le64(g->base + v + 4);
