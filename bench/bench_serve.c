@@ -278,14 +278,31 @@ static int parse_args(int argc, char **argv, serve_opts_t *o) {
     fprintf(stderr, CMD ": --device-gib must be in (0, 4096]\n");
     return 2;
   }
-  if (o->link_given && o->link_gbps < 0) {
-    fprintf(stderr, CMD ": --link-gbps must be >= 0\n");
+  /* A link slower than 1 MB/s or a copy latency above 1 s would make one step take minutes to hours (the
+   * time budget is checked between steps, not within one). */
+  if (o->link_given && !(o->link_gbps == 0 || (o->link_gbps >= 1e-3 && o->link_gbps <= 1e4))) {
+    fprintf(stderr, CMD ": --link-gbps must be 0 (unpaced) or in [0.001, 10000] GB/s\n");
     return 2;
   }
-  if (!(o->link_ratio > 0) || o->link_latency_us < 0 || !(o->time_budget_s > 0)) {
-    fprintf(stderr, CMD ": --link-ratio and --time-budget must be > 0, --link-latency-us >= 0\n");
+  if (!(o->link_ratio > 0 && o->link_ratio <= 1e4) || !(o->link_latency_us >= 0 && o->link_latency_us <= 1e5) ||
+      !(o->time_budget_s > 0)) {
+    fprintf(stderr, CMD ": --link-ratio must be in (0, 10000], --link-latency-us in [0, 100000], --time-budget > 0\n");
     return 2;
   }
+  if (o->halve_at > o->decode) {
+    fprintf(stderr, CMD ": --halve-link-at %u is past the %u measured steps (--decode)\n", o->halve_at, o->decode);
+    return 2;
+  }
+  if (o->json_path && o->csv_path && !strcmp(o->json_path, "-") && !strcmp(o->csv_path, "-")) {
+    fprintf(stderr, CMD ": --json - and --csv - would both write to stdout; give one of them a file\n");
+    return 2;
+  }
+  for (uint32_t i = 1; i < o->n_contexts; i++)
+    if (o->contexts[i] <= o->contexts[i - 1]) {
+      fprintf(stderr, CMD ": --contexts must be strictly increasing, got %u after %u\n", o->contexts[i],
+              o->contexts[i - 1]);
+      return 2;
+    }
   if (!(o->draft_rho >= 0 && o->draft_rho <= 1)) {
     fprintf(stderr, CMD ": --draft-rho must be in [0, 1]\n");
     return 2;
@@ -531,7 +548,10 @@ typedef struct serve_result_t {
   double append_seconds_per_step;   /* runtime stats append_seconds (HOST writes of the new tokens) */
   double fetch_ratio;               /* with auto: its maximum */
   bool fetch_auto;
-  double cap_blocks_mean; /* auto: the mean C the runtime chose (okv_runtime_cap_state), sampled each step */
+  double cap_blocks_mean;  /* auto: the mean C the runtime chose (okv_runtime_cap_state), sampled each step */
+  bool at_max_seqs;        /* the concurrency search reached --max-seqs (a lower bound of what fits) */
+  uint32_t link_halved_at; /* --halve-link-at: the measured step (1-based) before which the link was halved; 0: never */
+  double link_bps_sum;     /* the link's bandwidth summed over measured steps (it changes with --halve-link-at) */
   double step_list[64];
   uint32_t n_step_list;
   /* Runtime modes, per measured step (first 64): HOST->DEVICE fetch bytes; auto: the mean C over layers and the
@@ -796,6 +816,8 @@ static void recall_sample(const serve_t *s, uint32_t seq, uint32_t pos, const fl
 static void run_runtime(serve_t *s, serve_mode_t m, uint32_t ctx, serve_result_t *r) {
   uint32_t B = s->fit[m];
   r->concurrent = B;
+  r->fetch_auto = s->cur_auto; /* set before any early return: a failed row still names its ratio */
+  r->fetch_ratio = s->cur_auto ? -s->cur_ratio : s->cur_ratio;
   if (B == 0) {
     snprintf(r->note, sizeof r->note, "not one sequence fits in %.3g GiB of DEVICE", s->o.device_gib);
     return;
@@ -881,6 +903,7 @@ static void run_runtime(serve_t *s, serve_mode_t m, uint32_t ctx, serve_result_t
   } else {
     recall_left = 0;
   }
+  double link_now = s->link_bps; /* halved by --halve-link-at */
   for (uint32_t i = 0; i < n_steps; i++) {
     bool warm = i < warmup;
     bool recall_step = !warm && (measured >= s->o.decode || t_meas > s->o.time_budget_s);
@@ -893,6 +916,8 @@ static void run_runtime(serve_t *s, serve_mode_t m, uint32_t ctx, serve_result_t
         fail(r, "halving the link", st);
         goto done;
       }
+      link_now /= 2;
+      r->link_halved_at = s->o.halve_at;
     }
     if (i == warmup) okv_runtime_stats_reset(rt);
     double ts = okv_cli_now_s(), tw = 0, tl = 0;
@@ -965,6 +990,7 @@ static void run_runtime(serve_t *s, serve_mode_t m, uint32_t ctx, serve_result_t
         ceiling = cs.cap_ceiling_blocks;
       }
       r->cap_blocks_mean += cap;
+      r->link_bps_sum += link_now;
       if (r->n_step_list < 64) {
         r->fetch_list[r->n_step_list] = (double)ss.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE];
         r->cap_list[r->n_step_list] = cap;
@@ -1342,7 +1368,9 @@ static double measure_device_bandwidth(const char *backend, size_t bytes) {
 }
 
 static void finish_result(const serve_t *s, serve_result_t *r) {
-  r->link_budget_bytes_per_step = s->link_bps * r->step_seconds;
+  /* The link the measured steps had: its mean over them when --halve-link-at changed it. */
+  double link = r->steps > 0 && r->link_bps_sum > 0 ? r->link_bps_sum / r->steps : s->link_bps;
+  r->link_budget_bytes_per_step = link * r->step_seconds;
   r->link_utilization = r->link_budget_bytes_per_step > 0 ? r->bytes_per_step / r->link_budget_bytes_per_step : NAN;
 }
 
@@ -1364,7 +1392,7 @@ static json_object *run_json(const serve_result_t *r) {
   json_num(o, "bytes_per_step", r->bytes_per_step);
   json_object_object_add(o, "step_seconds_each", num_list(r->step_list, r->n_step_list));
   if (r->mode != SM_OFFLOAD) json_object_object_add(o, "fetch_bytes_each", num_list(r->fetch_list, r->n_step_list));
-  if (r->fetch_auto) {
+  if (r->fetch_auto && (r->mode == SM_PROXY || r->mode == SM_OASIS)) {
     json_object_object_add(o, "cap_blocks_each", num_list(r->cap_list, r->n_step_list));
     json_object_object_add(o, "cap_ceiling_each", num_list(r->ceiling_list, r->n_step_list));
   }
@@ -1387,14 +1415,16 @@ static json_object *result_json(const serve_t *s, const serve_result_t *r) {
   json_object_object_add(o, "block_bytes", json_object_new_int64((int64_t)s->block_bytes));
   json_object_object_add(o, "budget_blocks", json_object_new_int64(s->K));
   bool capped = r->mode == SM_PROXY || r->mode == SM_OASIS;
-  if (r->fetch_auto)
+  bool autor = capped && r->fetch_auto;
+  if (autor)
     json_object_object_add(o, "fetch_ratio", json_object_new_string("auto"));
   else
     json_num(o, "fetch_ratio", capped ? r->fetch_ratio : NAN);
-  if (r->fetch_auto) json_num(o, "fetch_ratio_max", r->fetch_ratio);
-  if (r->fetch_auto) json_num(o, "cap_blocks_mean", r->cap_blocks_mean);
+  if (autor) json_num(o, "fetch_ratio_max", r->fetch_ratio);
+  if (autor) json_num(o, "cap_blocks_mean", r->cap_blocks_mean);
   json_num(o, "device_gib", s->o.device_gib);
   json_object_object_add(o, "concurrent_sequences", json_object_new_int64(r->concurrent));
+  json_object_object_add(o, "concurrency_at_max_seqs", json_object_new_boolean(r->at_max_seqs));
   json_object_object_add(o, "steps", json_object_new_int64(r->steps));
   json_num(o, "tokens_per_second", r->tokens_per_second);
   if (r->n_runs > 1) { /* --repeat: this object is the median run; every run's tokens/s */
@@ -1409,8 +1439,9 @@ static json_object *result_json(const serve_t *s, const serve_result_t *r) {
   json_num(o, "bytes_per_step", r->bytes_per_step);
   json_num(o, "fetch_bytes_per_step", r->fetch_bytes_per_step);
   json_num(o, "append_bytes_per_step", r->append_bytes_per_step);
-  json_num(o, "cap_bytes_per_step", r->cap_bytes_per_step > 0 ? r->cap_bytes_per_step : NAN);
+  json_num(o, "cap_bytes_per_step", capped && r->cap_bytes_per_step > 0 ? r->cap_bytes_per_step : NAN);
   json_num(o, "link_bytes_per_second", s->link_bps);
+  json_object_object_add(o, "link_halved_at_step", r->link_halved_at ? json_object_new_int64(r->link_halved_at) : NULL);
   json_object_object_add(o, "link_emulated", json_object_new_boolean(s->emulated));
   json_num(o, "link_budget_bytes_per_step", r->link_budget_bytes_per_step);
   json_num(o, "link_utilization", r->link_utilization);
@@ -1434,11 +1465,11 @@ static json_object *result_json(const serve_t *s, const serve_result_t *r) {
     json_object *fl = json_object_new_array(), *cl = json_object_new_array(), *ml = json_object_new_array();
     for (uint32_t i = 0; i < r->n_step_list; i++) {
       json_object_array_add(fl, json_object_new_double(r->fetch_list[i]));
-      if (r->fetch_auto) json_object_array_add(cl, json_object_new_double(r->cap_list[i]));
-      if (r->fetch_auto) json_object_array_add(ml, json_object_new_double(r->ceiling_list[i]));
+      if (autor) json_object_array_add(cl, json_object_new_double(r->cap_list[i]));
+      if (autor) json_object_array_add(ml, json_object_new_double(r->ceiling_list[i]));
     }
     json_object_object_add(o, "fetch_bytes_each", fl);
-    if (r->fetch_auto) {
+    if (autor) {
       json_object_object_add(o, "cap_blocks_each", cl);
       json_object_object_add(o, "cap_ceiling_each", ml);
     } else {
@@ -1503,8 +1534,10 @@ static void print_csv(FILE *f, const serve_t *s, const serve_result_t *rs, size_
 static void ratio_text(const serve_result_t *r, char *buf, size_t n) {
   if (r->mode == SM_DENSE || r->mode == SM_OFFLOAD || r->mode == SM_ONDEMAND)
     snprintf(buf, n, "-");
+  else if (r->fetch_auto && r->fetch_ratio == OKV_CLI_AUTO_FETCH_RATIO_MAX)
+    snprintf(buf, n, "auto");
   else if (r->fetch_auto)
-    snprintf(buf, n, "auto"); /* its maximum is in the JSON */
+    snprintf(buf, n, "auto:%g", r->fetch_ratio);
   else
     snprintf(buf, n, "%g", r->fetch_ratio);
 }
@@ -1526,7 +1559,7 @@ static double serve_paired_ratio(const serve_result_t *a, const serve_result_t *
       r[j] = r[j - 1];
       r[j - 1] = t;
     }
-  return a->n_runs % 2 ? r[a->n_runs / 2] : 0.5 * (r[a->n_runs / 2 - 1] + r[a->n_runs / 2]);
+  return r[(a->n_runs - 1) / 2]; /* the lower middle for even N, as the median runs are chosen */
 }
 
 static void print_table(const serve_t *s, const serve_result_t *rs, size_t n, uint32_t ctx) {
@@ -1536,7 +1569,7 @@ static void print_table(const serve_t *s, const serve_result_t *rs, size_t n, ui
   for (size_t i = 0; i < n; i++) {
     const serve_result_t *r = &rs[i];
     if (r->context != ctx) continue;
-    char ratio[16];
+    char ratio[32];
     ratio_text(r, ratio, sizeof ratio);
     if (r->mode == SM_DENSE && r->steps) dense = r;
     if (r->mode == SM_OASIS && r->steps) {
@@ -1558,12 +1591,15 @@ static void print_table(const serve_t *s, const serve_result_t *rs, size_t n, ui
     printf("%s%s\n", r->note[0] ? "  " : "", r->note);
   }
   if (dense && oasis && dense->tokens_per_second > 0) {
-    char ratio[16];
+    char ratio[32];
     ratio_text(oasis, ratio, sizeof ratio);
     printf(
         "oasis/dense tokens/s at %u tokens: %.2fx (oasis at fetch ratio %s; target >= 2.5x); oasis stall "
         "%.1f%% of step time (target <= 5%%)\n",
         ctx, oasis->tokens_per_second / dense->tokens_per_second, ratio, 100.0 * oasis->stall_fraction);
+    if (dense->at_max_seqs || oasis->at_max_seqs)
+      printf("  (concurrency stopped at --max-seqs %u, so this ratio is not one at equal DEVICE memory)\n",
+             s->o.max_seqs);
   }
   if (autor && best_fixed) {
     char med[48] = "";
@@ -1611,10 +1647,10 @@ static bool plot_png(const char *png, const serve_t *s, const serve_result_t *rs
           "set title 'oasiskv bench serve: %s, %u layers, %.2g GiB DEVICE, link %.3g GB/s%s'\n",
           png, s->o.shape->name, s->L, s->o.device_gib, s->link_bps / 1e9, s->emulated ? " (emulated)" : "");
   /* One line per (mode, fetch ratio) series, in the order of the runs. */
-  char names[64][32];
+  char names[64][48];
   size_t n_series = 0;
   for (size_t i = 0; i < n && n_series < 64; i++) {
-    char ratio[16], name[32];
+    char ratio[24], name[48];
     ratio_text(&rs[i], ratio, sizeof ratio);
     bool many = (rs[i].mode == SM_PROXY || rs[i].mode == SM_OASIS) && s->o.n_ratios > 1;
     snprintf(name, sizeof name, "%s%s%s", k_mode_names[rs[i].mode], many ? " " : "", many ? ratio : "");
@@ -1628,7 +1664,7 @@ static bool plot_png(const char *png, const serve_t *s, const serve_result_t *rs
   fputc('\n', g);
   for (size_t j = 0; j < n_series; j++) {
     for (size_t i = 0; i < n; i++) {
-      char ratio[16], name[32];
+      char ratio[24], name[48];
       ratio_text(&rs[i], ratio, sizeof ratio);
       bool many = (rs[i].mode == SM_PROXY || rs[i].mode == SM_OASIS) && s->o.n_ratios > 1;
       snprintf(name, sizeof name, "%s%s%s", k_mode_names[rs[i].mode], many ? " " : "", many ? ratio : "");
@@ -1763,6 +1799,11 @@ int okv_cli_bench_serve(int argc, char **argv) {
     s.link_bps = SERVE_NOMINAL_GPU_LINK;
   }
   s.link_lat_s = o->link_latency_us * 1e-6;
+  if (o->halve_at && !s.emulated) {
+    fprintf(stderr, CMD ": --halve-link-at needs the emulated link (cpu backend, --link-gbps not 0)\n");
+    rc = 2;
+    goto done;
+  }
   /* Outputs: opened before the runs so a bad path fails early. */
   if (o->json_path && !(have_json = okv_cli_output_open(CMD, o->json_path, &out_json))) goto done;
   if (o->csv_path && !(have_csv = okv_cli_output_open(CMD, o->csv_path, &out_csv))) goto done;
@@ -1793,8 +1834,10 @@ int okv_cli_bench_serve(int argc, char **argv) {
   fprintf(info, "  K = %u blocks, %s warm-up + %u measured steps, keys/queries: %s; fetch ratio", s.K, warm, o->decode,
           o->trace_path ? o->trace_path : "generator");
   for (uint32_t i = 0; i < o->n_ratios; i++) {
-    if (o->ratio_auto[i])
+    if (o->ratio_auto[i] && -o->ratios[i] == OKV_CLI_AUTO_FETCH_RATIO_MAX)
       fprintf(info, "%s auto", i ? "," : "");
+    else if (o->ratio_auto[i])
+      fprintf(info, "%s auto:%g", i ? "," : "", -o->ratios[i]);
     else
       fprintf(info, "%s %g", i ? "," : "", o->ratios[i]);
   }
@@ -1854,10 +1897,19 @@ int okv_cli_bench_serve(int argc, char **argv) {
           run_runtime(&s, m, ctx, r);
         finish_result(&s, r);
         any_failed |= r->steps == 0;
-        char run_s[32] = "";
+        /* The concurrency search stops at --max-seqs: more sequences may fit than were run. */
+        r->at_max_seqs = m != SM_OFFLOAD && r->concurrent == o->max_seqs;
+        if (r->at_max_seqs && !r->note[0])
+          snprintf(r->note, sizeof r->note, "concurrency capped at --max-seqs %u (more may fit)", o->max_seqs);
+        char run_s[32] = "", ratio_s[40] = "";
         if (o->repeat > 1) snprintf(run_s, sizeof run_s, " [run %u/%u]", rep + 1, o->repeat);
-        fprintf(stderr, CMD ": %s at %u tokens%s: %u seqs, %.1f tok/s (%.1f s)%s%s\n", k_mode_names[m], ctx, run_s,
-                r->concurrent, r->tokens_per_second, okv_cli_now_s() - t0, r->note[0] ? ": " : "", r->note);
+        if (m == SM_PROXY || m == SM_OASIS) {
+          char rt[24];
+          ratio_text(r, rt, sizeof rt);
+          snprintf(ratio_s, sizeof ratio_s, " (fetch ratio %s)", rt);
+        }
+        fprintf(stderr, CMD ": %s%s at %u tokens%s: %u seqs, %.1f tok/s (%.1f s)%s%s\n", k_mode_names[m], ratio_s, ctx,
+                run_s, r->concurrent, r->tokens_per_second, okv_cli_now_s() - t0, r->note[0] ? ": " : "", r->note);
       }
     }
     for (uint32_t c = 0; c < n_cfg; c++) { /* the median run by tokens/s stands for the configuration */

@@ -7,6 +7,8 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -235,6 +237,48 @@ void okv_cli_model_close(okv_cli_model_t *m) {
   m->model = NULL;
 }
 
+/* Temporary output names still to be committed or aborted, removed by a signal that ends the process
+ * (Ctrl-C, kill), so an interrupted run leaves no stray `.tmp.` file next to its outputs. The handler only
+ * calls unlink(2) and raise(3), both async-signal-safe, on names that are complete before they are listed. */
+#define OUTPUT_PENDING_MAX 8
+static char g_pending_path[OUTPUT_PENDING_MAX][sizeof(((okv_cli_output_t *)0)->tmp_path)];
+static volatile sig_atomic_t g_pending[OUTPUT_PENDING_MAX];
+static const int k_cleanup_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+static void on_fatal_signal(int sig) {
+  for (int i = 0; i < OUTPUT_PENDING_MAX; i++)
+    if (g_pending[i]) unlink(g_pending_path[i]);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+static void pending_add(const char *tmp_path) {
+  static bool installed;
+  if (!installed) {
+    installed = true;
+    for (size_t i = 0; i < sizeof k_cleanup_signals / sizeof k_cleanup_signals[0]; i++) {
+      struct sigaction old;
+      if (sigaction(k_cleanup_signals[i], NULL, &old) != 0 || old.sa_handler != SIG_DFL) continue; /* keep others' */
+      struct sigaction sa;
+      memset(&sa, 0, sizeof sa);
+      sa.sa_handler = on_fatal_signal;
+      sigemptyset(&sa.sa_mask);
+      sigaction(k_cleanup_signals[i], &sa, NULL);
+    }
+  }
+  for (int i = 0; i < OUTPUT_PENDING_MAX; i++)
+    if (!g_pending[i]) {
+      snprintf(g_pending_path[i], sizeof g_pending_path[i], "%s", tmp_path);
+      g_pending[i] = 1; /* listed only once the name is complete */
+      return;
+    }
+}
+
+static void pending_remove(const char *tmp_path) {
+  for (int i = 0; i < OUTPUT_PENDING_MAX; i++)
+    if (g_pending[i] && !strcmp(g_pending_path[i], tmp_path)) g_pending[i] = 0;
+}
+
 bool okv_cli_output_reserve(const char *cmd, const char *path, okv_cli_output_t *o) {
   memset(o, 0, sizeof *o);
   if (strlen(path) >= sizeof o->path) {
@@ -257,6 +301,7 @@ bool okv_cli_output_reserve(const char *cmd, const char *path, okv_cli_output_t 
   }
   (void)fchmod(fd, 0644);
   close(fd);
+  pending_add(o->tmp_path);
   return true;
 }
 
@@ -273,6 +318,7 @@ bool okv_cli_output_open(const char *cmd, const char *path, okv_cli_output_t *o)
   if (!o->f) {
     fprintf(stderr, "%s: cannot write '%s': %s\n", cmd, o->tmp_path, strerror(errno));
     unlink(o->tmp_path);
+    pending_remove(o->tmp_path);
     return false;
   }
   return true;
@@ -290,9 +336,11 @@ bool okv_cli_output_commit(const char *cmd, okv_cli_output_t *o) {
     if (bad) {
       fprintf(stderr, "%s: writing '%s' failed\n", cmd, o->path);
       unlink(o->tmp_path);
+      pending_remove(o->tmp_path);
       return false;
     }
   }
+  pending_remove(o->tmp_path); /* from here the name is renamed or removed */
   if (rename(o->tmp_path, o->path) != 0) {
     fprintf(stderr, "%s: cannot rename '%s' to '%s': %s\n", cmd, o->tmp_path, o->path, strerror(errno));
     unlink(o->tmp_path);
@@ -306,6 +354,9 @@ void okv_cli_output_abort(okv_cli_output_t *o) {
   if (o->is_stdout) return;
   if (o->f) fclose(o->f);
   o->f = NULL;
-  if (o->tmp_path[0]) unlink(o->tmp_path);
+  if (o->tmp_path[0]) {
+    unlink(o->tmp_path);
+    pending_remove(o->tmp_path);
+  }
   o->tmp_path[0] = '\0';
 }

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -79,6 +81,21 @@ static const char *str(json_object *o, const char *key) {
   return json_object_get_string(v);
 }
 
+/* True when `key` is present with JSON null, or absent. */
+static bool null_or_absent(json_object *o, const char *key) {
+  json_object *v = NULL;
+  return !json_object_object_get_ex(o, key, &v) || v == NULL;
+}
+
+static bool flag(json_object *o, const char *key) {
+  json_object *v = NULL;
+  if (!json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_boolean)) {
+    print_error("JSON key '%s' missing or not a boolean\n", key);
+    fail();
+  }
+  return json_object_get_boolean(v);
+}
+
 /* The common run: tiny shape (8 query / 2 KV heads, head_dim 64: 4 KiB blocks), 2 layers, 1024-token prompts,
  * K = 16, fetch ratio 0.25 (C = 4), a 0.5 GB/s emulated link. */
 #define SMOKE_ARGS                                                                                           \
@@ -121,6 +138,12 @@ static void test_serve_all_modes(void **state) {
     assert_true(fabs(num(o, "link_budget_bytes_per_step") - 0.5e9 * num(o, "step_seconds")) <=
                 1e-6 * num(o, "link_budget_bytes_per_step"));
     if (i == 0 || i == 1) assert_true(recall == 1.0); /* dense and offload attend to every block */
+    assert_false(flag(o, "concurrency_at_max_seqs")); /* 0.006 GiB holds far fewer than 256 sequences */
+    assert_true(null_or_absent(o, "link_halved_at_step"));
+    if (i < 3) { /* no cap in dense, offload, ondemand */
+      assert_true(null_or_absent(o, "cap_bytes_per_step"));
+      assert_true(null_or_absent(o, "fetch_ratio"));
+    }
     if (i >= 3) { /* proxy, oasis: the cap, C new blocks per KV head per step, plus one active block refresh */
       double fetch = num(o, "fetch_bytes_per_step"), append = num(o, "append_bytes_per_step");
       assert_true(fabs(num(o, "cap_bytes_per_step") - C * H * L * bb * conc[i]) < 0.5);
@@ -262,6 +285,15 @@ static void test_serve_bad_options(void **state) {
       "bench serve --modes dense,,oasis",
       "bench serve --contexts 1024,",
       "bench remote --batches 1,,2",
+      /* links that would make one step last for hours, and outputs or contexts that cannot be honoured */
+      "bench serve --link-latency-us 1e12",
+      "bench serve --link-gbps 1e-9",
+      "bench serve --link-ratio 1e9",
+      "bench serve --decode 2 --halve-link-at 3",
+      "bench serve --json - --csv -",
+      "bench serve --contexts 2048,1024",
+      "bench serve --contexts 1024,1024",
+      "bench serve --shape tiny --context 64 --link-gbps 0 --halve-link-at 1",
   };
   expect_one_line_errors(bad, sizeof bad / sizeof bad[0], 0);
   /* --fetch-ratio auto:MAX: the runtime's self-tuning cap, within 1..ceil(MAX * K) blocks per KV head. */
@@ -603,6 +635,86 @@ static void test_info_link(void **state) {
   unlink(out);
 }
 
+/* A single auto ratio with dense beside it: the auto fields belong to oasis only; --halve-link-at is reported and
+ * the link budget is the mean link over the measured steps (0.5, then 0.25 GB/s from step 2 of 3). */
+static void test_serve_auto_fields_and_halving(void **state) {
+  (void)state;
+  char json[300], args[1024];
+  snprintf(json, sizeof json, "%s/halve.json", g_dir);
+  snprintf(args, sizeof args,
+           SMOKE_ARGS "--modes dense,oasis --fetch-ratio auto --halve-link-at 2 --time-budget 600 --json '%s'", json);
+  int rc = run_cli(args, NULL);
+  if (rc != 0) show_stderr();
+  assert_int_equal(rc, 0);
+  json_object *arr = json_object_from_file(json);
+  assert_non_null(arr);
+  assert_int_equal(json_object_array_length(arr), 2);
+  json_object *dense = json_object_array_get_idx(arr, 0), *oasis = json_object_array_get_idx(arr, 1);
+  assert_string_equal(str(dense, "mode"), "dense");
+  assert_true(null_or_absent(dense, "fetch_ratio"));
+  assert_true(null_or_absent(dense, "fetch_ratio_max"));
+  assert_true(null_or_absent(dense, "cap_blocks_each"));
+  assert_true(null_or_absent(dense, "cap_bytes_per_step"));
+  assert_string_equal(str(oasis, "fetch_ratio"), "auto");
+  assert_true(num(oasis, "fetch_ratio_max") == 0.05);
+  for (int i = 0; i < 2; i++) {
+    json_object *o = json_object_array_get_idx(arr, i);
+    assert_true(num(o, "steps") == 3);
+    assert_true(num(o, "link_halved_at_step") == 2);
+    assert_true(num(o, "link_bytes_per_second") == 0.5e9);
+    double mean_link = (0.5e9 + 0.25e9 + 0.25e9) / 3;
+    assert_true(fabs(num(o, "link_budget_bytes_per_step") - mean_link * num(o, "step_seconds")) <=
+                1e-6 * num(o, "link_budget_bytes_per_step"));
+  }
+  json_object_put(arr);
+  unlink(json);
+}
+
+/* True when g_dir holds a file whose name contains `part`. */
+static bool dir_has(const char *part) {
+  DIR *d = opendir(g_dir);
+  bool found = false;
+  for (struct dirent *e; d && (e = readdir(d)) != NULL;) found |= strstr(e->d_name, part) != NULL;
+  if (d) closedir(d);
+  return found;
+}
+
+/* Interrupted (SIGINT) and killed (SIGTERM) runs leave no temporary output files beside --json/--csv, and die
+ * by the signal (the handler removes the files, then re-raises it). */
+static void test_serve_interrupt_leaves_no_temp(void **state) {
+  (void)state;
+  static const int sigs[] = {SIGINT, SIGTERM};
+  for (int k = 0; k < 2; k++) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "exec '%s' " SMOKE_ARGS
+             "--decode 40 --time-budget 600 --json '%s/sig.json' --csv '%s/sig.csv' "
+             ">/dev/null 2>&1",
+             g_cli, g_dir, g_dir);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+      signal(SIGINT, SIG_DFL); /* as from a terminal: not ignored as in a background job */
+      signal(SIGTERM, SIG_DFL);
+      execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+      _exit(127);
+    }
+    /* Wait (at most 20 s) until the run has created its temporary outputs, then signal it. */
+    bool seen = false;
+    for (int i = 0; i < 400 && !(seen = dir_has("sig.json.tmp.")); i++) usleep(50000);
+    kill(pid, sigs[k]);
+    int ws = 0;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    print_message("signal %d: %s %d\n", sigs[k], WIFSIGNALED(ws) ? "killed by" : "exit",
+                  WIFSIGNALED(ws) ? WTERMSIG(ws) : WEXITSTATUS(ws));
+    assert_true(seen);
+    assert_true(WIFSIGNALED(ws) && WTERMSIG(ws) == sigs[k]);
+    assert_false(dir_has(".tmp."));
+    assert_false(dir_has("sig.json")); /* nor a partial output */
+    assert_false(dir_has("sig.csv"));
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: test_bench_serve <oasiskv> <shared dir>\n");
@@ -624,6 +736,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_serve_unavailable_device),
       cmocka_unit_test(test_serve_csv),
       cmocka_unit_test(test_bench_help_and_values),
+      cmocka_unit_test(test_serve_auto_fields_and_halving),
+      cmocka_unit_test(test_serve_interrupt_leaves_no_temp),
   };
   int rc = cmocka_run_group_tests_name("bench_serve", tests, NULL, NULL);
   char cmd[400];
