@@ -1861,7 +1861,9 @@ int okv_cli_bench_serve(int argc, char **argv) {
             okv_attn_gen_kv(s.src.gen, l, h, 0, t, s.src.tmpl_k + (((size_t)l * ctx + t) * s.H + h) * s.D, NULL);
     }
     /* Concurrency at equal DEVICE memory, per mode (and per fetch ratio: C slots per head are reserved). */
-    fprintf(info, "\ncontext %u tokens + %u decode steps:\n", ctx, decode_positions(&s));
+    fprintf(info,
+            "\ncontext %u tokens + up to %u decode steps (the longest warm-up of the ratios, measured, recall):\n", ctx,
+            decode_positions(&s));
     memset(s.fit, 0, sizeof s.fit);
     if (o->modes[SM_OFFLOAD] && !o->offload_seqs && !o->modes[SM_DENSE])
       s.fit[SM_DENSE] = fit_search(&s, SM_DENSE, ctx, fit_bound(&s, SM_DENSE, ctx));
