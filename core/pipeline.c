@@ -181,6 +181,10 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
         if (ua / H < job->n_seqs && ctx->seqs[ua / H] != NULL)
           okv_select_prefetch(&seq_head(rt, ctx->seqs[ua / H], layer, ua % H)->map);
       }
+      /* A head admits at most its spares (owned slots beyond K + 1): all of C for a fixed ratio; with the
+       * self-tuning cap, what the pool could spread to it (seq.c). */
+      uint32_t spares = hd->n_owned > K + 1u ? hd->n_owned - K - 1u : 0u;
+      p.cap_blocks = job->cap < spares ? job->cap : spares;
       okv_select_result_t r;
       st = okv_select_head(&hd->map, &p, &ctx->host_topk[(size_t)u * K], ctx->host_counts[u], ctx->sel_scratch,
                            ctx->sel_admitted, ctx->sel_victims, &r);

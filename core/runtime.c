@@ -190,6 +190,7 @@ okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_conf
   if (rt->cap_blocks < 1) rt->cap_blocks = 1;
   if (rt->cap_blocks > c->budget_blocks) rt->cap_blocks = c->budget_blocks;
   rt->slots_per_head = c->budget_blocks + 1u + rt->cap_blocks;
+  rt->slots_min_per_head = c->fetch_ratio_auto ? c->budget_blocks + 2u : rt->slots_per_head;
   okv_cap_ctl_init(&rt->cap_ctl, okv_rt_cap_ceiling(rt, 1)); /* nothing measured: the paper's 0.05 * K */
   rt->step = 1;
   uint64_t LH = (uint64_t)c->n_layers * c->n_kv_heads;
@@ -260,7 +261,7 @@ okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_conf
 
   /* DEVICE slot pool. */
   uint64_t per_seq_slots = is_sparse_mode(rt) ? LH * rt->slots_per_head : LH * rt->max_blocks;
-  uint64_t pool_bytes = c->device_pool_bytes;
+  uint64_t pool_bytes = c->device_pool_bytes; /* by default: every sequence with all its spares */
   if (pool_bytes == 0) {
     pool_bytes = (uint64_t)c->max_seqs * per_seq_slots * rt->block_bytes;
     uint64_t avail = tier_free(device, OKV_TIER_DEVICE);
@@ -269,6 +270,7 @@ okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_conf
   }
   rt->n_slots = pool_bytes / rt->block_bytes;
   if (rt->n_slots > UINT32_MAX - 1u) rt->n_slots = UINT32_MAX - 1u;
+  if (is_sparse_mode(rt)) per_seq_slots = LH * rt->slots_min_per_head; /* what one sequence needs */
   if (rt->n_slots == 0 || (is_sparse_mode(rt) && rt->n_slots < per_seq_slots)) {
     st = okv_status_make(OKV_STATUS_OUT_OF_MEMORY,
                          "okv_runtime_create: device_pool_bytes = %llu holds %llu slots, fewer than one sequence "

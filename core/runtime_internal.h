@@ -37,7 +37,7 @@ typedef struct okv_head_t {
   okv_block_map_t map;
   uint32_t *extents; /* [cap_extents] host extent of logical blocks [i*E, (i+1)*E) */
   uint32_t n_extents, cap_extents;
-  uint32_t *owned; /* sparse modes: the K + 1 + C slots reserved for this head */
+  uint32_t *owned; /* sparse modes: the slots this head owns, slots_min_per_head .. slots_per_head */
   uint32_t n_owned;
   /* Remote sequences: bit b set = prefill block b (< seq->n_remote_blocks) is in the HOST tier (admitted or
    * read through the source). NULL for a local sequence: every block is present. Written by the thread that
@@ -133,7 +133,12 @@ struct okv_runtime_t {
   uint32_t max_blocks;     /* ceil(max_context_tokens / 16) per head */
   uint32_t extent_blocks;  /* E */
   uint32_t cap_blocks;     /* C = ceil(fetch_ratio * K) */
-  uint32_t slots_per_head; /* sparse modes: K + 1 + C */
+  uint32_t slots_per_head; /* sparse modes: K + 1 + C, the most slots a head owns */
+  /* Sparse modes: the slots a head is guaranteed, K + 1 + C for a fixed ratio. With the self-tuning cap,
+   * K + 2 (C = 1, the controller's floor): a head owns K + 2 .. K + 1 + C_max slots, the spares above K + 2
+   * spread over the heads from what no further sequence fits into (okv_rt_spares_*), and its cap per step
+   * is its spares. So the self-tuning cap never costs a sequence that a cap of 1 would have admitted. */
+  uint32_t slots_min_per_head;
   uint32_t group_size;
 
   okv_host_store_t host; /* HOST tier: the authoritative full KV */
@@ -303,6 +308,8 @@ void okv_rt_stats_add(okv_step_stats_t *dst, const okv_step_stats_t *src);
 /* seq.c */
 okv_seq_t *okv_rt_seq_find(const okv_runtime_t *rt, uint32_t id);
 void okv_rt_seq_release(okv_runtime_t *rt, okv_seq_t *s);
+/* Self-tuning cap: spreads the pool's free slots over the heads as spares (seq.c). */
+void okv_rt_spares_spread(okv_runtime_t *rt);
 okv_status_t okv_rt_seq_reserve(okv_runtime_t *rt, uint32_t n_tokens, const char *fn, okv_seq_t **out_seq);
 void okv_rt_seq_map_initial(okv_runtime_t *rt, okv_head_t *head, uint32_t block, okv_block_copy_t *out_pair);
 okv_status_t okv_rt_seq_load_initial(okv_runtime_t *rt, okv_seq_t *s, okv_status_t st, const okv_block_copy_t *pairs,

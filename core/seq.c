@@ -49,6 +49,70 @@ void okv_rt_seq_release(okv_runtime_t *rt, okv_seq_t *s) {
   s->live = false;
 }
 
+/* ---- the self-tuning cap's spare slots ---- */
+
+/* Slots the heads of live or reserved sequences own above slots_min_per_head that sit in their free stacks
+ * now (not targets of a transfer in flight): what okv_rt_spares_reclaim can take back. */
+static uint64_t spares_free(const okv_runtime_t *rt) {
+  uint64_t n = 0, LH = (uint64_t)rt->cfg.n_layers * rt->cfg.n_kv_heads;
+  for (uint32_t i = 0; i < rt->cfg.max_seqs; i++) {
+    const okv_seq_t *s = &rt->seqs[i];
+    if (s->heads == NULL) continue;
+    for (uint64_t j = 0; j < LH; j++) {
+      const okv_head_t *h = &s->heads[j];
+      uint32_t above = h->n_owned > rt->slots_min_per_head ? h->n_owned - rt->slots_min_per_head : 0;
+      n += above < h->map.n_free ? above : h->map.n_free;
+    }
+  }
+  return n;
+}
+
+/* Takes free spare slots back from the heads into the pool until it holds `want` slots or none is left.
+ * Only slots in a head's free stack move, never one a transfer in flight will write. Engine thread, with
+ * the pipeline drained. */
+static void spares_reclaim(okv_runtime_t *rt, uint64_t want) {
+  uint64_t LH = (uint64_t)rt->cfg.n_layers * rt->cfg.n_kv_heads;
+  for (uint32_t i = 0; i < rt->cfg.max_seqs && rt->n_free_slots < want; i++) {
+    okv_seq_t *s = &rt->seqs[i];
+    if (s->heads == NULL) continue;
+    for (uint64_t j = 0; j < LH && rt->n_free_slots < want; j++) {
+      okv_head_t *h = &s->heads[j];
+      uint32_t slot;
+      while (h->n_owned > rt->slots_min_per_head && rt->n_free_slots < want && okv_block_map_pop_free(&h->map, &slot)) {
+        for (uint32_t k = 0; k < h->n_owned; k++)
+          if (h->owned[k] == slot) {
+            h->owned[k] = h->owned[--h->n_owned];
+            break;
+          }
+        rt->free_slots[rt->n_free_slots++] = slot;
+      }
+    }
+  }
+}
+
+/* Spreads the pool's free slots over the heads of live and reserved sequences, one per head per round, up to
+ * slots_per_head each: a head's spares are its cap (pipeline.c). Engine thread, with the pipeline drained. */
+void okv_rt_spares_spread(okv_runtime_t *rt) {
+  if (!is_sparse_mode(rt) || rt->slots_min_per_head == rt->slots_per_head) return;
+  uint64_t LH = (uint64_t)rt->cfg.n_layers * rt->cfg.n_kv_heads;
+  bool gave = true;
+  while (gave && rt->n_free_slots > 0) {
+    gave = false;
+    for (uint32_t i = 0; i < rt->cfg.max_seqs && rt->n_free_slots > 0; i++) {
+      okv_seq_t *s = &rt->seqs[i];
+      if (s->heads == NULL) continue;
+      for (uint64_t j = 0; j < LH && rt->n_free_slots > 0; j++) {
+        okv_head_t *h = &s->heads[j];
+        if (h->n_owned >= rt->slots_per_head) continue;
+        uint32_t slot = rt->free_slots[--rt->n_free_slots];
+        h->owned[h->n_owned++] = slot;
+        okv_block_map_push_free(&h->map, slot);
+        gave = true;
+      }
+    }
+  }
+}
+
 /* ---- sequences: add / remove ---- */
 
 okv_status_t okv_runtime_seq_capacity(const okv_runtime_t *rt, uint32_t n_tokens, uint32_t *out_n_seqs) {
@@ -61,8 +125,9 @@ okv_status_t okv_runtime_seq_capacity(const okv_runtime_t *rt, uint32_t n_tokens
   uint64_t n = 0;
   for (uint32_t i = 0; i < rt->cfg.max_seqs; i++) n += !rt->seqs[i].live;
   uint32_t nb = n_blocks_of(n_tokens);
-  uint64_t slots = is_sparse_mode(rt) ? LH * rt->slots_per_head : LH * nb;
-  if (slots > 0 && rt->n_free_slots / slots < n) n = rt->n_free_slots / slots;
+  uint64_t slots = is_sparse_mode(rt) ? LH * rt->slots_min_per_head : LH * nb;
+  uint64_t free_slots = rt->n_free_slots + (is_sparse_mode(rt) ? spares_free(rt) : 0u);
+  if (slots > 0 && free_slots / slots < n) n = free_slots / slots;
   uint64_t ext = LH * ceil_div_u32(nb, rt->extent_blocks);
   if (ext > 0 && rt->host.n_free / ext < n) n = rt->host.n_free / ext;
   *out_n_seqs = (uint32_t)n;
@@ -90,15 +155,22 @@ okv_status_t okv_rt_seq_reserve(okv_runtime_t *rt, uint32_t n_tokens, const char
   uint32_t nb = n_blocks_of(n_tokens);
   uint32_t n_ext = ceil_div_u32(nb, E);
   uint64_t LH = (uint64_t)L * H;
-  uint64_t slots_needed = is_sparse_mode(rt) ? LH * rt->slots_per_head : LH * nb;
-  if (slots_needed > rt->n_free_slots)
+  uint64_t slots_needed = is_sparse_mode(rt) ? LH * rt->slots_min_per_head : LH * nb;
+  /* The self-tuning cap's spares give way to a new sequence (the pipeline is drained above): every free
+   * spare returns to the pool, and the pool's rest is spread again evenly once the sequence has its slots. */
+  if (is_sparse_mode(rt) && rt->slots_min_per_head < rt->slots_per_head) spares_reclaim(rt, UINT64_MAX);
+  if (slots_needed > rt->n_free_slots) {
+    okv_rt_spares_spread(rt);
     return okv_status_make(OKV_STATUS_OUT_OF_MEMORY,
                            "%s: the slot pool (device tier) has %llu free slots, the sequence needs %llu", fn,
                            (unsigned long long)rt->n_free_slots, (unsigned long long)slots_needed);
-  if (LH * n_ext > rt->host.n_free)
+  }
+  if (LH * n_ext > rt->host.n_free) {
+    okv_rt_spares_spread(rt);
     return okv_status_make(OKV_STATUS_OUT_OF_MEMORY,
                            "%s: the host tier has %u free extents of %u blocks, the prefill needs %llu", fn,
                            rt->host.n_free, E, (unsigned long long)(LH * n_ext));
+  }
   okv_status_t st = OKV_OK;
   memset(s, 0, sizeof *s);
   ALLOC_ARR(s->n_tokens, L);
@@ -117,12 +189,13 @@ okv_status_t okv_rt_seq_reserve(okv_runtime_t *rt, uint32_t n_tokens, const char
     h->n_extents = n_ext;
     if (is_sparse_mode(rt)) {
       ALLOC_ARR(h->owned, rt->slots_per_head);
-      for (uint32_t j = 0; j < rt->slots_per_head; j++) h->owned[j] = rt->free_slots[--rt->n_free_slots];
-      h->n_owned = rt->slots_per_head;
+      for (uint32_t j = 0; j < rt->slots_min_per_head; j++) h->owned[j] = rt->free_slots[--rt->n_free_slots];
+      h->n_owned = rt->slots_min_per_head;
       /* Pushed in reverse so that pops hand out owned[0], owned[1], ... */
-      for (uint32_t j = rt->slots_per_head; j > 0; j--) okv_block_map_push_free(&h->map, h->owned[j - 1u]);
+      for (uint32_t j = rt->slots_min_per_head; j > 0; j--) okv_block_map_push_free(&h->map, h->owned[j - 1u]);
     }
   }
+  okv_rt_spares_spread(rt); /* this sequence's heads included: the pool's rest becomes spares */
   for (uint32_t l = 0; l < L; l++) s->n_tokens[l] = n_tokens;
   *out_seq = s;
   return OKV_OK;
@@ -265,6 +338,7 @@ fail:
   okv_rt_free(&rt->alloc, valid);
   okv_rt_free(&rt->alloc, pairs);
   okv_rt_seq_release(rt, s); /* returns owned (sparse) or mapped (dense) slots and the extents */
+  okv_rt_spares_spread(rt);
   return st;
 }
 
@@ -285,6 +359,7 @@ okv_status_t okv_runtime_seq_remove(okv_runtime_t *rt, uint32_t seq_id) {
     }
   }
   okv_rt_seq_release(rt, s);
+  okv_rt_spares_spread(rt); /* its slots become the other heads' spares (the pipeline is drained above) */
   return OKV_OK;
 }
 

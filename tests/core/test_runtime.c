@@ -599,6 +599,101 @@ static void test_auto_cap(void **state) {
   drv_close(&d);
 }
 
+/* Checks the slot accounting of a runtime whose heads own between `lo` and `hi` slots: every head's map is
+ * consistent, owned slots are distinct across heads and the pool, and owned + pool = every slot. Returns the
+ * heads' spares (owned beyond K + 1) of layer l, summed. */
+static uint64_t check_slots(const drv_t *d, uint32_t lo, uint32_t hi, uint32_t layer, uint64_t *out_spares) {
+  const okv_runtime_t *rt = d->rt;
+  uint8_t *seen = calloc(rt->n_slots, 1);
+  assert_non_null(seen);
+  uint64_t owned = 0, LH = (uint64_t)rt->cfg.n_layers * rt->cfg.n_kv_heads;
+  *out_spares = 0;
+  for (uint32_t i = 0; i < rt->cfg.max_seqs; i++) {
+    const okv_seq_t *s = &rt->seqs[i];
+    if (!s->live) continue;
+    for (uint64_t j = 0; j < LH; j++) {
+      const okv_head_t *h = &s->heads[j];
+      OKV_ASSERT_OK(okv_block_map_check(&h->map));
+      assert_true(h->n_owned >= lo && h->n_owned <= hi);
+      if (j / rt->cfg.n_kv_heads == layer) *out_spares += h->n_owned - rt->cfg.budget_blocks - 1u;
+      for (uint32_t k = 0; k < h->n_owned; k++) {
+        assert_true(h->owned[k] < rt->n_slots);
+        assert_int_equal(seen[h->owned[k]], 0);
+        seen[h->owned[k]] = 1;
+      }
+      owned += h->n_owned;
+    }
+  }
+  for (uint64_t k = 0; k < rt->n_free_slots; k++) {
+    assert_int_equal(seen[rt->free_slots[k]], 0);
+    seen[rt->free_slots[k]] = 1;
+  }
+  free(seen);
+  assert_int_equal(owned + rt->n_free_slots, rt->n_slots);
+  return owned;
+}
+
+/* The self-tuning cap reserves K + 2 slots per head (C = 1) and spreads the rest of the pool as spares, up to
+ * K + 1 + C_max: it admits as many sequences as a cap of 1 would, where reserving C_max for every head would
+ * admit fewer. A head admits at most its spares per step; a new sequence takes spares back; a removed one's
+ * slots become spares. Attention stays exact throughout. */
+static void test_auto_cap_spares(void **state) {
+  (void)state;
+  okv_runtime_config_t c;
+  budget_config(&c, 8, 0.5); /* K = 8, C_max = 4: heads own 10 .. 13 slots */
+  c.mode = OKV_MODE_OASIS;
+  uint64_t bb = okv_block_bytes(c.kv_dtype, c.head_dim), LH = (uint64_t)c.n_layers * c.n_kv_heads;
+  c.device_pool_bytes = (3 * LH * 10 + 5) * bb; /* 125 slots: 3 sequences at K + 2, 2 at K + 1 + 4 */
+  okv_hal_device_params_t p = small_params();
+  drv_t d;
+  uint32_t room;
+  drv_open(&d, g_backend, &c, &p, 17, 1024); /* the fixed ratio 0.5 for comparison */
+  OKV_ASSERT_OK(okv_runtime_seq_capacity(d.rt, 300, &room));
+  assert_int_equal(room, 2);
+  drv_close(&d);
+  c.fetch_ratio_auto = true;
+  drv_open(&d, g_backend, &c, &p, 17, 1024);
+  d.track_jobs = true;
+  assert_int_equal(d.rt->n_slots, 125);
+  OKV_ASSERT_OK(okv_runtime_seq_capacity(d.rt, 300, &room));
+  assert_int_equal(room, 3);
+  uint64_t spares = 0;
+  drv_add(&d, 300); /* alone: every head gets all its spares */
+  assert_int_equal(check_slots(&d, 13, 13, 0, &spares), 4 * 13);
+  assert_int_equal(spares, 2 * 4);
+  drv_add(&d, 250);
+  drv_add(&d, 200); /* needs spares back: 125 - 2 x 52 = 21 free < 40; the 5 left are spread evenly */
+  assert_int_equal(check_slots(&d, 10, 11, 0, &spares), 125);
+  assert_int_equal(
+      spares,
+      6 + 3); /* 6 heads of layer 0 with 1 spare; the 5 extra go to the first 5 heads in (sequence, layer, KV head) order, 3 of them in layer 0 */
+  assert_int_equal(okv_runtime_debug_free_slots(d.rt), 0);
+  OKV_ASSERT_OK(okv_runtime_seq_capacity(d.rt, 300, &room));
+  assert_int_equal(room, 0);
+  for (uint32_t step = 0; step < 24; step++) {
+    uint64_t sp[2];
+    check_slots(&d, 10, 13, 0, &sp[0]);
+    check_slots(&d, 10, 13, 1, &sp[1]);
+    drv_step(&d, 2, 2.0f);
+    assert_int_equal(d.last_layer_code, OKV_STATUS_OK);
+    for (uint32_t l = 0; l < c.n_layers; l++) assert_true(d.last_job[l].admitted <= sp[l]); /* the spares cap */
+    if (step == 11) {
+      drv_remove(&d, 1); /* its slots become the others' spares: every head is full again */
+      assert_int_equal(check_slots(&d, 13, 13, 0, &spares), 8 * 13);
+      assert_int_equal(okv_runtime_debug_free_slots(d.rt), 125 - 8 * 13);
+      OKV_ASSERT_OK(okv_runtime_seq_capacity(d.rt, 300, &room));
+      assert_true(room <= 1);
+    }
+    if (step == 17) {
+      OKV_ASSERT_OK(okv_runtime_seq_capacity(d.rt, 300, &room));
+      if (room == 1) drv_add(&d, 280); /* takes free spares back (those in flight stay) */
+      check_slots(&d, 10, 13, 0, &spares);
+    }
+  }
+  assert_true(drv_check(&d, false) < 2e-5);
+  drv_close(&d);
+}
+
 /* Slot reservation at seq_add: OUT_OF_MEMORY leaves nothing allocated; capacity reports it. */
 static void test_capacity_and_oom(void **state) {
   (void)state;
@@ -744,6 +839,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_dense_pool_exhaustion),
       cmocka_unit_test(test_peek),
       cmocka_unit_test(test_auto_cap),
+      cmocka_unit_test(test_auto_cap_spares),
       cmocka_unit_test(test_two_level),
       cmocka_unit_test(test_q8_scoring),
   };
