@@ -168,9 +168,7 @@ static void fmt_num(char *b, size_t n, const char *fmt, double v) {
 
 /* The fetch ratio of r as the table and the CSV show it: "0.05", or "auto:0.05" for the self-tuning cap (with its
  * maximum). */
-static void fmt_ratio(char *b, size_t n, double fetch_ratio) {
-  snprintf(b, n, "%s%g", fetch_ratio < 0 ? "auto:" : "", fabs(fetch_ratio));
-}
+static void fmt_ratio(char *b, size_t n, double fetch_ratio) { okv_cli_format_fetch_ratio(fetch_ratio, b, n); }
 
 static void print_csv(FILE *f, const okv_eval_result_t *rs, size_t n) {
   fprintf(f,

@@ -266,17 +266,19 @@ int okv_cli_generate(int argc, char **argv) {
     goto done;
   }
   okv_step_stats_t st;
+  char ratio_s[32];
+  okv_cli_format_fetch_ratio(fetch_ratio, ratio_s, sizeof ratio_s);
   s = okv_runtime_stats(rt, UINT32_MAX, &st);
   if (s) {
     okv_cli_print_status(CMD, s);
     goto done;
   }
   fprintf(stderr,
-          "generate: %u steps in %.3f s (%.1f tok/s), mode %s%s%s, K %u, fetch ratio %g: hits %llu, misses %llu, "
+          "generate: %u steps in %.3f s (%.1f tok/s), mode %s%s%s, K %u, fetch ratio %s: hits %llu, misses %llu, "
           "blocks moved %llu, bytes moved %llu, stall %.4f s\n",
           n_steps, elapsed, elapsed > 0 ? n_steps / elapsed : 0.0, okv_cli_mode_name(mode),
           drafter != OKV_DRAFTER_NONE ? "+" : "", drafter != OKV_DRAFTER_NONE ? okv_drafter_name(drafter) : "",
-          rc_cfg.budget_blocks, fetch_ratio, (unsigned long long)st.hits, (unsigned long long)st.misses,
+          rc_cfg.budget_blocks, ratio_s, (unsigned long long)st.hits, (unsigned long long)st.misses,
           (unsigned long long)st.blocks_moved, (unsigned long long)st.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE],
           st.stall_seconds);
   if (prefill_on) { /* what admission moved and what decode read through the KV source (eval's fields) */

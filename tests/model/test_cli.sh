@@ -120,6 +120,22 @@ if [ $rc1 -ne 0 ] || ! cmp -s "$work/g1" "$work/g2" ||
 else
   echo "ok   greedy generate: $(head -c 60 "$work/g1")... / $(cat "$work/g1.err")"
 fi
+# The stats line shows --fetch-ratio auto[:MAX] as eval does (auto:MAX), never the internal -MAX.
+for fr in "auto auto:0.05" "auto:1 auto:1" "0.1 0.1"; do
+  read -r fr_in fr_out <<<"$fr"
+  for m in oasis dense; do
+    n=$((n + 1))
+    "$cli" generate --model "$model" --tokenizer "$tok" --prompt "Once upon a time" --steps 60 --fetch-ratio "$fr_in" \
+      --mode "$m" >/dev/null 2>"$work/fr.err"
+    rc=$?
+    if [ $rc -ne 0 ] || ! grep -q "fetch ratio $fr_out: hits" "$work/fr.err" ||
+       grep -q "fetch ratio -" "$work/fr.err"; then
+      echo "FAIL generate --fetch-ratio $fr_in --mode $m (exit $rc):"; cat "$work/fr.err"; fails=$((fails + 1))
+    else
+      echo "ok   generate --fetch-ratio $fr_in --mode $m: fetch ratio $fr_out"
+    fi
+  done
+done
 # A prompt is echoed and continued (ngram drafter, sampling with a seed is reproducible).
 n=$((n + 1))
 "$cli" generate --model "$model" --tokenizer "$tok" --prompt "Lily and Tom went to the park." --steps 40 \
