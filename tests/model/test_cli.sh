@@ -110,6 +110,14 @@ expect_fail_msg "generate --temperature inf" "'inf' is not a finite number" gene
 # values then do not get).
 expect_fail_msg "generate --steps 0" "--steps must be at least 1 \(generation stops at the end of the context\)" \
   generate --steps 0
+# eval --context below the 2 positions every mode needs (one token and the next to score) is refused up front,
+# naming --context (it used to say the window encodes to fewer than 2 tokens).
+for m in oasis dense all; do
+  expect_fail_msg "eval --context 1 --mode $m" "^oasiskv eval: --context 1 is too short.*at least 2" \
+    eval "${base[@]}" --mode "$m" --context 1 --bytes 200 "${outs[@]}"
+done
+expect_fail_msg "eval --context below --prefill-tokens + 2" "^oasiskv eval: --context 5 is too short.*at least 6" \
+  eval "${base[@]}" --context 5 --prefill-tokens 4 "${outs[@]}"
 
 # Good runs. Greedy text from BOS is reproducible and starts with the known sentence.
 n=$((n + 1))
