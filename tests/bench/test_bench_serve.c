@@ -232,6 +232,27 @@ static void test_eval_trace(void **state) {
     assert_true(diff > 0);
   }
   okv_kv_trace_free(&t);
+  /* The trace cut to 63 bytes (inside its 64-byte header): bench serve --trace says the header is truncated
+   * (one line, exit 1), not that the magic is wrong. */
+  char cut[320], line[1024] = "", err[300];
+  snprintf(cut, sizeof cut, "%s/cut.trace", g_dir);
+  snprintf(args, sizeof args, "head -c 63 '%s' >'%s'", tr, cut);
+  assert_int_equal(system(args), 0);
+  snprintf(args, sizeof args, "bench serve --shape tiny --context 64 --trace '%s'", cut);
+  rc = run_cli(args, NULL);
+  assert_true(rc > 0 && rc < 126);
+  assert_int_equal(stderr_lines(), 1);
+  snprintf(err, sizeof err, "%s/err", g_dir);
+  FILE *f = fopen(err, "r");
+  assert_non_null(f);
+  assert_non_null(fgets(line, sizeof line, f));
+  fclose(f);
+  print_message("%s", line);
+  if (!strstr(line, "cut.trace': truncated header (63 of 64 bytes)") || strstr(line, "magic")) {
+    print_error("unexpected message: %s", line);
+    fail();
+  }
+  unlink(cut);
   /* --trace needs the oasis run. */
   snprintf(args, sizeof args, "eval --model '%s' --tokenizer '%s' --text '%s' --mode proxy --trace '%s'", model, tok,
            text, tr);
