@@ -191,6 +191,13 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
   return 0;
 }
 
+/* A ratio as a JSON number written as the user would write it (0.05, not 0.050000000000000003). */
+static json_object *json_ratio(double v) {
+  char b[32];
+  snprintf(b, sizeof b, "%.15g", v);
+  return json_object_new_double_s(v, b);
+}
+
 static int fail_status(const char *what, okv_status_t st) {
   fprintf(stderr, "oasiskv bench runtime: %s: %s: %s\n", what, okv_status_code_name(okv_status_code(st)),
           okv_status_message(st));
@@ -342,6 +349,8 @@ int okv_cli_bench_runtime(int argc, char **argv) {
   if (st != OKV_OK) return fail_status("config", st);
   uint32_t C = (uint32_t)ceil(cfg.fetch_ratio * o.budget_blocks - 1e-9); /* with auto: the maximum */
   if (C < 1) C = 1;
+  const bool cap_auto = cfg.fetch_ratio_auto;
+  double cap_used_sum = 0; /* auto: the C the runtime's jobs used (okv_runtime_cap_state), summed over measured steps */
 
   okv_hal_device_params_t params;
   okv_hal_device_params_init(&params);
@@ -438,6 +447,15 @@ int okv_cli_bench_runtime(int argc, char **argv) {
       goto done;
     }
     if (step >= o.warmup) t_steps += bench_now() - t0;
+    okv_cap_state_t cs;
+    if (step >= o.warmup && cap_auto) {
+      st = okv_runtime_cap_state(rt, &cs);
+      if (st != OKV_OK) {
+        rc = fail_status("cap state", st);
+        goto done;
+      }
+      cap_used_sum += cs.cap_blocks;
+    }
   }
 
   okv_step_stats_t cum;
@@ -451,7 +469,9 @@ int okv_cli_bench_runtime(int argc, char **argv) {
   double scoring_fraction = cum.attention_seconds > 0 ? cum.predict_seconds / cum.attention_seconds : 0.0;
   double ns_per_head = cum.bookkeeping_seconds / n_steps * 1e9 / ((double)o.n_seqs * L * H);
   double bytes_per_step = (double)cum.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE] / n_steps;
+  /* The bound of bytes per step: with auto, at its maximum C (the C used varies by step and layer). */
   double cap_bytes = (double)C * H * L * (double)block_bytes * o.n_seqs;
+  double cap_used = cap_auto ? cap_used_sum / n_steps : (double)C; /* mean over measured steps and layers */
   okv_hal_device_info_t info;
   OKV_IGNORE_ERROR(okv_hal_device_info(dev, &info));
 
@@ -467,7 +487,15 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     json_object_object_add(jout, "head_dim", json_object_new_int64(hd));
     json_object_object_add(jout, "kv_dtype", json_object_new_string(okv_dtype_name(dt)));
     json_object_object_add(jout, "budget_blocks", json_object_new_int64(o.budget_blocks));
-    json_object_object_add(jout, "cap_blocks", json_object_new_int64(C));
+    if (cap_auto) { /* the self-tuning cap: the C it used, and its maximum */
+      json_object_object_add(jout, "fetch_ratio", json_object_new_string("auto"));
+      json_object_object_add(jout, "fetch_ratio_max", json_ratio(cfg.fetch_ratio));
+      json_object_object_add(jout, "cap_blocks", json_object_new_double(cap_used));
+    } else {
+      json_object_object_add(jout, "fetch_ratio", json_ratio(cfg.fetch_ratio));
+      json_object_object_add(jout, "cap_blocks", json_object_new_int64(C));
+    }
+    json_object_object_add(jout, "cap_max_blocks", json_object_new_int64(C));
     json_object_object_add(jout, "steps", json_object_new_int64(o.steps));
     json_object_object_add(jout, "load_seconds", json_object_new_double(t_load));
     json_object_object_add(jout, "step_seconds", json_object_new_double(t_steps / n_steps));
@@ -516,11 +544,16 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     if (proj) proj_report(proj, ns_per_head, o.budget_blocks, jout);
     printf("%s\n", json_object_to_json_string_ext(jout, JSON_C_TO_STRING_PRETTY));
   } else {
+    char cap_desc[96];
+    if (cap_auto)
+      snprintf(cap_desc, sizeof cap_desc, "auto (at most %u, %.2f used on average)", C, cap_used);
+    else
+      snprintf(cap_desc, sizeof cap_desc, "%u", C);
     printf(
-        "oasiskv bench runtime: %s (%s), %u seqs x %u tokens, %u layers, %u/%u heads x %u, %s, K = %u, C = %u, "
+        "oasiskv bench runtime: %s (%s), %u seqs x %u tokens, %u layers, %u/%u heads x %u, %s, K = %u, C = %s, "
         "%u steps (load %.1f s)\n",
-        o.backend, info.name, o.n_seqs, o.context_tokens, L, nq, H, hd, okv_dtype_name(dt), o.budget_blocks, C, o.steps,
-        t_load);
+        o.backend, info.name, o.n_seqs, o.context_tokens, L, nq, H, hd, okv_dtype_name(dt), o.budget_blocks, cap_desc,
+        o.steps, t_load);
     printf("%-6s %14s %14s %10s %14s %14s\n", "layer", "bookkeep_us", "attention_us", "overhead", "bytes/step",
            "cap_bytes/step");
     double cap_layer = cap_bytes / L;

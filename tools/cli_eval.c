@@ -168,9 +168,7 @@ static void fmt_num(char *b, size_t n, const char *fmt, double v) {
 
 /* The fetch ratio of r as the table and the CSV show it: "0.05", or "auto:0.05" for the self-tuning cap (with its
  * maximum). */
-static void fmt_ratio(char *b, size_t n, double fetch_ratio) {
-  snprintf(b, n, "%s%g", fetch_ratio < 0 ? "auto:" : "", fabs(fetch_ratio));
-}
+static void fmt_ratio(char *b, size_t n, double fetch_ratio) { okv_cli_format_fetch_ratio(fetch_ratio, b, n); }
 
 static void print_csv(FILE *f, const okv_eval_result_t *rs, size_t n) {
   fprintf(f,
@@ -384,6 +382,23 @@ int okv_cli_eval(int argc, char **argv) {
     return 2;
   }
   if (!okv_cli_remote_options(CMD, remote_s, token_path, disaggregated, &remote)) return 2;
+  /* Every mode scores each position's next token: a window needs 2 positions, P + 2 with --prefill-tokens P
+   * (P prefilled, then at least one decoded position and the token it predicts). */
+  const uint32_t min_context = prefill_tokens + 2u;
+  if (context != 0 && context < min_context) {
+    char mode_desc[64];
+    snprintf(mode_desc, sizeof mode_desc, all_modes ? "every mode" : "mode %s", okv_cli_mode_name(one_mode));
+    if (prefill_tokens > 0)
+      fprintf(stderr, CMD ": --context %u is too short: --prefill-tokens %u needs at least %u positions\n", context,
+              prefill_tokens, min_context);
+    else
+      fprintf(stderr,
+              CMD
+              ": --context %u is too short: %s scores each position's next token, which needs at least %u "
+              "positions\n",
+              context, mode_desc, min_context);
+    return 2;
+  }
   if (trace_path && !all_modes && one_mode != OKV_MODE_OASIS) {
     fprintf(stderr, CMD ": --trace records the oasis run (its draft queries): use --mode oasis or all\n");
     return 2;

@@ -29,7 +29,8 @@ static void usage(FILE *f) {
           "                     ../shared/models/tok512.bin)\n"
           "  --context N        positions the model covers (default: its seq_len / GGUF context_length)\n"
           "  --prompt TEXT      text to continue (default: empty, start from BOS)\n"
-          "  --steps N          positions including the prompt's (default 256, at most the model's seq_len)\n"
+          "  --steps N          positions including the prompt's, N >= 1 (default 256); generation stops at\n"
+          "                     the end of the context (--context), with a note on stderr if N is larger\n"
           "  --temperature X    0 = greedy, deterministic (default 0)\n"
           "  --seed S           sampling seed (default 1)\n"
           "  --mode M           dense|oasis|proxy|ondemand (default oasis)\n"
@@ -64,6 +65,19 @@ static uint32_t sample(const float *logits, uint32_t n, double temperature, uint
   return n - 1;
 }
 
+/* --steps: a whole number >= 1. Any larger value is accepted: generation stops at the end of the context (the
+ * model's seq_len or --context), which is known only once the model is loaded (a note says so then). */
+static bool parse_steps(const char *v, uint32_t *out) {
+  uint64_t n = 0;
+  if (!okv_cli_parse_u64(CMD, "--steps", v, &n)) return false;
+  if (n < 1) {
+    fprintf(stderr, CMD ": --steps must be at least 1 (generation stops at the end of the context), got %s\n", v);
+    return false;
+  }
+  *out = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+  return true;
+}
+
 /* --temperature: a number >= 0. */
 static bool parse_temperature(const char *v, double *out) {
   if (!okv_cli_parse_double(CMD, "--temperature", v, out)) return false;
@@ -82,6 +96,7 @@ int okv_cli_generate(int argc, char **argv) {
   double temperature = 0.0, fetch_ratio = 0.05;
   const char *remote_s = NULL, *token_path = NULL;
   bool prefill_flag = false, disaggregated = false;
+  const char *steps_s = NULL; /* --steps as given */
   for (int i = 1; i < argc; ++i) {
     const char *v = NULL;
     int r;
@@ -92,7 +107,7 @@ int okv_cli_generate(int argc, char **argv) {
     OKV_CLI_OPT_STRING("--device", device)
     OKV_CLI_OPT_STRING("--mode", mode_s)
     OKV_CLI_OPT_STRING("--drafter", drafter_s)
-    OKV_CLI_OPT_PARSED("--steps", okv_cli_parse_u32(CMD, "--steps", v, 1, 1u << 24, &steps))
+    OKV_CLI_OPT_PARSED("--steps", parse_steps(steps_s = v, &steps))
     OKV_CLI_OPT_PARSED("--context", okv_cli_parse_u32(CMD, "--context", v, 1, 1u << 20, &context))
     OKV_CLI_OPT_PARSED("--budget", okv_cli_parse_u32(CMD, "--budget", v, 1, OKV_TOPK_MAX, &budget))
     OKV_CLI_OPT_PARSED("--seed", okv_cli_parse_u64(CMD, "--seed", v, &seed))
@@ -162,7 +177,15 @@ int okv_cli_generate(int argc, char **argv) {
             mc->seq_len);
     goto done;
   }
-  if (steps > mc->seq_len) steps = mc->seq_len;
+  if (steps > mc->seq_len) { /* as llama.cpp: generation stops when the context is full, with a note */
+    if (steps_s)
+      fprintf(stderr,
+              CMD
+              ": note: --steps %s is more than the context's %u positions (the prompt's included): generation "
+              "stops when the context is full\n",
+              steps_s, mc->seq_len);
+    steps = mc->seq_len;
+  }
   if (steps < n_prompt) steps = (uint32_t)n_prompt;
   /* A prefill takes a window of P + 2 tokens (okv_eval_prefill, the job format): the prompt, then the last
    * prompt token repeated (carried, never prefilled; generation overwrites it). */
@@ -266,17 +289,19 @@ int okv_cli_generate(int argc, char **argv) {
     goto done;
   }
   okv_step_stats_t st;
+  char ratio_s[32];
+  okv_cli_format_fetch_ratio(fetch_ratio, ratio_s, sizeof ratio_s);
   s = okv_runtime_stats(rt, UINT32_MAX, &st);
   if (s) {
     okv_cli_print_status(CMD, s);
     goto done;
   }
   fprintf(stderr,
-          "generate: %u steps in %.3f s (%.1f tok/s), mode %s%s%s, K %u, fetch ratio %g: hits %llu, misses %llu, "
+          "generate: %u steps in %.3f s (%.1f tok/s), mode %s%s%s, K %u, fetch ratio %s: hits %llu, misses %llu, "
           "blocks moved %llu, bytes moved %llu, stall %.4f s\n",
           n_steps, elapsed, elapsed > 0 ? n_steps / elapsed : 0.0, okv_cli_mode_name(mode),
           drafter != OKV_DRAFTER_NONE ? "+" : "", drafter != OKV_DRAFTER_NONE ? okv_drafter_name(drafter) : "",
-          rc_cfg.budget_blocks, fetch_ratio, (unsigned long long)st.hits, (unsigned long long)st.misses,
+          rc_cfg.budget_blocks, ratio_s, (unsigned long long)st.hits, (unsigned long long)st.misses,
           (unsigned long long)st.blocks_moved, (unsigned long long)st.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE],
           st.stall_seconds);
   if (prefill_on) { /* what admission moved and what decode read through the KV source (eval's fields) */

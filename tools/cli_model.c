@@ -99,6 +99,10 @@ bool okv_cli_parse_fetch_ratio(const char *cmd, const char *s, double *out) {
   return true;
 }
 
+void okv_cli_format_fetch_ratio(double fetch_ratio, char *buf, size_t n) {
+  snprintf(buf, n, "%s%g", fetch_ratio < 0 ? "auto:" : "", fabs(fetch_ratio));
+}
+
 bool okv_cli_parse_scoring(const char *cmd, const char *s, okv_scoring_t *out) {
   okv_status_t st = okv_scoring_parse(s, out);
   if (st == OKV_OK) return true;

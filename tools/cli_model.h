@@ -55,6 +55,9 @@ bool okv_cli_parse_double(const char *cmd, const char *flag, const char *s, doub
  * OKV_CLI_AUTO_FETCH_RATIO_MAX), which is returned as -MAX. */
 #define OKV_CLI_AUTO_FETCH_RATIO_MAX 0.05
 bool okv_cli_parse_fetch_ratio(const char *cmd, const char *s, double *out);
+/* A parsed --fetch-ratio as the user would write it, for messages and tables: "0.05", or "auto:0.05" for the
+ * self-tuning cap with its maximum (never the internal -MAX). */
+void okv_cli_format_fetch_ratio(double fetch_ratio, char *buf, size_t n);
 /* --scoring NAME (okv_scoring_parse's names); prints "CMD: ..." and returns false on a bad name. */
 bool okv_cli_parse_scoring(const char *cmd, const char *s, okv_scoring_t *out);
 /* Sets config->fetch_ratio and fetch_ratio_auto from a parsed --fetch-ratio value. */

@@ -136,8 +136,19 @@ okv_status_t okv_kv_trace_load(const char *path, okv_kv_trace_t *out) {
   okv_status_t st = OKV_OK;
   unsigned char *seen = NULL;
   uint32_t fields[6];
-  if (n < OKV_KV_TRACE_HEADER || memcmp(buf, OKV_KV_TRACE_MAGIC, 8) != 0) {
+  /* The magic first (as much of it as the file holds), then the header's length: a file cut inside its header
+   * is a truncated trace, not another kind of file. */
+  if (n == 0) {
+    st = okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "trace '%s': empty file, not a trace file", path);
+    goto done;
+  }
+  if (memcmp(buf, OKV_KV_TRACE_MAGIC, n < 8 ? n : 8) != 0) {
     st = okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "trace '%s': not a trace file (magic at byte 0)", path);
+    goto done;
+  }
+  if (n < OKV_KV_TRACE_HEADER) {
+    st = okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "trace '%s': truncated header (%zu of %u bytes)", path, n,
+                         OKV_KV_TRACE_HEADER);
     goto done;
   }
   memcpy(fields, buf + 8, sizeof fields);

@@ -285,6 +285,28 @@ static void test_trace_bad_files(void **state) {
   fwrite(buf, 1, n - 1, f);
   fclose(f);
   expect_load_error(bad, OKV_STATUS_INVALID_ARGUMENT, "multiple");
+  /* Cut inside the 64-byte header, the magic intact: a truncated header, not "not a trace file" (which it
+   * used to say); a short file of other bytes, or an empty one, is not a trace file. */
+  const size_t cuts[] = {63, 24, 8, 5, 1};
+  for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+    char needle[64];
+    snprintf(needle, sizeof needle, "truncated header (%zu of 64 bytes)", cuts[i]);
+    f = fopen(bad, "wb");
+    fwrite(buf, 1, cuts[i], f);
+    fclose(f);
+    expect_load_error(bad, OKV_STATUS_INVALID_ARGUMENT, needle);
+  }
+  f = fopen(bad, "wb");
+  fwrite("OKVTRAC!", 1, 8, f);
+  fclose(f);
+  expect_load_error(bad, OKV_STATUS_INVALID_ARGUMENT, "not a trace file (magic at byte 0)");
+  f = fopen(bad, "wb");
+  fwrite("OKX", 1, 3, f);
+  fclose(f);
+  expect_load_error(bad, OKV_STATUS_INVALID_ARGUMENT, "not a trace file (magic at byte 0)");
+  f = fopen(bad, "wb");
+  fclose(f);
+  expect_load_error(bad, OKV_STATUS_INVALID_ARGUMENT, "empty file");
   /* Bad magic, bad version, bad shape. */
   unsigned char c[8192];
   const struct {

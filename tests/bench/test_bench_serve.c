@@ -3,7 +3,8 @@
  * values in range, the cap respected, offload's traffic hand-computed; trace
  * replay; `oasiskv eval --trace` (stories260K, oracle drafter: the layer-0
  * draft query of position p is the real query of p + 1); bad options; and
- * `oasiskv info` showing the emulated link; `oasiskv bench runtime`'s capacity check.
+ * `oasiskv info` showing the emulated link; `oasiskv bench runtime`'s capacity check and how it reports
+ * `--fetch-ratio auto`.
  * usage: test_bench_serve <path to oasiskv> <shared dir> */
 #include <json-c/json.h>
 #include <math.h>
@@ -255,6 +256,27 @@ static void test_eval_trace(void **state) {
     assert_true(diff > 0);
   }
   okv_kv_trace_free(&t);
+  /* The trace cut to 63 bytes (inside its 64-byte header): bench serve --trace says the header is truncated
+   * (one line, exit 1), not that the magic is wrong. */
+  char cut[320], line[1024] = "", err[300];
+  snprintf(cut, sizeof cut, "%s/cut.trace", g_dir);
+  snprintf(args, sizeof args, "head -c 63 '%s' >'%s'", tr, cut);
+  assert_int_equal(system(args), 0);
+  snprintf(args, sizeof args, "bench serve --shape tiny --context 64 --trace '%s'", cut);
+  rc = run_cli(args, NULL);
+  assert_true(rc > 0 && rc < 126);
+  assert_int_equal(stderr_lines(), 1);
+  snprintf(err, sizeof err, "%s/err", g_dir);
+  FILE *f = fopen(err, "r");
+  assert_non_null(f);
+  assert_non_null(fgets(line, sizeof line, f));
+  fclose(f);
+  print_message("%s", line);
+  if (!strstr(line, "cut.trace': truncated header (63 of 64 bytes)") || strstr(line, "magic")) {
+    print_error("unexpected message: %s", line);
+    fail();
+  }
+  unlink(cut);
   /* --trace needs the oasis run. */
   snprintf(args, sizeof args, "eval --model '%s' --tokenizer '%s' --text '%s' --mode proxy --trace '%s'", model, tok,
            text, tr);
@@ -470,6 +492,57 @@ static void test_runtime_capacity(void **state) {
   int rc = run_cli("bench runtime --seqs 1 --context 1024 --layers 2 --host-gib 0.1 --steps 1 --warmup 0", NULL);
   if (rc != 0) show_stderr();
   assert_int_equal(rc, 0);
+}
+
+/* `bench runtime --fetch-ratio auto:0.5` says so: JSON fetch_ratio "auto", fetch_ratio_max 0.5, cap_max_blocks 64
+ * (= ceil(0.5 x 128)) and cap_blocks the C the runtime used (its controller starts at 0.05's C = 7 and moves by
+ * at most half per 3-step window: far below 64); the header "C = auto (at most 64, ...)". It used to report
+ * cap_blocks 64 and "C = 64", as if the run had been a fixed 0.5. A fixed ratio states its number. */
+static void test_runtime_fetch_ratio(void **state) {
+  (void)state;
+  char out[300], line[1024] = "";
+  snprintf(out, sizeof out, "%s/runtime.json", g_dir);
+#define RT_ARGS "bench runtime --seqs 2 --layers 2 --context 4096 --steps 4 "
+  int rc = run_cli(RT_ARGS "--fetch-ratio auto:0.5 --json", out);
+  if (rc != 0) show_stderr();
+  assert_int_equal(rc, 0);
+  json_object *o = json_object_from_file(out);
+  assert_non_null(o);
+  assert_string_equal(str(o, "fetch_ratio"), "auto");
+  assert_true(num(o, "fetch_ratio_max") == 0.5);
+  assert_true(num(o, "cap_max_blocks") == 64);
+  double c = num(o, "cap_blocks");
+  print_message("auto:0.5: cap_blocks %.2f of at most %.0f\n", c, num(o, "cap_max_blocks"));
+  assert_true(c >= 1 && c < 64);
+  assert_true(num(o, "bytes_per_step") <= num(o, "cap_bytes_per_step"));
+  json_object_put(o);
+  assert_int_equal(run_cli(RT_ARGS "--fetch-ratio auto:0.5", out), 0);
+  FILE *f = fopen(out, "r");
+  assert_non_null(f);
+  assert_non_null(fgets(line, sizeof line, f));
+  fclose(f);
+  if (!strstr(line, ", C = auto (at most 64, ")) {
+    print_error("header: %s", line);
+    fail();
+  }
+  /* A fixed ratio: its number, cap_blocks = cap_max_blocks = ceil(0.05 x 128) = 7. */
+  assert_int_equal(run_cli(RT_ARGS "--json", out), 0);
+  o = json_object_from_file(out);
+  assert_non_null(o);
+  json_object *v = NULL;
+  assert_true(json_object_object_get_ex(o, "fetch_ratio", &v) && json_object_is_type(v, json_type_double));
+  assert_true(num(o, "fetch_ratio") == 0.05);
+  assert_false(json_object_object_get_ex(o, "fetch_ratio_max", &v));
+  assert_true(num(o, "cap_blocks") == 7 && num(o, "cap_max_blocks") == 7);
+  json_object_put(o);
+  assert_int_equal(run_cli(RT_ARGS, out), 0);
+  f = fopen(out, "r");
+  assert_non_null(f);
+  assert_non_null(fgets(line, sizeof line, f));
+  fclose(f);
+  assert_non_null(strstr(line, ", C = 7, "));
+  unlink(out);
+#undef RT_ARGS
 }
 
 /* `bench serve --device cuda` (or hip) where that backend cannot open a device fails at once with the
@@ -733,6 +806,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_serve_repeat),
       cmocka_unit_test(test_serve_dense_fit),
       cmocka_unit_test(test_runtime_capacity),
+      cmocka_unit_test(test_runtime_fetch_ratio), /* --fetch-ratio auto: JSON and header */
       cmocka_unit_test(test_serve_unavailable_device),
       cmocka_unit_test(test_serve_csv),
       cmocka_unit_test(test_bench_help_and_values),

@@ -106,7 +106,18 @@ expect_fail_msg "eval --fetch-ratio 1e-400" "'1e-400' is out of range \(underflo
 expect_fail_msg "generate --temperature abc" "'abc' is not a number" generate --temperature abc
 expect_fail_msg "generate --temperature 0.5x" "'0.5x' is not a number" generate --temperature 0.5x
 expect_fail_msg "generate --temperature inf" "'inf' is not a finite number" generate --temperature inf
-expect_fail "generate --steps 0" generate --steps 0
+# --steps 0 names the real bound: at least 1, the end at the context (not a [1, 16777216] range that larger
+# values then do not get).
+expect_fail_msg "generate --steps 0" "--steps must be at least 1 \(generation stops at the end of the context\)" \
+  generate --steps 0
+# eval --context below the 2 positions every mode needs (one token and the next to score) is refused up front,
+# naming --context (it used to say the window encodes to fewer than 2 tokens).
+for m in oasis dense all; do
+  expect_fail_msg "eval --context 1 --mode $m" "^oasiskv eval: --context 1 is too short.*at least 2" \
+    eval "${base[@]}" --mode "$m" --context 1 --bytes 200 "${outs[@]}"
+done
+expect_fail_msg "eval --context below --prefill-tokens + 2" "^oasiskv eval: --context 5 is too short.*at least 6" \
+  eval "${base[@]}" --context 5 --prefill-tokens 4 "${outs[@]}"
 
 # Good runs. Greedy text from BOS is reproducible and starts with the known sentence.
 n=$((n + 1))
@@ -119,6 +130,47 @@ if [ $rc1 -ne 0 ] || ! cmp -s "$work/g1" "$work/g2" ||
   echo "FAIL greedy generate"; cat "$work/g1" "$work/g1.err"; fails=$((fails + 1))
 else
   echo "ok   greedy generate: $(head -c 60 "$work/g1")... / $(cat "$work/g1.err")"
+fi
+# The stats line shows --fetch-ratio auto[:MAX] as eval does (auto:MAX), never the internal -MAX.
+for fr in "auto auto:0.05" "auto:1 auto:1" "0.1 0.1"; do
+  read -r fr_in fr_out <<<"$fr"
+  for m in oasis dense; do
+    n=$((n + 1))
+    "$cli" generate --model "$model" --tokenizer "$tok" --prompt "Once upon a time" --steps 60 --fetch-ratio "$fr_in" \
+      --mode "$m" >/dev/null 2>"$work/fr.err"
+    rc=$?
+    if [ $rc -ne 0 ] || ! grep -q "fetch ratio $fr_out: hits" "$work/fr.err" ||
+       grep -q "fetch ratio -" "$work/fr.err"; then
+      echo "FAIL generate --fetch-ratio $fr_in --mode $m (exit $rc):"; cat "$work/fr.err"; fails=$((fails + 1))
+    else
+      echo "ok   generate --fetch-ratio $fr_in --mode $m: fetch ratio $fr_out"
+    fi
+  done
+done
+# --steps beyond the context: generation stops when the context (512 positions, 511 steps after BOS) is full,
+# with a one-line note saying so (as llama.cpp stops at a full context); no note within the context.
+n=$((n + 1))
+"$cli" generate --model "$model" --tokenizer "$tok" --steps 100000 --temperature 0.8 --seed 5 >/dev/null \
+  2>"$work/steps.err"
+rc=$?
+if [ $rc -ne 0 ] || [ "$(wc -l <"$work/steps.err")" -ne 2 ] ||
+   ! head -1 "$work/steps.err" |
+     grep -q "^oasiskv generate: note: --steps 100000 is more than the context's 512 positions" ||
+   ! tail -1 "$work/steps.err" | grep -qE '^generate: [0-9]+ steps'; then
+  echo "FAIL generate --steps 100000 (exit $rc):"; cat "$work/steps.err"; fails=$((fails + 1))
+else
+  echo "ok   generate --steps 100000: $(head -1 "$work/steps.err")"
+fi
+n=$((n + 1))
+"$cli" generate --model "$model" --tokenizer "$tok" --steps 100 --context 64 >/dev/null 2>"$work/steps.err"
+rc=$?
+"$cli" generate --model "$model" --tokenizer "$tok" --steps 64 --context 64 >/dev/null 2>"$work/steps64.err"
+if [ $rc -ne 0 ] || ! grep -q "note: --steps 100 is more than the context's 64 positions" "$work/steps.err" ||
+   [ "$(wc -l <"$work/steps64.err")" -ne 1 ] || grep -q note "$work/steps64.err"; then
+  echo "FAIL generate --steps past --context (exit $rc):"; cat "$work/steps.err" "$work/steps64.err"
+  fails=$((fails + 1))
+else
+  echo "ok   generate --steps past --context: noted; --steps equal to it: no note"
 fi
 # A prompt is echoed and continued (ngram drafter, sampling with a seed is reproducible).
 n=$((n + 1))
