@@ -664,9 +664,9 @@ static void test_auto_cap_spares(void **state) {
   drv_add(&d, 250);
   drv_add(&d, 200); /* needs spares back: 125 - 2 x 52 = 21 free < 40; the 5 left are spread evenly */
   assert_int_equal(check_slots(&d, 10, 11, 0, &spares), 125);
-  assert_int_equal(
-      spares,
-      6 + 3); /* 6 heads of layer 0 with 1 spare; the 5 extra go to the first 5 heads in (sequence, layer, KV head) order, 3 of them in layer 0 */
+  /* 6 heads of layer 0 with 1 spare; the 5 extra go to the first 5 heads in (sequence, layer, KV head) order,
+   * 3 of them in layer 0. */
+  assert_int_equal(spares, 6 + 3);
   assert_int_equal(okv_runtime_debug_free_slots(d.rt), 0);
   OKV_ASSERT_OK(okv_runtime_seq_capacity(d.rt, 300, &room));
   assert_int_equal(room, 0);
