@@ -92,7 +92,9 @@ typedef struct okv_runtime_config_t {
   bool fetch_ratio_auto;  /* self-tuning cap (beyond the paper, which tunes the ratio by hand): each layer's C is
                              chosen per step from the measured HOST->DEVICE link bandwidth and the measured time
                              between a layer's uses, so that a step's transfers fit in 80% of the step at that
-                             bandwidth; 1 <= C <= ceil(fetch_ratio * K). Default false. docs/api.md "Fetch ratio". */
+                             bandwidth; 1 <= C <= ceil(fetch_ratio * K). A head reserves K + 2 slots (not
+                             K + 1 + C) and gets the pool's free rest as spares, at most C - 1 more; its C per
+                             step is at most its spares. Default false. docs/api.md "Fetch ratio". */
   uint32_t dense_threshold_blocks; /* a sequence keeps all its KV resident until its context exceeds this
                                       many blocks; default = budget_blocks (must be <= budget_blocks) */
   /* Sizing. */
@@ -385,8 +387,11 @@ OKV_API okv_status_t okv_runtime_cap_state(const okv_runtime_t *runtime, okv_cap
 /* How many more sequences with a prefill of `n_tokens` tokens okv_runtime_seq_add
  * would accept now: bounded by free sequence entries (max_seqs), free DEVICE
  * slots (sparse modes reserve K + 1 + C slots per layer and KV head at
- * seq_add; OKV_MODE_DENSE needs one per block) and free HOST extents. An
- * estimate only in that HOST extents may fragment. Errors: INVALID_ARGUMENT. */
+ * seq_add, K + 2 with fetch_ratio_auto, whose spare slots above that count as
+ * free; OKV_MODE_DENSE needs one per block) and free HOST extents. An
+ * estimate only in that HOST extents may fragment, and with fetch_ratio_auto
+ * spares that transfers in flight hold are counted (docs/api.md "Fetch ratio").
+ * Errors: INVALID_ARGUMENT. */
 OKV_API okv_status_t okv_runtime_seq_capacity(const okv_runtime_t *runtime, uint32_t n_tokens, uint32_t *out_n_seqs);
 
 #ifdef __cplusplus
