@@ -548,8 +548,9 @@ typedef struct serve_result_t {
   double append_seconds_per_step;   /* runtime stats append_seconds (HOST writes of the new tokens) */
   double fetch_ratio;               /* with auto: its maximum */
   bool fetch_auto;
-  double cap_blocks_mean;  /* auto: the mean C the runtime chose (okv_runtime_cap_state), sampled each step */
-  bool at_max_seqs;        /* the concurrency search reached --max-seqs (a lower bound of what fits) */
+  double cap_blocks_mean;   /* auto: the mean C the runtime chose (okv_runtime_cap_state), sampled each step */
+  double spare_blocks_mean; /* auto: the heads' mean spare slots, a head's C per step at most (cap_state) */
+  bool at_max_seqs;         /* the concurrency search reached --max-seqs (a lower bound of what fits) */
   uint32_t link_halved_at; /* --halve-link-at: the measured step (1-based) before which the link was halved; 0: never */
   double link_bps_sum;     /* the link's bandwidth summed over measured steps (it changes with --halve-link-at) */
   double step_list[64];
@@ -988,6 +989,7 @@ static void run_runtime(serve_t *s, serve_mode_t m, uint32_t ctx, serve_result_t
       if (s->cur_auto && okv_status_consume(okv_runtime_cap_state(rt, &cs)) == OKV_STATUS_OK) {
         cap = cs.cap_blocks;
         ceiling = cs.cap_ceiling_blocks;
+        r->spare_blocks_mean += cs.spare_blocks;
       }
       r->cap_blocks_mean += cap;
       r->link_bps_sum += link_now;
@@ -1013,6 +1015,7 @@ static void run_runtime(serve_t *s, serve_mode_t m, uint32_t ctx, serve_result_t
   }
   r->step_seconds = t_meas / measured;
   r->cap_blocks_mean /= measured;
+  r->spare_blocks_mean /= measured;
   r->tokens_per_second = (double)B * measured / t_meas;
   r->fetch_bytes_per_step = (double)cum.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE] / measured;
   r->append_bytes_per_step = (double)cum.append_bytes / measured;
@@ -1422,6 +1425,7 @@ static json_object *result_json(const serve_t *s, const serve_result_t *r) {
     json_num(o, "fetch_ratio", capped ? r->fetch_ratio : NAN);
   if (autor) json_num(o, "fetch_ratio_max", r->fetch_ratio);
   if (autor) json_num(o, "cap_blocks_mean", r->cap_blocks_mean);
+  if (autor) json_num(o, "spare_blocks_mean", r->spare_blocks_mean);
   json_num(o, "device_gib", s->o.device_gib);
   json_object_object_add(o, "concurrent_sequences", json_object_new_int64(r->concurrent));
   json_object_object_add(o, "concurrency_at_max_seqs", json_object_new_boolean(r->at_max_seqs));

@@ -411,6 +411,15 @@ okv_status_t okv_runtime_cap_state(const okv_runtime_t *rt, okv_cap_state_t *out
     out->cap_ceiling_blocks = rt->cap_ceiling_last;
     out->cap_target_blocks = rt->cap_ctl.c;
   }
+  /* The heads' spares (owned slots beyond K + 1), averaged over the live sequences' heads: a head's C per
+   * step is at most its spares (C_max for a fixed ratio). */
+  uint64_t n = 0, sp = 0, LH = (uint64_t)rt->cfg.n_layers * rt->cfg.n_kv_heads;
+  for (uint32_t i = 0; is_sparse_mode(rt) && i < rt->cfg.max_seqs; i++) {
+    const okv_seq_t *s = &rt->seqs[i];
+    if (!s->live) continue;
+    for (uint64_t j = 0; j < LH; j++, n++) sp += s->heads[j].n_owned - rt->cfg.budget_blocks - 1u;
+  }
+  out->spare_blocks = n ? (double)sp / (double)n : 0.0;
   return OKV_OK;
 }
 

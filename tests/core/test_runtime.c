@@ -650,6 +650,10 @@ static void test_auto_cap_spares(void **state) {
   drv_open(&d, g_backend, &c, &p, 17, 1024); /* the fixed ratio 0.5 for comparison */
   OKV_ASSERT_OK(okv_runtime_seq_capacity(d.rt, 300, &room));
   assert_int_equal(room, 2);
+  drv_add(&d, 300);
+  okv_cap_state_t cs0;
+  OKV_ASSERT_OK(okv_runtime_cap_state(d.rt, &cs0));
+  assert_true(cs0.spare_blocks == 4.0); /* a fixed ratio: C_max spares per head */
   drv_close(&d);
   c.fetch_ratio_auto = true;
   drv_open(&d, g_backend, &c, &p, 17, 1024);
@@ -667,6 +671,9 @@ static void test_auto_cap_spares(void **state) {
   /* 6 heads of layer 0 with 1 spare; the 5 extra go to the first 5 heads in (sequence, layer, KV head) order,
    * 3 of them in layer 0. */
   assert_int_equal(spares, 6 + 3);
+  okv_cap_state_t cs;
+  OKV_ASSERT_OK(okv_runtime_cap_state(d.rt, &cs));
+  assert_true(fabs(cs.spare_blocks - 17.0 / 12.0) < 1e-12); /* 12 heads: 12 + 5 spares */
   assert_int_equal(okv_runtime_debug_free_slots(d.rt), 0);
   OKV_ASSERT_OK(okv_runtime_seq_capacity(d.rt, 300, &room));
   assert_int_equal(room, 0);
