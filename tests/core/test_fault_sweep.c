@@ -87,13 +87,15 @@ typedef struct run_t {
 } run_t;
 
 static const uint32_t k_prefill[W_SEQS] = {70, 0, 33};
+static bool g_auto; /* the sweep in progress runs the self-tuning cap (its spare slots move at every seq_add) */
 
 static void w_config(okv_runtime_config_t *c, okv_mode_t mode) {
   rt_config(c, 2, 4, 2, 8);
   c->max_seqs = W_SEQS;
   c->max_context_tokens = W_MAX_TOKENS;
   c->budget_blocks = 4;
-  c->fetch_ratio = 0.5; /* C = 2 */
+  c->fetch_ratio = 0.5; /* C = 2 (with g_auto: at most 2, and at most a head's spares) */
+  c->fetch_ratio_auto = g_auto;
   c->mode = mode;
   c->track_recall = mode == OKV_MODE_PROXY; /* covers the recall pass */
 }
@@ -462,7 +464,7 @@ static void sweep_mode(okv_mode_t mode) {
       "stream %llu, sync %llu, event %llu, record %llu, wait %llu, copy %llu, kernel %llu); "
       "%llu runs (stride %u), %llu with a fault injected and surfaced, %llu outputs checked, %llu failed "
       "calls, %llu runs matched the fault-free run at the end\n",
-      okv_mode_name(mode), (unsigned long long)total_ops[0], (unsigned long long)total_ops[1],
+      g_auto ? "oasis/auto" : okv_mode_name(mode), (unsigned long long)total_ops[0], (unsigned long long)total_ops[1],
       (unsigned long long)kinds[OKV_HAL_OP_BUFFER_ALLOC], (unsigned long long)kinds[OKV_HAL_OP_BUFFER_WRITE],
       (unsigned long long)kinds[OKV_HAL_OP_BUFFER_READ], (unsigned long long)kinds[OKV_HAL_OP_STREAM_CREATE],
       (unsigned long long)kinds[OKV_HAL_OP_STREAM_SYNC], (unsigned long long)kinds[OKV_HAL_OP_EVENT_CREATE],
@@ -474,7 +476,18 @@ static void sweep_mode(okv_mode_t mode) {
   test_free(ref);
 }
 
-static void test_sweep(void **state) { sweep_mode(*(const okv_mode_t *)*state); }
+static void test_sweep(void **state) {
+  g_auto = false;
+  sweep_mode(*(const okv_mode_t *)*state);
+}
+
+/* OASIS with the self-tuning cap: seq_add takes spare slots back and spreads them again, also on its failure
+ * paths, and a head's cap follows its spares. */
+static void test_sweep_auto(void **state) {
+  g_auto = true;
+  sweep_mode(*(const okv_mode_t *)*state);
+  g_auto = false;
+}
 
 static const okv_mode_t k_modes[] = {OKV_MODE_DENSE, OKV_MODE_OASIS, OKV_MODE_PROXY, OKV_MODE_ONDEMAND};
 
@@ -491,6 +504,7 @@ int main(int argc, char **argv) {
       {"sweep_oasis", test_sweep, NULL, NULL, (void *)&k_modes[1]},
       {"sweep_proxy", test_sweep, NULL, NULL, (void *)&k_modes[2]},
       {"sweep_ondemand", test_sweep, NULL, NULL, (void *)&k_modes[3]},
+      {"sweep_oasis_auto", test_sweep_auto, NULL, NULL, (void *)&k_modes[1]},
   };
   return cmocka_run_group_tests_name("core_fault_sweep", tests, NULL, NULL);
 }
