@@ -818,7 +818,7 @@ static void run_runtime(serve_t *s, serve_mode_t m, uint32_t ctx, serve_result_t
   uint32_t B = s->fit[m];
   r->concurrent = B;
   r->fetch_auto = s->cur_auto; /* set before any early return: a failed row still names its ratio */
-  r->fetch_ratio = s->cur_auto ? -s->cur_ratio : s->cur_ratio;
+  r->fetch_ratio = s->cur_auto ? -s->cur_ratio : s->cur_ratio; /* with auto: its maximum */
   if (B == 0) {
     snprintf(r->note, sizeof r->note, "not one sequence fits in %.3g GiB of DEVICE", s->o.device_gib);
     return;
@@ -826,8 +826,6 @@ static void run_runtime(serve_t *s, serve_mode_t m, uint32_t ctx, serve_result_t
   const uint32_t T = m == SM_OASIS ? 2u : 1u;
   okv_runtime_config_t c;
   runtime_config(s, m, B, ctx, &c);
-  r->fetch_ratio = c.fetch_ratio; /* with auto: its maximum */
-  r->fetch_auto = s->cur_auto;
   okv_hal_device_t *dev = NULL;
   okv_runtime_t *rt = NULL;
   float *pk = NULL, *pv = NULL, *out = NULL;

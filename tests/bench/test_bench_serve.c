@@ -40,6 +40,16 @@ static void show_stderr(void) {
   if (f) fclose(f);
 }
 
+/* The first line the last run_cli wrote on stderr, into line[0..n). */
+static void first_stderr_line(char *line, int n) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/err", g_dir);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  assert_non_null(fgets(line, n, f));
+  fclose(f);
+}
+
 static int stderr_lines(void) {
   char path[300];
   snprintf(path, sizeof path, "%s/err", g_dir);
@@ -258,7 +268,7 @@ static void test_eval_trace(void **state) {
   okv_kv_trace_free(&t);
   /* The trace cut to 63 bytes (inside its 64-byte header): bench serve --trace says the header is truncated
    * (one line, exit 1), not that the magic is wrong. */
-  char cut[320], line[1024] = "", err[300];
+  char cut[320], line[1024] = "";
   snprintf(cut, sizeof cut, "%s/cut.trace", g_dir);
   snprintf(args, sizeof args, "head -c 63 '%s' >'%s'", tr, cut);
   assert_int_equal(system(args), 0);
@@ -266,11 +276,7 @@ static void test_eval_trace(void **state) {
   rc = run_cli(args, NULL);
   assert_true(rc > 0 && rc < 126);
   assert_int_equal(stderr_lines(), 1);
-  snprintf(err, sizeof err, "%s/err", g_dir);
-  FILE *f = fopen(err, "r");
-  assert_non_null(f);
-  assert_non_null(fgets(line, sizeof line, f));
-  fclose(f);
+  first_stderr_line(line, sizeof line);
   print_message("%s", line);
   if (!strstr(line, "cut.trace': truncated header (63 of 64 bytes)") || strstr(line, "magic")) {
     print_error("unexpected message: %s", line);
@@ -480,13 +486,9 @@ static void test_runtime_capacity(void **state) {
       "bench runtime --layers 0",
   };
   expect_one_line_errors(bad, sizeof bad / sizeof bad[0], 2);
-  char err[300], line[512] = "";
-  snprintf(err, sizeof err, "%s/err", g_dir);
+  char line[512] = "";
   assert_int_equal(run_cli(bad[0], NULL), 2);
-  FILE *f = fopen(err, "r");
-  assert_non_null(f);
-  assert_non_null(fgets(line, sizeof line, f));
-  fclose(f);
+  first_stderr_line(line, sizeof line);
   assert_non_null(strstr(line, "1 seqs x 20 layers x 1024 tokens need 0.16 GiB of HOST tier"));
   assert_non_null(strstr(line, "--host-gib 0.01"));
   int rc = run_cli("bench runtime --seqs 1 --context 1024 --layers 2 --host-gib 0.1 --steps 1 --warmup 0", NULL);
@@ -560,7 +562,7 @@ static void test_serve_unavailable_device(void **state) {
       OKV_IGNORE_ERROR(okv_hal_device_release(dev));
       continue;
     }
-    char why[512], json[300], args[1024], line[1024] = "", err[300];
+    char why[512], json[300], args[1024], line[1024] = "";
     snprintf(why, sizeof why, "%s", okv_status_message(st));
     okv_status_free(st);
     snprintf(json, sizeof json, "%s/gpu.json", g_dir);
@@ -568,11 +570,7 @@ static void test_serve_unavailable_device(void **state) {
              json);
     assert_int_equal(run_cli(args, NULL), 1);
     assert_int_equal(stderr_lines(), 1);
-    snprintf(err, sizeof err, "%s/err", g_dir);
-    FILE *f = fopen(err, "r");
-    assert_non_null(f);
-    assert_non_null(fgets(line, sizeof line, f));
-    fclose(f);
+    first_stderr_line(line, sizeof line);
     print_message("%s", line);
     assert_non_null(strstr(line, why));
     assert_int_equal(access(json, F_OK), -1);
