@@ -562,6 +562,7 @@ typedef struct serve_result_t {
   double tps_runs[SERVE_MAX_REPEAT];
   const struct serve_result_t *run_of[SERVE_MAX_REPEAT]; /* every run's record, in run order */
   uint32_t n_runs;
+  uint32_t round_position; /* --repeat: 0-based place of this run in its round (the order rotates each round) */
   char note[160];
 } serve_result_t;
 
@@ -1391,6 +1392,7 @@ static json_object *run_json(const serve_result_t *r) {
   json_num(o, "tokens_per_second", r->tokens_per_second);
   json_num(o, "stall_fraction", r->stall_fraction);
   json_num(o, "bytes_per_step", r->bytes_per_step);
+  json_object_object_add(o, "round_position", json_object_new_int64(r->round_position));
   json_object_object_add(o, "step_seconds_each", num_list(r->step_list, r->n_step_list));
   if (r->mode != SM_OFFLOAD) json_object_object_add(o, "fetch_bytes_each", num_list(r->fetch_list, r->n_step_list));
   if (r->fetch_auto && (r->mode == SM_PROXY || r->mode == SM_OASIS)) {
@@ -1881,18 +1883,29 @@ int okv_cli_bench_serve(int argc, char **argv) {
         cfg_ratio[n_cfg++] = ri;
       }
     }
+    for (uint32_t c = 0; c < n_cfg; c++) { /* every concurrency search before the first measured run */
+      serve_mode_t m = (serve_mode_t)cfg_mode[c];
+      s.cur_ratio = o->ratios[cfg_ratio[c]];
+      s.cur_auto = o->ratio_auto[cfg_ratio[c]];
+      if (m != SM_OFFLOAD) s.fit[m] = cfg_fit[c] = fit_search(&s, m, ctx, fit_bound(&s, m, ctx));
+    }
+    /* The order of a round is a row of a balanced Latin square (Williams): place j of round rep runs
+     * configuration (w_j + rep) mod n, w = 0, 1, n-1, 2, n-2, ...; rounds n..2n-1 take the rows reversed. Over
+     * n rounds every configuration runs once in every place; each one follows every other one once over n
+     * rounds for even n, over 2n for odd n. A configuration's place and its predecessor thus vary. */
     for (uint32_t rep = 0; rep < o->repeat; rep++) {
-      for (uint32_t c = 0; c < n_cfg; c++) {
+      for (uint32_t pos = 0; pos < n_cfg; pos++) {
+        uint32_t j = (rep / n_cfg) % 2 && n_cfg % 2 ? n_cfg - 1 - pos : pos;
+        uint32_t w = j == 0 ? 0 : j % 2 ? (j + 1) / 2 : n_cfg - j / 2;
+        uint32_t c = (w + rep) % n_cfg;
         serve_mode_t m = (serve_mode_t)cfg_mode[c];
         s.cur_ratio = o->ratios[cfg_ratio[c]];
         s.cur_auto = o->ratio_auto[cfg_ratio[c]];
-        if (m != SM_OFFLOAD) {
-          if (rep == 0) cfg_fit[c] = fit_search(&s, m, ctx, fit_bound(&s, m, ctx));
-          s.fit[m] = cfg_fit[c];
-        }
+        if (m != SM_OFFLOAD) s.fit[m] = cfg_fit[c];
         serve_result_t *r = &ctx_runs[(size_t)rep * n_cfg + c];
         memset(r, 0, sizeof *r);
         r->mode = m;
+        r->round_position = pos;
         r->context = ctx;
         double t0 = okv_cli_now_s();
         if (m == SM_OFFLOAD)

@@ -393,6 +393,9 @@ static void test_serve_repeat(void **state) {
     for (size_t k = 0; k < 3; k++) {
       json_object *rk = json_object_array_get_idx(ra, k), *steps = NULL;
       assert_true(num(rk, "tokens_per_second") == json_object_get_double(json_object_array_get_idx(runs, k)));
+      /* the order rotates: round k starts at configuration k, so configuration i runs in place (i - k) mod 3
+       * and, over the three rounds, once in every place */
+      assert_true(num(rk, "round_position") == (double)((i + 3 - k) % 3));
       assert_true(json_object_object_get_ex(rk, "step_seconds_each", &steps));
       assert_int_equal(json_object_array_length(steps), 3); /* --decode 3 */
       json_object *caps = NULL;
