@@ -387,14 +387,18 @@ uint32_t okv_rt_choose_cap(const okv_runtime_t *rt, uint32_t n_seqs) {
 
 /* End of a step (fetch_ratio_auto): feeds the controller the step's cost per
  * decoded token (wall time from step_begin / sequences), the blocks the cap
- * deferred and the link; its C applies to the next step's jobs. */
+ * deferred and the link; its C applies to the next step's jobs. The ceiling it
+ * searches under is the link's, at most the most spares a head holds (a head
+ * admits at most its spares, so a larger C would change nothing). */
 void okv_rt_cap_step_end(okv_runtime_t *rt, uint64_t deferred) {
   if (!rt->cfg.fetch_ratio_auto || rt->step_n_seqs == 0) return;
-  okv_cap_obs_t obs = {.ceiling = okv_rt_cap_ceiling(rt, rt->step_n_seqs),
+  uint32_t link_ceiling = okv_rt_cap_ceiling(rt, rt->step_n_seqs);
+  uint32_t ceiling = rt->spares_max > 0 && rt->spares_max < link_ceiling ? rt->spares_max : link_ceiling;
+  okv_cap_obs_t obs = {.ceiling = ceiling,
                        .token_seconds = (okv_rt_wall_s() - rt->step_begin_s) / rt->step_n_seqs,
                        .deferred = deferred,
                        .link_bytes_per_s = rt->link_bps};
-  rt->cap_ceiling_last = obs.ceiling;
+  rt->cap_ceiling_last = link_ceiling;
   okv_cap_ctl_update(&rt->cap_ctl, &obs);
 }
 

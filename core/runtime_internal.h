@@ -168,7 +168,8 @@ struct okv_runtime_t {
   double *last_use_s;                  /* [n_layers] wall time of the layer's latest step_layer */
   okv_cap_ctl_t cap_ctl;               /* the search over C below the link ceiling (cap_ctl.h) */
   double step_begin_s;                 /* wall time of the step's okv_runtime_step_begin */
-  uint32_t cap_ceiling_last;           /* link ceiling the latest step_end fed the controller (0: none yet) */
+  uint32_t cap_ceiling_last;           /* ceiling the latest step_end fed the controller (0: none yet) */
+  uint32_t spares_max;                 /* the most spares a head holds after the latest spread (0: no head) */
   okv_hal_event_t *append_event;
 
   /* Foreground scratch */

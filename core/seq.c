@@ -111,6 +111,15 @@ void okv_rt_spares_spread(okv_runtime_t *rt) {
       }
     }
   }
+  /* The controller searches C only up to the most spares a head holds (pipeline.c): above it C changes
+   * nothing a head admits. */
+  uint32_t most = 0, base = rt->cfg.budget_blocks + 1u;
+  for (uint32_t i = 0; i < rt->cfg.max_seqs; i++) {
+    const okv_seq_t *s = &rt->seqs[i];
+    for (uint64_t j = 0; s->heads != NULL && j < LH; j++)
+      if (s->heads[j].n_owned > base && s->heads[j].n_owned - base > most) most = s->heads[j].n_owned - base;
+  }
+  rt->spares_max = most;
 }
 
 /* ---- sequences: add / remove ---- */

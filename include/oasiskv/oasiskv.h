@@ -375,7 +375,8 @@ typedef struct okv_cap_state_t {
   double cap_blocks;
   uint32_t cap_max_blocks;
   uint32_t cap_ceiling_blocks; /* auto: the link ceiling of the latest step (0 until a step ended) */
-  uint32_t cap_target_blocks;  /* auto: the controller's C for the next step (at most the ceiling) */
+  uint32_t cap_target_blocks;  /* auto: the controller's C for the next step (at most the link ceiling and the most
+                                  spares a head holds) */
   double spare_blocks; /* sparse modes: the heads' spare slots (owned beyond K + 1), mean over the live sequences'
                           heads; a head admits at most its spares per step. C_max for a fixed ratio; with auto,
                           1..C_max as DEVICE memory allows (docs/api.md "Fetch ratio"). 0 without sequences. */

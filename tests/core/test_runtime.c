@@ -701,6 +701,39 @@ static void test_auto_cap_spares(void **state) {
   drv_close(&d);
 }
 
+/* The self-tuning cap searches C only up to the most spares a head holds: with one spare per head (a pool of
+ * K + 2 slots per head) the search, which starts at 0.05 x K = 2, is clamped to 1 by the first step's end and
+ * every later job admits with C = 1, whatever the link would carry. */
+static void test_auto_cap_spares_ceiling(void **state) {
+  (void)state;
+  okv_runtime_config_t c;
+  budget_config(&c, 40, 0.25); /* K = 40, C_max = 10 */
+  c.mode = OKV_MODE_OASIS;
+  c.fetch_ratio_auto = true;
+  uint64_t bb = okv_block_bytes(c.kv_dtype, c.head_dim), LH = (uint64_t)c.n_layers * c.n_kv_heads;
+  c.device_pool_bytes = LH * (40 + 2) * bb;
+  okv_hal_device_params_t p = small_params();
+  drv_t d;
+  drv_open(&d, g_backend, &c, &p, 29, 1024);
+  drv_add(&d, 900); /* 57 blocks > K */
+  assert_int_equal(d.rt->spares_max, 1);
+  okv_cap_state_t cs;
+  OKV_ASSERT_OK(okv_runtime_cap_state(d.rt, &cs));
+  assert_int_equal(cs.cap_target_blocks, 2); /* nothing measured yet: 0.05 x K */
+  for (uint32_t step = 0; step < 8; step++) {
+    drv_step(&d, 2, 2.0f);
+    assert_int_equal(d.last_layer_code, OKV_STATUS_OK);
+    OKV_ASSERT_OK(okv_runtime_cap_state(d.rt, &cs));
+    assert_int_equal(cs.cap_target_blocks, 1);
+    if (step > 0) assert_true(cs.cap_blocks == 1.0); /* jobs submitted after the first step's end */
+    assert_true(cs.spare_blocks == 1.0);
+  }
+  assert_true(drv_check(&d, false) < 2e-5);
+  drv_remove(&d, 0);
+  assert_int_equal(d.rt->spares_max, 0); /* no head left */
+  drv_close(&d);
+}
+
 /* Slot reservation at seq_add: OUT_OF_MEMORY leaves nothing allocated; capacity reports it. */
 static void test_capacity_and_oom(void **state) {
   (void)state;
@@ -847,6 +880,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_peek),
       cmocka_unit_test(test_auto_cap),
       cmocka_unit_test(test_auto_cap_spares),
+      cmocka_unit_test(test_auto_cap_spares_ceiling),
       cmocka_unit_test(test_two_level),
       cmocka_unit_test(test_q8_scoring),
   };
