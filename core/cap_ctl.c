@@ -13,23 +13,24 @@ void okv_cap_ctl_init(okv_cap_ctl_t *ctl, uint32_t c_start) {
   ctl->next_dir = -1;
 }
 
-static void window_restart(okv_cap_ctl_t *ctl) {
-  ctl->n_win = 0;
-  ctl->win_deferred = 0;
-  ctl->settle = OKV_CAP_CTL_SETTLE;
+/* Sets C for the next step; a change is followed by the settle steps. */
+static void set_c(okv_cap_ctl_t *ctl, uint32_t c) {
+  if (c != ctl->c) ctl->settle = OKV_CAP_CTL_SETTLE;
+  ctl->c = c;
 }
 
-/* Back to the base C with no base measurement: the next window measures it. */
-static void rebase(okv_cap_ctl_t *ctl) {
-  ctl->c = ctl->c_base;
+/* Back to the base C in a fresh base window. */
+static void to_base(okv_cap_ctl_t *ctl) {
+  set_c(ctl, ctl->c_base);
   ctl->phase = OKV_CAP_BASE;
-  ctl->j_base = 0;
-  ctl->hold = 0;
-  window_restart(ctl);
+  ctl->n_win = 0;
+  ctl->win_deferred = 0;
+  ctl->n_pairs = 0;
+  ctl->arm = 0;
 }
 
 static double median(double *v, uint32_t n) {
-  for (uint32_t i = 1; i < n; i++) /* insertion sort: n = OKV_CAP_CTL_WINDOW */
+  for (uint32_t i = 1; i < n; i++) /* insertion sort: n is a window or the pairs */
     for (uint32_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
       double t = v[j];
       v[j] = v[j - 1];
@@ -40,21 +41,64 @@ static double median(double *v, uint32_t n) {
 
 static uint32_t stride(uint32_t c) { return c / 2 > 1 ? c / 2 : 1; }
 
-static void reject(okv_cap_ctl_t *ctl, int next_dir) {
-  ctl->c = ctl->c_base;
-  ctl->hold = ctl->backoff;
-  ctl->backoff = ctl->backoff * 2 > OKV_CAP_CTL_MAX_HOLD ? OKV_CAP_CTL_MAX_HOLD : ctl->backoff * 2;
-  ctl->next_dir = next_dir;
-  ctl->settle = OKV_CAP_CTL_SETTLE;
+/* The probe's verdict from its pairs' ratios (probe step cost / base step cost). */
+static bool probe_accepted(okv_cap_ctl_t *ctl) {
+  double worst = 0;
+  for (uint32_t i = 0; i < ctl->n_pairs; i++) worst = ctl->ratio[i] > worst ? ctl->ratio[i] : worst;
+  double m = median(ctl->ratio, ctl->n_pairs);
+  if (ctl->phase == OKV_CAP_PROBE_DOWN) return worst < 1.0 && m <= 1.0 - OKV_CAP_CTL_DOWN_GAIN;
+  return m <= 1.0 + OKV_CAP_CTL_UP_COST;
 }
 
-static void accept(okv_cap_ctl_t *ctl, double j, int dir) {
-  ctl->c_base = ctl->c;
-  ctl->j_base = j;
-  ctl->backoff = 1;
-  ctl->hold = 0;
-  ctl->next_dir = dir;
-  ctl->accepted++;
+/* A measured step of a probe's arm. */
+static void probe_step(okv_cap_ctl_t *ctl, double j) {
+  if (ctl->arm == 0) { /* the probe's step: the base step of the pair follows */
+    ctl->j_arm = j;
+    ctl->arm = 1;
+    set_c(ctl, ctl->c_base);
+    return;
+  }
+  ctl->ratio[ctl->n_pairs++] = ctl->j_arm / j;
+  if (ctl->n_pairs < OKV_CAP_CTL_PAIRS) {
+    ctl->arm = 0;
+    set_c(ctl, ctl->c_probe);
+    return;
+  }
+  int dir = ctl->phase == OKV_CAP_PROBE_DOWN ? -1 : +1;
+  if (probe_accepted(ctl)) {
+    ctl->c_base = ctl->c_probe;
+    ctl->backoff = 1;
+    ctl->hold = 0;
+    ctl->next_dir = dir;
+    ctl->accepted++;
+  } else {
+    ctl->hold = ctl->backoff;
+    ctl->backoff = ctl->backoff * 2 > OKV_CAP_CTL_MAX_HOLD ? OKV_CAP_CTL_MAX_HOLD : ctl->backoff * 2;
+    ctl->next_dir = -dir;
+  }
+  to_base(ctl);
+}
+
+/* A base window is complete: hold, or start the next probe. */
+static void base_window_done(okv_cap_ctl_t *ctl, uint32_t ceiling) {
+  ctl->j_base = median(ctl->win, ctl->n_win);
+  uint64_t deferred = ctl->win_deferred;
+  ctl->n_win = 0;
+  ctl->win_deferred = 0;
+  ctl->windows++;
+  if (ctl->hold > 0 && --ctl->hold > 0) return;
+  bool can_up = deferred > 0 && ctl->c_base < ceiling, can_down = ctl->c_base > 1;
+  int dir = ctl->next_dir;
+  if (dir > 0 && !can_up) dir = -1;
+  if (dir < 0 && !can_down) dir = can_up ? +1 : 0;
+  if (dir == 0) return; /* nothing to probe: measure the base again */
+  uint32_t s = stride(ctl->c_base);
+  ctl->c_probe = dir > 0 ? (ctl->c_base + s > ceiling ? ceiling : ctl->c_base + s) : ctl->c_base - s;
+  ctl->phase = dir > 0 ? OKV_CAP_PROBE_UP : OKV_CAP_PROBE_DOWN;
+  ctl->arm = 0;
+  ctl->n_pairs = 0;
+  ctl->probes++;
+  set_c(ctl, ctl->c_probe);
 }
 
 uint32_t okv_cap_ctl_update(okv_cap_ctl_t *ctl, const okv_cap_obs_t *obs) {
@@ -67,12 +111,19 @@ uint32_t okv_cap_ctl_update(okv_cap_ctl_t *ctl, const okv_cap_obs_t *obs) {
       ctl->link_ref = link;
       ctl->backoff = 1;
       ctl->next_dir = -1;
-      rebase(ctl);
+      ctl->hold = 0;
+      ctl->j_base = 0;
+      to_base(ctl);
+      ctl->settle = OKV_CAP_CTL_SETTLE; /* the link changed under the steps measured so far */
     }
   }
-  if (ctl->c > ceiling || ctl->c_base > ceiling) { /* the link no longer carries C: clamp now */
+  bool probe_over = ctl->phase != OKV_CAP_BASE && ctl->c_probe > ceiling;
+  if (ctl->c > ceiling || ctl->c_base > ceiling || probe_over) { /* the link no longer carries C: clamp now */
     if (ctl->c_base > ceiling) ctl->c_base = ceiling;
-    rebase(ctl);
+    ctl->hold = 0;
+    ctl->j_base = 0;
+    to_base(ctl);
+    ctl->settle = OKV_CAP_CTL_SETTLE;
   }
   if (ctl->settle > 0) {
     ctl->settle--;
@@ -80,50 +131,12 @@ uint32_t okv_cap_ctl_update(okv_cap_ctl_t *ctl, const okv_cap_obs_t *obs) {
   }
   double j = obs->token_seconds;
   if (!(j > 0) || !isfinite(j)) return ctl->c;
+  if (ctl->phase != OKV_CAP_BASE) {
+    probe_step(ctl, j);
+    return ctl->c;
+  }
   ctl->win[ctl->n_win++] = j;
   ctl->win_deferred += obs->deferred;
-  if (ctl->n_win < OKV_CAP_CTL_WINDOW) return ctl->c;
-  double cost = median(ctl->win, ctl->n_win);
-  uint64_t deferred = ctl->win_deferred;
-  ctl->n_win = 0;
-  ctl->win_deferred = 0;
-  ctl->windows++;
-  switch (ctl->phase) {
-    case OKV_CAP_BASE:
-      ctl->j_base = cost;
-      if (ctl->hold > 0 && --ctl->hold > 0) return ctl->c;
-      break;
-    case OKV_CAP_PROBE_DOWN:
-      ctl->phase = OKV_CAP_BASE;
-      if (cost < ctl->j_base * (1.0 - OKV_CAP_CTL_DOWN_GAIN))
-        accept(ctl, cost, -1);
-      else
-        reject(ctl, +1);
-      break;
-    case OKV_CAP_PROBE_UP:
-      ctl->phase = OKV_CAP_BASE;
-      if (cost <= ctl->j_base * (1.0 + OKV_CAP_CTL_UP_COST))
-        accept(ctl, cost, +1);
-      else
-        reject(ctl, -1);
-      break;
-  }
-  if (ctl->hold > 0 || ctl->c != ctl->c_base) return ctl->c; /* rejected: hold the base first */
-  /* Next probe from the base, whose cost (and deferred demand) this window measured. */
-  bool can_up = deferred > 0 && ctl->c_base<ceiling, can_down = ctl->c_base> 1;
-  int dir = ctl->next_dir;
-  if (dir > 0 && !can_up) dir = -1;
-  if (dir < 0 && !can_down) dir = can_up ? +1 : 0;
-  if (dir == 0) return ctl->c; /* nothing to probe: measure the base again */
-  uint32_t s = stride(ctl->c_base);
-  if (dir > 0) {
-    ctl->c = ctl->c_base + s > ceiling ? ceiling : ctl->c_base + s;
-    ctl->phase = OKV_CAP_PROBE_UP;
-  } else {
-    ctl->c = ctl->c_base - s;
-    ctl->phase = OKV_CAP_PROBE_DOWN;
-  }
-  ctl->probes++;
-  ctl->settle = OKV_CAP_CTL_SETTLE;
+  if (ctl->n_win == OKV_CAP_CTL_WINDOW) base_window_done(ctl, ceiling);
   return ctl->c;
 }

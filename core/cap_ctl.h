@@ -2,22 +2,29 @@
  * "Fetch ratio"). A bounded coordinate search over C in [1, ceiling] on the
  * measured cost of a decoded token (step wall time / sequences), where ceiling
  * is the link-derived C (the largest C whose transfers fit the link between a
- * layer's uses, at most ceil(fetch_ratio * K)):
+ * layer's uses, at most ceil(fetch_ratio * K)), at most the heads' spares:
  *
- * - C changes only between measurement windows: after a change, one step
- *   settles (the C a step chooses applies to transfers the next step commits),
- *   then OKV_CAP_CTL_WINDOW steps are measured and their median is the cost.
- * - A probe moves C down (C - max(1, C / 2)) or up (C + max(1, C / 2)) and is
- *   compared with the window measured just before it at the base C. Fewer
- *   fetches are kept when they make a token at least OKV_CAP_CTL_DOWN_GAIN
- *   cheaper (the blocks were not worth their cost); more fetches are kept when
- *   a token costs at most OKV_CAP_CTL_UP_COST more (they are near free, and
- *   fetching buys recall). An accepted probe continues in its direction.
+ * - Every change of C is followed by OKV_CAP_CTL_SETTLE unmeasured steps (the C
+ *   a step chooses applies to transfers the next step commits).
+ * - A base window measures OKV_CAP_CTL_WINDOW steps at the accepted C (the
+ *   selection's deferred demand in it decides whether an up probe is possible).
+ * - A probe is paired: C alternates between the probe's C (C - max(1, C / 2)
+ *   down, C + max(1, C / 2) up) and the accepted C, one measured step each, for
+ *   OKV_CAP_CTL_PAIRS pairs; each pair gives the ratio of the probe step's cost
+ *   to the base step's right after it. Adjacent steps share the machine's state,
+ *   so slow phases (other tenants, a hypervisor taking the CPU) divide out, where
+ *   two windows measured a second apart would differ by them.
+ * - Fewer fetches are kept only when every pair says they are cheaper and the
+ *   median ratio is at most 1 - OKV_CAP_CTL_DOWN_GAIN (the blocks were not worth
+ *   their cost); more fetches are kept when the median ratio is at most
+ *   1 + OKV_CAP_CTL_UP_COST (they are near free, and fetching buys recall). On
+ *   noise alone C thus drifts up, to what the link and the spares carry.
  * - Up probes only when the selection deferred predicted blocks in the base
  *   window (demand the cap refused) and C is below the ceiling.
- * - A rejected probe returns to the base C and holds it for `backoff` windows
- *   (1, doubling per rejection up to OKV_CAP_CTL_MAX_HOLD), re-measuring the
- *   base; then the other direction is probed (periodic re-probes).
+ * - After an accepted probe one base window, then the next probe continues in
+ *   its direction; a rejected probe holds the base for `backoff` windows (1,
+ *   doubling per rejection up to OKV_CAP_CTL_MAX_HOLD), then probes the other
+ *   direction (periodic re-probes).
  * - A ceiling below C clamps C at once; a link bandwidth that moved by more
  *   than OKV_CAP_CTL_LINK_CHANGE since the last reference restarts the search
  *   (backoff 1, a fresh base window).
@@ -29,9 +36,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define OKV_CAP_CTL_WINDOW      3    /* measured steps per window (median) */
+#define OKV_CAP_CTL_WINDOW      3    /* measured steps per base window */
+#define OKV_CAP_CTL_PAIRS       3    /* (probe, base) step pairs per probe (median of their ratios) */
 #define OKV_CAP_CTL_SETTLE      1    /* steps skipped after C changes */
-#define OKV_CAP_CTL_DOWN_GAIN   0.03 /* a down probe must be this much cheaper per token */
+#define OKV_CAP_CTL_DOWN_GAIN   0.03 /* a down probe must be this much cheaper per token (median), every pair cheaper */
 #define OKV_CAP_CTL_UP_COST     0.03 /* an up probe may be this much dearer per token */
 #define OKV_CAP_CTL_MAX_HOLD    8    /* windows at most between a rejected probe and the next */
 #define OKV_CAP_CTL_LINK_CHANGE 0.25 /* relative link change that restarts the search */
@@ -50,11 +58,16 @@ typedef struct okv_cap_ctl_t {
   uint32_t c;      /* C in use */
   uint32_t c_base; /* accepted C */
   okv_cap_phase_t phase;
-  double j_base;   /* base window's cost per token (0: none yet) */
+  double j_base;   /* latest base window's cost per token, its median (0: none yet) */
   uint32_t settle; /* steps left to skip */
   double win[OKV_CAP_CTL_WINDOW];
-  uint32_t n_win;
+  uint32_t n_win; /* base window: measured steps so far */
   uint64_t win_deferred;
+  /* A probe: which arm runs (0: the probe's C, 1: the base C), the probe's C, the cost of the current
+   * pair's probe step, and the pairs' ratios so far. */
+  uint32_t arm, c_probe, n_pairs;
+  double j_arm;
+  double ratio[OKV_CAP_CTL_PAIRS];
   uint32_t hold;    /* base windows left before the next probe */
   uint32_t backoff; /* hold after the next rejection */
   int next_dir;     /* -1: probe down next, +1: up */

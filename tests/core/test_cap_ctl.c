@@ -17,14 +17,41 @@ static uint32_t feed(okv_cap_ctl_t *ctl, uint32_t ceiling, double token_s, uint6
   return c;
 }
 
-/* A window: the steps left to settle after a change of C (none when C stayed) then OKV_CAP_CTL_WINDOW
+/* A base window: the steps left to settle after a change of C (none when C stayed) then OKV_CAP_CTL_WINDOW
  * measured steps, all at cost j; returns the last C and checks that C does not change before the window's
  * last step. */
 static uint32_t window(okv_cap_ctl_t *ctl, uint32_t ceiling, double j, uint64_t deferred) {
+  assert_int_equal(ctl->phase, OKV_CAP_BASE);
   uint32_t c0 = ctl->c, n = ctl->settle + OKV_CAP_CTL_WINDOW;
   assert_int_equal(ctl->n_win, 0);
   for (uint32_t i = 0; i + 1 < n; i++) assert_int_equal(feed(ctl, ceiling, j, deferred, 1e9), c0);
   return feed(ctl, ceiling, j, deferred, 1e9);
+}
+
+/* A whole probe, pair by pair: the probe's step costs jp[i] and the base step after it jb[i] (unmeasured
+ * settle steps in between cost 100, which must not count). Checks that C alternates between the probe's C
+ * and the base's, and returns the C after the probe's last step (back at the base, the old or the new). */
+static uint32_t probe_pairs(okv_cap_ctl_t *ctl, uint32_t ceiling, const double *jp, const double *jb,
+                            uint64_t deferred) {
+  assert_true(ctl->phase != OKV_CAP_BASE);
+  uint32_t cp = ctl->c_probe, cb = ctl->c_base, c = ctl->c;
+  for (uint32_t i = 0; i < OKV_CAP_CTL_PAIRS; i++) {
+    assert_int_equal(c, cp);
+    while (ctl->settle > 0) assert_int_equal(feed(ctl, ceiling, 100.0, deferred, 1e9), cp);
+    c = feed(ctl, ceiling, jp[i], deferred, 1e9); /* the probe's step */
+    assert_int_equal(c, cb);
+    while (ctl->settle > 0) assert_int_equal(feed(ctl, ceiling, 100.0, deferred, 1e9), cb);
+    c = feed(ctl, ceiling, jb[i], deferred, 1e9); /* the base step of the pair */
+  }
+  assert_int_equal(ctl->phase, OKV_CAP_BASE);
+  return c;
+}
+
+/* Every pair at the same costs. */
+static uint32_t probe(okv_cap_ctl_t *ctl, uint32_t ceiling, double jp, double jb, uint64_t deferred) {
+  double p[OKV_CAP_CTL_PAIRS], b[OKV_CAP_CTL_PAIRS];
+  for (uint32_t i = 0; i < OKV_CAP_CTL_PAIRS; i++) p[i] = jp, b[i] = jb;
+  return probe_pairs(ctl, ceiling, p, b, deferred);
 }
 
 /* Fetches that do not pay: each smaller C is cheaper per token, so C walks down
@@ -34,26 +61,55 @@ static void test_shrinks_when_fetches_do_not_pay(void **state) {
   okv_cap_ctl_t ctl;
   okv_cap_ctl_init(&ctl, 7);
   assert_int_equal(ctl.c, 7);
-  assert_int_equal(window(&ctl, 7, 1.00, 10), 4); /* base 1.00 measured: probe down 7 - 3 */
-  assert_int_equal(window(&ctl, 7, 0.90, 10), 2); /* 10% cheaper (>= 3%): kept, on down: 4 - 2 */
+  assert_int_equal(window(&ctl, 7, 1.00, 10), 4); /* base measured: probe down 7 - 3 */
+  assert_int_equal(probe(&ctl, 7, 0.90, 1.00, 10), 4); /* every pair 10% cheaper (>= 3%): kept */
   assert_int_equal(ctl.c_base, 4);
-  assert_int_equal(window(&ctl, 7, 0.85, 10), 1); /* 5.6% cheaper: kept, 2 - 1 */
-  assert_int_equal(window(&ctl, 7, 0.84, 10), 2); /* 1.2% cheaper: not worth it, back to 2 */
+  assert_int_equal(window(&ctl, 7, 0.90, 10), 2); /* one base window, then on down: 4 - 2 */
+  assert_int_equal(probe(&ctl, 7, 0.85, 0.90, 10), 2); /* 5.6% cheaper: kept */
+  assert_int_equal(window(&ctl, 7, 0.85, 10), 1);
+  assert_int_equal(probe(&ctl, 7, 0.84, 0.85, 10), 2); /* 1.2% cheaper: not worth it, back to 2 */
   assert_int_equal(ctl.c_base, 2);
   assert_int_equal(ctl.hold, 1);
   assert_int_equal(ctl.backoff, 2);
   /* One base window at 2 (hold 1), then the other direction: up to 3 (demand was deferred). */
   assert_int_equal(window(&ctl, 7, 0.85, 10), 3);
   /* 3 costs 10% more than 2 (> 3%): rejected, back to 2 and hold 2 windows. */
-  assert_int_equal(window(&ctl, 7, 0.935, 10), 2);
+  assert_int_equal(probe(&ctl, 7, 0.935, 0.85, 10), 2);
   assert_int_equal(ctl.hold, 2);
   assert_int_equal(ctl.backoff, 4);
   assert_int_equal(window(&ctl, 7, 0.85, 10), 2); /* hold 2 -> 1 */
   assert_int_equal(window(&ctl, 7, 0.85, 10), 1); /* hold 1 -> 0: probe down again (periodic re-probe) */
-  assert_int_equal(window(&ctl, 7, 0.85, 10), 2); /* not cheaper: back, hold 4 */
+  assert_int_equal(probe(&ctl, 7, 0.85, 0.85, 10), 2); /* not cheaper: back, hold 4 */
   assert_int_equal(ctl.hold, 4);
   assert_int_equal(ctl.backoff, OKV_CAP_CTL_MAX_HOLD);
   assert_int_equal(ctl.accepted, 2);
+  assert_int_equal(ctl.probes, 5);
+}
+
+/* Fewer fetches are kept only when every pair says so: a probe whose median pair is 20% cheaper but whose
+ * third pair is not cheaper stays at the base; an up probe is kept on its median (one dear pair of three
+ * does not stop it). */
+static void test_down_needs_every_pair(void **state) {
+  (void)state;
+  okv_cap_ctl_t ctl;
+  okv_cap_ctl_init(&ctl, 4);
+  assert_int_equal(window(&ctl, 7, 1.0, 1), 2);
+  const double p1[OKV_CAP_CTL_PAIRS] = {0.8, 0.8, 1.01}, b1[OKV_CAP_CTL_PAIRS] = {1.0, 1.0, 1.0};
+  assert_int_equal(probe_pairs(&ctl, 7, p1, b1, 1), 4);
+  assert_int_equal(ctl.c_base, 4);
+  assert_int_equal(ctl.accepted, 0);
+  /* A slow phase of the machine that doubles both steps of a pair divides out: 1.6 / 2.0 is 20% cheaper. */
+  assert_int_equal(window(&ctl, 7, 1.0, 1), 6); /* hold 1 -> 0: the other direction, 4 + 2 */
+  const double p2[OKV_CAP_CTL_PAIRS] = {1.0, 1.5, 1.02}, b2[OKV_CAP_CTL_PAIRS] = {1.0, 1.0, 1.0};
+  assert_int_equal(probe_pairs(&ctl, 7, p2, b2, 1), 6); /* median 1.02 <= 1.03: kept despite one dear pair */
+  assert_int_equal(ctl.c_base, 6);
+  assert_int_equal(window(&ctl, 7, 1.0, 1), 7); /* on up: 6 + 3, at most the ceiling */
+  const double p3[OKV_CAP_CTL_PAIRS] = {1.6, 0.9, 0.9}, b3[OKV_CAP_CTL_PAIRS] = {2.0, 1.0, 1.0};
+  assert_int_equal(probe_pairs(&ctl, 7, p3, b3, 1), 7); /* cheaper too: an up probe is kept */
+  assert_int_equal(window(&ctl, 7, 1.0, 1), 4);         /* at the ceiling: down, 7 - 3 */
+  assert_int_equal(probe_pairs(&ctl, 7, p3, b3, 1), 4); /* every pair >= 10% cheaper, with one slow pair */
+  assert_int_equal(ctl.c_base, 4);
+  assert_int_equal(ctl.accepted, 3);
 }
 
 /* Fetches near free (cost within 3%) while the cap defers demand: C grows back
@@ -63,15 +119,19 @@ static void test_grows_back_when_fetches_are_free(void **state) {
   okv_cap_ctl_t ctl;
   okv_cap_ctl_init(&ctl, 1);
   assert_int_equal(window(&ctl, 7, 1.00, 5), 2); /* base; nothing below 1: probe up */
-  assert_int_equal(window(&ctl, 7, 1.02, 5), 3); /* 2% dearer: kept, continue up */
-  assert_int_equal(window(&ctl, 7, 1.02, 5), 4);
-  assert_int_equal(window(&ctl, 7, 1.03, 5), 6); /* stride 4 / 2 = 2 */
-  assert_int_equal(window(&ctl, 7, 1.03, 5), 7); /* 6 + 3 capped at the ceiling 7 */
-  assert_int_equal(ctl.c_base, 6);
-  /* At the ceiling an up probe is impossible: the next probe goes down. */
-  assert_int_equal(window(&ctl, 7, 1.03, 5), 4);
+  assert_int_equal(probe(&ctl, 7, 1.02, 1.00, 5), 2); /* 2% dearer: kept */
+  assert_int_equal(window(&ctl, 7, 1.02, 5), 3);      /* continue up */
+  assert_int_equal(probe(&ctl, 7, 1.02, 1.00, 5), 3);
+  assert_int_equal(window(&ctl, 7, 1.00, 5), 4);
+  assert_int_equal(probe(&ctl, 7, 1.03, 1.00, 5), 4);
+  assert_int_equal(window(&ctl, 7, 1.00, 5), 6); /* stride 4 / 2 = 2 */
+  assert_int_equal(probe(&ctl, 7, 1.03, 1.00, 5), 6);
+  assert_int_equal(window(&ctl, 7, 1.00, 5), 7); /* 6 + 3 capped at the ceiling 7 */
+  assert_int_equal(probe(&ctl, 7, 1.03, 1.00, 5), 7);
   assert_int_equal(ctl.c_base, 7);
-  assert_int_equal(window(&ctl, 7, 1.03, 5), 7); /* 4 is not cheaper: back to 7 */
+  /* At the ceiling an up probe is impossible: the next probe goes down. */
+  assert_int_equal(window(&ctl, 7, 1.00, 5), 4);
+  assert_int_equal(probe(&ctl, 7, 1.00, 1.00, 5), 7); /* 4 is not cheaper: back to 7 */
   assert_int_equal(ctl.c_base, 7);
 }
 
@@ -80,16 +140,17 @@ static void test_no_growth_without_demand(void **state) {
   (void)state;
   okv_cap_ctl_t ctl;
   okv_cap_ctl_init(&ctl, 2);
-  assert_int_equal(window(&ctl, 7, 1.0, 0), 1); /* probe down first */
-  assert_int_equal(window(&ctl, 7, 1.0, 0), 2); /* not cheaper: back */
-  for (int i = 0; i < 20; i++) assert_true(window(&ctl, 7, 1.0, 0) <= 2);
-  /* Demand appears: an up probe follows once the hold ends. */
+  assert_int_equal(window(&ctl, 7, 1.0, 0), 1);       /* probe down first */
+  assert_int_equal(probe(&ctl, 7, 1.0, 1.0, 0), 2);   /* not cheaper: back */
+  for (int i = 0; i < 200; i++) assert_true(feed(&ctl, 7, 1.0, 0, 1e9) <= 2);
+  /* Demand appears: up probes follow once the hold ends, and flat costs keep them. */
   uint32_t max_c = 0;
-  for (int i = 0; i < 20; i++) {
-    uint32_t c = window(&ctl, 7, 1.0, 3);
+  for (int i = 0; i < 400; i++) {
+    uint32_t c = feed(&ctl, 7, 1.0, 3, 1e9);
     if (c > max_c) max_c = c;
   }
   assert_int_equal(max_c, 7);
+  assert_int_equal(ctl.c_base, 7);
 }
 
 /* The link halves: the ceiling clamps C at once, the search restarts from the
@@ -99,14 +160,14 @@ static void test_reacts_to_halved_link(void **state) {
   okv_cap_ctl_t ctl;
   okv_cap_ctl_init(&ctl, 7);
   assert_int_equal(window(&ctl, 7, 1.0, 9), 4);
-  assert_int_equal(window(&ctl, 7, 1.0, 9), 7); /* rejected: hold 1, backoff 2 */
+  assert_int_equal(probe(&ctl, 7, 1.0, 1.0, 9), 7); /* rejected: hold 1, backoff 2 */
   assert_int_equal(ctl.backoff, 2);
-  assert_int_equal(feed(&ctl, 7, 1.0, 9, 1e9), 7); /* settle */
   /* Half the link: its ceiling is 3 (and the estimate moved by 50% > 25%). */
   assert_int_equal(feed(&ctl, 3, 1.0, 9, 0.5e9), 3);
   assert_int_equal(ctl.c_base, 3);
   assert_int_equal(ctl.backoff, 1);
   assert_int_equal(ctl.hold, 0);
+  assert_int_equal(ctl.settle, 0); /* the settle step was this one */
   assert_true(ctl.link_ref == 0.5e9);
   /* The next full window measures the base at 3, then probes down to 2. */
   for (uint32_t i = 0; i < OKV_CAP_CTL_WINDOW - 1; i++) assert_int_equal(feed(&ctl, 3, 1.0, 9, 0.5e9), 3);
@@ -114,17 +175,29 @@ static void test_reacts_to_halved_link(void **state) {
   /* A ceiling falling below a probe's C ends the probe: back to the (clamped) base. */
   assert_int_equal(feed(&ctl, 1, 1.0, 9, 0.5e9), 1);
   assert_int_equal(ctl.c_base, 1);
+  assert_int_equal(ctl.phase, OKV_CAP_BASE);
+  /* An up probe whose C a lower ceiling no longer allows ends too, on its base arm. */
+  okv_cap_ctl_t up;
+  okv_cap_ctl_init(&up, 4);
+  assert_int_equal(window(&up, 7, 1.0, 9), 2);
+  assert_int_equal(probe(&up, 7, 1.2, 1.0, 9), 4); /* down rejected */
+  assert_int_equal(window(&up, 7, 1.0, 9), 6);      /* up: 4 + 2 */
+  assert_int_equal(feed(&up, 7, 1.0, 9, 1e9), 6);   /* settle */
+  assert_int_equal(feed(&up, 7, 1.0, 9, 1e9), 4);   /* probe step measured: base arm */
+  assert_int_equal(feed(&up, 5, 1.0, 9, 1e9), 4);   /* ceiling 5 < 6: the probe ends, base 4 kept */
+  assert_int_equal(up.phase, OKV_CAP_BASE);
+  assert_int_equal(up.c_base, 4);
   /* The link doubles back: the search restarts and grows while the cost stays flat. */
   assert_int_equal(feed(&ctl, 7, 1.0, 9, 1e9), 1); /* the link estimate moved: a fresh base window */
   assert_int_equal(ctl.settle, 0);
   assert_true(ctl.link_ref == 1e9);
   uint32_t c = 0;
-  for (int i = 0; i < 12; i++) c = window(&ctl, 7, 1.0, 9);
+  for (int i = 0; i < 300; i++) c = feed(&ctl, 7, 1.0, 9, 1e9);
   assert_true(ctl.c_base >= 4);
   assert_true(c <= 7);
 }
 
-/* Unmeasured steps (0, negative, NaN cost) do not count towards a window. */
+/* Unmeasured steps (0, negative, NaN cost) count neither towards a window nor towards a probe's pair. */
 static void test_unmeasured_steps_skipped(void **state) {
   (void)state;
   okv_cap_ctl_t ctl;
@@ -137,11 +210,15 @@ static void test_unmeasured_steps_skipped(void **state) {
   assert_int_equal(feed(&ctl, 7, 1.0, 1, 0), 4);
   assert_int_equal(feed(&ctl, 7, 1.0, 1, 0), 4);
   assert_int_equal(feed(&ctl, 7, 1.0, 1, 0), 2); /* three measured: base done, probe down */
-  /* The median ignores one outlier per window: 0.5 among 1.0s is not "cheaper". */
   assert_int_equal(feed(&ctl, 7, 1.0, 1, 0), 2); /* settle */
-  assert_int_equal(feed(&ctl, 7, 0.5, 1, 0), 2);
-  assert_int_equal(feed(&ctl, 7, 1.0, 1, 0), 2);
-  assert_int_equal(feed(&ctl, 7, 1.0, 1, 0), 4);
+  assert_int_equal(feed(&ctl, 7, NAN, 1, 0), 2); /* the probe's step is still to come */
+  assert_int_equal(feed(&ctl, 7, 0.5, 1, 0), 4); /* measured: the pair's base step next */
+  assert_int_equal(feed(&ctl, 7, 1.0, 1, 0), 4); /* settle */
+  assert_int_equal(feed(&ctl, 7, -1.0, 1, 0), 4);
+  assert_int_equal(ctl.n_pairs, 0);
+  assert_int_equal(feed(&ctl, 7, 1.0, 1, 0), 2); /* the first pair: 0.5 */
+  assert_int_equal(ctl.n_pairs, 1);
+  assert_true(ctl.ratio[0] == 0.5);
 }
 
 /* Bounds under random measurements and ceilings (fixed seed): 1 <= C <= max(1, ceiling), always. */
@@ -159,17 +236,21 @@ static void test_bounds_random(void **state) {
     double j = (r % 1000) / 500.0;     /* 0 (unmeasured) .. 2 */
     double link = (r % 7 == 0) ? (double)(r % 5) * 1e8 : 3e8;
     feed(&ctl, ceiling, j, r % 3, link);
-    assert_true(ctl.c_base >= 1);
+    assert_true(ctl.c_base >= 1 && ctl.c_base <= (ceiling < 1 ? 1 : ceiling));
+    assert_true(ctl.phase == OKV_CAP_BASE || (ctl.c_probe >= 1 && ctl.c_probe <= (ceiling < 1 ? 1 : ceiling)));
     assert_true(ctl.backoff >= 1 && ctl.backoff <= OKV_CAP_CTL_MAX_HOLD);
+    assert_true(ctl.n_pairs < OKV_CAP_CTL_PAIRS && ctl.n_win < OKV_CAP_CTL_WINDOW);
   }
   assert_true(ctl.probes > 0);
+  assert_true(ctl.accepted > 0);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_shrinks_when_fetches_do_not_pay), cmocka_unit_test(test_grows_back_when_fetches_are_free),
-      cmocka_unit_test(test_no_growth_without_demand),        cmocka_unit_test(test_reacts_to_halved_link),
-      cmocka_unit_test(test_unmeasured_steps_skipped),        cmocka_unit_test(test_bounds_random),
+      cmocka_unit_test(test_shrinks_when_fetches_do_not_pay), cmocka_unit_test(test_down_needs_every_pair),
+      cmocka_unit_test(test_grows_back_when_fetches_are_free), cmocka_unit_test(test_no_growth_without_demand),
+      cmocka_unit_test(test_reacts_to_halved_link),           cmocka_unit_test(test_unmeasured_steps_skipped),
+      cmocka_unit_test(test_bounds_random),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
