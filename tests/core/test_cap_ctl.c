@@ -61,10 +61,10 @@ static void test_shrinks_when_fetches_do_not_pay(void **state) {
   okv_cap_ctl_t ctl;
   okv_cap_ctl_init(&ctl, 7);
   assert_int_equal(ctl.c, 7);
-  assert_int_equal(window(&ctl, 7, 1.00, 10), 4); /* base measured: probe down 7 - 3 */
+  assert_int_equal(window(&ctl, 7, 1.00, 10), 4);      /* base measured: probe down 7 - 3 */
   assert_int_equal(probe(&ctl, 7, 0.90, 1.00, 10), 4); /* every pair 10% cheaper (>= 3%): kept */
   assert_int_equal(ctl.c_base, 4);
-  assert_int_equal(window(&ctl, 7, 0.90, 10), 2); /* one base window, then on down: 4 - 2 */
+  assert_int_equal(window(&ctl, 7, 0.90, 10), 2);      /* one base window, then on down: 4 - 2 */
   assert_int_equal(probe(&ctl, 7, 0.85, 0.90, 10), 2); /* 5.6% cheaper: kept */
   assert_int_equal(window(&ctl, 7, 0.85, 10), 1);
   assert_int_equal(probe(&ctl, 7, 0.84, 0.85, 10), 2); /* 1.2% cheaper: not worth it, back to 2 */
@@ -77,8 +77,8 @@ static void test_shrinks_when_fetches_do_not_pay(void **state) {
   assert_int_equal(probe(&ctl, 7, 0.935, 0.85, 10), 2);
   assert_int_equal(ctl.hold, 2);
   assert_int_equal(ctl.backoff, 4);
-  assert_int_equal(window(&ctl, 7, 0.85, 10), 2); /* hold 2 -> 1 */
-  assert_int_equal(window(&ctl, 7, 0.85, 10), 1); /* hold 1 -> 0: probe down again (periodic re-probe) */
+  assert_int_equal(window(&ctl, 7, 0.85, 10), 2);      /* hold 2 -> 1 */
+  assert_int_equal(window(&ctl, 7, 0.85, 10), 1);      /* hold 1 -> 0: probe down again (periodic re-probe) */
   assert_int_equal(probe(&ctl, 7, 0.85, 0.85, 10), 2); /* not cheaper: back, hold 4 */
   assert_int_equal(ctl.hold, 4);
   assert_int_equal(ctl.backoff, OKV_CAP_CTL_MAX_HOLD);
@@ -118,7 +118,7 @@ static void test_grows_back_when_fetches_are_free(void **state) {
   (void)state;
   okv_cap_ctl_t ctl;
   okv_cap_ctl_init(&ctl, 1);
-  assert_int_equal(window(&ctl, 7, 1.00, 5), 2); /* base; nothing below 1: probe up */
+  assert_int_equal(window(&ctl, 7, 1.00, 5), 2);      /* base; nothing below 1: probe up */
   assert_int_equal(probe(&ctl, 7, 1.02, 1.00, 5), 2); /* 2% dearer: kept */
   assert_int_equal(window(&ctl, 7, 1.02, 5), 3);      /* continue up */
   assert_int_equal(probe(&ctl, 7, 1.02, 1.00, 5), 3);
@@ -140,8 +140,8 @@ static void test_no_growth_without_demand(void **state) {
   (void)state;
   okv_cap_ctl_t ctl;
   okv_cap_ctl_init(&ctl, 2);
-  assert_int_equal(window(&ctl, 7, 1.0, 0), 1);       /* probe down first */
-  assert_int_equal(probe(&ctl, 7, 1.0, 1.0, 0), 2);   /* not cheaper: back */
+  assert_int_equal(window(&ctl, 7, 1.0, 0), 1);     /* probe down first */
+  assert_int_equal(probe(&ctl, 7, 1.0, 1.0, 0), 2); /* not cheaper: back */
   for (int i = 0; i < 200; i++) assert_true(feed(&ctl, 7, 1.0, 0, 1e9) <= 2);
   /* Demand appears: up probes follow once the hold ends, and flat costs keep them. */
   uint32_t max_c = 0;
@@ -181,10 +181,10 @@ static void test_reacts_to_halved_link(void **state) {
   okv_cap_ctl_init(&up, 4);
   assert_int_equal(window(&up, 7, 1.0, 9), 2);
   assert_int_equal(probe(&up, 7, 1.2, 1.0, 9), 4); /* down rejected */
-  assert_int_equal(window(&up, 7, 1.0, 9), 6);      /* up: 4 + 2 */
-  assert_int_equal(feed(&up, 7, 1.0, 9, 1e9), 6);   /* settle */
-  assert_int_equal(feed(&up, 7, 1.0, 9, 1e9), 4);   /* probe step measured: base arm */
-  assert_int_equal(feed(&up, 5, 1.0, 9, 1e9), 4);   /* ceiling 5 < 6: the probe ends, base 4 kept */
+  assert_int_equal(window(&up, 7, 1.0, 9), 6);     /* up: 4 + 2 */
+  assert_int_equal(feed(&up, 7, 1.0, 9, 1e9), 6);  /* settle */
+  assert_int_equal(feed(&up, 7, 1.0, 9, 1e9), 4);  /* probe step measured: base arm */
+  assert_int_equal(feed(&up, 5, 1.0, 9, 1e9), 4);  /* ceiling 5 < 6: the probe ends, base 4 kept */
   assert_int_equal(up.phase, OKV_CAP_BASE);
   assert_int_equal(up.c_base, 4);
   /* The link doubles back: the search restarts and grows while the cost stays flat. */
@@ -247,9 +247,12 @@ static void test_bounds_random(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_shrinks_when_fetches_do_not_pay), cmocka_unit_test(test_down_needs_every_pair),
-      cmocka_unit_test(test_grows_back_when_fetches_are_free), cmocka_unit_test(test_no_growth_without_demand),
-      cmocka_unit_test(test_reacts_to_halved_link),           cmocka_unit_test(test_unmeasured_steps_skipped),
+      cmocka_unit_test(test_shrinks_when_fetches_do_not_pay),
+      cmocka_unit_test(test_down_needs_every_pair),
+      cmocka_unit_test(test_grows_back_when_fetches_are_free),
+      cmocka_unit_test(test_no_growth_without_demand),
+      cmocka_unit_test(test_reacts_to_halved_link),
+      cmocka_unit_test(test_unmeasured_steps_skipped),
       cmocka_unit_test(test_bounds_random),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
