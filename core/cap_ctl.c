@@ -87,7 +87,8 @@ static void base_window_done(okv_cap_ctl_t *ctl, uint32_t ceiling) {
   ctl->win_deferred = 0;
   ctl->windows++;
   if (ctl->hold > 0 && --ctl->hold > 0) return;
-  bool can_up = deferred > 0 && ctl->c_base<ceiling, can_down = ctl->c_base> 1;
+  bool can_up = deferred > 0 && ctl->c_base < ceiling;
+  bool can_down = ctl->c_base > 1;
   int dir = ctl->next_dir;
   if (dir > 0 && !can_up) dir = -1;
   if (dir < 0 && !can_down) dir = can_up ? +1 : 0;
