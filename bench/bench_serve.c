@@ -1393,6 +1393,7 @@ static json_object *run_json(const serve_result_t *r) {
   json_num(o, "stall_fraction", r->stall_fraction);
   json_num(o, "bytes_per_step", r->bytes_per_step);
   json_object_object_add(o, "round_position", json_object_new_int64(r->round_position));
+  json_num(o, "weights_seconds_per_step", r->weights_seconds_per_step);
   json_object_object_add(o, "step_seconds_each", num_list(r->step_list, r->n_step_list));
   if (r->mode != SM_OFFLOAD) json_object_object_add(o, "fetch_bytes_each", num_list(r->fetch_list, r->n_step_list));
   if (r->fetch_auto && (r->mode == SM_PROXY || r->mode == SM_OASIS)) {
@@ -1566,6 +1567,11 @@ static double serve_paired_ratio(const serve_result_t *a, const serve_result_t *
   return r[(a->n_runs - 1) / 2]; /* the lower middle for even N, as the median runs are chosen */
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
 static void print_table(const serve_t *s, const serve_result_t *rs, size_t n, uint32_t ctx) {
   printf("%-9s %6s %5s %9s %9s %10s %10s %9s %7s %7s %7s\n", "mode", "ratio", "seqs", "tok/s", "step_ms", "MB/step",
          "link_MB", "link_use", "stall", "recall", "load_s");
@@ -1615,6 +1621,26 @@ static void print_table(const serve_t *s, const serve_result_t *rs, size_t n, ui
     if (paired > 0)
       printf("  paired by round (auto / %g within each of the %u rounds, median): %.1f%%\n", best_fixed->fetch_ratio,
              autor->n_runs, 100.0 * paired);
+  }
+  /* --repeat: the machine's own noise, read off work that is the same in every run (the weights read: the same
+   * bytes per step whatever the mode, ratio or batch), so that a difference between configurations can be
+   * weighed against it. */
+  double w_lo = 0, w_hi = 0, w_all[SM_COUNT * 16 * SERVE_MAX_REPEAT];
+  uint32_t n_w = 0;
+  for (size_t i = 0; i < n; i++)
+    for (uint32_t k = 0; rs[i].context == ctx && rs[i].n_runs > 1 && k < rs[i].n_runs; k++) {
+      double w = rs[i].run_of[k]->weights_seconds_per_step;
+      if (!(w > 0) || rs[i].run_of[k]->steps == 0 || n_w == sizeof w_all / sizeof w_all[0]) continue;
+      w_all[n_w++] = w;
+      w_lo = n_w == 1 || w < w_lo ? w : w_lo;
+      w_hi = n_w == 1 || w > w_hi ? w : w_hi;
+    }
+  if (n_w > 1) {
+    qsort(w_all, n_w, sizeof w_all[0], cmp_double);
+    printf(
+        "machine noise: the weights read (the same bytes in every run) took %.1f-%.1f ms per step over the %u "
+        "runs (median %.1f); differences between configurations within that spread (%.0f%%) may be noise\n",
+        1e3 * w_lo, 1e3 * w_hi, n_w, 1e3 * w_all[(n_w - 1) / 2], 100.0 * (w_hi - w_lo) / w_all[(n_w - 1) / 2]);
   }
   (void)s;
 }

@@ -370,6 +370,7 @@ static void test_serve_repeat(void **state) {
             json_object_get_double(json_object_array_get_idx(rf, k));
   }
   double paired = fmax(fmin(pr[0], pr[1]), fmin(fmax(pr[0], pr[1]), pr[2])); /* median of three */
+  double w_lo = INFINITY, w_hi = 0;                                          /* the weights read over all runs */
   for (size_t i = 0; i < 3; i++) {
     json_object *o = json_object_array_get_idx(arr, i), *runs = NULL;
     assert_true(json_object_object_get_ex(o, "tokens_per_second_runs", &runs));
@@ -396,6 +397,10 @@ static void test_serve_repeat(void **state) {
       /* the order rotates: round k starts at configuration k, so configuration i runs in place (i - k) mod 3
        * and, over the three rounds, once in every place */
       assert_true(num(rk, "round_position") == (double)((i + 3 - k) % 3));
+      double w = num(rk, "weights_seconds_per_step");
+      assert_true(w > 0);
+      w_lo = fmin(w_lo, w);
+      w_hi = fmax(w_hi, w);
       assert_true(json_object_object_get_ex(rk, "step_seconds_each", &steps));
       assert_int_equal(json_object_array_length(steps), 3); /* --decode 3 */
       json_object *caps = NULL;
@@ -408,10 +413,21 @@ static void test_serve_repeat(void **state) {
   FILE *f = fopen(out, "r");
   assert_non_null(f);
   char line[1024];
-  int n_runs = 0, n_auto = 0, n_paired = 0;
+  int n_runs = 0, n_auto = 0, n_paired = 0, n_noise = 0;
   while (fgets(line, sizeof line, f)) {
     n_runs += strstr(line, "  runs: ") != NULL;
     n_auto += strstr(line, "medians of 3 runs") != NULL;
+    const char *nz = strstr(line, "machine noise: the weights read (the same bytes in every run) took ");
+    if (nz) { /* its range is that of the 9 runs' weights read, printed to 0.1 ms */
+      double lo = 0, hi = 0;
+      unsigned nr = 0;
+      assert_int_equal(sscanf(nz + strlen("machine noise: the weights read (the same bytes in every run) took "),
+                              "%lf-%lf ms per step over the %u runs", &lo, &hi, &nr),
+                       3);
+      assert_int_equal(nr, 9);
+      assert_true(fabs(lo - 1e3 * w_lo) <= 0.051 && fabs(hi - 1e3 * w_hi) <= 0.051);
+      n_noise++;
+    }
     const char *p = strstr(line, "paired by round (auto / 0.25 within each of the 3 rounds, median): ");
     if (p) { /* printed to 0.1% */
       double got = strtod(p + strlen("paired by round (auto / 0.25 within each of the 3 rounds, median): "), NULL);
@@ -423,6 +439,7 @@ static void test_serve_repeat(void **state) {
   assert_int_equal(n_runs, 3);
   assert_int_equal(n_auto, 1);
   assert_int_equal(n_paired, 1);
+  assert_int_equal(n_noise, 1);
   unlink(json);
   unlink(out);
 }
