@@ -102,6 +102,18 @@ static void base_window_done(okv_cap_ctl_t *ctl, uint32_t ceiling) {
   set_c(ctl, ctl->c_probe);
 }
 
+void okv_cap_ctl_clamp(okv_cap_ctl_t *ctl, uint32_t ceiling) {
+  if (ceiling < 1) ceiling = 1;
+  bool probe_over = ctl->phase != OKV_CAP_BASE && ctl->c_probe > ceiling;
+  if (ctl->c > ceiling || ctl->c_base > ceiling || probe_over) { /* the ceiling no longer allows C: clamp now */
+    if (ctl->c_base > ceiling) ctl->c_base = ceiling;
+    ctl->hold = 0;
+    ctl->j_base = 0;
+    to_base(ctl);
+    ctl->settle = OKV_CAP_CTL_SETTLE;
+  }
+}
+
 uint32_t okv_cap_ctl_update(okv_cap_ctl_t *ctl, const okv_cap_obs_t *obs) {
   uint32_t ceiling = obs->ceiling < 1 ? 1 : obs->ceiling;
   double link = obs->link_bytes_per_s;
@@ -118,14 +130,7 @@ uint32_t okv_cap_ctl_update(okv_cap_ctl_t *ctl, const okv_cap_obs_t *obs) {
       ctl->settle = OKV_CAP_CTL_SETTLE; /* the link changed under the steps measured so far */
     }
   }
-  bool probe_over = ctl->phase != OKV_CAP_BASE && ctl->c_probe > ceiling;
-  if (ctl->c > ceiling || ctl->c_base > ceiling || probe_over) { /* the link no longer carries C: clamp now */
-    if (ctl->c_base > ceiling) ctl->c_base = ceiling;
-    ctl->hold = 0;
-    ctl->j_base = 0;
-    to_base(ctl);
-    ctl->settle = OKV_CAP_CTL_SETTLE;
-  }
+  okv_cap_ctl_clamp(ctl, ceiling);
   if (ctl->settle > 0) {
     ctl->settle--;
     return ctl->c;

@@ -79,6 +79,11 @@ typedef struct okv_cap_ctl_t {
 /* Starts at C = c_start (>= 1), probing down first. */
 void okv_cap_ctl_init(okv_cap_ctl_t *ctl, uint32_t c_start);
 
+/* Applies a ceiling at once, between steps (a new sequence took spare slots back): C, the accepted C and
+ * a probe's C above it end at the ceiling (a probe ends), in a fresh base window after one settle step;
+ * nothing changes when all are within it. update() applies its own ceiling the same way. */
+void okv_cap_ctl_clamp(okv_cap_ctl_t *ctl, uint32_t ceiling);
+
 /* Feeds one step's measurements; returns the C for the next step, in
  * [1, max(1, obs->ceiling)]. */
 uint32_t okv_cap_ctl_update(okv_cap_ctl_t *ctl, const okv_cap_obs_t *obs);

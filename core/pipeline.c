@@ -382,6 +382,7 @@ uint32_t okv_rt_cap_ceiling(const okv_runtime_t *rt, uint32_t n_seqs) {
 uint32_t okv_rt_choose_cap(const okv_runtime_t *rt, uint32_t n_seqs) {
   uint32_t ceiling = okv_rt_cap_ceiling(rt, n_seqs);
   if (!rt->cfg.fetch_ratio_auto) return ceiling;
+  if (rt->spares_max > 0 && rt->spares_max < ceiling) ceiling = rt->spares_max;
   return rt->cap_ctl.c < ceiling ? rt->cap_ctl.c : ceiling;
 }
 

@@ -120,6 +120,7 @@ void okv_rt_spares_spread(okv_runtime_t *rt) {
       if (s->heads[j].n_owned > base && s->heads[j].n_owned - base > most) most = s->heads[j].n_owned - base;
   }
   rt->spares_max = most;
+  if (rt->cfg.fetch_ratio_auto && most > 0) okv_cap_ctl_clamp(&rt->cap_ctl, most); /* at once, not at step_end */
 }
 
 /* ---- sequences: add / remove ---- */
@@ -135,7 +136,11 @@ okv_status_t okv_runtime_seq_capacity(const okv_runtime_t *rt, uint32_t n_tokens
   for (uint32_t i = 0; i < rt->cfg.max_seqs; i++) n += !rt->seqs[i].live;
   uint32_t nb = n_blocks_of(n_tokens);
   uint64_t slots = is_sparse_mode(rt) ? LH * rt->slots_min_per_head : LH * nb;
-  uint64_t free_slots = rt->n_free_slots + (is_sparse_mode(rt) ? spares_free(rt) : 0u);
+  /* The spares in the heads' free stacks: the background thread pops them while it selects, so let it finish
+   * first (as okv_runtime_seq_add does); then an add made next finds exactly these. */
+  bool spares = is_sparse_mode(rt) && rt->slots_min_per_head < rt->slots_per_head;
+  if (spares && has_pipeline(rt)) okv_rt_jobs_drain((okv_runtime_t *)rt);
+  uint64_t free_slots = rt->n_free_slots + (spares ? spares_free(rt) : 0u);
   if (slots > 0 && free_slots / slots < n) n = free_slots / slots;
   uint64_t ext = LH * ceil_div_u32(nb, rt->extent_blocks);
   if (ext > 0 && rt->host.n_free / ext < n) n = rt->host.n_free / ext;
@@ -169,10 +174,15 @@ okv_status_t okv_rt_seq_reserve(okv_runtime_t *rt, uint32_t n_tokens, const char
    * spare returns to the pool, and the pool's rest is spread again evenly once the sequence has its slots. */
   if (is_sparse_mode(rt) && rt->slots_min_per_head < rt->slots_per_head) spares_reclaim(rt, UINT64_MAX);
   if (slots_needed > rt->n_free_slots) {
+    uint64_t avail = rt->n_free_slots; /* free and free spare slots, before the spares go back to the heads */
     okv_rt_spares_spread(rt);
     return okv_status_make(OKV_STATUS_OUT_OF_MEMORY,
-                           "%s: the slot pool (device tier) has %llu free slots, the sequence needs %llu", fn,
-                           (unsigned long long)rt->n_free_slots, (unsigned long long)slots_needed);
+                           "%s: the slot pool (device tier) has %llu free slots%s, the sequence needs %llu", fn,
+                           (unsigned long long)avail,
+                           rt->slots_min_per_head < rt->slots_per_head && is_sparse_mode(rt)
+                               ? " (spare slots included; those of transfers in flight are not free)"
+                               : "",
+                           (unsigned long long)slots_needed);
   }
   if (LH * n_ext > rt->host.n_free) {
     okv_rt_spares_spread(rt);

@@ -392,9 +392,12 @@ OKV_API okv_status_t okv_runtime_cap_state(const okv_runtime_t *runtime, okv_cap
  * would accept now: bounded by free sequence entries (max_seqs), free DEVICE
  * slots (sparse modes reserve K + 1 + C slots per layer and KV head at
  * seq_add, K + 2 with fetch_ratio_auto, whose spare slots above that count as
- * free; OKV_MODE_DENSE needs one per block) and free HOST extents. An
- * estimate only in that HOST extents may fragment, and with fetch_ratio_auto
- * spares that transfers in flight hold are counted (docs/api.md "Fetch ratio").
+ * free; OKV_MODE_DENSE needs one per block) and free HOST extents. With
+ * fetch_ratio_auto it first waits for the background pipeline to finish its
+ * queued jobs (their selection takes spares), as seq_add does, so spares that
+ * planned transfers hold are not counted (docs/api.md "Fetch ratio"). An
+ * estimate only in that HOST extents may fragment. Engine thread, between
+ * steps (not thread-safe against a concurrent call on the runtime).
  * Errors: INVALID_ARGUMENT. */
 OKV_API okv_status_t okv_runtime_seq_capacity(const okv_runtime_t *runtime, uint32_t n_tokens, uint32_t *out_n_seqs);
 

@@ -702,8 +702,8 @@ static void test_auto_cap_spares(void **state) {
 }
 
 /* The self-tuning cap searches C only up to the most spares a head holds: with one spare per head (a pool of
- * K + 2 slots per head) the search, which starts at 0.05 x K = 2, is clamped to 1 by the first step's end and
- * every later job admits with C = 1, whatever the link would carry. */
+ * K + 2 slots per head) the search, which starts at 0.05 x K = 2, is clamped to 1 when the sequence is added
+ * and every job admits with C = 1, whatever the link would carry. */
 static void test_auto_cap_spares_ceiling(void **state) {
   (void)state;
   okv_runtime_config_t c;
@@ -719,7 +719,7 @@ static void test_auto_cap_spares_ceiling(void **state) {
   assert_int_equal(d.rt->spares_max, 1);
   okv_cap_state_t cs;
   OKV_ASSERT_OK(okv_runtime_cap_state(d.rt, &cs));
-  assert_int_equal(cs.cap_target_blocks, 2); /* nothing measured yet: 0.05 x K */
+  assert_int_equal(cs.cap_target_blocks, 1); /* 0.05 x K = 2, clamped to the 1 spare at the add */
   for (uint32_t step = 0; step < 8; step++) {
     drv_step(&d, 2, 2.0f);
     assert_int_equal(d.last_layer_code, OKV_STATUS_OK);
@@ -731,6 +731,74 @@ static void test_auto_cap_spares_ceiling(void **state) {
   assert_true(drv_check(&d, false) < 2e-5);
   drv_remove(&d, 0);
   assert_int_equal(d.rt->spares_max, 0); /* no head left */
+  drv_close(&d);
+  /* A new sequence that takes the spares back clamps the search at once, before the next step: alone, a
+   * sequence holds C_max = 10 spares per head and the search is at 0.05 x K = 2; with a second one in a pool of
+   * two sequences at K + 2, every head keeps 1 spare, and the target is 1 right after the add. */
+  c.device_pool_bytes = 2 * LH * (40 + 2) * bb;
+  drv_open(&d, g_backend, &c, &p, 29, 1024);
+  drv_add(&d, 900);
+  assert_int_equal(d.rt->spares_max, 10);
+  OKV_ASSERT_OK(okv_runtime_cap_state(d.rt, &cs));
+  assert_int_equal(cs.cap_target_blocks, 2);
+  drv_add(&d, 700);
+  assert_int_equal(d.rt->spares_max, 1);
+  OKV_ASSERT_OK(okv_runtime_cap_state(d.rt, &cs));
+  assert_int_equal(cs.cap_target_blocks, 1);
+  drv_step(&d, 2, 2.0f);
+  assert_int_equal(d.last_layer_code, OKV_STATUS_OK);
+  OKV_ASSERT_OK(okv_runtime_cap_state(d.rt, &cs));
+  assert_true(cs.cap_blocks == 1.0); /* every job of the first step after the add */
+  drv_close(&d);
+}
+
+/* With the self-tuning cap, okv_runtime_seq_capacity right after a step (the background thread may still be
+ * selecting, taking spares from the heads' free stacks) waits for the pipeline: it gives the same answer as
+ * once the pipeline is idle and never races with it (TSan runs this test); an add it said fits succeeds, one
+ * it said does not fails with OUT_OF_MEMORY naming the device tier and changes nothing. The pool: two
+ * sequences with every spare (13 slots per head) and 4 per head + 2 more, so a third sequence (10 per head)
+ * fits only when nearly every spare is free. */
+static void test_auto_capacity_after_step(void **state) {
+  (void)state;
+  okv_runtime_config_t c;
+  budget_config(&c, 8, 0.5); /* K = 8, C_max = 4: heads own 10 .. 13 slots */
+  c.mode = OKV_MODE_OASIS;
+  c.fetch_ratio_auto = true;
+  uint64_t bb = okv_block_bytes(c.kv_dtype, c.head_dim), LH = (uint64_t)c.n_layers * c.n_kv_heads;
+  c.device_pool_bytes = (2 * LH * 13 + 4 * LH + 2) * bb;
+  okv_hal_device_params_t p = small_params();
+  drv_t d;
+  drv_open(&d, g_backend, &c, &p, 31, 1024);
+  drv_add(&d, 300);
+  drv_add(&d, 260);
+  uint32_t fits = 0, refused = 0;
+  for (uint32_t step = 0; step < 16; step++) {
+    drv_step(&d, 2, 2.0f);
+    assert_int_equal(d.last_layer_code, OKV_STATUS_OK);
+    uint32_t a = 0, b = 0;
+    OKV_ASSERT_OK(okv_runtime_seq_capacity(d.rt, 200, &a)); /* right after step_end */
+    okv_step_stats_t cum;
+    OKV_ASSERT_OK(okv_runtime_stats(d.rt, UINT32_MAX, &cum)); /* waits for the pipeline */
+    OKV_ASSERT_OK(okv_runtime_seq_capacity(d.rt, 200, &b));
+    assert_int_equal(a, b);
+    assert_true(a <= 1);
+    if (d.n_seqs == 3) continue;
+    if (a == 1) {
+      drv_add(&d, 200); /* asserts success */
+      fits++;
+    } else {
+      uint64_t pool = okv_runtime_debug_free_slots(d.rt);
+      uint32_t id;
+      okv_status_t st = okv_runtime_seq_add(d.rt, NULL, &id);
+      assert_int_equal(okv_status_code(st), OKV_STATUS_OUT_OF_MEMORY);
+      assert_non_null(strstr(okv_status_message(st), "device tier"));
+      okv_status_free(st);
+      assert_int_equal(okv_runtime_debug_free_slots(d.rt), pool);
+      refused++;
+    }
+  }
+  assert_int_equal(fits + refused > 0, 1);
+  assert_true(drv_check(&d, false) < 2e-5);
   drv_close(&d);
 }
 
@@ -881,6 +949,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_auto_cap),
       cmocka_unit_test(test_auto_cap_spares),
       cmocka_unit_test(test_auto_cap_spares_ceiling),
+      cmocka_unit_test(test_auto_capacity_after_step),
       cmocka_unit_test(test_two_level),
       cmocka_unit_test(test_q8_scoring),
   };
