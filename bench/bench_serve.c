@@ -92,7 +92,8 @@ static void usage(FILE *f) {
           "                       4096,8192,16384,32768)\n"
           "  --decode N           measured decode steps (tokens per request; default 8)\n"
           "  --warmup N           unmeasured steps first (default: ceil(K/C) + 2 for proxy and oasis, whose\n"
-          "                       working sets start as the prompt's last K blocks; 2 otherwise, offload 1)\n"
+          "                       working sets start as the prompt's last K blocks, the largest over the\n"
+          "                       --fetch-ratio list; 2 otherwise, offload 1)\n"
           "  --device-gib G       DEVICE capacity, the same for every mode (default 0.6)\n"
           "  --budget K           working-set blocks per KV head (default 128)\n"
           "  --fetch-ratio R[,..] cap C = ceil(R*K) new blocks per KV head per step, R in (0,1], or auto[:MAX]\n"
@@ -111,7 +112,8 @@ static void usage(FILE *f) {
           "  --recall-seqs N      sequences sampled per recall step (default 2)\n"
           "  --time-budget S      stop measuring a mode after S seconds (default 15; >= 1 step)\n"
           "  --repeat N           run every mode (and ratio) N times, interleaved, and report each one's median\n"
-          "                       run by tokens/s (default 1; odd N gives a true median)\n"
+          "                       run by tokens/s (1..31, default 1; odd N gives a true median; the rounds'\n"
+          "                       order is balanced over a multiple of the configurations, twice that if odd)\n"
           "  --trace FILE         keys/queries from `oasiskv eval --trace` instead of the generator\n"
           "  --draft-rho X        generator: draft innovation correlation in [0,1] (default 0.7)\n"
           "  --seed S             generator seed (default 1)\n"
@@ -585,17 +587,34 @@ typedef struct serve_t {
 
 static uint32_t n_blocks_of(uint32_t tokens) { return (tokens + 15u) / 16u; }
 
-/* Unmeasured steps first: --warmup, else (auto) until a capped mode's working sets can have turned over
- * once, ceil(K / C) + 2 steps (they start as the last K blocks of the prompt; at most C new blocks per KV head
- * per step replace them), and 2 for the other modes (offload: 1, its steps are long and alike). */
-static uint32_t warmup_steps(const serve_t *s, serve_mode_t m, double ratio, bool autor) {
-  if (s->o.warmup != UINT32_MAX) return s->o.warmup;
-  if (m == SM_OFFLOAD) return 1;
-  if (m != SM_PROXY && m != SM_OASIS) return 2;
-  double r = autor ? 0.05 : ratio; /* auto: the turnover of the runtime's starting ratio */
+/* Unmeasured steps first: --warmup, else until a capped mode's working sets can have turned over once,
+ * ceil(K / C) + 2 steps (they start as the last K blocks of the prompt; at most C new blocks per KV head per
+ * step replace them), and 2 for the other modes (offload: 1, its steps are long and alike). */
+/* Steps for one turnover of a K-block working set at a ratio's C: ceil(K / C) + 2. With auto, the runtime's
+ * starting C, ceil(min(0.05, MAX) * K). */
+static uint32_t turnover_steps(const serve_t *s, double ratio, bool autor) {
+  double r = autor ? fmin(0.05, fabs(ratio)) : ratio; /* auto: the list holds -MAX */
   uint32_t C = (uint32_t)ceil(r * s->K - 1e-9);
   if (C < 1) C = 1;
   return (s->K + C - 1) / C + 2;
+}
+
+/* Warm-up steps of a mode: proxy and oasis warm up for the longest turnover of the run's fetch ratios, every
+ * ratio alike, so that the configurations of a sweep are measured at the same decode positions after the same
+ * number of steps (a ratio with a larger C would otherwise be measured earlier, a self-tuning cap that runs
+ * below its starting C less warmed). */
+static uint32_t warmup_steps(const serve_t *s, serve_mode_t m, double ratio, bool autor) {
+  (void)ratio;
+  (void)autor;
+  if (s->o.warmup != UINT32_MAX) return s->o.warmup;
+  if (m == SM_OFFLOAD) return 1;
+  if (m != SM_PROXY && m != SM_OASIS) return 2;
+  uint32_t w = 0;
+  for (uint32_t i = 0; i < s->o.n_ratios; i++) {
+    uint32_t x = turnover_steps(s, s->o.ratios[i], s->o.ratio_auto[i]);
+    w = x > w ? x : w;
+  }
+  return w;
 }
 
 /* Decode positions any mode replays: the longest warm-up, the measured and the recall steps (the trace's
@@ -1611,16 +1630,19 @@ static void print_table(const serve_t *s, const serve_result_t *rs, size_t n, ui
       printf("  (concurrency stopped at --max-seqs %u, so this ratio is not one at equal DEVICE memory)\n",
              s->o.max_seqs);
   }
-  if (autor && best_fixed) {
-    char med[48] = "";
-    if (autor->n_runs > 1) snprintf(med, sizeof med, "medians of %u runs; ", autor->n_runs);
-    printf("oasis fetch ratio auto: %.1f tok/s = %.1f%% of the best fixed ratio (%g: %.1f tok/s; %starget >= 95%%)\n",
-           autor->tokens_per_second, 100.0 * autor->tokens_per_second / best_fixed->tokens_per_second,
+  for (size_t i = 0; autor && best_fixed && i < n; i++) { /* one comparison per auto setting (auto, auto:MAX) */
+    const serve_result_t *a = &rs[i];
+    if (a->context != ctx || a->mode != SM_OASIS || !a->fetch_auto || a->steps == 0) continue;
+    char med[48] = "", label[32];
+    ratio_text(a, label, sizeof label);
+    if (a->n_runs > 1) snprintf(med, sizeof med, "medians of %u runs; ", a->n_runs);
+    printf("oasis fetch ratio %s: %.1f tok/s = %.1f%% of the best fixed ratio (%g: %.1f tok/s; %starget >= 95%%)\n",
+           label, a->tokens_per_second, 100.0 * a->tokens_per_second / best_fixed->tokens_per_second,
            best_fixed->fetch_ratio, best_fixed->tokens_per_second, med);
-    double paired = serve_paired_ratio(autor, best_fixed);
+    double paired = serve_paired_ratio(a, best_fixed);
     if (paired > 0)
-      printf("  paired by round (auto / %g within each of the %u rounds, median): %.1f%%\n", best_fixed->fetch_ratio,
-             autor->n_runs, 100.0 * paired);
+      printf("  paired by round (%s / %g within each of the %u rounds, median): %.1f%%\n", label,
+             best_fixed->fetch_ratio, a->n_runs, 100.0 * paired);
   }
   /* --repeat: the machine's own noise, read off work that is the same in every run (the weights read: the same
    * bytes per step whatever the mode, ratio or batch), so that a difference between configurations can be
@@ -1856,9 +1878,9 @@ int okv_cli_bench_serve(int argc, char **argv) {
   else
     fprintf(info, "  link: %s; utilisation against %.3g GB/s\n",
             cpu ? "unpaced (--link-gbps 0)" : "the GPU's real link", s.link_bps / 1e9);
-  char warm[32];
+  char warm[64];
   if (o->warmup == UINT32_MAX)
-    snprintf(warm, sizeof warm, "%u (proxy, oasis) / 2", warmup_steps(&s, SM_OASIS, o->ratios[0], o->ratio_auto[0]));
+    snprintf(warm, sizeof warm, "%u (proxy, oasis; every ratio alike) / 2", warmup_steps(&s, SM_OASIS, 0, false));
   else
     snprintf(warm, sizeof warm, "%u", o->warmup);
   fprintf(info, "  K = %u blocks, %s warm-up + %u measured steps, keys/queries: %s; fetch ratio", s.K, warm, o->decode,
@@ -1894,6 +1916,13 @@ int okv_cli_bench_serve(int argc, char **argv) {
     fprintf(info,
             "\ncontext %u tokens + up to %u decode steps (the longest warm-up of the ratios, measured, recall):\n", ctx,
             decode_positions(&s));
+    if ((o->modes[SM_PROXY] || o->modes[SM_OASIS] || o->modes[SM_ONDEMAND]) &&
+        n_blocks_of(ctx + decode_positions(&s)) <= s.K)
+      fprintf(info,
+              "note: at most %u blocks per KV head here, no more than K = %u: proxy, ondemand and oasis keep every "
+              "block resident (nothing is selected or fetched, and every fetch ratio runs alike); use a longer "
+              "--context or a smaller --budget\n",
+              n_blocks_of(ctx + decode_positions(&s)), s.K);
     memset(s.fit, 0, sizeof s.fit);
     if (o->modes[SM_OFFLOAD] && !o->offload_seqs && !o->modes[SM_DENSE])
       s.fit[SM_DENSE] = fit_search(&s, SM_DENSE, ctx, fit_bound(&s, SM_DENSE, ctx));
@@ -1976,7 +2005,13 @@ int okv_cli_bench_serve(int argc, char **argv) {
     }
     if (!quiet) print_table(&s, results, n_results, ctx);
   }
-  if (any_failed) goto done; /* a run that could not run is an error (its note says why): no output is left */
+  if (any_failed) { /* a run that could not run is an error (its note says why): no output is left */
+    if (have_json || have_csv || have_png)
+      fprintf(stderr, CMD ": a configuration could not run (its row says why): no --json, --csv or --plot written\n");
+    else
+      fprintf(stderr, CMD ": a configuration could not run (its row says why)\n");
+    goto done;
+  }
   if (have_json) {
     json_c_set_serialization_double_format("%.8g", JSON_C_OPTION_GLOBAL);
     json_object *arr = json_object_new_array();

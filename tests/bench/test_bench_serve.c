@@ -428,9 +428,9 @@ static void test_serve_repeat(void **state) {
       assert_true(fabs(lo - 1e3 * w_lo) <= 0.051 && fabs(hi - 1e3 * w_hi) <= 0.051);
       n_noise++;
     }
-    const char *p = strstr(line, "paired by round (auto / 0.25 within each of the 3 rounds, median): ");
+    const char *p = strstr(line, "paired by round (auto:0.25 / 0.25 within each of the 3 rounds, median): ");
     if (p) { /* printed to 0.1% */
-      double got = strtod(p + strlen("paired by round (auto / 0.25 within each of the 3 rounds, median): "), NULL);
+      double got = strtod(p + strlen("paired by round (auto:0.25 / 0.25 within each of the 3 rounds, median): "), NULL);
       assert_true(fabs(got - 100.0 * paired) <= 0.051);
       n_paired++;
     }
@@ -489,6 +489,17 @@ static void test_serve_dense_fit(void **state) {
   assert_int_equal(run_cli(args, NULL), 1);
   assert_int_equal(access(json, F_OK), -1);
   assert_int_equal(access(csv, F_OK), -1);
+  { /* and says so on its last stderr line */
+    char path[300], line[512], last[512] = "";
+    snprintf(path, sizeof path, "%s/err", g_dir);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    while (fgets(line, sizeof line, f)) snprintf(last, sizeof last, "%s", line);
+    fclose(f);
+    assert_non_null(strstr(last,
+                           "a configuration could not run (its row says why): no --json, --csv or --plot "
+                           "written"));
+  }
 #undef DENSE_ARGS
 }
 
