@@ -603,9 +603,7 @@ static uint32_t turnover_steps(const serve_t *s, double ratio, bool autor) {
  * ratio alike, so that the configurations of a sweep are measured at the same decode positions after the same
  * number of steps (a ratio with a larger C would otherwise be measured earlier, a self-tuning cap that runs
  * below its starting C less warmed). */
-static uint32_t warmup_steps(const serve_t *s, serve_mode_t m, double ratio, bool autor) {
-  (void)ratio;
-  (void)autor;
+static uint32_t warmup_steps(const serve_t *s, serve_mode_t m) {
   if (s->o.warmup != UINT32_MAX) return s->o.warmup;
   if (m == SM_OFFLOAD) return 1;
   if (m != SM_PROXY && m != SM_OASIS) return 2;
@@ -620,19 +618,15 @@ static uint32_t warmup_steps(const serve_t *s, serve_mode_t m, double ratio, boo
 /* Decode positions any mode replays: the longest warm-up, the measured and the recall steps (the trace's
  * windows must hold them all). */
 static uint32_t decode_positions(const serve_t *s) {
-  uint32_t w = warmup_steps(s, SM_DENSE, 0, false);
-  for (uint32_t i = 0; i < s->o.n_ratios; i++) {
-    uint32_t x = warmup_steps(s, SM_OASIS, s->o.ratios[i], s->o.ratio_auto[i]);
-    if (x > w) w = x;
-  }
-  return w + s->o.decode + s->o.recall_steps;
+  uint32_t w = warmup_steps(s, SM_DENSE), x = warmup_steps(s, SM_OASIS);
+  return (x > w ? x : w) + s->o.decode + s->o.recall_steps;
 }
 
 /* Decode steps a run of mode m makes at the current fetch ratio (s->cur_ratio; dense, ondemand and offload do
  * not depend on it): its warm-up, the measured steps and, where recall is sampled (ondemand, proxy, oasis), the
  * recall steps. Each appends one token to every sequence. */
 static uint32_t mode_steps(const serve_t *s, serve_mode_t m) {
-  uint32_t w = warmup_steps(s, m, s->cur_ratio, s->cur_auto);
+  uint32_t w = warmup_steps(s, m);
   if (m == SM_OFFLOAD) return w + (s->o.offload_steps < s->o.decode ? s->o.offload_steps : s->o.decode);
   return w + s->o.decode + (m == SM_DENSE ? 0u : s->o.recall_steps);
 }
@@ -903,7 +897,7 @@ static void run_runtime(serve_t *s, serve_mode_t m, uint32_t ctx, serve_result_t
       goto done;
     }
   }
-  uint32_t warmup = warmup_steps(s, m, s->cur_ratio, s->cur_auto);
+  uint32_t warmup = warmup_steps(s, m);
   uint32_t n_steps = warmup + s->o.decode + s->o.recall_steps;
   if (!inputs_make(s, n_steps, B, T, &in)) {
     snprintf(r->note, sizeof r->note, "out of host memory for the step inputs");
@@ -1194,7 +1188,7 @@ static void run_offload(serve_t *s, uint32_t ctx, serve_result_t *r) {
   free(pv);
   pk = pv = NULL;
   uint32_t n_meas = s->o.offload_steps < s->o.decode ? s->o.offload_steps : s->o.decode;
-  uint32_t warmup = warmup_steps(s, SM_OFFLOAD, 0, false), n_steps = warmup + n_meas;
+  uint32_t warmup = warmup_steps(s, SM_OFFLOAD), n_steps = warmup + n_meas;
   if (!inputs_make(s, n_steps, B, 1, &in)) {
     snprintf(r->note, sizeof r->note, "out of host memory for the step inputs");
     goto done;
@@ -1880,7 +1874,7 @@ int okv_cli_bench_serve(int argc, char **argv) {
             cpu ? "unpaced (--link-gbps 0)" : "the GPU's real link", s.link_bps / 1e9);
   char warm[64];
   if (o->warmup == UINT32_MAX)
-    snprintf(warm, sizeof warm, "%u (proxy, oasis; every ratio alike) / 2", warmup_steps(&s, SM_OASIS, 0, false));
+    snprintf(warm, sizeof warm, "%u (proxy, oasis; every ratio alike) / 2", warmup_steps(&s, SM_OASIS));
   else
     snprintf(warm, sizeof warm, "%u", o->warmup);
   fprintf(info, "  K = %u blocks, %s warm-up + %u measured steps, keys/queries: %s; fetch ratio", s.K, warm, o->decode,

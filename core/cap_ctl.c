@@ -102,15 +102,21 @@ static void base_window_done(okv_cap_ctl_t *ctl, uint32_t ceiling) {
   set_c(ctl, ctl->c_probe);
 }
 
+/* Ends any probe and restarts at the accepted C: no hold, no base measurement, one settle step (what was
+ * measured so far ran under another link or ceiling). */
+static void restart(okv_cap_ctl_t *ctl) {
+  ctl->hold = 0;
+  ctl->j_base = 0;
+  to_base(ctl);
+  ctl->settle = OKV_CAP_CTL_SETTLE;
+}
+
 void okv_cap_ctl_clamp(okv_cap_ctl_t *ctl, uint32_t ceiling) {
   if (ceiling < 1) ceiling = 1;
   bool probe_over = ctl->phase != OKV_CAP_BASE && ctl->c_probe > ceiling;
   if (ctl->c > ceiling || ctl->c_base > ceiling || probe_over) { /* the ceiling no longer allows C: clamp now */
     if (ctl->c_base > ceiling) ctl->c_base = ceiling;
-    ctl->hold = 0;
-    ctl->j_base = 0;
-    to_base(ctl);
-    ctl->settle = OKV_CAP_CTL_SETTLE;
+    restart(ctl);
   }
 }
 
@@ -124,10 +130,7 @@ uint32_t okv_cap_ctl_update(okv_cap_ctl_t *ctl, const okv_cap_obs_t *obs) {
       ctl->link_ref = link;
       ctl->backoff = 1;
       ctl->next_dir = -1;
-      ctl->hold = 0;
-      ctl->j_base = 0;
-      to_base(ctl);
-      ctl->settle = OKV_CAP_CTL_SETTLE; /* the link changed under the steps measured so far */
+      restart(ctl);
     }
   }
   okv_cap_ctl_clamp(ctl, ceiling);

@@ -377,25 +377,29 @@ uint32_t okv_rt_cap_ceiling(const okv_runtime_t *rt, uint32_t n_seqs) {
   return c >= (double)cmax ? cmax : (uint32_t)c;
 }
 
+/* The ceiling the self-tuning cap searches under: the link ceiling, at most the most spares a head holds (a
+ * head admits at most its spares, so a larger C would change nothing). */
+static uint32_t spares_ceiling(const okv_runtime_t *rt, uint32_t link_ceiling) {
+  return rt->spares_max > 0 && rt->spares_max < link_ceiling ? rt->spares_max : link_ceiling;
+}
+
 /* C for a job of `n_seqs` sequences: the configured cap, or with
- * fetch_ratio_auto the controller's C (cap_ctl.h), never above the link ceiling. */
+ * fetch_ratio_auto the controller's C (cap_ctl.h), never above its ceiling. */
 uint32_t okv_rt_choose_cap(const okv_runtime_t *rt, uint32_t n_seqs) {
   uint32_t ceiling = okv_rt_cap_ceiling(rt, n_seqs);
   if (!rt->cfg.fetch_ratio_auto) return ceiling;
-  if (rt->spares_max > 0 && rt->spares_max < ceiling) ceiling = rt->spares_max;
+  ceiling = spares_ceiling(rt, ceiling);
   return rt->cap_ctl.c < ceiling ? rt->cap_ctl.c : ceiling;
 }
 
 /* End of a step (fetch_ratio_auto): feeds the controller the step's cost per
  * decoded token (wall time from step_begin / sequences), the blocks the cap
- * deferred and the link; its C applies to the next step's jobs. The ceiling it
- * searches under is the link's, at most the most spares a head holds (a head
- * admits at most its spares, so a larger C would change nothing). */
+ * deferred, the link and its ceiling (spares_ceiling); its C applies to the
+ * next step's jobs. */
 void okv_rt_cap_step_end(okv_runtime_t *rt, uint64_t deferred) {
   if (!rt->cfg.fetch_ratio_auto || rt->step_n_seqs == 0) return;
   uint32_t link_ceiling = okv_rt_cap_ceiling(rt, rt->step_n_seqs);
-  uint32_t ceiling = rt->spares_max > 0 && rt->spares_max < link_ceiling ? rt->spares_max : link_ceiling;
-  okv_cap_obs_t obs = {.ceiling = ceiling,
+  okv_cap_obs_t obs = {.ceiling = spares_ceiling(rt, link_ceiling),
                        .token_seconds = (okv_rt_wall_s() - rt->step_begin_s) / rt->step_n_seqs,
                        .deferred = deferred,
                        .link_bytes_per_s = rt->link_bps};

@@ -168,7 +168,8 @@ struct okv_runtime_t {
   double *last_use_s;                  /* [n_layers] wall time of the layer's latest step_layer */
   okv_cap_ctl_t cap_ctl;               /* the search over C below the link ceiling (cap_ctl.h) */
   double step_begin_s;                 /* wall time of the step's okv_runtime_step_begin */
-  uint32_t cap_ceiling_last;           /* ceiling the latest step_end fed the controller (0: none yet) */
+  uint32_t cap_ceiling_last;           /* link ceiling of the latest step_end (0: none yet); the controller got it
+                                          at most spares_max */
   uint32_t spares_max;                 /* the most spares a head holds after the latest spread (0: no head) */
   okv_hal_event_t *append_event;
 
@@ -270,6 +271,10 @@ static inline uint32_t ceil_div_u32(uint32_t a, uint32_t b) { return (a + b - 1u
 static inline uint32_t n_blocks_of(uint32_t n_tokens) { return ceil_div_u32(n_tokens, OKV_BLOCK_TOKENS); }
 
 static inline bool is_sparse_mode(const okv_runtime_t *rt) { return rt->cfg.mode != OKV_MODE_DENSE; }
+/* The self-tuning cap's spare slots are in use: heads reserve K + 2 and own up to slots_per_head. */
+static inline bool has_spares(const okv_runtime_t *rt) {
+  return is_sparse_mode(rt) && rt->slots_min_per_head < rt->slots_per_head;
+}
 static inline bool has_pipeline(const okv_runtime_t *rt) {
   return rt->cfg.mode == OKV_MODE_OASIS || rt->cfg.mode == OKV_MODE_PROXY;
 }

@@ -93,7 +93,7 @@ static void spares_reclaim(okv_runtime_t *rt, uint64_t want) {
 /* Spreads the pool's free slots over the heads of live and reserved sequences, one per head per round, up to
  * slots_per_head each: a head's spares are its cap (pipeline.c). Engine thread, with the pipeline drained. */
 void okv_rt_spares_spread(okv_runtime_t *rt) {
-  if (!is_sparse_mode(rt) || rt->slots_min_per_head == rt->slots_per_head) return;
+  if (!has_spares(rt)) return;
   uint64_t LH = (uint64_t)rt->cfg.n_layers * rt->cfg.n_kv_heads;
   bool gave = true;
   while (gave && rt->n_free_slots > 0) {
@@ -138,9 +138,8 @@ okv_status_t okv_runtime_seq_capacity(const okv_runtime_t *rt, uint32_t n_tokens
   uint64_t slots = is_sparse_mode(rt) ? LH * rt->slots_min_per_head : LH * nb;
   /* The spares in the heads' free stacks: the background thread pops them while it selects, so let it finish
    * first (as okv_runtime_seq_add does); then an add made next finds exactly these. */
-  bool spares = is_sparse_mode(rt) && rt->slots_min_per_head < rt->slots_per_head;
-  if (spares && has_pipeline(rt)) okv_rt_jobs_drain((okv_runtime_t *)rt);
-  uint64_t free_slots = rt->n_free_slots + (spares ? spares_free(rt) : 0u);
+  if (has_spares(rt) && has_pipeline(rt)) okv_rt_jobs_drain((okv_runtime_t *)rt);
+  uint64_t free_slots = rt->n_free_slots + (has_spares(rt) ? spares_free(rt) : 0u);
   if (slots > 0 && free_slots / slots < n) n = free_slots / slots;
   uint64_t ext = LH * ceil_div_u32(nb, rt->extent_blocks);
   if (ext > 0 && rt->host.n_free / ext < n) n = rt->host.n_free / ext;
@@ -172,16 +171,14 @@ okv_status_t okv_rt_seq_reserve(okv_runtime_t *rt, uint32_t n_tokens, const char
   uint64_t slots_needed = is_sparse_mode(rt) ? LH * rt->slots_min_per_head : LH * nb;
   /* The self-tuning cap's spares give way to a new sequence (the pipeline is drained above): every free
    * spare returns to the pool, and the pool's rest is spread again evenly once the sequence has its slots. */
-  if (is_sparse_mode(rt) && rt->slots_min_per_head < rt->slots_per_head) spares_reclaim(rt, UINT64_MAX);
+  if (has_spares(rt)) spares_reclaim(rt, UINT64_MAX);
   if (slots_needed > rt->n_free_slots) {
     uint64_t avail = rt->n_free_slots; /* free and free spare slots, before the spares go back to the heads */
     okv_rt_spares_spread(rt);
     return okv_status_make(OKV_STATUS_OUT_OF_MEMORY,
                            "%s: the slot pool (device tier) has %llu free slots%s, the sequence needs %llu", fn,
                            (unsigned long long)avail,
-                           rt->slots_min_per_head < rt->slots_per_head && is_sparse_mode(rt)
-                               ? " (spare slots included; those of transfers in flight are not free)"
-                               : "",
+                           has_spares(rt) ? " (spare slots included; those of transfers in flight are not free)" : "",
                            (unsigned long long)slots_needed);
   }
   if (LH * n_ext > rt->host.n_free) {

@@ -752,6 +752,17 @@ static void test_auto_cap_spares_ceiling(void **state) {
   drv_close(&d);
 }
 
+/* An add (no prefill) refused with OUT_OF_MEMORY whose message names `what`, leaving the slot pool as it was. */
+static void expect_add_refused(drv_t *d, const char *what) {
+  uint64_t pool = okv_runtime_debug_free_slots(d->rt);
+  uint32_t id;
+  okv_status_t st = okv_runtime_seq_add(d->rt, NULL, &id);
+  assert_int_equal(okv_status_code(st), OKV_STATUS_OUT_OF_MEMORY);
+  assert_non_null(strstr(okv_status_message(st), what));
+  okv_status_free(st);
+  assert_int_equal(okv_runtime_debug_free_slots(d->rt), pool);
+}
+
 /* With the self-tuning cap, okv_runtime_seq_capacity right after a step (the background thread may still be
  * selecting, taking spares from the heads' free stacks) waits for the pipeline: it gives the same answer as
  * once the pipeline is idle and never races with it (TSan runs this test); an add it said fits succeeds, one
@@ -787,13 +798,7 @@ static void test_auto_capacity_after_step(void **state) {
       drv_add(&d, 200); /* asserts success */
       fits++;
     } else {
-      uint64_t pool = okv_runtime_debug_free_slots(d.rt);
-      uint32_t id;
-      okv_status_t st = okv_runtime_seq_add(d.rt, NULL, &id);
-      assert_int_equal(okv_status_code(st), OKV_STATUS_OUT_OF_MEMORY);
-      assert_non_null(strstr(okv_status_message(st), "device tier"));
-      okv_status_free(st);
-      assert_int_equal(okv_runtime_debug_free_slots(d.rt), pool);
+      expect_add_refused(&d, "device tier");
       refused++;
     }
   }
@@ -824,12 +829,7 @@ static void test_capacity_and_oom(void **state) {
   assert_int_equal(free_before, 1);
   uint64_t cap = 0, used_before = 0, used_after = 0;
   OKV_ASSERT_OK(okv_hal_device_tier_usage(d.dev, OKV_TIER_HOST, &cap, &used_before));
-  uint32_t id;
-  okv_status_t st = okv_runtime_seq_add(d.rt, NULL, &id);
-  assert_int_equal(okv_status_code(st), OKV_STATUS_OUT_OF_MEMORY);
-  assert_non_null(strstr(okv_status_message(st), "device"));
-  okv_status_free(st);
-  assert_int_equal(okv_runtime_debug_free_slots(d.rt), free_before);
+  expect_add_refused(&d, "device");
   OKV_ASSERT_OK(okv_hal_device_tier_usage(d.dev, OKV_TIER_HOST, &cap, &used_after));
   assert_int_equal(used_after, used_before);
   /* Still usable, and removing one frees room for one more. */
