@@ -79,6 +79,7 @@ typedef struct serve_opts_t {
   uint32_t n_ratios;
   uint32_t repeat; /* runs of every (mode, ratio) per context, interleaved; the tables give the median run */
   bool link_given;
+  uint32_t interleave; /* > 0: a round's runtime configurations alive at once, this many steps each in turn */
   uint64_t seed;
 } serve_opts_t;
 
@@ -114,6 +115,13 @@ static void usage(FILE *f) {
           "  --repeat N           run every mode (and ratio) N times, interleaved, and report each one's median\n"
           "                       run by tokens/s (1..31, default 1; odd N gives a true median; the rounds'\n"
           "                       order is balanced over a multiple of the configurations, twice that if odd)\n"
+          "  --interleave N       run the configurations of a round side by side: every runtime mode and ratio\n"
+          "                       set up at once, then N decode steps of each in turn (the order balanced as the\n"
+          "                       rounds'), each runtime synchronised after its N steps and that wait counted in\n"
+          "                       its last step (it would overlap its next step: a bias of at most the wait / N\n"
+          "                       per step, JSON sync_seconds_per_step); a slow phase of the machine then falls\n"
+          "                       on all of them alike (needs every configuration's memory at once; offload\n"
+          "                       runs on its own)\n"
           "  --trace FILE         keys/queries from `oasiskv eval --trace` instead of the generator\n"
           "  --draft-rho X        generator: draft innovation correlation in [0,1] (default 0.7)\n"
           "  --seed S             generator seed (default 1)\n"
@@ -229,6 +237,7 @@ static int parse_args(int argc, char **argv, serve_opts_t *o) {
     OKV_CLI_OPT_PARSED("--recall-seqs", okv_cli_parse_u32(CMD, "--recall-seqs", v, 1, 64, &o->recall_seqs))
     OKV_CLI_OPT_PARSED("--time-budget", okv_cli_parse_double(CMD, "--time-budget", v, &o->time_budget_s))
     OKV_CLI_OPT_PARSED("--repeat", okv_cli_parse_u32(CMD, "--repeat", v, 1, SERVE_MAX_REPEAT, &o->repeat))
+    OKV_CLI_OPT_PARSED("--interleave", okv_cli_parse_u32(CMD, "--interleave", v, 1, 4096, &o->interleave))
     OKV_CLI_OPT_STRING("--trace", o->trace_path)
     OKV_CLI_OPT_PARSED("--draft-rho", okv_cli_parse_double(CMD, "--draft-rho", v, &o->draft_rho))
     OKV_CLI_OPT_PARSED("--seed", okv_cli_parse_u64(CMD, "--seed", v, &o->seed))
@@ -547,6 +556,7 @@ typedef struct serve_result_t {
   double weights_seconds_per_step, attention_seconds_per_step;
   double layer_seconds_per_step;    /* runtime modes: wall time inside okv_runtime_step_layer */
   double step_end_seconds_per_step; /* runtime modes: wall time inside okv_runtime_step_end */
+  double sync_seconds_per_step;     /* --interleave: wall time in okv_runtime_synchronize after a turn, / step */
   double append_seconds_per_step;   /* runtime stats append_seconds (HOST writes of the new tokens) */
   double fetch_ratio;               /* with auto: its maximum */
   bool fetch_auto;
@@ -827,241 +837,318 @@ static void recall_sample(const serve_t *s, uint32_t seq, uint32_t pos, const fl
   free(order);
 }
 
-/* dense, ondemand, proxy, oasis: the runtime. */
-static void run_runtime(serve_t *s, serve_mode_t m, uint32_t ctx, serve_result_t *r) {
-  uint32_t B = s->fit[m];
+/* dense, ondemand, proxy, oasis: one run of the runtime, as a state that steps one decode step at a time, so
+ * that --interleave can keep several configurations alive and step them in turn. */
+typedef struct rrun_t {
+  serve_t *s;
+  serve_mode_t m;
+  uint32_t ctx, B, T;
+  bool autor; /* the run's fetch ratio is auto (s->cur_* change between the interleaved runs) */
+  serve_result_t *r;
+  okv_runtime_config_t c;
+  serve_weights_t w; /* the shared host weights; on a GPU this run's DEVICE copies of them */
+  okv_hal_device_t *dev;
+  okv_runtime_t *rt;
+  float *out;
+  uint32_t *ids, n_ids;
+  step_inputs_t in;
+  recall_t rc;
+  uint32_t warmup, n_steps, i, measured, recall_left;
+  double t_meas, t_weights, link_now;
+  okv_step_stats_t cum;
+  bool done; /* every step made, or failed (r->note says why) */
+} rrun_t;
+
+static void rr_close(rrun_t *x) {
+  free(x->rc.res);
+  free(x->rc.n_res);
+  inputs_free(&x->in);
+  free(x->out);
+  for (uint32_t b = 0; b < x->n_ids; b++) OKV_IGNORE_ERROR(okv_runtime_seq_remove(x->rt, x->ids[b]));
+  free(x->ids);
+  okv_runtime_destroy(x->rt);
+  if (x->w.stream) OKV_IGNORE_ERROR(okv_hal_stream_release(x->w.stream));
+  if (x->w.dev_a) OKV_IGNORE_ERROR(okv_hal_buffer_release(x->w.dev_a));
+  if (x->w.dev_b) OKV_IGNORE_ERROR(okv_hal_buffer_release(x->w.dev_b));
+  if (x->dev) OKV_IGNORE_ERROR(okv_hal_device_release(x->dev));
+  memset(x, 0, sizeof *x);
+}
+
+/* Sets a run up at the current fetch ratio (s->cur_ratio, s->cur_auto) and concurrency (s->fit[m]): device,
+ * runtime, the prompts loaded, the step inputs made. False (x->done, r->note set) when it cannot run; the
+ * caller closes x either way. */
+static bool rr_open(serve_t *s, serve_mode_t m, uint32_t ctx, serve_result_t *r, rrun_t *x) {
+  memset(x, 0, sizeof *x);
+  x->s = s;
+  x->m = m;
+  x->ctx = ctx;
+  x->r = r;
+  x->autor = s->cur_auto;
+  x->done = true; /* until the set-up succeeds */
+  x->w = s->w;
+  x->w.dev_a = x->w.dev_b = NULL;
+  x->w.stream = NULL;
+  uint32_t B = x->B = s->fit[m];
   r->concurrent = B;
   r->fetch_auto = s->cur_auto; /* set before any early return: a failed row still names its ratio */
   r->fetch_ratio = s->cur_auto ? -s->cur_ratio : s->cur_ratio; /* with auto: its maximum */
   if (B == 0) {
     snprintf(r->note, sizeof r->note, "not one sequence fits in %.3g GiB of DEVICE", s->o.device_gib);
-    return;
+    return false;
   }
-  const uint32_t T = m == SM_OASIS ? 2u : 1u;
-  okv_runtime_config_t c;
-  runtime_config(s, m, B, ctx, &c);
-  okv_hal_device_t *dev = NULL;
-  okv_runtime_t *rt = NULL;
-  float *pk = NULL, *pv = NULL, *out = NULL;
-  uint32_t *ids = calloc(B, sizeof *ids), n_ids = 0;
-  step_inputs_t in = {0};
-  recall_t rc = {0};
+  const uint32_t T = x->T = m == SM_OASIS ? 2u : 1u;
+  runtime_config(s, m, B, ctx, &x->c);
+  float *pk = NULL, *pv = NULL;
+  x->ids = calloc(B, sizeof *x->ids);
   /* The prompts are loaded over an unpaced link (prefill is not what is measured); the link is set after. */
-  okv_status_t st = make_device(s, device_capacity(s, m, B, ctx), false, &dev);
+  okv_status_t st = make_device(s, device_capacity(s, m, B, ctx), false, &x->dev);
   if (st) {
     fail(r, "device", st);
-    goto done;
+    return false;
   }
   if (!s->w.host) { /* GPU: the emulated weights live in DEVICE */
-    st = okv_hal_buffer_alloc(dev, OKV_TIER_DEVICE, s->w.bytes / 2 + 4096, &s->w.dev_a);
-    if (!st) st = okv_hal_buffer_alloc(dev, OKV_TIER_DEVICE, s->w.bytes / 2 + 4096, &s->w.dev_b);
-    if (!st) st = okv_hal_stream_create(dev, &s->w.stream);
+    st = okv_hal_buffer_alloc(x->dev, OKV_TIER_DEVICE, s->w.bytes / 2 + 4096, &x->w.dev_a);
+    if (!st) st = okv_hal_buffer_alloc(x->dev, OKV_TIER_DEVICE, s->w.bytes / 2 + 4096, &x->w.dev_b);
+    if (!st) st = okv_hal_stream_create(x->dev, &x->w.stream);
     if (st) {
       fail(r, "weights", st);
-      goto done;
+      return false;
     }
   }
-  st = okv_runtime_create(dev, &c, NULL, &rt);
+  st = okv_runtime_create(x->dev, &x->c, NULL, &x->rt);
   if (st) {
     fail(r, "runtime", st);
-    goto done;
+    return false;
   }
   /* Prompts: the generator's is shared by every sequence; a trace's differs per sequence. */
   size_t pf = (size_t)s->L * ctx * s->H * s->D;
   pk = malloc(pf * sizeof(float));
   pv = malloc(pf * sizeof(float));
-  out = malloc((size_t)B * T * s->nq * s->D * sizeof(float));
-  if (!ids || !pk || !pv || !out) {
-    snprintf(r->note, sizeof r->note, "out of host memory");
-    goto done;
-  }
+  x->out = malloc((size_t)B * T * s->nq * s->D * sizeof(float));
+  bool ok = x->ids && pk && pv && x->out;
+  if (!ok) snprintf(r->note, sizeof r->note, "out of host memory");
   double t0 = okv_cli_now_s();
-  for (uint32_t b = 0; b < B; b++) {
+  for (uint32_t b = 0; ok && b < B; b++) {
     if (b == 0 || s->src.trace) src_prefill(&s->src, b, pk, pv);
     okv_prefill_t p = {ctx, pk, pv};
-    st = okv_runtime_seq_add(rt, &p, &ids[b]);
+    st = okv_runtime_seq_add(x->rt, &p, &x->ids[b]);
     if (st) {
       fail(r, "seq_add", st);
-      goto done;
+      ok = false;
+      break;
     }
-    n_ids++;
+    x->n_ids++;
   }
   r->load_seconds = okv_cli_now_s() - t0;
   free(pk);
   free(pv);
-  pk = pv = NULL;
+  if (!ok) return false;
   if (s->emulated) {
-    st = okv_hal_device_set_link(dev, s->link_bps, s->link_lat_s);
+    st = okv_hal_device_set_link(x->dev, s->link_bps, s->link_lat_s);
     if (st) {
       fail(r, "link", st);
-      goto done;
+      return false;
     }
   }
-  uint32_t warmup = warmup_steps(s, m);
-  uint32_t n_steps = warmup + s->o.decode + s->o.recall_steps;
-  if (!inputs_make(s, n_steps, B, T, &in)) {
+  x->warmup = warmup_steps(s, m);
+  x->n_steps = x->warmup + s->o.decode + s->o.recall_steps;
+  if (!inputs_make(s, x->n_steps, B, T, &x->in)) {
     snprintf(r->note, sizeof r->note, "out of host memory for the step inputs");
-    goto done;
+    return false;
   }
-  uint32_t measured = 0, recall_left = s->o.recall_steps;
-  double t_meas = 0, t_weights = 0;
-  okv_step_stats_t cum;
-  memset(&cum, 0, sizeof cum);
-  rc.cap = s->K + 2u + (m == SM_DENSE ? n_blocks_of(max_ctx(s, m, ctx)) : 0u);
-  rc.n_samples = s->o.recall_seqs < B ? s->o.recall_seqs : B;
-  if (m != SM_DENSE && recall_left > 0) {
-    rc.res = malloc((size_t)rc.n_samples * s->L * s->H * rc.cap * sizeof(uint32_t));
-    rc.n_res = malloc((size_t)rc.n_samples * s->L * s->H * sizeof(uint32_t));
-    if (!rc.res || !rc.n_res) recall_left = 0;
+  x->recall_left = s->o.recall_steps;
+  x->rc.cap = s->K + 2u + (m == SM_DENSE ? n_blocks_of(max_ctx(s, m, ctx)) : 0u);
+  x->rc.n_samples = s->o.recall_seqs < B ? s->o.recall_seqs : B;
+  if (m != SM_DENSE && x->recall_left > 0) {
+    x->rc.res = malloc((size_t)x->rc.n_samples * s->L * s->H * x->rc.cap * sizeof(uint32_t));
+    x->rc.n_res = malloc((size_t)x->rc.n_samples * s->L * s->H * sizeof(uint32_t));
+    if (!x->rc.res || !x->rc.n_res) x->recall_left = 0;
   } else {
-    recall_left = 0;
+    x->recall_left = 0;
   }
-  double link_now = s->link_bps; /* halved by --halve-link-at */
-  for (uint32_t i = 0; i < n_steps; i++) {
-    bool warm = i < warmup;
-    bool recall_step = !warm && (measured >= s->o.decode || t_meas > s->o.time_budget_s);
-    if (recall_step && recall_left == 0) break;
-    if (!warm && !recall_step && s->o.halve_at && measured + 1 == s->o.halve_at && s->emulated) {
-      okv_hal_device_info_t info;
-      OKV_IGNORE_ERROR(okv_hal_device_info(dev, &info));
-      st = okv_hal_device_set_link(dev, info.link_bytes_per_s / 2, info.link_latency_s);
-      if (st) {
-        fail(r, "halving the link", st);
-        goto done;
-      }
-      link_now /= 2;
-      r->link_halved_at = s->o.halve_at;
-    }
-    if (i == warmup) okv_runtime_stats_reset(rt);
-    double ts = okv_cli_now_s(), tw = 0, tl = 0;
-    st = okv_runtime_step_begin(rt, B, ids, T);
-    for (uint32_t l = 0; l < s->L && st == OKV_OK; l++) {
-      size_t si = (size_t)i * s->L + l;
-      double w0 = okv_cli_now_s();
-      st = weights_read(&s->w, 0.5); /* attention projections and what comes before attention */
-      tw += okv_cli_now_s() - w0;
-      if (st) break;
-      w0 = okv_cli_now_s();
-      st = okv_runtime_step_layer(rt, l, in.k + si * in.kv_n, in.v + si * in.kv_n, in.q + si * in.q_n,
-                                  T > 1 ? in.draft + si * in.d_n : NULL, out);
-      tl += okv_cli_now_s() - w0;
-      if (st) break;
-      if (recall_step) /* the working set attention just used (the layer's selection is waited for) */
-        for (uint32_t j = 0; j < rc.n_samples && st == OKV_OK; j++) {
-          uint32_t seq = (recall_left * rc.n_samples + j) % B;
-          for (uint32_t h = 0; h < s->H && st == OKV_OK; h++) {
-            size_t k = ((size_t)j * s->L + l) * s->H + h;
-            st = okv_runtime_seq_resident(rt, ids[seq], l, h, rc.res + k * rc.cap, rc.cap, &rc.n_res[k]);
-          }
-        }
-      if (st) break;
-      w0 = okv_cli_now_s();
-      st = weights_read(&s->w, 0.5); /* the feed-forward and the output projection */
-      tw += okv_cli_now_s() - w0;
-    }
-    if (!st) { /* the LM head after the last layer (the background selection of the last layer overlaps it) */
-      double w0 = okv_cli_now_s();
-      st = weights_read_bytes(&s->w, s->w.head_bytes);
-      tw += okv_cli_now_s() - w0;
-    }
-    okv_step_stats_t ss;
-    double te = okv_cli_now_s();
-    okv_status_t st_end = okv_runtime_step_end(rt, &ss); /* no wait for the pipeline (a wait would be a stall) */
-    te = okv_cli_now_s() - te;
-    if (!st)
-      st = st_end;
-    else
-      okv_status_free(st_end);
+  x->link_now = s->link_bps; /* halved by --halve-link-at */
+  x->done = false;
+  return true;
+}
+
+/* Makes the run's next decode step (a warm-up, measured or recall step); sets x->done after its last one or
+ * on a failure (r->note says why). With `sync` (--interleave, a turn's last step) the runtime is synchronised
+ * after the step (its background pipeline idle, okv_runtime_synchronize) and that wait counts in the step's
+ * time, so that no run's background work falls into another run's steps. */
+static void rr_step(rrun_t *x, bool sync) {
+  serve_t *s = x->s;
+  serve_result_t *r = x->r;
+  recall_t *rc = &x->rc;
+  const uint32_t B = x->B, T = x->T, i = x->i;
+  if (x->done) return;
+  if (i >= x->n_steps) {
+    x->done = true;
+    return;
+  }
+  bool warm = i < x->warmup;
+  bool recall_step = !warm && (x->measured >= s->o.decode || x->t_meas > s->o.time_budget_s);
+  if (recall_step && x->recall_left == 0) {
+    x->done = true;
+    return;
+  }
+  okv_status_t st = OKV_OK;
+  if (!warm && !recall_step && s->o.halve_at && x->measured + 1 == s->o.halve_at && s->emulated) {
+    okv_hal_device_info_t info;
+    OKV_IGNORE_ERROR(okv_hal_device_info(x->dev, &info));
+    st = okv_hal_device_set_link(x->dev, info.link_bytes_per_s / 2, info.link_latency_s);
     if (st) {
-      fail(r, "step", st);
-      goto done;
+      fail(r, "halving the link", st);
+      x->done = true;
+      return;
     }
-    double dt = okv_cli_now_s() - ts;
-    if (recall_step) {
-      for (uint32_t j = 0; j < rc.n_samples; j++) {
-        uint32_t seq = (recall_left * rc.n_samples + j) % B;
-        /* This step's real queries of seq, per layer: [L][nq][D]. */
-        float *qs = malloc((size_t)s->L * s->nq * s->D * sizeof(float));
-        if (!qs) break;
-        for (uint32_t l = 0; l < s->L; l++)
-          memcpy(qs + (size_t)l * s->nq * s->D, in.q + ((size_t)i * s->L + l) * in.q_n + (size_t)seq * T * s->nq * s->D,
-                 (size_t)s->nq * s->D * sizeof(float));
-        recall_sample(s, seq, ctx + i, qs, rc.res + (size_t)j * s->L * s->H * rc.cap,
-                      rc.n_res + (size_t)j * s->L * s->H, rc.cap, &rc);
-        free(qs);
-        r->recall_samples++;
-      }
-      recall_left--;
-    } else if (!warm) {
-      cum.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE] += ss.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE];
-      cum.append_bytes += ss.append_bytes;
-      cum.stall_seconds += ss.stall_seconds + te;
-      okv_cap_state_t cs;
-      double cap = 0, ceiling = 0;
-      if (s->cur_auto && okv_status_consume(okv_runtime_cap_state(rt, &cs)) == OKV_STATUS_OK) {
-        cap = cs.cap_blocks;
-        ceiling = cs.cap_ceiling_blocks;
-        r->spare_blocks_mean += cs.spare_blocks;
-      }
-      r->cap_blocks_mean += cap;
-      r->link_bps_sum += link_now;
-      if (r->n_step_list < 64) {
-        r->fetch_list[r->n_step_list] = (double)ss.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE];
-        r->cap_list[r->n_step_list] = cap;
-        r->ceiling_list[r->n_step_list] = ceiling;
-      }
-      cum.attention_seconds += ss.attention_seconds;
-      cum.append_seconds += ss.append_seconds;
-      r->layer_seconds_per_step += tl;
-      r->step_end_seconds_per_step += te;
-      t_meas += dt;
-      t_weights += tw;
-      if (r->n_step_list < 64) r->step_list[r->n_step_list++] = dt;
-      measured++;
-    }
+    x->link_now /= 2;
+    r->link_halved_at = s->o.halve_at;
   }
+  if (i == x->warmup) okv_runtime_stats_reset(x->rt);
+  double ts = okv_cli_now_s(), tw = 0, tl = 0;
+  st = okv_runtime_step_begin(x->rt, B, x->ids, T);
+  for (uint32_t l = 0; l < s->L && st == OKV_OK; l++) {
+    size_t si = (size_t)i * s->L + l;
+    double w0 = okv_cli_now_s();
+    st = weights_read(&x->w, 0.5); /* attention projections and what comes before attention */
+    tw += okv_cli_now_s() - w0;
+    if (st) break;
+    w0 = okv_cli_now_s();
+    st = okv_runtime_step_layer(x->rt, l, x->in.k + si * x->in.kv_n, x->in.v + si * x->in.kv_n,
+                                x->in.q + si * x->in.q_n, T > 1 ? x->in.draft + si * x->in.d_n : NULL, x->out);
+    tl += okv_cli_now_s() - w0;
+    if (st) break;
+    if (recall_step) /* the working set attention just used (the layer's selection is waited for) */
+      for (uint32_t j = 0; j < rc->n_samples && st == OKV_OK; j++) {
+        uint32_t seq = (x->recall_left * rc->n_samples + j) % B;
+        for (uint32_t h = 0; h < s->H && st == OKV_OK; h++) {
+          size_t k = ((size_t)j * s->L + l) * s->H + h;
+          st = okv_runtime_seq_resident(x->rt, x->ids[seq], l, h, rc->res + k * rc->cap, rc->cap, &rc->n_res[k]);
+        }
+      }
+    if (st) break;
+    w0 = okv_cli_now_s();
+    st = weights_read(&x->w, 0.5); /* the feed-forward and the output projection */
+    tw += okv_cli_now_s() - w0;
+  }
+  if (!st) { /* the LM head after the last layer (the background selection of the last layer overlaps it) */
+    double w0 = okv_cli_now_s();
+    st = weights_read_bytes(&x->w, x->w.head_bytes);
+    tw += okv_cli_now_s() - w0;
+  }
+  okv_step_stats_t ss;
+  double te = okv_cli_now_s();
+  okv_status_t st_end = okv_runtime_step_end(x->rt, &ss); /* no wait for the pipeline (a wait would be a stall) */
+  te = okv_cli_now_s() - te;
+  if (!st)
+    st = st_end;
+  else
+    okv_status_free(st_end);
+  double tsync = 0;
+  if (!st && sync) {
+    tsync = okv_cli_now_s();
+    st = okv_runtime_synchronize(x->rt);
+    tsync = okv_cli_now_s() - tsync;
+  }
+  if (st) {
+    fail(r, "step", st);
+    x->done = true;
+    return;
+  }
+  double dt = okv_cli_now_s() - ts;
+  x->i++;
+  if (recall_step) {
+    for (uint32_t j = 0; j < rc->n_samples; j++) {
+      uint32_t seq = (x->recall_left * rc->n_samples + j) % B;
+      /* This step's real queries of seq, per layer: [L][nq][D]. */
+      float *qs = malloc((size_t)s->L * s->nq * s->D * sizeof(float));
+      if (!qs) break;
+      for (uint32_t l = 0; l < s->L; l++)
+        memcpy(qs + (size_t)l * s->nq * s->D,
+               x->in.q + ((size_t)i * s->L + l) * x->in.q_n + (size_t)seq * T * s->nq * s->D,
+               (size_t)s->nq * s->D * sizeof(float));
+      recall_sample(s, seq, x->ctx + i, qs, rc->res + (size_t)j * s->L * s->H * rc->cap,
+                    rc->n_res + (size_t)j * s->L * s->H, rc->cap, rc);
+      free(qs);
+      r->recall_samples++;
+    }
+    x->recall_left--;
+  } else if (!warm) {
+    okv_step_stats_t *cum = &x->cum;
+    cum->bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE] += ss.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE];
+    cum->append_bytes += ss.append_bytes;
+    cum->stall_seconds += ss.stall_seconds + te;
+    okv_cap_state_t cs;
+    double cap = 0, ceiling = 0;
+    if (x->autor && okv_status_consume(okv_runtime_cap_state(x->rt, &cs)) == OKV_STATUS_OK) {
+      cap = cs.cap_blocks;
+      ceiling = cs.cap_ceiling_blocks;
+      r->spare_blocks_mean += cs.spare_blocks;
+    }
+    r->cap_blocks_mean += cap;
+    r->link_bps_sum += x->link_now;
+    if (r->n_step_list < 64) {
+      r->fetch_list[r->n_step_list] = (double)ss.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE];
+      r->cap_list[r->n_step_list] = cap;
+      r->ceiling_list[r->n_step_list] = ceiling;
+    }
+    cum->attention_seconds += ss.attention_seconds;
+    cum->append_seconds += ss.append_seconds;
+    r->layer_seconds_per_step += tl;
+    r->step_end_seconds_per_step += te;
+    r->sync_seconds_per_step += tsync;
+    x->t_meas += dt;
+    x->t_weights += tw;
+    if (r->n_step_list < 64) r->step_list[r->n_step_list++] = dt;
+    x->measured++;
+  }
+  if (x->i >= x->n_steps) x->done = true;
+}
+
+/* The run's figures from its measured steps (after its last step). */
+static void rr_finish(rrun_t *x) {
+  serve_t *s = x->s;
+  serve_result_t *r = x->r;
+  uint32_t measured = x->measured;
   r->steps = measured;
   if (measured == 0) {
-    snprintf(r->note, sizeof r->note, "no step measured");
-    goto done;
+    if (!r->note[0]) snprintf(r->note, sizeof r->note, "no step measured");
+    return;
   }
+  double t_meas = x->t_meas;
   r->step_seconds = t_meas / measured;
   r->cap_blocks_mean /= measured;
   r->spare_blocks_mean /= measured;
-  r->tokens_per_second = (double)B * measured / t_meas;
-  r->fetch_bytes_per_step = (double)cum.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE] / measured;
-  r->append_bytes_per_step = (double)cum.append_bytes / measured;
+  r->tokens_per_second = (double)x->B * measured / t_meas;
+  r->fetch_bytes_per_step = (double)x->cum.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE] / measured;
+  r->append_bytes_per_step = (double)x->cum.append_bytes / measured;
   r->bytes_per_step = r->fetch_bytes_per_step + r->append_bytes_per_step;
-  r->runtime_stall_fraction = cum.stall_seconds / t_meas;
-  double busy = t_weights + cum.attention_seconds + cum.append_seconds;
+  /* With --interleave the wait for the pipeline after the step is a stall of the run's own (it would overlap
+   * the run's next step otherwise). */
+  r->runtime_stall_fraction = (x->cum.stall_seconds + r->sync_seconds_per_step) / t_meas;
+  double busy = x->t_weights + x->cum.attention_seconds + x->cum.append_seconds;
   r->stall_fraction = t_meas > busy ? (t_meas - busy) / t_meas : 0.0;
-  r->weights_seconds_per_step = t_weights / measured;
-  r->attention_seconds_per_step = cum.attention_seconds / measured;
+  r->weights_seconds_per_step = x->t_weights / measured;
+  r->attention_seconds_per_step = x->cum.attention_seconds / measured;
   r->layer_seconds_per_step /= measured;
   r->step_end_seconds_per_step /= measured;
-  r->append_seconds_per_step = cum.append_seconds / measured;
-  if (m != SM_DENSE) { /* with auto: the bound of its maximum ratio */
-    uint32_t C = (uint32_t)ceil(c.fetch_ratio * s->K - 1e-9);
+  r->sync_seconds_per_step /= measured;
+  r->append_seconds_per_step = x->cum.append_seconds / measured;
+  if (x->m != SM_DENSE) { /* with auto: the bound of its maximum ratio */
+    uint32_t C = (uint32_t)ceil(x->c.fetch_ratio * s->K - 1e-9);
     if (C < 1) C = 1;
-    r->cap_bytes_per_step = (double)C * s->H * s->L * s->block_bytes * B;
+    r->cap_bytes_per_step = (double)C * s->H * s->L * s->block_bytes * x->B;
   }
-  r->recall = m == SM_DENSE ? 1.0 : (rc.total ? (double)rc.hits / (double)rc.total : NAN);
-done:
-  free(rc.res);
-  free(rc.n_res);
-  inputs_free(&in);
-  free(pk);
-  free(pv);
-  free(out);
-  for (uint32_t b = 0; b < n_ids; b++) OKV_IGNORE_ERROR(okv_runtime_seq_remove(rt, ids[b]));
-  free(ids);
-  okv_runtime_destroy(rt);
-  if (s->w.stream) OKV_IGNORE_ERROR(okv_hal_stream_release(s->w.stream));
-  if (s->w.dev_a) OKV_IGNORE_ERROR(okv_hal_buffer_release(s->w.dev_a));
-  if (s->w.dev_b) OKV_IGNORE_ERROR(okv_hal_buffer_release(s->w.dev_b));
-  s->w.stream = NULL;
-  s->w.dev_a = s->w.dev_b = NULL;
-  if (dev) OKV_IGNORE_ERROR(okv_hal_device_release(dev));
+  r->recall = x->m == SM_DENSE ? 1.0 : (x->rc.total ? (double)x->rc.hits / (double)x->rc.total : NAN);
+}
+
+/* One run on its own: set up, every step, the figures, torn down. */
+static void run_runtime(serve_t *s, serve_mode_t m, uint32_t ctx, serve_result_t *r) {
+  rrun_t x;
+  if (rr_open(s, m, ctx, r, &x))
+    while (!x.done) rr_step(&x, false);
+  rr_finish(&x);
+  rr_close(&x);
 }
 
 /* ---- offload: every block streamed from HOST each step (FlexGen-style baseline) ---- */
@@ -1444,6 +1531,7 @@ static json_object *result_json(const serve_t *s, const serve_result_t *r) {
   json_object_object_add(o, "concurrent_sequences", json_object_new_int64(r->concurrent));
   json_object_object_add(o, "concurrency_at_max_seqs", json_object_new_boolean(r->at_max_seqs));
   json_object_object_add(o, "steps", json_object_new_int64(r->steps));
+  json_object_object_add(o, "interleaved", json_object_new_boolean(s->o.interleave && r->mode != SM_OFFLOAD));
   json_num(o, "tokens_per_second", r->tokens_per_second);
   if (r->n_runs > 1) { /* --repeat: this object is the median run; every run's tokens/s */
     json_object *tr = json_object_new_array();
@@ -1474,6 +1562,7 @@ static json_object *result_json(const serve_t *s, const serve_result_t *r) {
     json_num(o, "step_layer_seconds_per_step", r->layer_seconds_per_step);
     json_num(o, "step_end_seconds_per_step", r->step_end_seconds_per_step);
     json_num(o, "append_seconds_per_step", r->append_seconds_per_step);
+    if (s->o.interleave) json_num(o, "sync_seconds_per_step", r->sync_seconds_per_step);
   }
   json_num(o, "dram_bytes_per_second", s->dram_bps);
   json_object *sl = json_object_new_array();
@@ -1731,6 +1820,140 @@ static bool plot_png(const char *png, const serve_t *s, const serve_result_t *rs
 
 /* ---- The command ---- */
 
+/* The configuration at place `pos` of row `row` of a balanced Latin square (Williams) over n configurations:
+ * place j of row r runs configuration (w_j + r) mod n, w = 0, 1, n-1, 2, n-2, ...; rows n..2n-1 take the rows
+ * reversed when n is odd. Over n rows every configuration runs once in every place; each one follows every
+ * other one once over n rows for even n, over 2n for odd n. */
+static uint32_t williams(uint32_t n, uint32_t row, uint32_t pos) {
+  uint32_t j = (row / n) % 2 && n % 2 ? n - 1 - pos : pos;
+  uint32_t w = j == 0 ? 0 : j % 2 ? (j + 1) / 2 : n - j / 2;
+  return (w + row) % n;
+}
+
+/* The bytes one runtime run of mode m holds at once (HOST store, DEVICE tier, step inputs), for --interleave's
+ * check that every configuration fits together. */
+static uint64_t run_bytes(const serve_t *s, serve_mode_t m, uint32_t B, uint32_t ctx) {
+  uint64_t T = m == SM_OASIS ? 2u : 1u, HD = (uint64_t)s->H * s->D;
+  uint64_t per = (uint64_t)B * (T * s->nq * s->D + (T - 1) * 2 * HD + 2 * HD) * sizeof(float);
+  return host_store_bytes(s, m, B, ctx) + device_capacity(s, m, B, ctx) + (uint64_t)mode_steps(s, m) * s->L * per;
+}
+
+/* MemAvailable of /proc/meminfo, bytes; 0 when unknown. */
+static uint64_t mem_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kb = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+  fclose(f);
+  return (uint64_t)kb * 1024u;
+}
+
+/* Selects configuration c of a context's list: its mode's fetch ratio and concurrency. */
+typedef struct serve_cfgs_t {
+  uint32_t mode[SM_COUNT * 16], ratio[SM_COUNT * 16], fit[SM_COUNT * 16], n;
+} serve_cfgs_t;
+
+static serve_mode_t cfg_use(serve_t *s, const serve_cfgs_t *k, uint32_t c) {
+  serve_mode_t m = (serve_mode_t)k->mode[c];
+  s->cur_ratio = s->o.ratios[k->ratio[c]];
+  s->cur_auto = s->o.ratio_auto[k->ratio[c]];
+  if (m != SM_OFFLOAD) s->fit[m] = k->fit[c];
+  return m;
+}
+
+/* After a run: the --max-seqs note and the progress line. */
+static void run_report(const serve_t *s, serve_result_t *r, uint32_t rep, double seconds, bool *any_failed) {
+  const serve_opts_t *o = &s->o;
+  *any_failed |= r->steps == 0;
+  /* The concurrency search stops at --max-seqs: more sequences may fit than were run. */
+  r->at_max_seqs = r->mode != SM_OFFLOAD && r->concurrent == o->max_seqs;
+  if (r->at_max_seqs && !r->note[0])
+    snprintf(r->note, sizeof r->note, "concurrency capped at --max-seqs %u (more may fit)", o->max_seqs);
+  char run_s[32] = "", ratio_s[40] = "";
+  if (o->repeat > 1) snprintf(run_s, sizeof run_s, " [run %u/%u]", rep + 1, o->repeat);
+  if (r->mode == SM_PROXY || r->mode == SM_OASIS) {
+    char rt[24];
+    ratio_text(r, rt, sizeof rt);
+    snprintf(ratio_s, sizeof ratio_s, " (fetch ratio %s)", rt);
+  }
+  fprintf(stderr, CMD ": %s%s at %u tokens%s: %u seqs, %.1f tok/s (%.1f s%s)%s%s\n", k_mode_names[r->mode], ratio_s,
+          r->context, run_s, r->concurrent, r->tokens_per_second, seconds, o->interleave ? " of its own steps" : "",
+          r->note[0] ? ": " : "", r->note);
+}
+
+/* One --interleave round: offload on its own, then every runtime configuration set up (in the round's order),
+ * stepped --interleave decode steps each in turn (the order of turn t a row of the same balanced square,
+ * shifted by the round) until all are done, and torn down. Returns false when the configurations do not fit in
+ * memory together (nothing was run; the message is printed). */
+static bool round_interleaved(serve_t *s, const serve_cfgs_t *k, uint32_t ctx, uint32_t rep, serve_result_t *runs,
+                              bool *any_failed) {
+  uint64_t need = 0, avail = mem_available();
+  for (uint32_t c = 0; c < k->n; c++)
+    if (k->mode[c] != SM_OFFLOAD) {
+      serve_mode_t m = cfg_use(s, k, c);
+      need += run_bytes(s, m, s->fit[m], ctx);
+    }
+  if (avail > 0 && need > avail / 10 * 9) {
+    fprintf(stderr,
+            CMD
+            ": --interleave: the configurations at %u tokens need about %.1f GiB at once and %.1f GiB are "
+            "available; run fewer --fetch-ratio entries or --modes, a shorter --context, or without --interleave\n",
+            ctx, need / 1073741824.0, avail / 1073741824.0);
+    return false;
+  }
+  rrun_t *xs = calloc(k->n, sizeof *xs);
+  double *secs = calloc(k->n, sizeof *secs);
+  if (!xs || !secs) {
+    free(xs);
+    free(secs);
+    fprintf(stderr, CMD ": out of host memory\n");
+    return false;
+  }
+  for (uint32_t pos = 0; pos < k->n; pos++) {
+    uint32_t c = williams(k->n, rep, pos);
+    serve_mode_t m = cfg_use(s, k, c);
+    serve_result_t *r = &runs[(size_t)rep * k->n + c];
+    memset(r, 0, sizeof *r);
+    r->mode = m;
+    r->round_position = pos;
+    r->context = ctx;
+    double t0 = okv_cli_now_s();
+    if (m == SM_OFFLOAD) {
+      run_offload(s, ctx, r);
+      finish_result(s, r);
+      run_report(s, r, rep, okv_cli_now_s() - t0, any_failed);
+      xs[c].done = true;
+      continue;
+    }
+    rr_open(s, m, ctx, r, &xs[c]);
+  }
+  for (uint32_t turn = 0;; turn++) {
+    bool any = false;
+    for (uint32_t pos = 0; pos < k->n; pos++) {
+      uint32_t c = williams(k->n, rep + turn, pos);
+      if (xs[c].done) continue;
+      double t0 = okv_cli_now_s();
+      for (uint32_t j = 0; j < s->o.interleave && !xs[c].done; j++) rr_step(&xs[c], j + 1 == s->o.interleave);
+      secs[c] += okv_cli_now_s() - t0;
+      any = true;
+    }
+    if (!any) break;
+  }
+  for (uint32_t c = 0; c < k->n; c++) {
+    if (k->mode[c] == SM_OFFLOAD) continue;
+    serve_result_t *r = &runs[(size_t)rep * k->n + c];
+    rr_finish(&xs[c]);
+    rr_close(&xs[c]);
+    finish_result(s, r);
+    run_report(s, r, rep, secs[c], any_failed);
+  }
+  free(xs);
+  free(secs);
+  return true;
+}
+
 int okv_cli_bench_serve(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -1888,6 +2111,11 @@ int okv_cli_bench_serve(int argc, char **argv) {
       fprintf(info, "%s %g", i ? "," : "", o->ratios[i]);
   }
   fprintf(info, "\n");
+  if (o->interleave)
+    fprintf(info,
+            "  interleaved: every runtime configuration of a round alive at once, %u decode step%s of each in turn, "
+            "each synchronised after them (that wait counted in its last step)\n",
+            o->interleave, o->interleave > 1 ? "s" : "");
 
   for (uint32_t ci = 0; ci < o->n_contexts; ci++) {
     uint32_t ctx = o->contexts[ci];
@@ -1922,35 +2150,33 @@ int okv_cli_bench_serve(int argc, char **argv) {
       s.fit[SM_DENSE] = fit_search(&s, SM_DENSE, ctx, fit_bound(&s, SM_DENSE, ctx));
     /* Every (mode, ratio) configuration, run --repeat times in interleaved rounds so that slow phases of the
      * machine fall on all of them alike; the concurrency search runs once per configuration. */
-    uint32_t cfg_mode[SM_COUNT * 16], cfg_ratio[SM_COUNT * 16], cfg_fit[SM_COUNT * 16], n_cfg = 0;
+    serve_cfgs_t cfgs = {{0}, {0}, {0}, 0};
     serve_result_t *ctx_runs = runs + (size_t)ci * o->repeat * SM_COUNT * o->n_ratios;
     for (int m = 0; m < SM_COUNT; m++) {
       if (!o->modes[m]) continue;
       uint32_t n_r = m == SM_PROXY || m == SM_OASIS ? o->n_ratios : 1;
       for (uint32_t ri = 0; ri < n_r; ri++) {
-        cfg_mode[n_cfg] = (uint32_t)m;
-        cfg_ratio[n_cfg++] = ri;
+        cfgs.mode[cfgs.n] = (uint32_t)m;
+        cfgs.ratio[cfgs.n++] = ri;
       }
     }
+    const uint32_t n_cfg = cfgs.n;
     for (uint32_t c = 0; c < n_cfg; c++) { /* every concurrency search before the first measured run */
-      serve_mode_t m = (serve_mode_t)cfg_mode[c];
-      s.cur_ratio = o->ratios[cfg_ratio[c]];
-      s.cur_auto = o->ratio_auto[cfg_ratio[c]];
-      if (m != SM_OFFLOAD) s.fit[m] = cfg_fit[c] = fit_search(&s, m, ctx, fit_bound(&s, m, ctx));
+      serve_mode_t m = (serve_mode_t)cfgs.mode[c];
+      s.cur_ratio = o->ratios[cfgs.ratio[c]];
+      s.cur_auto = o->ratio_auto[cfgs.ratio[c]];
+      if (m != SM_OFFLOAD) s.fit[m] = cfgs.fit[c] = fit_search(&s, m, ctx, fit_bound(&s, m, ctx));
     }
-    /* The order of a round is a row of a balanced Latin square (Williams): place j of round rep runs
-     * configuration (w_j + rep) mod n, w = 0, 1, n-1, 2, n-2, ...; rounds n..2n-1 take the rows reversed. Over
-     * n rounds every configuration runs once in every place; each one follows every other one once over n
-     * rounds for even n, over 2n for odd n. A configuration's place and its predecessor thus vary. */
+    /* The order of a round is a row of a balanced Latin square (williams()): a configuration's place and its
+     * predecessor vary from round to round. With --interleave a round runs its configurations side by side. */
     for (uint32_t rep = 0; rep < o->repeat; rep++) {
+      if (o->interleave) {
+        if (!round_interleaved(&s, &cfgs, ctx, rep, ctx_runs, &any_failed)) goto done;
+        continue;
+      }
       for (uint32_t pos = 0; pos < n_cfg; pos++) {
-        uint32_t j = (rep / n_cfg) % 2 && n_cfg % 2 ? n_cfg - 1 - pos : pos;
-        uint32_t w = j == 0 ? 0 : j % 2 ? (j + 1) / 2 : n_cfg - j / 2;
-        uint32_t c = (w + rep) % n_cfg;
-        serve_mode_t m = (serve_mode_t)cfg_mode[c];
-        s.cur_ratio = o->ratios[cfg_ratio[c]];
-        s.cur_auto = o->ratio_auto[cfg_ratio[c]];
-        if (m != SM_OFFLOAD) s.fit[m] = cfg_fit[c];
+        uint32_t c = williams(n_cfg, rep, pos);
+        serve_mode_t m = cfg_use(&s, &cfgs, c);
         serve_result_t *r = &ctx_runs[(size_t)rep * n_cfg + c];
         memset(r, 0, sizeof *r);
         r->mode = m;
@@ -1962,20 +2188,7 @@ int okv_cli_bench_serve(int argc, char **argv) {
         else
           run_runtime(&s, m, ctx, r);
         finish_result(&s, r);
-        any_failed |= r->steps == 0;
-        /* The concurrency search stops at --max-seqs: more sequences may fit than were run. */
-        r->at_max_seqs = m != SM_OFFLOAD && r->concurrent == o->max_seqs;
-        if (r->at_max_seqs && !r->note[0])
-          snprintf(r->note, sizeof r->note, "concurrency capped at --max-seqs %u (more may fit)", o->max_seqs);
-        char run_s[32] = "", ratio_s[40] = "";
-        if (o->repeat > 1) snprintf(run_s, sizeof run_s, " [run %u/%u]", rep + 1, o->repeat);
-        if (m == SM_PROXY || m == SM_OASIS) {
-          char rt[24];
-          ratio_text(r, rt, sizeof rt);
-          snprintf(ratio_s, sizeof ratio_s, " (fetch ratio %s)", rt);
-        }
-        fprintf(stderr, CMD ": %s%s at %u tokens%s: %u seqs, %.1f tok/s (%.1f s)%s%s\n", k_mode_names[m], ratio_s, ctx,
-                run_s, r->concurrent, r->tokens_per_second, okv_cli_now_s() - t0, r->note[0] ? ": " : "", r->note);
+        run_report(&s, r, rep, okv_cli_now_s() - t0, &any_failed);
       }
     }
     for (uint32_t c = 0; c < n_cfg; c++) { /* the median run by tokens/s stands for the configuration */

@@ -314,6 +314,17 @@ void okv_rt_jobs_collect_done(okv_runtime_t *rt) {
   pthread_mutex_unlock(&rt->mutex);
 }
 
+okv_status_t okv_runtime_synchronize(okv_runtime_t *rt) {
+  if (rt == NULL) return OKV_RT_INVALID("okv_runtime_synchronize: runtime is NULL");
+  if (rt->in_step) return OKV_RT_INVALID("okv_runtime_synchronize: a step is in progress (call it between steps)");
+  if (!has_pipeline(rt)) return OKV_OK;
+  okv_rt_jobs_drain(rt);
+  /* Each layer's transfer event, waited once and its status cached for the layer's next commit (which then
+   * does not wait again and absorbs a failure as it would have). */
+  for (uint32_t l = 0; l < rt->cfg.n_layers; l++) (void)okv_rt_job_wait_event(rt, l);
+  return OKV_OK;
+}
+
 void okv_runtime_debug_drain(okv_runtime_t *runtime) {
   if (runtime) okv_rt_jobs_drain(runtime);
 }

@@ -293,6 +293,20 @@ OKV_API okv_status_t okv_runtime_step_layer(okv_runtime_t *runtime, uint32_t lay
 typedef struct okv_step_stats_t okv_step_stats_t;
 OKV_API okv_status_t okv_runtime_step_end(okv_runtime_t *runtime, okv_step_stats_t *out_stats);
 
+/* Waits, between steps, until the background pipeline is idle: every queued
+ * layer job (predict, top-K, select; paper Sec. 4, "background pipeline per
+ * layer") has run and every transfer it issued (HOST->DEVICE, the copy stream)
+ * has completed. It maps, releases and reports nothing: a transfer that failed
+ * is still absorbed and counted by its layer's next commit, exactly as without
+ * the call (docs/api.md "Faults"), so the step after it returns the same
+ * outputs and stats. For a caller that needs the host quiet between steps (a
+ * benchmark that interleaves runtimes, a checkpoint); a serving loop does not
+ * call it (its next step's layers wait only for their own transfers). No-op
+ * in OKV_MODE_DENSE and OKV_MODE_ONDEMAND (no pipeline). Engine thread, not
+ * during a step (not thread-safe against a concurrent call on the runtime).
+ * Errors: INVALID_ARGUMENT (NULL runtime, a step in progress). */
+OKV_API okv_status_t okv_runtime_synchronize(okv_runtime_t *runtime);
+
 /* Read-only attention over what is readable now for a batch, without
  * committing anything or touching the pipeline (e.g. the self drafter's extra
  * uncommitted forward). Same layouts as okv_runtime_step_layer with T = n_query_tokens and

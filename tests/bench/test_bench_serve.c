@@ -306,6 +306,8 @@ static void test_serve_bad_options(void **state) {
       "bench serve --draft-rho 2",
       "bench serve --repeat 0",
       "bench serve --repeat 32",
+      "bench serve --interleave 0",
+      "bench serve --interleave",
       "bench serve --trace /nonexistent/none.trace --shape tiny --context 64",
       "bench serve --fetch-ratio 0.05,,0.1", /* empty list entries */
       "bench serve --fetch-ratio 0.05,",
@@ -441,6 +443,61 @@ static void test_serve_repeat(void **state) {
   assert_int_equal(n_paired, 1);
   assert_int_equal(n_noise, 1);
   unlink(json);
+  unlink(out);
+}
+
+/* --interleave 2: the runtime configurations of the run alive at once, two steps each in turn. Only time may
+ * change: every figure that does not depend on timing (concurrency, steps, fetched bytes of a fixed ratio,
+ * recall) equals a plain run's; the rows say they were interleaved (offload runs on its own), and the wait for
+ * the pipeline after each turn is reported and is part of the step time. */
+static void test_serve_interleave(void **state) {
+  (void)state;
+  char json[2][300], out[300], args[1024];
+  snprintf(out, sizeof out, "%s/interleave.txt", g_dir);
+  for (int il = 0; il < 2; il++) {
+    snprintf(json[il], sizeof json[il], "%s/interleave%d.json", g_dir, il);
+    snprintf(args, sizeof args, SMOKE_ARGS "--modes dense,offload,oasis --fetch-ratio 0.25,auto:0.25 %s --json '%s'",
+             il ? "--interleave 2" : "", json[il]);
+    int rc = run_cli(args, out);
+    if (rc != 0) show_stderr();
+    assert_int_equal(rc, 0);
+  }
+  json_object *plain = json_object_from_file(json[0]), *inter = json_object_from_file(json[1]);
+  assert_non_null(plain);
+  assert_non_null(inter);
+  assert_int_equal(json_object_array_length(plain), 4); /* dense, offload, oasis 0.25, oasis auto */
+  assert_int_equal(json_object_array_length(inter), 4);
+  for (size_t i = 0; i < 4; i++) {
+    json_object *p = json_object_array_get_idx(plain, i), *q = json_object_array_get_idx(inter, i);
+    const char *mode = str(q, "mode");
+    assert_string_equal(mode, str(p, "mode"));
+    bool offload = !strcmp(mode, "offload"), autor = i == 3;
+    assert_false(flag(p, "interleaved"));
+    assert_int_equal(flag(q, "interleaved"), !offload);
+    assert_true(num(p, "steps") == 3 && num(q, "steps") == 3);
+    assert_true(null_or_absent(p, "sync_seconds_per_step"));
+    if (!offload) {
+      double sync = num(q, "sync_seconds_per_step");
+      assert_true(sync >= 0 && sync < num(q, "step_seconds"));
+    }
+    assert_true(num(q, "concurrent_sequences") == num(p, "concurrent_sequences"));
+    if (!autor) { /* a fixed ratio selects and fetches the same blocks whatever the timing */
+      assert_true(num(q, "fetch_bytes_per_step") == num(p, "fetch_bytes_per_step"));
+      assert_true(num(q, "recall") == num(p, "recall"));
+    }
+  }
+  json_object_put(plain);
+  json_object_put(inter);
+  FILE *f = fopen(out, "r");
+  assert_non_null(f);
+  char line[1024];
+  int n_header = 0;
+  while (fgets(line, sizeof line, f)) n_header += strstr(line, "interleaved: every runtime configuration of a round "
+                                                               "alive at once, 2 decode steps of each in turn") != NULL;
+  fclose(f);
+  assert_int_equal(n_header, 1);
+  unlink(json[0]);
+  unlink(json[1]);
   unlink(out);
 }
 
@@ -833,6 +890,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_serve_bad_options),
       cmocka_unit_test(test_info_link),
       cmocka_unit_test(test_serve_repeat),
+      cmocka_unit_test(test_serve_interleave),
       cmocka_unit_test(test_serve_dense_fit),
       cmocka_unit_test(test_runtime_capacity),
       cmocka_unit_test(test_runtime_fetch_ratio), /* --fetch-ratio auto: JSON and header */

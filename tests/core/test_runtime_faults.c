@@ -148,6 +148,74 @@ static void test_failed_transfers(void **state) {
   drv_close(&d);
 }
 
+/* okv_runtime_synchronize changes nothing a step returns: two runtimes with the same inputs, one
+ * synchronised after every step, the other left to overlap its last jobs with the next step (drained only
+ * where the faults need its transfers issued while they are on). Steps with failed transfers included: the
+ * synchronised runtime still absorbs and counts every failure at the layer's next commit. Outputs equal
+ * bit for bit, cumulative selection and fault stats equal, and the call is refused during a step. */
+static void test_synchronize_changes_nothing(void **state) {
+  faults_t *f = *state;
+  okv_runtime_config_t c;
+  base_config(&c);
+  okv_hal_device_params_t p;
+  okv_hal_device_params_init(&p);
+  p.capacity_bytes[OKV_TIER_DEVICE] = 64u << 20;
+  p.n_threads = 1;
+  drv_t a, b;
+  drv_open(&a, g_backend, &c, &p, 23, 1024);
+  drv_open(&b, g_backend, &c, &p, 23, 1024);
+  OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(a.dev, &g_hooks));
+  OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(b.dev, &g_hooks));
+  drv_t *both[2] = {&a, &b};
+  for (int i = 0; i < 2; i++) {
+    drv_add(both[i], 200);
+    drv_add(both[i], 120);
+  }
+  size_t out_bytes = (size_t)c.n_layers * DRV_MAX_SEQS * 4 * c.n_q_heads * c.head_dim * sizeof(float);
+  uint64_t failed_steps = 0;
+  for (int s = 0; s < 24; s++) {
+    bool faulty = s % 4 == 1;
+    if (faulty) okv_runtime_debug_drain(b.rt); /* b's previous jobs issue before the faults start */
+    __atomic_store_n(&f->fail_worker_copies, faulty, __ATOMIC_RELEASE);
+    drv_step(&a, 2, 3.0f);
+    OKV_ASSERT_OK(okv_runtime_synchronize(a.rt));
+    drv_step(&b, 2, 3.0f);
+    if (faulty) okv_runtime_debug_drain(b.rt); /* b's last jobs issue (and fail) while the faults are on */
+    __atomic_store_n(&f->fail_worker_copies, 0, __ATOMIC_RELEASE);
+    assert_int_equal(a.last_layer_code, b.last_layer_code);
+    assert_memory_equal(a.out, b.out, out_bytes);
+    assert_true(drv_check(&a, false) < 2e-5);
+    failed_steps += faulty;
+  }
+  okv_step_stats_t ca, cb;
+  OKV_ASSERT_OK(okv_runtime_stats(a.rt, UINT32_MAX, &ca));
+  OKV_ASSERT_OK(okv_runtime_stats(b.rt, UINT32_MAX, &cb));
+  assert_true(failed_steps == 6 && ca.failed_blocks > 0); /* the faults happened, and were counted */
+  assert_int_equal(ca.failed_blocks, cb.failed_blocks);
+  assert_int_equal(ca.blocks_moved, cb.blocks_moved);
+  assert_int_equal(ca.hits, cb.hits);
+  assert_int_equal(ca.misses, cb.misses);
+  assert_int_equal(ca.pipeline_errors, cb.pipeline_errors);
+  /* Refused on NULL and during a step (which then completes normally). */
+  okv_status_t st = okv_runtime_synchronize(NULL);
+  assert_int_equal(okv_status_code(st), OKV_STATUS_INVALID_ARGUMENT);
+  okv_status_free(st);
+  OKV_ASSERT_OK(okv_runtime_step_begin(a.rt, a.n_seqs, a.ids, 2));
+  st = okv_runtime_synchronize(a.rt);
+  assert_int_equal(okv_status_code(st), OKV_STATUS_INVALID_ARGUMENT);
+  okv_status_free(st);
+  for (uint32_t l = 0; l < c.n_layers; l++)
+    OKV_ASSERT_OK(
+        okv_runtime_step_layer(a.rt, l, drv_k(&a, l), drv_v(&a, l), drv_q(&a, l), drv_draft(&a, l), drv_out(&a, l)));
+  OKV_ASSERT_OK(okv_runtime_step_end(a.rt, NULL));
+  OKV_ASSERT_OK(okv_runtime_synchronize(a.rt));
+  check_host_intact(&b);
+  for (int i = 0; i < 2; i++) {
+    OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(both[i]->dev, NULL));
+    drv_close(both[i]);
+  }
+}
+
 /* Every allocation create makes, failed in turn: a clean error, nothing leaked
  * (CMocka checks), and the device's tier usage back to zero. */
 static void test_alloc_failures(void **state) {
@@ -397,6 +465,7 @@ int main(int argc, char **argv) {
   g_backend = okv_test_backend_or_skip(argc, argv);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(test_failed_transfers, setup),      cmocka_unit_test_setup(test_alloc_failures, setup),
+      cmocka_unit_test_setup(test_synchronize_changes_nothing, setup),
       cmocka_unit_test_setup(test_small_device_tier, setup),     cmocka_unit_test(test_refresh_failure_no_phantom),
       cmocka_unit_test(test_released_slot_not_reused_unwritten), cmocka_unit_test(test_peek_after_failed_refresh),
   };
