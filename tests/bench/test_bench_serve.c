@@ -492,8 +492,10 @@ static void test_serve_interleave(void **state) {
   assert_non_null(f);
   char line[1024];
   int n_header = 0;
-  while (fgets(line, sizeof line, f)) n_header += strstr(line, "interleaved: every runtime configuration of a round "
-                                                               "alive at once, 2 decode steps of each in turn") != NULL;
+  while (fgets(line, sizeof line, f))
+    n_header += strstr(line,
+                       "interleaved: every runtime configuration of a round "
+                       "alive at once, 2 decode steps of each in turn") != NULL;
   fclose(f);
   assert_int_equal(n_header, 1);
   unlink(json[0]);

@@ -464,10 +464,13 @@ static void test_peek_after_failed_refresh(void **state) {
 int main(int argc, char **argv) {
   g_backend = okv_test_backend_or_skip(argc, argv);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup(test_failed_transfers, setup),      cmocka_unit_test_setup(test_alloc_failures, setup),
+      cmocka_unit_test_setup(test_failed_transfers, setup),
+      cmocka_unit_test_setup(test_alloc_failures, setup),
       cmocka_unit_test_setup(test_synchronize_changes_nothing, setup),
-      cmocka_unit_test_setup(test_small_device_tier, setup),     cmocka_unit_test(test_refresh_failure_no_phantom),
-      cmocka_unit_test(test_released_slot_not_reused_unwritten), cmocka_unit_test(test_peek_after_failed_refresh),
+      cmocka_unit_test_setup(test_small_device_tier, setup),
+      cmocka_unit_test(test_refresh_failure_no_phantom),
+      cmocka_unit_test(test_released_slot_not_reused_unwritten),
+      cmocka_unit_test(test_peek_after_failed_refresh),
   };
   return cmocka_run_group_tests_name("core_runtime_faults", tests, NULL, NULL);
 }
