@@ -183,6 +183,12 @@ static bool parse_ratios(const char *v, serve_opts_t *o) {
     uint32_t i = o->n_ratios++;
     if (!okv_cli_parse_fetch_ratio(CMD, tok, &o->ratios[i])) return false; /* "auto[:MAX]" gives -MAX */
     o->ratio_auto[i] = o->ratios[i] < 0;
+    for (uint32_t j = 0; j < i; j++)
+      if (o->ratios[j] == o->ratios[i]) { /* the same configuration twice: one row would shadow the other */
+        fprintf(stderr,
+                CMD ": --fetch-ratio: '%s' is listed twice (each ratio runs once; --repeat N runs it N times)\n", tok);
+        return false;
+      }
   }
   return o->n_ratios > 0;
 }
@@ -1139,7 +1145,11 @@ static void rr_finish(rrun_t *x) {
     if (C < 1) C = 1;
     r->cap_bytes_per_step = (double)C * s->H * s->L * s->block_bytes * x->B;
   }
-  r->recall = x->m == SM_DENSE ? 1.0 : (x->rc.total ? (double)x->rc.hits / (double)x->rc.total : NAN);
+  /* Dense reads every block (recall 1 by construction), reported only where recall is sampled at all. */
+  if (x->m == SM_DENSE)
+    r->recall = s->o.recall_steps > 0 ? 1.0 : NAN;
+  else
+    r->recall = x->rc.total ? (double)x->rc.hits / (double)x->rc.total : NAN;
 }
 
 /* One run on its own: set up, every step, the figures, torn down. */

@@ -421,6 +421,7 @@ void okv_rt_cap_step_end(okv_runtime_t *rt, uint64_t deferred) {
 okv_status_t okv_runtime_cap_state(const okv_runtime_t *rt, okv_cap_state_t *out) {
   if (rt == NULL || out == NULL) return OKV_RT_INVALID("okv_runtime_cap_state: runtime or out_state is NULL");
   memset(out, 0, sizeof *out);
+  if (!has_pipeline(rt)) return OKV_OK; /* DENSE and ONDEMAND fetch without a cap: nothing to report */
   out->cap_max_blocks = rt->cap_blocks;
   out->link_bytes_per_second = rt->link_bps;
   out->layer_interval_seconds = rt->layer_interval_s;

@@ -396,8 +396,10 @@ typedef struct okv_cap_state_t {
                           1..C_max as DEVICE memory allows (docs/api.md "Fetch ratio"). 0 without sequences. */
 } okv_cap_state_t;
 
-/* Reads the cap state. Call from the engine thread between calls (not thread-safe
- * against a concurrent step). Errors: INVALID_ARGUMENT (NULL runtime or out_state). */
+/* Reads the cap state. Every field is 0 in OKV_MODE_DENSE and OKV_MODE_ONDEMAND,
+ * which have no cap (fetch_ratio and fetch_ratio_auto are accepted there and
+ * unused). Call from the engine thread between calls (not thread-safe against a
+ * concurrent step). Errors: INVALID_ARGUMENT (NULL runtime or out_state). */
 OKV_API okv_status_t okv_runtime_cap_state(const okv_runtime_t *runtime, okv_cap_state_t *out_state);
 
 /* ---- Capacity ---- */

@@ -597,6 +597,21 @@ static void test_auto_cap(void **state) {
   assert_int_equal(okv_status_code(st), OKV_STATUS_INVALID_ARGUMENT);
   okv_status_free(st);
   drv_close(&d);
+  /* Modes without a cap report none, auto or not (they used to report C_max and a target of 1). */
+  const okv_mode_t uncapped[] = {OKV_MODE_DENSE, OKV_MODE_ONDEMAND};
+  for (size_t i = 0; i < 2; i++) {
+    okv_runtime_config_t u = c;
+    u.mode = uncapped[i];
+    drv_open(&d, g_backend, &u, &p, 9, 1024);
+    drv_add(&d, 300);
+    for (uint32_t step = 0; step < 3; step++) drv_step(&d, 1, 2.0f);
+    memset(&cs, 0xff, sizeof cs);
+    OKV_ASSERT_OK(okv_runtime_cap_state(d.rt, &cs));
+    assert_true(cs.cap_blocks == 0 && cs.cap_max_blocks == 0 && cs.cap_ceiling_blocks == 0 &&
+                cs.cap_target_blocks == 0 && cs.spare_blocks == 0 && cs.link_bytes_per_second == 0 &&
+                cs.layer_interval_seconds == 0);
+    drv_close(&d);
+  }
 }
 
 /* Checks the slot accounting of a runtime whose heads own between `lo` and `hi` slots: every head's map is
@@ -802,7 +817,8 @@ static void test_auto_capacity_after_step(void **state) {
       refused++;
     }
   }
-  assert_int_equal(fits + refused > 0, 1);
+  (void)refused;
+  assert_true(fits >= 1); /* the add that capacity allowed was made and succeeded (refusals may not occur) */
   assert_true(drv_check(&d, false) < 2e-5);
   drv_close(&d);
 }
