@@ -115,13 +115,14 @@ static void usage(FILE *f) {
           "  --repeat N           run every mode (and ratio) N times, interleaved, and report each one's median\n"
           "                       run by tokens/s (1..31, default 1; odd N gives a true median; the rounds'\n"
           "                       order is balanced over a multiple of the configurations, twice that if odd)\n"
-          "  --interleave N       run the configurations of a round side by side: every runtime mode and ratio\n"
-          "                       set up at once, then N decode steps of each in turn (the order balanced as the\n"
-          "                       rounds'), each runtime synchronised after its N steps and that wait counted in\n"
-          "                       its last step (it would overlap its next step: a bias of at most the wait / N\n"
-          "                       per step, JSON sync_seconds_per_step); a slow phase of the machine then falls\n"
-          "                       on all of them alike (needs every configuration's memory at once; offload\n"
-          "                       runs on its own)\n"
+          "  --interleave N       (default off; N in 1..4096) run a round's configurations side by side: every\n"
+          "                       runtime mode and ratio set up at once, then N decode steps of each in turn, in\n"
+          "                       a balanced order that changes every turn; a slow phase of the machine then\n"
+          "                       falls on all of them alike. Dense and ondemand warm up as long as proxy and\n"
+          "                       oasis. Each runtime is synchronised after its N steps and that wait counts in\n"
+          "                       its time and stall (an upper bound: part of it would overlap its next step;\n"
+          "                       JSON sync_seconds_per_step). Needs every configuration's memory at once;\n"
+          "                       offload runs on its own\n"
           "  --trace FILE         keys/queries from `oasiskv eval --trace` instead of the generator\n"
           "  --draft-rho X        generator: draft innovation correlation in [0,1] (default 0.7)\n"
           "  --seed S             generator seed (default 1)\n"
@@ -622,7 +623,10 @@ static uint32_t turnover_steps(const serve_t *s, double ratio, bool autor) {
 static uint32_t warmup_steps(const serve_t *s, serve_mode_t m) {
   if (s->o.warmup != UINT32_MAX) return s->o.warmup;
   if (m == SM_OFFLOAD) return 1;
-  if (m != SM_PROXY && m != SM_OASIS) return 2;
+  /* --interleave: dense and ondemand warm up as long as proxy and oasis, so that every configuration's measured
+   * steps fall in the same turns. */
+  bool capped_run = s->o.interleave && (s->o.modes[SM_PROXY] || s->o.modes[SM_OASIS]);
+  if (m != SM_PROXY && m != SM_OASIS && !capped_run) return 2;
   uint32_t w = 0;
   for (uint32_t i = 0; i < s->o.n_ratios; i++) {
     uint32_t x = turnover_steps(s, s->o.ratios[i], s->o.ratio_auto[i]);
@@ -1401,7 +1405,7 @@ static void run_offload(serve_t *s, uint32_t ctx, serve_result_t *r) {
   r->stall_fraction = t_meas > t_weights + t_att ? (t_meas - t_weights - t_att) / t_meas : 0.0;
   r->weights_seconds_per_step = t_weights / measured;
   r->attention_seconds_per_step = t_att / measured;
-  r->recall = 1.0; /* every block is attended */
+  r->recall = s->o.recall_steps > 0 ? 1.0 : NAN; /* every block is attended; reported where recall is sampled */
 done:
   inputs_free(&in);
   free(pk);
@@ -1542,6 +1546,7 @@ static json_object *result_json(const serve_t *s, const serve_result_t *r) {
   json_object_object_add(o, "concurrency_at_max_seqs", json_object_new_boolean(r->at_max_seqs));
   json_object_object_add(o, "steps", json_object_new_int64(r->steps));
   json_object_object_add(o, "interleaved", json_object_new_boolean(s->o.interleave && r->mode != SM_OFFLOAD));
+  json_object_object_add(o, "warmup_steps", json_object_new_int64(warmup_steps(s, r->mode)));
   json_num(o, "tokens_per_second", r->tokens_per_second);
   if (r->n_runs > 1) { /* --repeat: this object is the median run; every run's tokens/s */
     json_object *tr = json_object_new_array();
@@ -1723,6 +1728,16 @@ static void print_table(const serve_t *s, const serve_result_t *rs, size_t n, ui
       printf("  (concurrency stopped at --max-seqs %u, so this ratio is not one at equal DEVICE memory)\n",
              s->o.max_seqs);
   }
+  if (s->o.interleave) {
+    double sync_max = 0;
+    for (size_t i = 0; i < n; i++)
+      if (rs[i].context == ctx && rs[i].mode != SM_OFFLOAD && rs[i].steps)
+        sync_max = rs[i].sync_seconds_per_step > sync_max ? rs[i].sync_seconds_per_step : sync_max;
+    printf(
+        "interleaved: step_ms and stall include each runtime's wait for its pipeline after its turn (up to %.1f ms "
+        "per step here; JSON sync_seconds_per_step), an upper bound of what a run on its own would show\n",
+        1e3 * sync_max);
+  }
   for (size_t i = 0; autor && best_fixed && i < n; i++) { /* one comparison per auto setting (auto, auto:MAX) */
     const serve_result_t *a = &rs[i];
     if (a->context != ctx || a->mode != SM_OASIS || !a->fetch_auto || a->steps == 0) continue;
@@ -1840,12 +1855,22 @@ static uint32_t williams(uint32_t n, uint32_t row, uint32_t pos) {
   return (w + row) % n;
 }
 
-/* The bytes one runtime run of mode m holds at once (HOST store, DEVICE tier, step inputs), for --interleave's
- * check that every configuration fits together. */
+/* The host memory one runtime run of mode m touches (HOST store, step inputs and, on the cpu backend, the
+ * DEVICE slots its sequences use and their block summaries; a GPU's DEVICE tier is not host memory), for
+ * --interleave's check that every configuration fits together. The DEVICE capacity itself is not counted: the
+ * cpu backend's pages are used only where slots are written. */
 static uint64_t run_bytes(const serve_t *s, serve_mode_t m, uint32_t B, uint32_t ctx) {
   uint64_t T = m == SM_OASIS ? 2u : 1u, HD = (uint64_t)s->H * s->D;
   uint64_t per = (uint64_t)B * (T * s->nq * s->D + (T - 1) * 2 * HD + 2 * HD) * sizeof(float);
-  return host_store_bytes(s, m, B, ctx) + device_capacity(s, m, B, ctx) + (uint64_t)mode_steps(s, m) * s->L * per;
+  uint64_t bytes = host_store_bytes(s, m, B, ctx) + (uint64_t)mode_steps(s, m) * s->L * per;
+  if (s->w.host) { /* cpu: DEVICE is host memory */
+    uint64_t heads = (uint64_t)B * s->L * s->H, nb = n_blocks_of(max_ctx(s, m, ctx));
+    uint64_t C = (uint64_t)ceil(fabs(s->cur_ratio) * s->K - 1e-9), slots = m == SM_DENSE ? nb : s->K + 2u + C;
+    uint64_t dev = heads * (slots < nb ? slots : nb) * s->block_bytes + heads * nb * s->summary_bytes;
+    uint64_t cap = device_capacity(s, m, B, ctx);
+    bytes += dev < cap ? dev : cap;
+  }
+  return bytes;
 }
 
 /* MemAvailable of /proc/meminfo, bytes; 0 when unknown. */
@@ -1909,7 +1934,8 @@ static bool round_interleaved(serve_t *s, const serve_cfgs_t *k, uint32_t ctx, u
     fprintf(stderr,
             CMD
             ": --interleave: the configurations at %u tokens need about %.1f GiB at once and %.1f GiB are "
-            "available; run fewer --fetch-ratio entries or --modes, a shorter --context, or without --interleave\n",
+            "available; run fewer --fetch-ratio entries or --modes, a shorter --context, a smaller --max-seqs or "
+            "--device-gib, or without --interleave\n",
             ctx, need / 1073741824.0, avail / 1073741824.0);
     return false;
   }
@@ -2107,7 +2133,8 @@ int okv_cli_bench_serve(int argc, char **argv) {
             cpu ? "unpaced (--link-gbps 0)" : "the GPU's real link", s.link_bps / 1e9);
   char warm[64];
   if (o->warmup == UINT32_MAX)
-    snprintf(warm, sizeof warm, "%u (proxy, oasis; every ratio alike) / 2", warmup_steps(&s, SM_OASIS));
+    snprintf(warm, sizeof warm, "%u (proxy, oasis; every ratio alike) / %u", warmup_steps(&s, SM_OASIS),
+             warmup_steps(&s, SM_DENSE));
   else
     snprintf(warm, sizeof warm, "%u", o->warmup);
   fprintf(info, "  K = %u blocks, %s warm-up + %u measured steps, keys/queries: %s; fetch ratio", s.K, warm, o->decode,
@@ -2121,7 +2148,12 @@ int okv_cli_bench_serve(int argc, char **argv) {
       fprintf(info, "%s %g", i ? "," : "", o->ratios[i]);
   }
   fprintf(info, "\n");
-  if (o->interleave)
+  uint32_t n_runtime_cfgs = (o->modes[SM_DENSE] ? 1u : 0u) + (o->modes[SM_ONDEMAND] ? 1u : 0u) +
+                            ((o->modes[SM_PROXY] ? 1u : 0u) + (o->modes[SM_OASIS] ? 1u : 0u)) * o->n_ratios;
+  if (o->interleave && n_runtime_cfgs < 2)
+    fprintf(info, "  --interleave: %s runtime configuration, nothing to interleave (offload always runs on its own)\n",
+            n_runtime_cfgs ? "one" : "no");
+  else if (o->interleave)
     fprintf(info,
             "  interleaved: every runtime configuration of a round alive at once, %u decode step%s of each in turn, "
             "each synchronised after them (that wait counted in its last step)\n",

@@ -322,6 +322,9 @@ okv_status_t okv_runtime_synchronize(okv_runtime_t *rt) {
   /* Each layer's transfer event, waited once and its status cached for the layer's next commit (which then
    * does not wait again and absorbs a failure as it would have). */
   for (uint32_t l = 0; l < rt->cfg.n_layers; l++) (void)okv_rt_job_wait_event(rt, l);
+  /* The time until the next step is a pause, not a serving interval: the self-tuning cap does not measure
+   * it (the next use of each layer starts a new interval). */
+  for (uint32_t l = 0; rt->last_use_s && l < rt->cfg.n_layers; l++) rt->last_use_s[l] = 0;
   return OKV_OK;
 }
 

@@ -299,11 +299,16 @@ OKV_API okv_status_t okv_runtime_step_end(okv_runtime_t *runtime, okv_step_stats
  * has completed. It maps, releases and reports nothing: a transfer that failed
  * is still absorbed and counted by its layer's next commit, exactly as without
  * the call (docs/api.md "Faults"), so the step after it returns the same
- * outputs and stats. For a caller that needs the host quiet between steps (a
- * benchmark that interleaves runtimes, a checkpoint); a serving loop does not
- * call it (its next step's layers wait only for their own transfers). No-op
- * in OKV_MODE_DENSE and OKV_MODE_ONDEMAND (no pipeline). Engine thread, not
- * during a step (not thread-safe against a concurrent call on the runtime).
+ * outputs and the same counts (hits, misses, admitted, failed_blocks, bytes);
+ * only timing moves: what the next commit would have waited for is waited for
+ * here, out of its stall_seconds. With fetch_ratio_auto the time from this call
+ * to the next step is treated as a pause: no layer interval is measured across
+ * it (docs/api.md "Fetch ratio"). For a caller that needs the host quiet
+ * between steps (a benchmark that interleaves runtimes, a checkpoint); a
+ * serving loop does not call it (its next step's layers wait only for their
+ * own transfers). Otherwise a no-op in OKV_MODE_DENSE and OKV_MODE_ONDEMAND (no
+ * pipeline). Engine thread, not during a step in any mode (not thread-safe
+ * against a concurrent call on the runtime).
  * Errors: INVALID_ARGUMENT (NULL runtime, a step in progress). */
 OKV_API okv_status_t okv_runtime_synchronize(okv_runtime_t *runtime);
 

@@ -502,6 +502,23 @@ static void test_serve_interleave(void **state) {
   assert_int_equal(n_header, 1);
   unlink(json[0]);
   unlink(json[1]);
+  /* Without --warmup, interleaved dense warms up as long as oasis (K = 16, C = 4: 16 / 4 + 2 = 6 steps) so
+   * that their measured steps fall in the same turns; on its own dense warms up 2 steps. */
+  for (int il = 0; il < 2; il++) {
+    snprintf(args, sizeof args,
+             "bench serve --shape tiny --layers 1 --context 512 --decode 1 --device-gib 0.006 --budget 16 "
+             "--fetch-ratio 0.25 --link-gbps 0.5 --modes dense,oasis --recall-steps 0 %s --json '%s'",
+             il ? "--interleave 1" : "", json[0]);
+    int rc = run_cli(args, out);
+    if (rc != 0) show_stderr();
+    assert_int_equal(rc, 0);
+    json_object *arr = json_object_from_file(json[0]);
+    assert_non_null(arr);
+    assert_true(num(json_object_array_get_idx(arr, 0), "warmup_steps") == (il ? 6 : 2));
+    assert_true(num(json_object_array_get_idx(arr, 1), "warmup_steps") == 6);
+    json_object_put(arr);
+  }
+  unlink(json[0]);
   unlink(out);
 }
 

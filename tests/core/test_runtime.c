@@ -4,6 +4,8 @@
  * reported working set when K < context, runtime-level properties under a long
  * random workload (cap, K + 1 bound, bijection, active block resident,
  * determinism), stats, capacity and OUT_OF_MEMORY behaviour, peek. */
+#include <time.h>
+
 #include "tests/core/rt_driver.h"
 
 #include "core/runtime_internal.h"
@@ -539,6 +541,37 @@ static void test_q8_scoring(void **state) {
   g_scoring = OKV_SCORING_FLAT;
 }
 
+/* okv_runtime_synchronize makes the time until the next step a pause: a 0.5 s sleep after it does not enter
+ * the self-tuning cap's layer interval (weight 0.3 of a new sample would have added >= 0.15 s). */
+static void test_auto_cap_pause_after_synchronize(void **state) {
+  (void)state;
+  okv_runtime_config_t c;
+  budget_config(&c, 8, 0.5);
+  c.fetch_ratio_auto = true;
+  c.mode = OKV_MODE_OASIS;
+  okv_hal_device_params_t p = small_params();
+  drv_t d;
+  drv_open(&d, g_backend, &c, &p, 13, 1024);
+  drv_add(&d, 300);
+  drv_add(&d, 200);
+  for (uint32_t step = 0; step < 6; step++) drv_step(&d, 2, 2.0f);
+  okv_cap_state_t before, after;
+  OKV_ASSERT_OK(okv_runtime_cap_state(d.rt, &before));
+  assert_true(before.layer_interval_seconds > 0);
+  OKV_ASSERT_OK(okv_runtime_synchronize(d.rt));
+  struct timespec ts = {0, 500000000};
+  nanosleep(&ts, NULL);
+  drv_step(&d, 2, 2.0f); /* the first uses after the pause start new intervals */
+  OKV_ASSERT_OK(okv_runtime_cap_state(d.rt, &after));
+  assert_true(after.layer_interval_seconds == before.layer_interval_seconds);
+  drv_step(&d, 2, 2.0f); /* and the next step measures again */
+  OKV_ASSERT_OK(okv_runtime_cap_state(d.rt, &after));
+  assert_true(after.layer_interval_seconds != before.layer_interval_seconds);
+  assert_true(after.layer_interval_seconds < before.layer_interval_seconds + 0.1);
+  assert_true(drv_check(&d, false) < 2e-5);
+  drv_close(&d);
+}
+
 /* Self-tuning cap (fetch_ratio_auto): the formula on hand-computed cases, and a
  * run in which every step's admissions stay within the maximum C while the
  * link and the layer interval get measured. */
@@ -963,6 +996,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_dense_pool_exhaustion),
       cmocka_unit_test(test_peek),
       cmocka_unit_test(test_auto_cap),
+      cmocka_unit_test(test_auto_cap_pause_after_synchronize),
       cmocka_unit_test(test_auto_cap_spares),
       cmocka_unit_test(test_auto_cap_spares_ceiling),
       cmocka_unit_test(test_auto_capacity_after_step),
