@@ -830,7 +830,7 @@ static void test_auto_capacity_after_step(void **state) {
   drv_open(&d, g_backend, &c, &p, 31, 1024);
   drv_add(&d, 300);
   drv_add(&d, 260);
-  uint32_t fits = 0, refused = 0;
+  uint32_t fits = 0;
   for (uint32_t step = 0; step < 16; step++) {
     drv_step(&d, 2, 2.0f);
     assert_int_equal(d.last_layer_code, OKV_STATUS_OK);
@@ -847,10 +847,8 @@ static void test_auto_capacity_after_step(void **state) {
       fits++;
     } else {
       expect_add_refused(&d, "device tier");
-      refused++;
     }
   }
-  (void)refused;
   assert_true(fits >= 1); /* the add that capacity allowed was made and succeeded (refusals may not occur) */
   assert_true(drv_check(&d, false) < 2e-5);
   drv_close(&d);

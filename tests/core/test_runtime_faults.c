@@ -60,6 +60,15 @@ static int setup(void **state) {
   return 0;
 }
 
+/* The device of the transfer-fault tests: 64 MiB of DEVICE, one kernel thread. */
+static okv_hal_device_params_t transfer_params(void) {
+  okv_hal_device_params_t p;
+  okv_hal_device_params_init(&p);
+  p.capacity_bytes[OKV_TIER_DEVICE] = 64u << 20;
+  p.n_threads = 1;
+  return p;
+}
+
 /* Compares every host block of every sequence with what was appended. */
 static void check_host_intact(drv_t *d) {
   for (uint32_t i = 0; i < d->n_seqs; i++) rt_check_host_tokens(d->rt, d->ids[i], &d->hist[i]);
@@ -82,10 +91,7 @@ static void test_failed_transfers(void **state) {
   faults_t *f = *state;
   okv_runtime_config_t c;
   base_config(&c);
-  okv_hal_device_params_t p;
-  okv_hal_device_params_init(&p);
-  p.capacity_bytes[OKV_TIER_DEVICE] = 64u << 20;
-  p.n_threads = 1;
+  okv_hal_device_params_t p = transfer_params();
   drv_t d;
   drv_open(&d, g_backend, &c, &p, 11, 1024);
   OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(d.dev, &g_hooks));
@@ -157,10 +163,7 @@ static void test_synchronize_changes_nothing(void **state) {
   faults_t *f = *state;
   okv_runtime_config_t c;
   base_config(&c);
-  okv_hal_device_params_t p;
-  okv_hal_device_params_init(&p);
-  p.capacity_bytes[OKV_TIER_DEVICE] = 64u << 20;
-  p.n_threads = 1;
+  okv_hal_device_params_t p = transfer_params();
   drv_t a, b;
   drv_open(&a, g_backend, &c, &p, 23, 1024);
   drv_open(&b, g_backend, &c, &p, 23, 1024);
