@@ -80,6 +80,7 @@ typedef struct serve_opts_t {
   uint32_t repeat; /* runs of every (mode, ratio) per context, interleaved; the tables give the median run */
   bool link_given;
   uint32_t interleave; /* > 0: a round's runtime configurations alive at once, this many steps each in turn */
+  bool fetch_share;    /* proxy / oasis with a fixed ratio: measure the fetched blocks' attention share every step */
   uint64_t seed;
 } serve_opts_t;
 
@@ -123,6 +124,10 @@ static void usage(FILE *f) {
           "                       its time and stall (an upper bound: part of it would overlap its next step;\n"
           "                       JSON sync_seconds_per_step). Needs every configuration's memory at once;\n"
           "                       offload runs on its own\n"
+          "  --fetch-share        proxy and oasis at fixed ratios also measure, every step on one layer, the\n"
+          "                       attention share of the blocks each commit fetched (JSON fetched_share; 1 = an\n"
+          "                       average resident block; auto measures it during its probes on its own). Costs\n"
+          "                       a second pass over that layer's keys\n"
           "  --trace FILE         keys/queries from `oasiskv eval --trace` instead of the generator\n"
           "  --draft-rho X        generator: draft innovation correlation in [0,1] (default 0.7)\n"
           "  --seed S             generator seed (default 1)\n"
@@ -249,6 +254,10 @@ static int parse_args(int argc, char **argv, serve_opts_t *o) {
     OKV_CLI_OPT_PARSED("--draft-rho", okv_cli_parse_double(CMD, "--draft-rho", v, &o->draft_rho))
     OKV_CLI_OPT_PARSED("--seed", okv_cli_parse_u64(CMD, "--seed", v, &o->seed))
     OKV_CLI_OPT_STRING("--device", o->device)
+    if (!strcmp(argv[i], "--fetch-share")) {
+      o->fetch_share = true;
+      continue;
+    }
     OKV_CLI_OPT_STRING("--json", o->json_path)
     OKV_CLI_OPT_STRING("--csv", o->csv_path)
     OKV_CLI_OPT_STRING("--plot", o->plot_path)
@@ -555,6 +564,7 @@ typedef struct serve_result_t {
   double tokens_per_second, step_seconds, load_seconds;
   double bytes_per_step, fetch_bytes_per_step, append_bytes_per_step, link_budget_bytes_per_step, cap_bytes_per_step;
   double link_utilization, recall;
+  double fetched_share; /* mean attention share of a fetched block (runtime stats), NaN when none was measured */
   /* Foreground time that is neither the model's work (weights), attention nor writing the new tokens, / step
    * time: waits for fetched blocks, for the pipeline, for the append batch and attention beyond their
    * kernels (stream wake-ups), and the runtime's own bookkeeping (offload: waits for its copies). */
@@ -689,6 +699,7 @@ static void runtime_config(const serve_t *s, serve_mode_t m, uint32_t B, uint32_
   c->max_context_tokens = max_ctx(s, m, ctx);
   c->host_capacity_bytes = host_store_bytes(s, m, B, ctx);
   c->track_recall = false;
+  c->track_fetch_share = s->o.fetch_share && (m == SM_PROXY || m == SM_OASIS);
 }
 
 /* DEVICE bytes of the HAL device for B sequences of mode m: the budget; dense is
@@ -1104,6 +1115,8 @@ static void rr_step(rrun_t *x, bool sync) {
     }
     cum->attention_seconds += ss.attention_seconds;
     cum->append_seconds += ss.append_seconds;
+    cum->fetched_share += ss.fetched_share;
+    cum->fetched_share_blocks += ss.fetched_share_blocks;
     r->layer_seconds_per_step += tl;
     r->step_end_seconds_per_step += te;
     r->sync_seconds_per_step += tsync;
@@ -1132,6 +1145,7 @@ static void rr_finish(rrun_t *x) {
   r->tokens_per_second = (double)x->B * measured / t_meas;
   r->fetch_bytes_per_step = (double)x->cum.bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE] / measured;
   r->append_bytes_per_step = (double)x->cum.append_bytes / measured;
+  r->fetched_share = x->cum.fetched_share_blocks > 0 ? x->cum.fetched_share / (double)x->cum.fetched_share_blocks : NAN;
   r->bytes_per_step = r->fetch_bytes_per_step + r->append_bytes_per_step;
   /* With --interleave the wait for the pipeline after the step is a stall of the run's own (it would overlap
    * the run's next step otherwise). */
@@ -1570,6 +1584,7 @@ static json_object *result_json(const serve_t *s, const serve_result_t *r) {
   json_num(o, "runtime_stall_fraction", r->runtime_stall_fraction);
   json_num(o, "recall", r->recall);
   json_object_object_add(o, "recall_samples", json_object_new_int64(r->recall_samples));
+  json_num(o, "fetched_share", capped ? r->fetched_share : NAN);
   json_num(o, "load_seconds", r->load_seconds);
   json_num(o, "weights_seconds_per_step", r->weights_seconds_per_step);
   json_num(o, "attention_seconds_per_step", r->attention_seconds_per_step);

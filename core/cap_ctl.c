@@ -11,7 +11,10 @@ void okv_cap_ctl_init(okv_cap_ctl_t *ctl, uint32_t c_start) {
   ctl->settle = OKV_CAP_CTL_SETTLE;
   ctl->backoff = 1;
   ctl->next_dir = -1;
+  ctl->marginal_share = NAN;
 }
+
+bool okv_cap_ctl_wants_share(const okv_cap_ctl_t *ctl) { return ctl->phase != OKV_CAP_BASE && ctl->settle == 0; }
 
 /* Sets C for the next step; a change is followed by the settle steps. */
 static void set_c(okv_cap_ctl_t *ctl, uint32_t c) {
@@ -42,16 +45,31 @@ static double median(double *v, uint32_t n) {
 static uint32_t stride(uint32_t c) { return c / 2 > 1 ? c / 2 : 1; }
 
 /* The probe's verdict from its pairs' ratios (probe step cost / base step cost). */
+/* The probe's marginal share: what the blocks by which its arms' fetches differ drew; NaN when undefined. */
+static double marginal_share(const okv_cap_ctl_t *ctl) {
+  uint64_t np = ctl->arm_blocks[0], nb = ctl->arm_blocks[1];
+  uint64_t d = np > nb ? np - nb : nb - np;
+  if (d < OKV_CAP_CTL_MIN_MARGINAL_BLOCKS) return NAN;
+  return (ctl->arm_share[0] - ctl->arm_share[1]) / ((double)np - (double)nb);
+}
+
 static bool probe_accepted(okv_cap_ctl_t *ctl) {
   double worst = 0;
   for (uint32_t i = 0; i < ctl->n_pairs; i++) worst = ctl->ratio[i] > worst ? ctl->ratio[i] : worst;
   double m = median(ctl->ratio, ctl->n_pairs);
-  if (ctl->phase == OKV_CAP_PROBE_DOWN) return worst < 1.0 && m <= 1.0 - OKV_CAP_CTL_DOWN_GAIN;
-  return m <= 1.0 + OKV_CAP_CTL_UP_COST;
+  double mu = ctl->marginal_share = marginal_share(ctl);
+  bool not_dearer = m <= 1.0 + OKV_CAP_CTL_UP_COST;
+  if (ctl->phase == OKV_CAP_PROBE_DOWN)
+    return (worst < 1.0 && m <= 1.0 - OKV_CAP_CTL_DOWN_GAIN) || (mu < OKV_CAP_CTL_MIN_SHARE && not_dearer);
+  return not_dearer && !(mu < OKV_CAP_CTL_MIN_SHARE); /* NaN: no share measured, cost alone decides */
 }
 
 /* A measured step of a probe's arm. */
-static void probe_step(okv_cap_ctl_t *ctl, double j) {
+static void probe_step(okv_cap_ctl_t *ctl, double j, const okv_cap_obs_t *obs) {
+  if (obs->fetch_share_blocks > 0 && isfinite(obs->fetch_share)) {
+    ctl->arm_share[ctl->arm] += obs->fetch_share;
+    ctl->arm_blocks[ctl->arm] += obs->fetch_share_blocks;
+  }
   if (ctl->arm == 0) { /* the probe's step: the base step of the pair follows */
     ctl->j_arm = j;
     ctl->arm = 1;
@@ -98,6 +116,8 @@ static void base_window_done(okv_cap_ctl_t *ctl, uint32_t ceiling) {
   ctl->phase = dir > 0 ? OKV_CAP_PROBE_UP : OKV_CAP_PROBE_DOWN;
   ctl->arm = 0;
   ctl->n_pairs = 0;
+  ctl->arm_share[0] = ctl->arm_share[1] = 0;
+  ctl->arm_blocks[0] = ctl->arm_blocks[1] = 0;
   ctl->probes++;
   set_c(ctl, ctl->c_probe);
 }
@@ -141,7 +161,7 @@ uint32_t okv_cap_ctl_update(okv_cap_ctl_t *ctl, const okv_cap_obs_t *obs) {
   double j = obs->token_seconds;
   if (!(j > 0) || !isfinite(j)) return ctl->c;
   if (ctl->phase != OKV_CAP_BASE) {
-    probe_step(ctl, j);
+    probe_step(ctl, j, obs);
     return ctl->c;
   }
   ctl->win[ctl->n_win++] = j;

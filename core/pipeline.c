@@ -410,13 +410,15 @@ uint32_t okv_rt_choose_cap(const okv_runtime_t *rt, uint32_t n_seqs) {
  * decoded token (wall time from step_begin / sequences), the blocks the cap
  * deferred, the link and its ceiling (spares_ceiling); its C applies to the
  * next step's jobs. */
-void okv_rt_cap_step_end(okv_runtime_t *rt, uint64_t deferred) {
+void okv_rt_cap_step_end(okv_runtime_t *rt, const okv_step_stats_t *step) {
   if (!rt->cfg.fetch_ratio_auto || rt->step_n_seqs == 0) return;
   uint32_t link_ceiling = okv_rt_cap_ceiling(rt, rt->step_n_seqs);
   okv_cap_obs_t obs = {.ceiling = spares_ceiling(rt, link_ceiling),
                        .token_seconds = (okv_rt_wall_s() - rt->step_begin_s) / rt->step_n_seqs,
-                       .deferred = deferred,
-                       .link_bytes_per_s = rt->link_bps};
+                       .deferred = step->deferred,
+                       .link_bytes_per_s = rt->link_bps,
+                       .fetch_share = step->fetched_share,
+                       .fetch_share_blocks = step->fetched_share_blocks};
   rt->cap_ceiling_last = link_ceiling;
   okv_cap_ctl_update(&rt->cap_ctl, &obs);
 }
@@ -451,6 +453,14 @@ okv_status_t okv_runtime_cap_state(const okv_runtime_t *rt, okv_cap_state_t *out
  * maps. A failed transfer maps nothing (its slots go back to the heads' free
  * stacks, victims stay mapped); a failed transfer or prediction is absorbed and
  * counted in pipeline_errors (docs/api.md "Faults"). */
+uint32_t okv_rt_share_layer(const okv_runtime_t *rt) {
+  if (!has_pipeline(rt) || rt->fg_mass == NULL || rt->cfg.n_layers == 0) return UINT32_MAX;
+  if (rt->cfg.fetch_ratio_auto && okv_cap_ctl_wants_share(&rt->cap_ctl))
+    return rt->cap_ctl.probes % rt->cfg.n_layers; /* one layer for the whole probe: its arms compare alike */
+  if (rt->cfg.track_fetch_share) return rt->step % rt->cfg.n_layers;
+  return UINT32_MAX;
+}
+
 void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
   if (!has_pipeline(rt)) return;
   okv_layer_job_t *job = &rt->jobs[layer];
@@ -498,6 +508,7 @@ void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
   }
   if (ok && job->start_recorded && job->n_plan > 0) link_sample(rt, layer, (uint64_t)job->n_plan * rt->block_bytes);
   job->start_recorded = false;
+  job->n_fresh = ok ? job->n_plan : 0; /* the entries stay in plan[] until the layer's next job runs */
   job->n_plan = 0;
   job->event_recorded = false;
   job->event_waited = false;

@@ -139,16 +139,17 @@ void okv_runtime_destroy(okv_runtime_t *rt) {
   okv_rt_free(&rt->alloc, rt->append_gfirst);
   okv_rt_free(&rt->alloc, rt->ones);
   okv_host_store_free(&rt->host, &rt->alloc);
-  okv_hal_buffer_t *bufs[] = {rt->summaries, rt->group_summaries, rt->pool, rt->fg_inflight, rt->fg_out};
-  for (int i = 0; i < 5; i++)
+  okv_hal_buffer_t *bufs[] = {rt->summaries, rt->group_summaries, rt->pool, rt->fg_inflight, rt->fg_out, rt->fg_mass};
+  for (int i = 0; i < 6; i++)
     if (bufs[i]) OKV_IGNORE_ERROR(okv_hal_buffer_release(bufs[i]));
-  void *arrs[] = {
-      rt->free_slots,     rt->ws_offsets,   rt->ws_slots,          rt->ws_valid,   rt->append_pairs, rt->append_index,
-      rt->append_first,   rt->append_keys,  rt->append_src,        rt->od_pairs,   rt->od_plan,      rt->seqs,
-      rt->step_seq_index, rt->step_seq_id,  rt->layer_step,        rt->batch_seqs, rt->layer_cum,    rt->jobs,
-      rt->queue,          rt->layer_events, rt->copy_start_events, rt->last_use_s, rt->wr_map,       rt->wr_block,
-      rt->wr_tokens,      rt->tok_block,    rt->reb_index,         rt->reb_valid,  rt->reb_map,      rt->reb_block,
-      rt->tw_slot,        rt->tw_pos,       rt->tw_keys,           rt->tw_values,  rt->tw_map,       rt->tw_block};
+  void *arrs[] = {rt->free_slots,        rt->ws_offsets,   rt->ws_slots,       rt->ws_valid,    rt->append_pairs,
+                  rt->append_index,      rt->append_first, rt->append_keys,    rt->append_src,  rt->od_pairs,
+                  rt->od_plan,           rt->seqs,         rt->step_seq_index, rt->step_seq_id, rt->layer_step,
+                  rt->batch_seqs,        rt->layer_cum,    rt->jobs,           rt->queue,       rt->layer_events,
+                  rt->copy_start_events, rt->last_use_s,   rt->wr_map,         rt->wr_block,    rt->wr_tokens,
+                  rt->tok_block,         rt->reb_index,    rt->reb_valid,      rt->reb_map,     rt->reb_block,
+                  rt->tw_slot,           rt->tw_pos,       rt->tw_keys,        rt->tw_values,   rt->tw_map,
+                  rt->tw_block,          rt->mass_host,    rt->mass_seq_pos};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) okv_rt_free(&rt->alloc, arrs[i]);
   pthread_mutex_destroy(&rt->mutex);
   pthread_cond_destroy(&rt->work_cv);
@@ -342,6 +343,14 @@ okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_conf
         st = okv_hal_event_create(device, &rt->copy_start_events[l]);
         if (st) goto fail;
       }
+    }
+    if (c->fetch_ratio_auto || c->track_fetch_share) { /* fetched-share measurement */
+      st = alloc_dev(rt, OKV_TIER_DEVICE, rt->ws_capacity * T4 * sizeof(float), &rt->fg_mass,
+                     "attention mass of the working sets");
+      if (st) goto fail;
+      ALLOC_ARR(rt->mass_host, rt->ws_capacity * T4);
+      ALLOC_ARR(rt->mass_seq_pos, c->max_seqs);
+      for (uint32_t i = 0; i < c->max_seqs; i++) rt->mass_seq_pos[i] = UINT32_MAX;
     }
     ALLOC_ARR(rt->jobs, c->n_layers);
     ALLOC_ARR(rt->queue, c->n_layers);

@@ -131,6 +131,8 @@ void okv_rt_stats_add(okv_step_stats_t *d, const okv_step_stats_t *s) {
   d->remote_bytes += s->remote_bytes;
   d->remote_seconds += s->remote_seconds;
   d->remote_stall_seconds += s->remote_stall_seconds;
+  d->fetched_share += s->fetched_share;
+  d->fetched_share_blocks += s->fetched_share_blocks;
 }
 
 /* Adds the stats of finished jobs no step has collected yet (layer UINT32_MAX: every layer's), counted as

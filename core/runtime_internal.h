@@ -115,6 +115,7 @@ typedef struct okv_layer_job_t {
   uint32_t cap;           /* C this job admits at most per head (rt->cap_blocks, or the self-tuning choice) */
   okv_plan_entry_t *plan; /* [max_seqs * n_kv_heads * C] */
   uint32_t n_plan;
+  uint32_t n_fresh; /* plan[0..n_fresh) were mapped by the latest commit (the fetched-share measurement) */
   okv_block_copy_t *pairs;
   bool event_recorded, event_waited;
   bool start_recorded;         /* copy_start_events[layer] precedes this plan's copy (auto cap) */
@@ -157,6 +158,12 @@ struct okv_runtime_t {
   uint32_t *free_slots; /* global stack */
   uint64_t n_free_slots;
   okv_hal_buffer_t *fg_inflight, *fg_out;
+  /* Fetched-share measurement (cfg.track_fetch_share, fetch_ratio_auto): attention's per-block mass of the
+   * measured layer, read back, and a sequence's place in the step's batch. */
+  okv_hal_buffer_t *fg_mass;
+  float *mass_host;         /* [ws_capacity * 4] */
+  uint32_t *mass_seq_pos;   /* [max_seqs], UINT32_MAX outside a measurement */
+  uint32_t share_layer;     /* the layer the step measures; UINT32_MAX: none */
   okv_predict_ctx_t fg, wk; /* foreground (recall, ondemand) and worker scratch */
   bool fg_predict;          /* fg scoring buffers allocated */
 
@@ -347,7 +354,9 @@ void okv_rt_job_submit(okv_runtime_t *rt, uint32_t layer, const float *q, double
 void okv_rt_note_layer_use(okv_runtime_t *rt, uint32_t layer);
 uint32_t okv_rt_cap_ceiling(const okv_runtime_t *rt, uint32_t n_seqs);
 uint32_t okv_rt_choose_cap(const okv_runtime_t *rt, uint32_t n_seqs);
-void okv_rt_cap_step_end(okv_runtime_t *rt, uint64_t deferred);
+void okv_rt_cap_step_end(okv_runtime_t *rt, const okv_step_stats_t *step);
+/* The layer whose fetched blocks' attention share the step now beginning measures (UINT32_MAX: none). */
+uint32_t okv_rt_share_layer(const okv_runtime_t *rt);
 /* scoring.c */
 okv_status_t okv_rt_scoring_init(okv_runtime_t *rt, uint64_t n_host_blocks);
 okv_status_t okv_rt_scoring_ctx_init(okv_runtime_t *rt, okv_predict_ctx_t *ctx);

@@ -48,6 +48,7 @@ okv_status_t okv_runtime_step_begin(okv_runtime_t *rt, uint32_t n_seqs, const ui
   rt->step_n_seqs = n_seqs;
   rt->step_T = n_query_tokens;
   rt->next_layer = 0;
+  rt->share_layer = okv_rt_share_layer(rt);
   return OKV_OK;
 }
 
@@ -82,9 +83,11 @@ static uint32_t build_ws(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t *const *s
   return stale;
 }
 
+/* Attention over the working sets of layer `layer`; with `mass`, also each working-set block's attention
+ * probability (rt->fg_mass, read back into rt->mass_host; a failed read leaves mass_ok false). */
 static okv_status_t run_attention(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t *const *seqs, uint32_t layer,
                                   uint32_t T, const float *q, uint32_t n_inflight, const float *inflight, float *out,
-                                  double *bk_s, double *att_s) {
+                                  bool mass, bool *mass_ok, double *bk_s, double *att_s) {
   const okv_runtime_config_t *c = &rt->cfg;
   double t0 = okv_rt_bk_s();
   uint32_t stale = build_ws(rt, n_seqs, seqs, layer);
@@ -117,13 +120,20 @@ static okv_status_t run_attention(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t 
                             .inflight_offset = 0,
                             .out = rt->fg_out,
                             .out_offset = 0,
-                            .block_mass = NULL};
+                            .block_mass = mass ? rt->fg_mass : NULL,
+                            .mass_offset = 0};
   t0 = okv_rt_wall_s();
   okv_status_t st = okv_hal_attention_async(rt->compute, &d);
   if (st == OKV_OK) st = okv_hal_stream_synchronize(rt->compute);
   *att_s += okv_rt_wall_s() - t0;
   if (st != OKV_OK) return okv_status_annotate(st, "runtime: attention of layer %u", layer);
   OKV_RETURN_IF_ERROR(okv_hal_buffer_read(rt->fg_out, 0, out, q_bytes));
+  if (mass && mass_ok != NULL) { /* a measurement: a failed read only loses it */
+    okv_status_t ms = okv_hal_buffer_read(rt->fg_mass, 0, rt->mass_host,
+                                          (uint64_t)rt->ws_offsets[n_seqs * c->n_kv_heads] * T * sizeof(float));
+    *mass_ok = ms == OKV_OK;
+    okv_status_free(ms);
+  }
   size_t row = (size_t)T * c->n_q_heads * c->head_dim;
   for (uint32_t s = 0; s < n_seqs; s++)
     if (seqs[s] == NULL) memset(out + s * row, 0, row * sizeof(float));
@@ -268,6 +278,35 @@ static void fg_predict_and_fetch(okv_runtime_t *rt, uint32_t layer, const float 
   *bk_s += okv_rt_bk_s() - t1;
 }
 
+/* The fetched-share measurement (okv_step_stats_t.fetched_share): for each block the layer's commit just
+ * mapped, its working-set entry (found by slot within its head's range of the CSR) and the real token's
+ * attention probability of it (mass row t = 0), times the head's working-set blocks. */
+static void fetched_share(okv_runtime_t *rt, uint32_t layer, okv_step_stats_t *ls, double *bk_s) {
+  double t0 = okv_rt_bk_s();
+  const okv_layer_job_t *job = &rt->jobs[layer];
+  uint32_t H = rt->cfg.n_kv_heads, T = rt->step_T;
+  for (uint32_t s = 0; s < rt->step_n_seqs; s++) rt->mass_seq_pos[rt->step_seq_index[s]] = s;
+  double share = 0;
+  uint64_t n = 0;
+  for (uint32_t i = 0; i < job->n_fresh; i++) {
+    const okv_plan_entry_t *e = &job->plan[i];
+    const okv_seq_t *seq = &rt->seqs[e->seq_index];
+    uint32_t s = rt->mass_seq_pos[e->seq_index];
+    if (s == UINT32_MAX || !seq->live || seq->id != e->seq_id) continue; /* not in this batch, or removed */
+    uint32_t u = s * H + e->kv_head, k0 = rt->ws_offsets[u], k1 = rt->ws_offsets[u + 1];
+    for (uint32_t k = k1; k-- > k0;) /* mapped last: near the end of the head's range */
+      if (rt->ws_slots[k] == e->slot) {
+        share += (double)rt->mass_host[(size_t)k * T] * (double)(k1 - k0);
+        n++;
+        break;
+      }
+  }
+  for (uint32_t s = 0; s < rt->step_n_seqs; s++) rt->mass_seq_pos[rt->step_seq_index[s]] = UINT32_MAX;
+  ls->fetched_share += share;
+  ls->fetched_share_blocks += n;
+  *bk_s += okv_rt_bk_s() - t0;
+}
+
 /* A failed step_layer / peek_layer marks its output invalid: every element a
  * quiet NaN, so that no stale or foreign value can be mistaken for attention. */
 static void fill_invalid(const okv_runtime_t *rt, uint32_t n_seqs, uint32_t T, float *out) {
@@ -320,18 +359,23 @@ okv_status_t okv_runtime_step_layer(okv_runtime_t *rt, uint32_t layer, const flo
     /* 4. Attention over the working set; draft tokens are in flight. */
     okv_seq_t **seqs = rt->batch_seqs;
     for (uint32_t s = 0; s < rt->step_n_seqs; s++) seqs[s] = step_seq(rt, s);
-    st = run_attention(rt, rt->step_n_seqs, seqs, layer, rt->step_T, q, rt->step_T - 1u, draft_kv, out, &bk, &att);
+    bool mass = layer == rt->share_layer && rt->jobs[layer].n_fresh > 0, mass_ok = false;
+    st = run_attention(rt, rt->step_n_seqs, seqs, layer, rt->step_T, q, rt->step_T - 1u, draft_kv, out, mass, &mass_ok,
+                       &bk, &att);
     bool redo = false;
     okv_status_t fin = okv_rt_layer_append_finish(rt, layer, &bk, &redo);
     if (fin != OKV_OK) { /* the batch failed twice: attention's output is not valid */
       okv_status_free(st);
       st = OKV_OK;
       append_st = fin;
+      mass_ok = false;
     } else if (redo) { /* retried after attention read the slots: read them again */
       okv_status_free(st);
-      st = run_attention(rt, rt->step_n_seqs, seqs, layer, rt->step_T, q, rt->step_T - 1u, draft_kv, out, &bk, &att);
+      st = run_attention(rt, rt->step_n_seqs, seqs, layer, rt->step_T, q, rt->step_T - 1u, draft_kv, out, mass,
+                         &mass_ok, &bk, &att);
     }
     ls->attention_seconds += att;
+    if (st == OKV_OK && mass_ok) fetched_share(rt, layer, ls, &bk);
   }
   /* 5. Hand the layer to the background pipeline (the token is committed either way). */
   if (has_pipeline(rt)) {
@@ -373,7 +417,7 @@ okv_status_t okv_runtime_step_end(okv_runtime_t *rt, okv_step_stats_t *out_stats
   rt->step_deferred_steps = 0;
   okv_rt_stats_add(&rt->total_cum, &step);
   if (out_stats) *out_stats = step;
-  if (st == OKV_OK && has_pipeline(rt)) okv_rt_cap_step_end(rt, step.deferred);
+  if (st == OKV_OK && has_pipeline(rt)) okv_rt_cap_step_end(rt, &step);
   rt->in_step = false;
   rt->step++;
   return st;
@@ -402,7 +446,8 @@ okv_status_t okv_runtime_peek_layer(okv_runtime_t *rt, uint32_t n_seqs, const ui
   /* Do not read a slot that a pending transfer writes: commit it first (failures absorbed). */
   if (st == OKV_OK) okv_rt_layer_commit(rt, layer, &bk);
   if (st == OKV_OK)
-    st = run_attention(rt, n_seqs, seqs, layer, n_query_tokens, q, n_query_tokens, inflight_kv, out, &bk, &att);
+    st = run_attention(rt, n_seqs, seqs, layer, n_query_tokens, q, n_query_tokens, inflight_kv, out, false, NULL, &bk,
+                       &att);
   rt->layer_step[layer].bookkeeping_seconds += bk;
   if (st != OKV_OK) fill_invalid(rt, n_seqs, n_query_tokens, out);
   return st;

@@ -115,6 +115,10 @@ typedef struct okv_runtime_config_t {
   uint32_t scoring_groups;   /* two-level: groups of OKV_SCORING_GROUP_BLOCKS blocks whose blocks are scored, per
                                 KV head and step; 0 = K / 4 (at least 1). q8: candidates rescored beyond K per KV
                                 head; 0 = K. At most K */
+  bool track_fetch_share;    /* OASIS / PROXY: measure every step, on one layer (step mod n_layers), the attention
+                                share of the blocks its commit fetched (okv_step_stats_t.fetched_share; costs a second
+                                pass over that layer's keys). With fetch_ratio_auto the runtime measures it on its
+                                own during the search's probes (docs/api.md "Fetch ratio"). Default false */
 } okv_runtime_config_t;
 
 /* Sets every default (shape fields to 0: the caller must set them). */
@@ -369,6 +373,12 @@ struct okv_step_stats_t {
    * real query, and these count how much of it the two-level top-K of the same query finds. */
   uint64_t topk_agreement_hits;  /* blocks in both the two-level and the flat top-K of the real query */
   uint64_t topk_agreement_total; /* blocks in the flat top-K of the real query */
+  /* What the fetches bought (track_fetch_share, or fetch_ratio_auto during its probes): for the blocks a layer's
+   * commit fetched, on the layers measured, the real token's attention probability of the block (averaged over
+   * its GQA group) times the working-set blocks of its KV head, summed (1 per block = an average resident
+   * block's share), and the number of blocks measured. fetched_share / fetched_share_blocks is the mean. */
+  double fetched_share;
+  uint64_t fetched_share_blocks;
 };
 
 /* Cumulative stats over the runtime's life (layer = UINT32_MAX) or for one layer, since creation

@@ -222,6 +222,80 @@ static void test_unmeasured_steps_skipped(void **state) {
 }
 
 /* Bounds under random measurements and ceilings (fixed seed): 1 <= C <= max(1, ceiling), always. */
+/* A whole probe with fetched shares: every probe step costs jp and measures np fetched blocks drawing sp in
+ * all, every base step of a pair jb, nb and sb. Settle steps report a share of 1000 that must not count,
+ * and okv_cap_ctl_wants_share says which steps are measured. Returns the C after the probe. */
+static uint32_t probe_share(okv_cap_ctl_t *ctl, uint32_t ceiling, double jp, double jb, double sp, uint64_t np,
+                            double sb, uint64_t nb) {
+  assert_true(ctl->phase != OKV_CAP_BASE);
+  okv_cap_obs_t settle = {.ceiling = ceiling,
+                          .token_seconds = 100.0,
+                          .deferred = 5,
+                          .link_bytes_per_s = 1e9,
+                          .fetch_share = 1000.0,
+                          .fetch_share_blocks = 8};
+  okv_cap_obs_t po = settle, bo = settle;
+  po.token_seconds = jp, po.fetch_share = sp, po.fetch_share_blocks = np;
+  bo.token_seconds = jb, bo.fetch_share = sb, bo.fetch_share_blocks = nb;
+  for (uint32_t i = 0; i < OKV_CAP_CTL_PAIRS; i++) {
+    while (ctl->settle > 0) {
+      assert_false(okv_cap_ctl_wants_share(ctl));
+      okv_cap_ctl_update(ctl, &settle);
+    }
+    assert_true(okv_cap_ctl_wants_share(ctl));
+    okv_cap_ctl_update(ctl, &po);
+    while (ctl->settle > 0) {
+      assert_false(okv_cap_ctl_wants_share(ctl));
+      okv_cap_ctl_update(ctl, &settle);
+    }
+    assert_true(okv_cap_ctl_wants_share(ctl));
+    okv_cap_ctl_update(ctl, &bo);
+  }
+  assert_int_equal(ctl->phase, OKV_CAP_BASE);
+  assert_false(okv_cap_ctl_wants_share(ctl)); /* base windows measure no share */
+  return ctl->c;
+}
+
+/* What the fetches buy decides where cost cannot: the marginal share of a probe is the difference of its
+ * arms' summed shares over the difference of their fetched blocks (3 pairs each). */
+static void test_fetched_share_decides(void **state) {
+  (void)state;
+  okv_cap_ctl_t ctl;
+  okv_cap_ctl_init(&ctl, 4);
+  assert_int_equal(window(&ctl, 7, 1.0, 5), 2); /* probe down 4 -> 2 */
+  /* Not cheaper (ratio 1.0), but the 20 blocks per step that 4 fetches beyond 2 draw (16 - 10) / 20 = 0.3
+   * of an average block each (< 1): fewer fetches are kept. Without shares this probe is rejected. */
+  assert_int_equal(probe_share(&ctl, 7, 1.0, 1.0, 10.0, 20, 16.0, 40), 2);
+  assert_int_equal(ctl.c_base, 2);
+  assert_true(fabs(ctl.marginal_share - 0.3) < 1e-12);
+  assert_int_equal(ctl.accepted, 1);
+  /* On down: 2 -> 1. The dropped blocks drew (24 - 4) / (20 - 10) = 2 average blocks each, and 1 is not
+   * cheaper: rejected. */
+  assert_int_equal(window(&ctl, 7, 1.0, 5), 1);
+  assert_int_equal(probe_share(&ctl, 7, 1.0, 1.0, 4.0, 10, 24.0, 20), 2);
+  assert_true(fabs(ctl.marginal_share - 2.0) < 1e-12);
+  assert_int_equal(ctl.c_base, 2);
+  /* Then up, 2 -> 3: free (1% dearer), but the added blocks draw (29 - 24) / (30 - 20) = 0.5: rejected. */
+  assert_int_equal(window(&ctl, 7, 1.0, 5), 3);
+  assert_int_equal(probe_share(&ctl, 7, 1.01, 1.0, 29.0, 30, 24.0, 20), 2);
+  assert_true(fabs(ctl.marginal_share - 0.5) < 1e-12);
+  /* Up again after the hold, with added blocks that draw (36 - 24) / (30 - 20) = 1.2 each: kept. */
+  assert_int_equal(window(&ctl, 7, 1.0, 5), 2);                           /* hold 2 -> 1 */
+  assert_int_equal(window(&ctl, 7, 1.0, 5), 1);                           /* hold 1 -> 0: the other direction, down */
+  assert_int_equal(probe_share(&ctl, 7, 1.0, 1.0, 4.0, 10, 24.0, 20), 2); /* valuable: rejected, hold 4 */
+  for (int w = 0; w < 3; w++) assert_int_equal(window(&ctl, 7, 1.0, 5), 2);
+  assert_int_equal(window(&ctl, 7, 1.0, 5), 3);
+  assert_int_equal(probe_share(&ctl, 7, 1.02, 1.0, 36.0, 30, 24.0, 20), 3);
+  assert_true(fabs(ctl.marginal_share - 1.2) < 1e-12);
+  assert_int_equal(ctl.c_base, 3);
+  /* Arms whose fetched blocks differ by fewer than OKV_CAP_CTL_MIN_MARGINAL_BLOCKS give no marginal share:
+   * cost alone decides (here: up, 3 -> 4, free, kept although the few blocks drew nothing). */
+  assert_int_equal(window(&ctl, 7, 1.0, 5), 4);
+  assert_int_equal(probe_share(&ctl, 7, 1.0, 1.0, 0.0, 20 + OKV_CAP_CTL_MIN_MARGINAL_BLOCKS / 3u - 1u, 0.0, 20), 4);
+  assert_true(isnan(ctl.marginal_share));
+  assert_int_equal(ctl.c_base, 4);
+}
+
 static void test_bounds_random(void **state) {
   (void)state;
   okv_cap_ctl_t ctl;
@@ -253,6 +327,7 @@ int main(void) {
       cmocka_unit_test(test_no_growth_without_demand),
       cmocka_unit_test(test_reacts_to_halved_link),
       cmocka_unit_test(test_unmeasured_steps_skipped),
+      cmocka_unit_test(test_fetched_share_decides),
       cmocka_unit_test(test_bounds_random),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

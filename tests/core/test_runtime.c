@@ -572,6 +572,55 @@ static void test_auto_cap_pause_after_synchronize(void **state) {
   drv_close(&d);
 }
 
+/* The fetched-share measurement (track_fetch_share) on a hand-computed case: zero queries make attention
+ * uniform over the tokens the real token sees, so a fetched (full) block draws 16 / N of it, N the head's
+ * readable tokens, and its share is that times the head's working-set blocks. Every KV head predicts the
+ * same (all scores tie), so all heads hold the same blocks. The measured layer is step mod n_layers; its
+ * blocks counted are the ones its commit fetched in the step. */
+static void test_fetched_share(void **state) {
+  (void)state;
+  for (int track = 0; track < 2; track++) {
+    okv_runtime_config_t c;
+    budget_config(&c, 8, 0.25); /* C = 2 */
+    c.mode = OKV_MODE_OASIS;
+    c.track_fetch_share = track == 1;
+    okv_hal_device_params_t p = small_params();
+    drv_t d;
+    drv_open(&d, g_backend, &c, &p, 17, 1024);
+    d.track_jobs = true;
+    drv_add(&d, 300);
+    uint32_t measured_steps = 0;
+    for (uint32_t step = 0; step < 12; step++) {
+      drv_step(&d, 2, 0.0f);
+      uint32_t l = step % c.n_layers, n_tok = 300 + step + 1, nb = (n_tok + 15) / 16;
+      const okv_step_stats_t *st = &d.last_stats;
+      if (!track) {
+        assert_int_equal(st->fetched_share_blocks, 0);
+        assert_true(st->fetched_share == 0.0);
+        continue;
+      }
+      assert_int_equal(st->fetched_share_blocks, d.last_job[l].blocks_moved);
+      if (st->fetched_share_blocks == 0) continue;
+      measured_steps++;
+      uint32_t blocks[64], n_res = 0, n_res0 = UINT32_MAX;
+      uint32_t n_vis = 0;
+      for (uint32_t h = 0; h < c.n_kv_heads; h++) {
+        OKV_ASSERT_OK(okv_runtime_seq_resident(d.rt, d.ids[0], l, h, blocks, 64, &n_res));
+        if (n_res0 == UINT32_MAX) n_res0 = n_res;
+        assert_int_equal(n_res, n_res0); /* every head alike */
+        uint32_t v = 0;
+        for (uint32_t i = 0; i < n_res; i++) v += blocks[i] + 1 < nb ? 16u : n_tok - blocks[i] * 16u;
+        if (h == 0) n_vis = v;
+        assert_int_equal(v, n_vis);
+      }
+      double want = (double)st->fetched_share_blocks * 16.0 * n_res0 / n_vis;
+      assert_true(fabs(st->fetched_share - want) <= 1e-4 * want);
+    }
+    if (track) assert_true(measured_steps >= 2);
+    drv_close(&d);
+  }
+}
+
 /* Self-tuning cap (fetch_ratio_auto): the formula on hand-computed cases, and a
  * run in which every step's admissions stay within the maximum C while the
  * link and the layer interval get measured. */
@@ -995,6 +1044,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_peek),
       cmocka_unit_test(test_auto_cap),
       cmocka_unit_test(test_auto_cap_pause_after_synchronize),
+      cmocka_unit_test(test_fetched_share),
       cmocka_unit_test(test_auto_cap_spares),
       cmocka_unit_test(test_auto_cap_spares_ceiling),
       cmocka_unit_test(test_auto_capacity_after_step),
