@@ -49,9 +49,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define OKV_CAP_CTL_WINDOW              3 /* measured steps per base window */
-#define OKV_CAP_CTL_PAIRS               3 /* (probe, base) step pairs per probe (median of their ratios) */
-#define OKV_CAP_CTL_SETTLE              1 /* steps skipped after C changes */
+#define OKV_CAP_CTL_WINDOW              3    /* measured steps per base window */
+#define OKV_CAP_CTL_PAIRS               3    /* (probe, base) step pairs per probe (median of their ratios) */
+#define OKV_CAP_CTL_SETTLE              1    /* steps skipped after C changes */
 #define OKV_CAP_CTL_DOWN_GAIN           0.03 /* a down probe this much cheaper per token (median; every pair) */
 #define OKV_CAP_CTL_UP_COST             0.03 /* an up probe may be this much dearer per token */
 #define OKV_CAP_CTL_MAX_HOLD            8    /* windows at most between a rejected probe and the next */
