@@ -850,6 +850,34 @@ static void test_serve_auto_fields_and_halving(void **state) {
   unlink(json);
 }
 
+/* --fetch-share: oasis at a fixed ratio reports the mean attention share of its fetched blocks (a share is
+ * a probability times the head's working-set blocks: within 0..K + 1 + C); without the option a fixed
+ * ratio measures none (null), and dense never has one. */
+static void test_serve_fetch_share(void **state) {
+  (void)state;
+  char json[300], args[1024];
+  snprintf(json, sizeof json, "%s/share.json", g_dir);
+  for (int with = 0; with < 2; with++) {
+    snprintf(args, sizeof args, SMOKE_ARGS "--modes dense,oasis %s--json '%s'", with ? "--fetch-share " : "", json);
+    int rc = run_cli(args, NULL);
+    if (rc != 0) show_stderr();
+    assert_int_equal(rc, 0);
+    json_object *arr = json_object_from_file(json);
+    assert_non_null(arr);
+    assert_int_equal(json_object_array_length(arr), 2);
+    json_object *dense = json_object_array_get_idx(arr, 0), *oasis = json_object_array_get_idx(arr, 1);
+    assert_true(null_or_absent(dense, "fetched_share"));
+    if (with) {
+      double sh = num(oasis, "fetched_share");
+      assert_true(sh > 0 && sh <= 16 + 1 + 4);
+    } else {
+      assert_true(null_or_absent(oasis, "fetched_share"));
+    }
+    json_object_put(arr);
+  }
+  unlink(json);
+}
+
 /* True when g_dir holds a file whose name contains `part`. */
 static bool dir_has(const char *part) {
   DIR *d = opendir(g_dir);
@@ -919,6 +947,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_serve_csv),
       cmocka_unit_test(test_bench_help_and_values),
       cmocka_unit_test(test_serve_auto_fields_and_halving),
+      cmocka_unit_test(test_serve_fetch_share),
       cmocka_unit_test(test_serve_interrupt_leaves_no_temp),
   };
   int rc = cmocka_run_group_tests_name("bench_serve", tests, NULL, NULL);
