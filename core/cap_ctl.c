@@ -146,8 +146,13 @@ uint32_t okv_cap_ctl_update(okv_cap_ctl_t *ctl, const okv_cap_obs_t *obs) {
   if (link > 0 && isfinite(link)) {
     if (ctl->link_ref <= 0) {
       ctl->link_ref = link;
-    } else if (fabs(link / ctl->link_ref - 1.0) > OKV_CAP_CTL_LINK_CHANGE) { /* a new link: search again */
+      ctl->ceiling_ref = ceiling;
+    } else if (fabs(link / ctl->link_ref - 1.0) > OKV_CAP_CTL_LINK_CHANGE && ceiling != ctl->ceiling_ref) {
+      /* A new link, and with it a new ceiling: search again. An estimate that moves while the ceiling stays
+       * (jitter of small batches, a link that carries more than C_max or the spares anyway) changes nothing
+       * the search could act on, and restarting on it would reset the hold every few windows. */
       ctl->link_ref = link;
+      ctl->ceiling_ref = ceiling;
       ctl->backoff = 1;
       ctl->next_dir = -1;
       restart(ctl);

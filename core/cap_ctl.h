@@ -39,8 +39,8 @@
  *   doubling per rejection up to OKV_CAP_CTL_MAX_HOLD), then probes the other
  *   direction (periodic re-probes).
  * - A ceiling below C clamps C at once; a link bandwidth that moved by more
- *   than OKV_CAP_CTL_LINK_CHANGE since the last reference restarts the search
- *   (backoff 1, a fresh base window).
+ *   than OKV_CAP_CTL_LINK_CHANGE since the last reference, with a ceiling other
+ *   than the reference's, restarts the search (backoff 1, a fresh base window).
  *
  * Pure: no clock, no runtime; tests drive it with synthetic measurements. */
 #ifndef OASISKV_CORE_CAP_CTL_H
@@ -94,6 +94,7 @@ typedef struct okv_cap_ctl_t {
   uint32_t backoff;       /* hold after the next rejection */
   int next_dir;           /* -1: probe down next, +1: up */
   double link_ref;        /* link estimate the search started from (0: none) */
+  uint32_t ceiling_ref;   /* the ceiling at link_ref */
   /* Counters (tests, docs). */
   uint32_t windows, probes, accepted;
 } okv_cap_ctl_t;

@@ -296,6 +296,39 @@ static void test_fetched_share_decides(void **state) {
   assert_int_equal(ctl.c_base, 4);
 }
 
+/* A link estimate that jitters by 40% while the ceiling stays restarts nothing: the hold after rejected probes
+ * keeps doubling (1, 2, 4, 8 windows). With the ceiling moving too, the same jitter restarts the search. */
+static void test_link_jitter_keeps_hold(void **state) {
+  (void)state;
+  okv_cap_ctl_t ctl;
+  okv_cap_ctl_init(&ctl, 1);
+  double links[2] = {1e9, 0.6e9};
+  uint32_t k = 0;
+  for (uint32_t expect = 2; expect <= OKV_CAP_CTL_MAX_HOLD; expect *= 2) {
+    /* windows until the next up probe (1 -> 2, 10% dearer: rejected) */
+    for (uint32_t i = 0; ctl.phase == OKV_CAP_BASE; i++) {
+      feed(&ctl, 7, 1.0, 3, links[k++ % 2]);
+      assert_true(i < 100); /* restarting on every step, the search would never probe */
+    }
+    okv_cap_obs_t o = {.ceiling = 7, .deferred = 3};
+    for (uint32_t i = 0; ctl.phase != OKV_CAP_BASE; i++) {
+      o.token_seconds = ctl.c == 2 ? 1.1 : 1.0;
+      o.link_bytes_per_s = links[k++ % 2];
+      okv_cap_ctl_update(&ctl, &o);
+      assert_true(i < 100);
+    }
+    assert_int_equal(ctl.c_base, 1);
+    assert_int_equal(ctl.backoff, expect > OKV_CAP_CTL_MAX_HOLD ? OKV_CAP_CTL_MAX_HOLD : expect);
+  }
+  assert_true(ctl.link_ref == 1e9);
+  /* The same jitter with a ceiling that follows the link: restarts (backoff back to 1). */
+  feed(&ctl, 7, 1.0, 3, 1e9);
+  feed(&ctl, 4, 1.0, 3, 0.6e9);
+  assert_int_equal(ctl.backoff, 1);
+  assert_true(ctl.link_ref == 0.6e9);
+  assert_int_equal(ctl.ceiling_ref, 4);
+}
+
 static void test_bounds_random(void **state) {
   (void)state;
   okv_cap_ctl_t ctl;
@@ -328,6 +361,7 @@ int main(void) {
       cmocka_unit_test(test_reacts_to_halved_link),
       cmocka_unit_test(test_unmeasured_steps_skipped),
       cmocka_unit_test(test_fetched_share_decides),
+      cmocka_unit_test(test_link_jitter_keeps_hold),
       cmocka_unit_test(test_bounds_random),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

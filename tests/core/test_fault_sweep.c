@@ -97,7 +97,7 @@ static void w_config(okv_runtime_config_t *c, okv_mode_t mode) {
   c->fetch_ratio = 0.5; /* C = 2 (with g_auto: at most 2, and at most a head's spares) */
   c->fetch_ratio_auto = g_auto;
   c->mode = mode;
-  c->track_recall = mode == OKV_MODE_PROXY; /* covers the recall pass */
+  c->track_recall = mode == OKV_MODE_PROXY;      /* covers the recall pass */
   c->track_fetch_share = mode == OKV_MODE_OASIS; /* covers attention with block mass and its read-back */
 }
 
