@@ -699,7 +699,8 @@ static void runtime_config(const serve_t *s, serve_mode_t m, uint32_t B, uint32_
   c->max_context_tokens = max_ctx(s, m, ctx);
   c->host_capacity_bytes = host_store_bytes(s, m, B, ctx);
   c->track_recall = false;
-  c->track_fetch_share = s->o.fetch_share && (m == SM_PROXY || m == SM_OASIS);
+  /* auto measures on its probes only, as a server would run it; the flag is for the fixed ratios */
+  c->track_fetch_share = s->o.fetch_share && (m == SM_PROXY || m == SM_OASIS) && !s->cur_auto;
 }
 
 /* DEVICE bytes of the HAL device for B sequences of mode m: the budget; dense is

@@ -44,15 +44,19 @@ static double median(double *v, uint32_t n) {
 
 static uint32_t stride(uint32_t c) { return c / 2 > 1 ? c / 2 : 1; }
 
-/* The probe's verdict from its pairs' ratios (probe step cost / base step cost). */
-/* The probe's marginal share: what the blocks by which its arms' fetches differ drew; NaN when undefined. */
+/* The probe's marginal share: what the blocks by which its arms' fetches differ drew, from each arm's means
+ * per measured step (an arm's steps without a measurement, e.g. after a failed transfer, do not dilute it);
+ * NaN when undefined. */
 static double marginal_share(const okv_cap_ctl_t *ctl) {
-  uint64_t np = ctl->arm_blocks[0], nb = ctl->arm_blocks[1];
-  uint64_t d = np > nb ? np - nb : nb - np;
-  if (d < OKV_CAP_CTL_MIN_MARGINAL_BLOCKS) return NAN;
-  return (ctl->arm_share[0] - ctl->arm_share[1]) / ((double)np - (double)nb);
+  uint32_t mp = ctl->arm_steps[0], mb = ctl->arm_steps[1];
+  if (mp == 0 || mb == 0) return NAN;
+  double np = (double)ctl->arm_blocks[0] / mp, nb = (double)ctl->arm_blocks[1] / mb;
+  /* the difference of fetched blocks over the pairs, in blocks: enough to say what they drew */
+  if (fabs(np - nb) * OKV_CAP_CTL_PAIRS < OKV_CAP_CTL_MIN_MARGINAL_BLOCKS) return NAN;
+  return (ctl->arm_share[0] / mp - ctl->arm_share[1] / mb) / (np - nb);
 }
 
+/* The probe's verdict from its pairs' ratios (probe step cost / base step cost) and its marginal share. */
 static bool probe_accepted(okv_cap_ctl_t *ctl) {
   double worst = 0;
   for (uint32_t i = 0; i < ctl->n_pairs; i++) worst = ctl->ratio[i] > worst ? ctl->ratio[i] : worst;
@@ -66,9 +70,10 @@ static bool probe_accepted(okv_cap_ctl_t *ctl) {
 
 /* A measured step of a probe's arm. */
 static void probe_step(okv_cap_ctl_t *ctl, double j, const okv_cap_obs_t *obs) {
-  if (obs->fetch_share_blocks > 0 && isfinite(obs->fetch_share)) {
+  if (obs->fetch_share_measured && isfinite(obs->fetch_share)) {
     ctl->arm_share[ctl->arm] += obs->fetch_share;
     ctl->arm_blocks[ctl->arm] += obs->fetch_share_blocks;
+    ctl->arm_steps[ctl->arm]++;
   }
   if (ctl->arm == 0) { /* the probe's step: the base step of the pair follows */
     ctl->j_arm = j;
@@ -118,6 +123,7 @@ static void base_window_done(okv_cap_ctl_t *ctl, uint32_t ceiling) {
   ctl->n_pairs = 0;
   ctl->arm_share[0] = ctl->arm_share[1] = 0;
   ctl->arm_blocks[0] = ctl->arm_blocks[1] = 0;
+  ctl->arm_steps[0] = ctl->arm_steps[1] = 0;
   ctl->probes++;
   set_c(ctl, ctl->c_probe);
 }

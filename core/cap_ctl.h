@@ -18,10 +18,11 @@
  *   attention share of the blocks each measured step's commit fetched (the real
  *   token's attention probability of the block times its head's working-set
  *   blocks: 1 = an average resident block). The marginal share of a probe is the
- *   difference of the two arms' summed shares over the difference of their
- *   fetched blocks: what the blocks the probe adds (up) or drops (down) draw.
- *   It is defined when the arms' fetched blocks differ by at least
- *   OKV_CAP_CTL_MIN_MARGINAL_BLOCKS.
+ *   difference of the two arms' shares over the difference of their fetched
+ *   blocks, each arm taken as its means per measured step (steps that carried
+ *   a measurement): what the blocks the probe adds (up) or drops (down) draw.
+ *   It is defined when the arms' mean fetched blocks per step, times the
+ *   pairs, differ by at least OKV_CAP_CTL_MIN_MARGINAL_BLOCKS.
  * - Fewer fetches are kept when every pair says they are cheaper and the
  *   median ratio is at most 1 - OKV_CAP_CTL_DOWN_GAIN (the blocks were not worth
  *   their cost), or when the dropped blocks' marginal share is below
@@ -69,6 +70,7 @@ typedef struct okv_cap_obs_t {
    * step's commits fetched, on the layers sampled (okv_cap_ctl_wants_share), and their number. */
   double fetch_share;
   uint64_t fetch_share_blocks;
+  bool fetch_share_measured; /* the step measured (its commit may have fetched nothing: 0 blocks, measured) */
 } okv_cap_obs_t;
 
 typedef enum { OKV_CAP_BASE = 0, OKV_CAP_PROBE_DOWN = 1, OKV_CAP_PROBE_UP = 2 } okv_cap_phase_t;
@@ -89,6 +91,7 @@ typedef struct okv_cap_ctl_t {
   double ratio[OKV_CAP_CTL_PAIRS];
   double arm_share[2];    /* per arm (0: the probe's C, 1: the base C): summed fetched share of the probe */
   uint64_t arm_blocks[2]; /* and the fetched blocks measured */
+  uint32_t arm_steps[2];  /* and the steps that carried a measurement */
   double marginal_share;  /* the last finished probe's marginal share (NaN: undefined) */
   uint32_t hold;          /* base windows left before the next probe */
   uint32_t backoff;       /* hold after the next rejection */

@@ -418,7 +418,8 @@ void okv_rt_cap_step_end(okv_runtime_t *rt, const okv_step_stats_t *step) {
                        .deferred = step->deferred,
                        .link_bytes_per_s = rt->link_bps,
                        .fetch_share = step->fetched_share,
-                       .fetch_share_blocks = step->fetched_share_blocks};
+                       .fetch_share_blocks = step->fetched_share_blocks,
+                       .fetch_share_measured = rt->share_measured};
   rt->cap_ceiling_last = link_ceiling;
   okv_cap_ctl_update(&rt->cap_ctl, &obs);
 }
@@ -449,18 +450,18 @@ okv_status_t okv_runtime_cap_state(const okv_runtime_t *rt, okv_cap_state_t *out
   return OKV_OK;
 }
 
-/* Layer-local sync: waits for the layer's previous plan and commits it into the
- * maps. A failed transfer maps nothing (its slots go back to the heads' free
- * stacks, victims stay mapped); a failed transfer or prediction is absorbed and
- * counted in pipeline_errors (docs/api.md "Faults"). */
 uint32_t okv_rt_share_layer(const okv_runtime_t *rt) {
   if (!has_pipeline(rt) || rt->fg_mass == NULL || rt->cfg.n_layers == 0) return UINT32_MAX;
   if (rt->cfg.fetch_ratio_auto && okv_cap_ctl_wants_share(&rt->cap_ctl))
     return rt->cap_ctl.probes % rt->cfg.n_layers; /* one layer for the whole probe: its arms compare alike */
-  if (rt->cfg.track_fetch_share) return rt->step % rt->cfg.n_layers;
+  if (rt->cfg.track_fetch_share) return (rt->step - 1u) % rt->cfg.n_layers; /* the first step (1) measures layer 0 */
   return UINT32_MAX;
 }
 
+/* Layer-local sync: waits for the layer's previous plan and commits it into the
+ * maps. A failed transfer maps nothing (its slots go back to the heads' free
+ * stacks, victims stay mapped); a failed transfer or prediction is absorbed and
+ * counted in pipeline_errors (docs/api.md "Faults"). */
 void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
   if (!has_pipeline(rt)) return;
   okv_layer_job_t *job = &rt->jobs[layer];
@@ -508,7 +509,13 @@ void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
   }
   if (ok && job->start_recorded && job->n_plan > 0) link_sample(rt, layer, (uint64_t)job->n_plan * rt->block_bytes);
   job->start_recorded = false;
-  job->n_fresh = ok ? job->n_plan : 0; /* the entries stay in plan[] until the layer's next job runs */
+  /* The entries stay in plan[] until the layer's next job runs. A commit with no new job to take (the layer's
+   * step_layer after a peek_layer committed it) keeps what the earlier commit mapped. */
+  if (job->uncommitted) {
+    job->n_fresh = ok ? job->n_plan : 0;
+    job->fresh_ok = ok && job->error == OKV_OK;
+  }
+  job->uncommitted = false;
   job->n_plan = 0;
   job->event_recorded = false;
   job->event_waited = false;
@@ -534,6 +541,7 @@ void okv_rt_job_submit(okv_runtime_t *rt, uint32_t layer, const float *q, double
   job->t_end = c->mode == OKV_MODE_OASIS ? T : 1u;
   job->cap = okv_rt_choose_cap(rt, rt->step_n_seqs);
   job->stats_pending = true;
+  job->uncommitted = true;
   /* Moving the queries is a transfer (device-side on a GPU), not bookkeeping. */
   double t0 = okv_rt_bk_s();
   memcpy(job->q_host, q, (size_t)rt->step_n_seqs * T * c->n_q_heads * c->head_dim * sizeof(float));

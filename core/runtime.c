@@ -238,6 +238,16 @@ okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_conf
   st = alloc_dev(rt, OKV_TIER_DEVICE, c->max_seqs * T4 * c->n_q_heads * c->head_dim * 4u, &rt->fg_out,
                  "attention output staging");
   if (st) goto fail;
+  if (has_pipeline(rt) && (c->fetch_ratio_auto || c->track_fetch_share)) {
+    /* Fetched-share measurement: attention's per-block mass of a layer, for the most working-set blocks a
+     * layer can have (before the slot pool, whose default size takes what is left). */
+    uint64_t n_mass = n_seg * rt->slots_per_head * T4;
+    st = alloc_dev(rt, OKV_TIER_DEVICE, n_mass * sizeof(float), &rt->fg_mass, "attention mass of the working sets");
+    if (st) goto fail;
+    ALLOC_ARR(rt->mass_host, n_mass);
+    ALLOC_ARR(rt->mass_seq_pos, c->max_seqs);
+    for (uint32_t i = 0; i < c->max_seqs; i++) rt->mass_seq_pos[i] = UINT32_MAX;
+  }
   rt->fg_predict = true; /* the foreground q staging lives in fg.q */
   if (c->track_recall || c->mode == OKV_MODE_ONDEMAND) {
     st = predict_ctx_init(rt, &rt->fg, c->mode == OKV_MODE_ONDEMAND);
@@ -343,14 +353,6 @@ okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_conf
         st = okv_hal_event_create(device, &rt->copy_start_events[l]);
         if (st) goto fail;
       }
-    }
-    if (c->fetch_ratio_auto || c->track_fetch_share) { /* fetched-share measurement */
-      st = alloc_dev(rt, OKV_TIER_DEVICE, rt->ws_capacity * T4 * sizeof(float), &rt->fg_mass,
-                     "attention mass of the working sets");
-      if (st) goto fail;
-      ALLOC_ARR(rt->mass_host, rt->ws_capacity * T4);
-      ALLOC_ARR(rt->mass_seq_pos, c->max_seqs);
-      for (uint32_t i = 0; i < c->max_seqs; i++) rt->mass_seq_pos[i] = UINT32_MAX;
     }
     ALLOC_ARR(rt->jobs, c->n_layers);
     ALLOC_ARR(rt->queue, c->n_layers);

@@ -116,6 +116,8 @@ typedef struct okv_layer_job_t {
   okv_plan_entry_t *plan; /* [max_seqs * n_kv_heads * C] */
   uint32_t n_plan;
   uint32_t n_fresh; /* plan[0..n_fresh) were mapped by the latest commit (the fetched-share measurement) */
+  bool uncommitted; /* submitted, and no commit has taken its plan yet (foreground only) */
+  bool fresh_ok;    /* the latest commit that took a job: its prediction and transfer succeeded */
   okv_block_copy_t *pairs;
   bool event_recorded, event_waited;
   bool start_recorded;         /* copy_start_events[layer] precedes this plan's copy (auto cap) */
@@ -164,6 +166,7 @@ struct okv_runtime_t {
   float *mass_host;         /* [ws_capacity * 4] */
   uint32_t *mass_seq_pos;   /* [max_seqs], UINT32_MAX outside a measurement */
   uint32_t share_layer;     /* the layer the step measures; UINT32_MAX: none */
+  bool share_measured;      /* the step's measurement was taken (0 blocks fetched counts as taken) */
   okv_predict_ctx_t fg, wk; /* foreground (recall, ondemand) and worker scratch */
   bool fg_predict;          /* fg scoring buffers allocated */
 

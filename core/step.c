@@ -49,6 +49,7 @@ okv_status_t okv_runtime_step_begin(okv_runtime_t *rt, uint32_t n_seqs, const ui
   rt->step_T = n_query_tokens;
   rt->next_layer = 0;
   rt->share_layer = okv_rt_share_layer(rt);
+  rt->share_measured = false;
   return OKV_OK;
 }
 
@@ -375,7 +376,16 @@ okv_status_t okv_runtime_step_layer(okv_runtime_t *rt, uint32_t layer, const flo
                          &mass_ok, &bk, &att);
     }
     ls->attention_seconds += att;
-    if (st == OKV_OK && mass_ok) fetched_share(rt, layer, ls, &bk);
+    if (st == OKV_OK && layer == rt->share_layer) {
+      if (mass_ok) {
+        fetched_share(rt, layer, ls, &bk);
+        rt->share_measured = true;
+      } else if (mass) {
+        ls->pipeline_errors++; /* the mass read-back failed: absorbed, no measurement this step */
+      } else {
+        rt->share_measured = rt->jobs[layer].fresh_ok; /* a clean commit that fetched nothing */
+      }
+    }
   }
   /* 5. Hand the layer to the background pipeline (the token is committed either way). */
   if (has_pipeline(rt)) {

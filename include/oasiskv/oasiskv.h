@@ -115,10 +115,16 @@ typedef struct okv_runtime_config_t {
   uint32_t scoring_groups;   /* two-level: groups of OKV_SCORING_GROUP_BLOCKS blocks whose blocks are scored, per
                                 KV head and step; 0 = K / 4 (at least 1). q8: candidates rescored beyond K per KV
                                 head; 0 = K. At most K */
-  bool track_fetch_share;    /* OASIS / PROXY: measure every step, on one layer (step mod n_layers), the attention
-                                share of the blocks its commit fetched (okv_step_stats_t.fetched_share; costs a second
-                                pass over that layer's keys). With fetch_ratio_auto the runtime measures it on its
-                                own during the search's probes (docs/api.md "Fetch ratio"). Default false */
+  bool track_fetch_share;    /* OASIS / PROXY (ignored in DENSE and ONDEMAND): measure every step, on one layer (layer
+                                (s - 1) mod n_layers in the runtime's s-th step), the attention share of the blocks
+                                that layer's commit fetched in the step (selected by the previous step's job; a
+                                peek_layer that committed them first leaves them to the step's measurement), for the
+                                sequences of the step's batch (okv_step_stats_t.fetched_share). Costs a second pass
+                                over that layer's keys in attention, one DEVICE->HOST read of the layer's
+                                working-set masses (4 bytes per working-set block and query token) and a DEVICE
+                                buffer of max_seqs x n_kv_heads x (K + 1 + C) x 16 bytes (also allocated with
+                                fetch_ratio_auto, which measures on its own during the search's probes: docs/api.md
+                                "Fetch ratio"). Default false */
 } okv_runtime_config_t;
 
 /* Sets every default (shape fields to 0: the caller must set them). */
@@ -374,9 +380,11 @@ struct okv_step_stats_t {
   uint64_t topk_agreement_hits;  /* blocks in both the two-level and the flat top-K of the real query */
   uint64_t topk_agreement_total; /* blocks in the flat top-K of the real query */
   /* What the fetches bought (track_fetch_share, or fetch_ratio_auto during its probes): for the blocks a layer's
-   * commit fetched, on the layers measured, the real token's attention probability of the block (averaged over
-   * its GQA group) times the working-set blocks of its KV head, summed (1 per block = an average resident
-   * block's share), and the number of blocks measured. fetched_share / fetched_share_blocks is the mean. */
+   * commit fetched, on the layer measured, the real token's attention probability of the block (averaged over
+   * its GQA group) times the working-set blocks of its KV head, summed (unitless: 1 per block = an average
+   * resident block's share; at most the working-set blocks), and the number of blocks measured; blocks of
+   * sequences outside the step's batch are not measured. fetched_share / fetched_share_blocks is the mean. A
+   * failed read-back of the masses loses the step's measurement and counts in pipeline_errors. */
   double fetched_share;
   uint64_t fetched_share_blocks;
 };

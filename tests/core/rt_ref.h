@@ -34,6 +34,7 @@ static inline void rt_stats_sub(okv_step_stats_t *a, const okv_step_stats_t *b) 
   a->retried_writes -= b->retried_writes, a->remote_blocks -= b->remote_blocks, a->remote_bytes -= b->remote_bytes;
   a->remote_seconds -= b->remote_seconds, a->remote_stall_seconds -= b->remote_stall_seconds;
   a->topk_agreement_hits -= b->topk_agreement_hits, a->topk_agreement_total -= b->topk_agreement_total;
+  a->fetched_share -= b->fetched_share, a->fetched_share_blocks -= b->fetched_share_blocks;
 }
 
 /* What happened since *prev (layer: one layer, UINT32_MAX: all), from okv_runtime_stats, which waits for the

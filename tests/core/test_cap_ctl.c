@@ -222,6 +222,8 @@ static void test_unmeasured_steps_skipped(void **state) {
 }
 
 /* Bounds under random measurements and ceilings (fixed seed): 1 <= C <= max(1, ceiling), always. */
+static int g_unmeasured_pair = -1; /* probe_share: the pair whose probe step carries no measurement */
+
 /* A whole probe with fetched shares: every probe step costs jp and measures np fetched blocks drawing sp in
  * all, every base step of a pair jb, nb and sb. Settle steps report a share of 1000 that must not count,
  * and okv_cap_ctl_wants_share says which steps are measured. Returns the C after the probe. */
@@ -233,17 +235,19 @@ static uint32_t probe_share(okv_cap_ctl_t *ctl, uint32_t ceiling, double jp, dou
                           .deferred = 5,
                           .link_bytes_per_s = 1e9,
                           .fetch_share = 1000.0,
-                          .fetch_share_blocks = 8};
-  okv_cap_obs_t po = settle, bo = settle;
+                          .fetch_share_blocks = 8,
+                          .fetch_share_measured = true};
+  okv_cap_obs_t po = settle, bo = settle, none = settle;
   po.token_seconds = jp, po.fetch_share = sp, po.fetch_share_blocks = np;
   bo.token_seconds = jb, bo.fetch_share = sb, bo.fetch_share_blocks = nb;
+  none.token_seconds = jp, none.fetch_share = 0, none.fetch_share_blocks = 0, none.fetch_share_measured = false;
   for (uint32_t i = 0; i < OKV_CAP_CTL_PAIRS; i++) {
     while (ctl->settle > 0) {
       assert_false(okv_cap_ctl_wants_share(ctl));
       okv_cap_ctl_update(ctl, &settle);
     }
     assert_true(okv_cap_ctl_wants_share(ctl));
-    okv_cap_ctl_update(ctl, &po);
+    okv_cap_ctl_update(ctl, (int)i == g_unmeasured_pair ? &none : &po);
     while (ctl->settle > 0) {
       assert_false(okv_cap_ctl_wants_share(ctl));
       okv_cap_ctl_update(ctl, &settle);
@@ -294,6 +298,27 @@ static void test_fetched_share_decides(void **state) {
   assert_int_equal(probe_share(&ctl, 7, 1.0, 1.0, 0.0, 20 + OKV_CAP_CTL_MIN_MARGINAL_BLOCKS / 3u - 1u, 0.0, 20), 4);
   assert_true(isnan(ctl.marginal_share));
   assert_int_equal(ctl.c_base, 4);
+  /* A probe step without a measurement (a failed transfer, a peek) does not dilute its arm. Up 4 -> 6 (on
+   * up after the accepted probe) with 8 blocks at share 2 per step in both arms plus 8 at 1.2 in the
+   * probe's, its second probe step unmeasured: 1.2 per added block, kept (raw totals would give
+   * (51.2 - 48) / (32 - 24) = 0.4 and reject it). */
+  assert_int_equal(window(&ctl, 7, 1.0, 5), 6);
+  g_unmeasured_pair = 1;
+  assert_int_equal(probe_share(&ctl, 7, 1.0, 1.0, 25.6, 16, 16.0, 8), 6);
+  assert_true(fabs(ctl.marginal_share - 1.2) < 1e-12);
+  /* Up 6 -> 7: the 24 added blocks per step draw (23.2 - 16) / 24 = 0.3: rejected (hold 1), then down. */
+  assert_int_equal(window(&ctl, 7, 1.0, 5), 7);
+  g_unmeasured_pair = -1;
+  assert_int_equal(probe_share(&ctl, 7, 1.0, 1.0, 23.2, 32, 16.0, 8), 6);
+  assert_true(fabs(ctl.marginal_share - 0.3) < 1e-12);
+  /* Down 6 -> 3 with the first probe step unmeasured: (10 - 16) / (20 - 40) = 0.3 per dropped block, kept
+   * (raw totals: (20 - 48) / (40 - 120) = 0.35). */
+  assert_int_equal(window(&ctl, 7, 1.0, 5), 3);
+  g_unmeasured_pair = 0;
+  assert_int_equal(probe_share(&ctl, 7, 1.0, 1.0, 10.0, 20, 16.0, 40), 3);
+  g_unmeasured_pair = -1;
+  assert_true(fabs(ctl.marginal_share - 0.3) < 1e-12);
+  assert_int_equal(ctl.c_base, 3);
 }
 
 /* A link estimate that jitters by 40% while the ceiling stays restarts nothing: the hold after rejected probes

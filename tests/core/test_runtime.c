@@ -579,18 +579,27 @@ static void test_auto_cap_pause_after_synchronize(void **state) {
  * blocks counted are the ones its commit fetched in the step. */
 static void test_fetched_share(void **state) {
   (void)state;
-  for (int track = 0; track < 2; track++) {
+  float pq[4 * 16], pkv[2 * 2 * 16], pout[4 * 16]; /* peek_layer: T = 1, 4 query / 2 KV heads x 16 */
+  memset(pq, 0, sizeof pq);
+  memset(pkv, 0, sizeof pkv);
+  for (int track = 0; track < 3; track++) { /* 0: off, 1: on, 2: on, every layer peeked before each step */
     okv_runtime_config_t c;
     budget_config(&c, 8, 0.25); /* C = 2 */
     c.mode = OKV_MODE_OASIS;
-    c.track_fetch_share = track == 1;
+    c.track_fetch_share = track >= 1;
     okv_hal_device_params_t p = small_params();
     drv_t d;
     drv_open(&d, g_backend, &c, &p, 17, 1024);
     d.track_jobs = true;
     drv_add(&d, 300);
     uint32_t measured_steps = 0;
+    assert_int_equal(c.n_q_heads * c.head_dim, 4 * 16);
+    assert_int_equal(c.n_kv_heads * c.head_dim, 2 * 16);
     for (uint32_t step = 0; step < 12; step++) {
+      /* A peek commits the layer's transfer before the step; the step's commit then has nothing new to take
+       * and must keep what the peek mapped (the self drafter peeks before every step). */
+      for (uint32_t l = 0; track == 2 && l < c.n_layers; l++)
+        OKV_ASSERT_OK(okv_runtime_peek_layer(d.rt, 1, d.ids, l, 1, pq, pkv, pout));
       drv_step(&d, 2, 0.0f);
       uint32_t l = step % c.n_layers, n_tok = 300 + step + 1, nb = (n_tok + 15) / 16;
       const okv_step_stats_t *st = &d.last_stats;
@@ -600,6 +609,8 @@ static void test_fetched_share(void **state) {
         continue;
       }
       assert_int_equal(st->fetched_share_blocks, d.last_job[l].blocks_moved);
+      assert_int_equal(d.last_job[l].fetched_share_blocks, st->fetched_share_blocks); /* on layer l only */
+      assert_int_equal(d.last_job[1 - l].fetched_share_blocks, 0);
       if (st->fetched_share_blocks == 0) continue;
       measured_steps++;
       uint32_t blocks[64], n_res = 0, n_res0 = UINT32_MAX;
