@@ -564,7 +564,8 @@ typedef struct serve_result_t {
   double tokens_per_second, step_seconds, load_seconds;
   double bytes_per_step, fetch_bytes_per_step, append_bytes_per_step, link_budget_bytes_per_step, cap_bytes_per_step;
   double link_utilization, recall;
-  double fetched_share; /* mean attention share of a fetched block (runtime stats), NaN when none was measured */
+  double fetched_share;  /* mean attention share of a fetched block (runtime stats), NaN when none was measured */
+  double marginal_share; /* auto: okv_cap_state_t.marginal_share after the run's last step (NaN: none) */
   /* Foreground time that is neither the model's work (weights), attention nor writing the new tokens, / step
    * time: waits for fetched blocks, for the pipeline, for the append batch and attention beyond their
    * kernels (stream wake-ups), and the runtime's own bookkeeping (offload: waits for its copies). */
@@ -1106,6 +1107,7 @@ static void rr_step(rrun_t *x, bool sync) {
       cap = cs.cap_blocks;
       ceiling = cs.cap_ceiling_blocks;
       r->spare_blocks_mean += cs.spare_blocks;
+      r->marginal_share = cs.marginal_share;
     }
     r->cap_blocks_mean += cap;
     r->link_bps_sum += x->link_now;
@@ -1586,6 +1588,7 @@ static json_object *result_json(const serve_t *s, const serve_result_t *r) {
   json_num(o, "recall", r->recall);
   json_object_object_add(o, "recall_samples", json_object_new_int64(r->recall_samples));
   json_num(o, "fetched_share", capped ? r->fetched_share : NAN);
+  if (autor) json_num(o, "marginal_share", r->marginal_share);
   json_num(o, "load_seconds", r->load_seconds);
   json_num(o, "weights_seconds_per_step", r->weights_seconds_per_step);
   json_num(o, "attention_seconds_per_step", r->attention_seconds_per_step);

@@ -437,6 +437,7 @@ okv_status_t okv_runtime_cap_state(const okv_runtime_t *rt, okv_cap_state_t *out
   if (rt->cfg.fetch_ratio_auto) {
     out->cap_ceiling_blocks = rt->cap_ceiling_last;
     out->cap_target_blocks = rt->cap_ctl.c;
+    out->marginal_share = rt->cap_ctl.marginal_share;
   }
   /* The heads' spares (owned slots beyond K + 1), averaged over the live sequences' heads: a head's C per
    * step is at most its spares (C_max for a fixed ratio). */

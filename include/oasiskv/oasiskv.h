@@ -414,9 +414,12 @@ typedef struct okv_cap_state_t {
   uint32_t cap_ceiling_blocks; /* auto: the link ceiling of the latest step (0 until a step ended) */
   uint32_t cap_target_blocks;  /* auto: the controller's C for the next step (at most the link ceiling and the most
                                   spares a head holds) */
-  double spare_blocks; /* sparse modes: the heads' spare slots (owned beyond K + 1), mean over the live sequences'
+  double spare_blocks;   /* sparse modes: the heads' spare slots (owned beyond K + 1), mean over the live sequences'
                           heads; a head admits at most its spares per step. C_max for a fixed ratio; with auto,
                           1..C_max as DEVICE memory allows (docs/api.md "Fetch ratio"). 0 without sequences. */
+  double marginal_share; /* auto: what the blocks by which the latest finished probe's two C differed drew, each, in
+                            average resident blocks' attention shares (docs/api.md "Fetch ratio"); NaN before
+                            such a probe or when it measured too few blocks; 0 for a fixed ratio */
 } okv_cap_state_t;
 
 /* Reads the cap state. Every field is 0 in OKV_MODE_DENSE and OKV_MODE_ONDEMAND,

@@ -837,6 +837,10 @@ static void test_serve_auto_fields_and_halving(void **state) {
   assert_true(null_or_absent(dense, "cap_bytes_per_step"));
   assert_string_equal(str(oasis, "fetch_ratio"), "auto");
   assert_true(num(oasis, "fetch_ratio_max") == 0.05);
+  json_object *ms = NULL; /* auto: the latest probe's marginal share, null before one measured it */
+  assert_true(json_object_object_get_ex(oasis, "marginal_share", &ms));
+  assert_true(ms == NULL || isfinite(json_object_get_double(ms)));
+  assert_true(null_or_absent(dense, "marginal_share"));
   for (int i = 0; i < 2; i++) {
     json_object *o = json_object_array_get_idx(arr, i);
     assert_true(num(o, "steps") == 3);

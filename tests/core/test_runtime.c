@@ -702,7 +702,7 @@ static void test_auto_cap(void **state) {
     OKV_ASSERT_OK(okv_runtime_cap_state(d.rt, &cs));
     assert_true(cs.cap_blocks == 0 && cs.cap_max_blocks == 0 && cs.cap_ceiling_blocks == 0 &&
                 cs.cap_target_blocks == 0 && cs.spare_blocks == 0 && cs.link_bytes_per_second == 0 &&
-                cs.layer_interval_seconds == 0);
+                cs.layer_interval_seconds == 0 && cs.marginal_share == 0);
     drv_close(&d);
   }
 }
