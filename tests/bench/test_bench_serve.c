@@ -109,6 +109,18 @@ static bool flag(json_object *o, const char *key) {
 
 /* The common run: tiny shape (8 query / 2 KV heads, head_dim 64: 4 KiB blocks), 2 layers, 1024-token prompts,
  * K = 16, fetch ratio 0.25 (C = 4), a 0.5 GB/s emulated link. */
+/* Runs the CLI with `args`, which write JSON to `json`; checks exit 0 (stderr shown otherwise) and an array of
+ * `n` objects, which it returns (json_object_put by the caller). */
+static json_object *run_json(const char *args, const char *json, size_t n) {
+  int rc = run_cli(args, NULL);
+  if (rc != 0) show_stderr();
+  assert_int_equal(rc, 0);
+  json_object *arr = json_object_from_file(json);
+  assert_non_null(arr);
+  assert_int_equal(json_object_array_length(arr), n);
+  return arr;
+}
+
 #define SMOKE_ARGS                                                                                           \
   "bench serve --shape tiny --layers 2 --context 1024 --decode 3 --warmup 1 --device-gib 0.006 --budget 16 " \
   "--fetch-ratio 0.25 --link-gbps 0.5 --link-latency-us 5 --recall-steps 1 --recall-seqs 1 --time-budget 20 "
@@ -203,12 +215,7 @@ static void test_serve_trace_replay(void **state) {
            "bench serve --shape tiny --context 512 --decode 2 --warmup 1 --device-gib 0.006 --budget 8 "
            "--link-gbps 0.5 --modes oasis,proxy --recall-steps 1 --recall-seqs 1 --trace '%s' --json '%s'",
            tr, json);
-  int rc = run_cli(args, NULL);
-  if (rc != 0) show_stderr();
-  assert_int_equal(rc, 0);
-  json_object *arr = json_object_from_file(json);
-  assert_non_null(arr);
-  assert_int_equal(json_object_array_length(arr), 2);
+  json_object *arr = run_json(args, json, 2);
   for (size_t i = 0; i < 2; i++) {
     json_object *o = json_object_array_get_idx(arr, i);
     assert_string_equal(str(o, "source"), "trace");
@@ -332,12 +339,7 @@ static void test_serve_bad_options(void **state) {
   char json[300], args[1024];
   snprintf(json, sizeof json, "%s/auto.json", g_dir);
   snprintf(args, sizeof args, SMOKE_ARGS "--modes oasis --fetch-ratio 0.1,auto:0.25 --json '%s'", json);
-  int rc = run_cli(args, NULL);
-  if (rc != 0) show_stderr();
-  assert_int_equal(rc, 0);
-  json_object *arr = json_object_from_file(json);
-  assert_non_null(arr);
-  assert_int_equal(json_object_array_length(arr), 2);
+  json_object *arr = run_json(args, json, 2);
   json_object *fixed = json_object_array_get_idx(arr, 0), *autor = json_object_array_get_idx(arr, 1);
   assert_true(num(fixed, "fetch_ratio") == 0.1);
   assert_string_equal(str(autor, "fetch_ratio"), "auto");
@@ -823,12 +825,7 @@ static void test_serve_auto_fields_and_halving(void **state) {
   snprintf(json, sizeof json, "%s/halve.json", g_dir);
   snprintf(args, sizeof args,
            SMOKE_ARGS "--modes dense,oasis --fetch-ratio auto --halve-link-at 2 --time-budget 600 --json '%s'", json);
-  int rc = run_cli(args, NULL);
-  if (rc != 0) show_stderr();
-  assert_int_equal(rc, 0);
-  json_object *arr = json_object_from_file(json);
-  assert_non_null(arr);
-  assert_int_equal(json_object_array_length(arr), 2);
+  json_object *arr = run_json(args, json, 2);
   json_object *dense = json_object_array_get_idx(arr, 0), *oasis = json_object_array_get_idx(arr, 1);
   assert_string_equal(str(dense, "mode"), "dense");
   assert_true(null_or_absent(dense, "fetch_ratio"));
@@ -863,12 +860,7 @@ static void test_serve_fetch_share(void **state) {
   snprintf(json, sizeof json, "%s/share.json", g_dir);
   for (int with = 0; with < 2; with++) {
     snprintf(args, sizeof args, SMOKE_ARGS "--modes dense,oasis %s--json '%s'", with ? "--fetch-share " : "", json);
-    int rc = run_cli(args, NULL);
-    if (rc != 0) show_stderr();
-    assert_int_equal(rc, 0);
-    json_object *arr = json_object_from_file(json);
-    assert_non_null(arr);
-    assert_int_equal(json_object_array_length(arr), 2);
+    json_object *arr = run_json(args, json, 2);
     json_object *dense = json_object_array_get_idx(arr, 0), *oasis = json_object_array_get_idx(arr, 1);
     assert_true(null_or_absent(dense, "fetched_share"));
     if (with) {
