@@ -92,6 +92,12 @@ typedef struct okv_predict_ctx_t {
   uint64_t *r_sfirst, *r_cfirst; /* [n_seg * groups_kept] */
   uint32_t *cand_block;          /* [n_seg * groups_kept * unit_blocks] index map of the candidate scores */
   uint64_t *cand_bits;           /* [max_blocks / 64 + 1] kept units of one head, to list them in ascending order */
+  /* q8 scoring: the first pass's candidates stay on the device (ascending block ids, the second pass's lists and
+   * its top-K's index map), and the runs of contiguous HOST extents that map them to summaries. */
+  okv_hal_buffer_t *cand;      /* DEVICE u32 [n_seg * groups_kept] */
+  uint32_t *run_offsets;       /* [n_seg + 1] */
+  uint32_t *run_first, *run_n; /* [n_seg * extents per head] */
+  uint64_t *run_sfirst;        /* [n_seg * extents per head] */
   /* Recall pass with two-level scoring (track_recall): the two-level top-K of the real query, kept while the
    * flat (reference) pass overwrites host_topk, and a bitmap of one head's flat top-K. */
   uint32_t *agree_topk, *agree_counts; /* [n_seg * K], [n_seg] */

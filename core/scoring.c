@@ -70,12 +70,27 @@ okv_status_t okv_rt_scoring_ctx_init(okv_runtime_t *rt, okv_predict_ctx_t *ctx) 
   ctx->cand_bits = okv_malloc(&rt->alloc, (rt->max_blocks / 64u + 1u) * sizeof(uint64_t));
   if (!ctx->r_seg || !ctx->r_n || !ctx->r_sfirst || !ctx->r_cfirst || !ctx->cand_block || !ctx->cand_bits)
     return OKV_RT_HOST_OOM("two-level scoring ranges");
-  return OKV_OK;
+  if (rt->unit_dtype != OKV_DTYPE_Q8) return OKV_OK;
+  uint64_t n_seg = (uint64_t)rt->cfg.max_seqs * rt->cfg.n_kv_heads;
+  uint64_t n_runs = n_seg * ceil_div_u32(rt->max_blocks, rt->extent_blocks);
+  ctx->run_offsets = okv_malloc(&rt->alloc, (n_seg + 1u) * sizeof(uint32_t));
+  ctx->run_first = okv_malloc(&rt->alloc, n_runs * sizeof(uint32_t));
+  ctx->run_n = okv_malloc(&rt->alloc, n_runs * sizeof(uint32_t));
+  ctx->run_sfirst = okv_malloc(&rt->alloc, n_runs * sizeof(uint64_t));
+  if (!ctx->run_offsets || !ctx->run_first || !ctx->run_n || !ctx->run_sfirst)
+    return OKV_RT_HOST_OOM("q8 scoring runs");
+  okv_status_t st = okv_hal_buffer_alloc(rt->device, OKV_TIER_DEVICE, n * sizeof(uint32_t), &ctx->cand);
+  return st ? okv_status_annotate(st, "runtime: allocating the q8 candidate lists (DEVICE tier)") : OKV_OK;
 }
 
 void okv_rt_scoring_ctx_free(okv_runtime_t *rt, okv_predict_ctx_t *ctx) {
-  void *arrs[] = {ctx->r_seg, ctx->r_n, ctx->r_sfirst, ctx->r_cfirst, ctx->cand_block, ctx->cand_bits};
+  void *arrs[] = {ctx->r_seg,     ctx->r_n,         ctx->r_sfirst,  ctx->r_cfirst, ctx->cand_block,
+                  ctx->cand_bits, ctx->run_offsets, ctx->run_first, ctx->run_n,    ctx->run_sfirst};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) okv_rt_free(&rt->alloc, arrs[i]);
+  if (ctx->cand != NULL) OKV_IGNORE_ERROR(okv_hal_buffer_release(ctx->cand));
+  ctx->cand = NULL;
+  ctx->run_offsets = ctx->run_first = ctx->run_n = NULL;
+  ctx->run_sfirst = NULL;
   ctx->r_seg = ctx->r_n = ctx->cand_block = NULL;
   ctx->cand_bits = NULL;
   ctx->r_sfirst = ctx->r_cfirst = NULL;
@@ -151,9 +166,109 @@ okv_status_t okv_rt_groups_rebuild_head(okv_runtime_t *rt, okv_hal_stream_t *str
  * scoring) and keeps the best groups_kept; level 2 scores the blocks of those
  * groups, listed in ascending block order so that ties break towards the lower
  * block exactly as in flat scoring, and takes the top-K through an index map. */
+/* q8 scoring with the candidates kept on the device: the 8-bit pass, its top-(K + margin) per head in
+ * ascending block order (the active block excluded) into ctx->cand, the exact pass over those lists (each
+ * block's summary found through the head's runs of contiguous extents), and the top-K with ctx->cand as its
+ * index map. The host lists nothing per candidate and waits once per layer. */
+static okv_status_t predict_q8(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream, uint32_t n_seqs,
+                               uint32_t layer, uint32_t T, uint32_t t_begin, uint32_t t_end, double *bk_s) {
+  double t0 = okv_rt_bk_s();
+  const okv_runtime_config_t *c = &rt->cfg;
+  const uint32_t H = c->n_kv_heads, G = rt->groups_kept, K = c->budget_blocks, E = rt->extent_blocks;
+  const uint32_t n_seg = n_seqs * H;
+  okv_score_desc_t sd = {.n_seqs = n_seqs,
+                         .n_kv_heads = H,
+                         .group_size = rt->group_size,
+                         .head_dim = c->head_dim,
+                         .n_query_tokens = T,
+                         .t_begin = t_begin,
+                         .t_end = t_end,
+                         .q = ctx->q,
+                         .summaries = rt->group_summaries,
+                         .seg_summary_first = ctx->seg_summary_first,
+                         .seg_n_blocks = ctx->seg_n,
+                         .scores = ctx->scores,
+                         .seg_score_first = ctx->seg_score_first,
+                         .summary_dtype = OKV_DTYPE_Q8};
+  *bk_s += okv_rt_bk_s() - t0;
+  okv_status_t st = okv_rt_score_units(rt, ctx, stream, &sd, n_seqs, layer, 1, bk_s);
+  if (st != OKV_OK) return okv_status_annotate(st, "runtime: 8-bit scoring of layer %u", layer);
+  t0 = okv_rt_bk_s();
+  uint32_t n_excl = 0, n_runs = 0;
+  for (uint32_t s = 0; s < n_seqs; s++) {
+    const okv_seq_t *seq = ctx->seqs[s];
+    uint32_t nb = seq ? n_blocks_of(seq->n_tokens[layer]) : 0, need = ceil_div_u32(nb, E);
+    for (uint32_t h = 0; h < H; h++) {
+      uint32_t u = s * H + h;
+      ctx->seg_score_first[u] = (uint64_t)u * rt->max_blocks;
+      ctx->topk_n[u] = nb;
+      ctx->excl_offsets[u] = n_excl;
+      ctx->run_offsets[u] = n_runs;
+      ctx->seg_n[u] = nb > 1u ? (nb - 1u < G ? nb - 1u : G) : 0u; /* the first top-K's count */
+      if (nb == 0) continue;
+      ctx->excl_blocks[n_excl++] = nb - 1u; /* the active block is never a candidate */
+      const okv_head_t *hd = seq_head(rt, seq, layer, h);
+      for (uint32_t e = 0; e < need;) { /* runs of contiguous extents */
+        uint32_t start = hd->extents[e], run = 1;
+        while (e + run < need && hd->extents[e + run] == start + run) run++;
+        uint32_t first = e * E;
+        ctx->run_first[n_runs] = first;
+        ctx->run_n[n_runs] = run * E < nb - first ? run * E : nb - first;
+        ctx->run_sfirst[n_runs] = (uint64_t)start * E;
+        n_runs++;
+        e += run;
+      }
+    }
+  }
+  ctx->excl_offsets[n_seg] = n_excl;
+  ctx->run_offsets[n_seg] = n_runs;
+  okv_topk_desc_t td = {.n_segments = n_seg,
+                        .k = G,
+                        .scores = ctx->scores,
+                        .seg_score_first = ctx->seg_score_first,
+                        .seg_n = ctx->topk_n,
+                        .excl_offsets = ctx->excl_offsets,
+                        .excl_blocks = ctx->excl_blocks,
+                        .out_indices = ctx->cand,
+                        .ascending = true};
+  *bk_s += okv_rt_bk_s() - t0;
+  st = okv_hal_topk_async(stream, &td);
+  if (st != OKV_OK) return okv_status_annotate(st, "runtime: 8-bit top candidates of layer %u", layer);
+  t0 = okv_rt_bk_s();
+  for (uint32_t u = 0; u < n_seg; u++) ctx->seg_score_first[u] = (uint64_t)u * G; /* copied by the enqueue above */
+  okv_score_desc_t sd2 = sd;
+  sd2.summaries = rt->summaries;
+  sd2.summary_dtype = c->summary_dtype;
+  sd2.seg_summary_first = NULL;
+  sd2.list_blocks = ctx->cand;
+  sd2.list_stride = G;
+  sd2.seg_run_offsets = ctx->run_offsets;
+  sd2.run_first_block = ctx->run_first;
+  sd2.run_n_blocks = ctx->run_n;
+  sd2.run_summary_first = ctx->run_sfirst;
+  okv_topk_desc_t td2 = {.n_segments = n_seg,
+                         .k = K,
+                         .scores = ctx->scores,
+                         .seg_score_first = ctx->seg_score_first,
+                         .seg_n = ctx->seg_n,
+                         .out_indices = ctx->topk,
+                         .out_counts = ctx->counts,
+                         .index_map_buffer = ctx->cand};
+  *bk_s += okv_rt_bk_s() - t0;
+  st = okv_hal_score_blocks_async(stream, &sd2);
+  if (st != OKV_OK) return okv_status_annotate(st, "runtime: exact scoring of layer %u's candidates", layer);
+  st = okv_hal_topk_async(stream, &td2);
+  if (st == OKV_OK) st = okv_hal_stream_synchronize(stream);
+  if (st == OKV_OK) st = okv_hal_buffer_read(ctx->topk, 0, ctx->host_topk, (uint64_t)n_seg * K * 4u);
+  if (st == OKV_OK) st = okv_hal_buffer_read(ctx->counts, 0, ctx->host_counts, (uint64_t)n_seg * 4u);
+  if (st != OKV_OK) return okv_status_annotate(st, "runtime: top-K of layer %u", layer);
+  return OKV_OK;
+}
+
 okv_status_t okv_rt_predict_two_level(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream,
                                       uint32_t n_seqs, uint32_t layer, uint32_t T, uint32_t t_begin, uint32_t t_end,
                                       double *bk_s) {
+  if (rt->unit_dtype == OKV_DTYPE_Q8) return predict_q8(rt, ctx, stream, n_seqs, layer, T, t_begin, t_end, bk_s);
   double t0 = okv_rt_bk_s();
   const okv_runtime_config_t *c = &rt->cfg;
   uint32_t H = c->n_kv_heads, G = rt->groups_kept, K = c->budget_blocks, GB = rt->unit_blocks;

@@ -83,15 +83,22 @@ void okv_summary_desc_free(const okv_allocator_t *a, okv_summary_desc_t *d) { ok
 
 okv_status_t okv_score_desc_clone(const okv_allocator_t *a, const okv_score_desc_t *d, okv_score_desc_t **out) {
   /* Range mode copies the range arrays only (the segment arrays are ignored and may be NULL). */
-  const bool ranges = d && d->n_ranges > 0;
+  const bool ranges = d && d->n_ranges > 0, list = d && d->list_blocks != NULL;
   size_t n = d && !ranges ? (size_t)d->n_seqs * d->n_kv_heads : 0, nr = ranges ? d->n_ranges : 0;
+  size_t n_runs = list ? d->seg_run_offsets[n] : 0, n_csr = list ? n + 1u : 0;
   clone_arena_t ar;
   okv_status_t st = OKV_OK;
   okv_score_desc_t *c = clone_start(a, d, out, sizeof *d,
-                                    2u * round8(n * 8u) + round8(n * 4u) + 2u * round8(nr * 8u) + 2u * round8(nr * 4u),
+                                    2u * round8(n * 8u) + round8(n * 4u) + 2u * round8(nr * 8u) + 2u * round8(nr * 4u) +
+                                        round8(n_csr * 4u) + 2u * round8(n_runs * 4u) + round8(n_runs * 8u),
                                     "score", &ar, &st);
   if (c == NULL) return st;
-  c->seg_summary_first = arena_copy(&ar, n ? d->seg_summary_first : NULL, n * 8u);
+  /* List mode: the runs; seg_summary_first is ignored (may be NULL). */
+  c->seg_run_offsets = arena_copy(&ar, list ? d->seg_run_offsets : NULL, n_csr * 4u);
+  c->run_first_block = arena_copy(&ar, n_runs ? d->run_first_block : NULL, n_runs * 4u);
+  c->run_n_blocks = arena_copy(&ar, n_runs ? d->run_n_blocks : NULL, n_runs * 4u);
+  c->run_summary_first = arena_copy(&ar, n_runs ? d->run_summary_first : NULL, n_runs * 8u);
+  c->seg_summary_first = arena_copy(&ar, n && !list ? d->seg_summary_first : NULL, n * 8u);
   c->seg_score_first = arena_copy(&ar, n ? d->seg_score_first : NULL, n * 8u);
   c->seg_n_blocks = arena_copy(&ar, n ? d->seg_n_blocks : NULL, n * 4u);
   c->range_summary_first = arena_copy(&ar, nr ? d->range_summary_first : NULL, nr * 8u);

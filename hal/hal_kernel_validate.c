@@ -279,6 +279,45 @@ okv_status_t okv_hal_validate_score(const okv_hal_stream_t *stream, const okv_sc
   OKV_RETURN_IF_ERROR(check_range(stream, d->scores, 0, 0, false, fn, "scores"));
   uint64_t n_summaries = items_in(d->summaries, okv_summary_bytes_ex(d->summary_dtype, d->head_dim));
   uint64_t n_scores = items_in(d->scores, 4u);
+  if (d->list_blocks != NULL) {
+    if (d->n_ranges > 0) return INVALID("%s: list_blocks and n_ranges %u both given", fn, d->n_ranges);
+    uint64_t list_bytes;
+    if (!mul_u64(n_units, d->list_stride, &list_bytes) || !mul_u64(list_bytes, 4u, &list_bytes))
+      return INVALID("%s: list size overflows", fn);
+    OKV_RETURN_IF_ERROR(check_range(stream, d->list_blocks, d->list_offset, list_bytes, true, fn, "list_blocks"));
+    REQUIRE_NONNULL(d->seg_n_blocks, "seg_n_blocks");
+    REQUIRE_NONNULL(d->seg_score_first, "seg_score_first");
+    OKV_RETURN_IF_ERROR(check_csr(d->seg_run_offsets, n_units, fn, "seg_run_offsets"));
+    uint32_t n_runs = d->seg_run_offsets[n_units];
+    if (n_runs > 0) {
+      REQUIRE_NONNULL(d->run_first_block, "run_first_block");
+      REQUIRE_NONNULL(d->run_n_blocks, "run_n_blocks");
+      REQUIRE_NONNULL(d->run_summary_first, "run_summary_first");
+    }
+    for (uint64_t u = 0; u < n_units; u++) {
+      uint64_t nb = d->seg_n_blocks[u];
+      if (nb > d->list_stride)
+        return INVALID("%s: seg_n_blocks[%llu] = %llu exceeds list_stride %u", fn, (unsigned long long)u,
+                       (unsigned long long)nb, d->list_stride);
+      if (nb > 0 && !span_ok(d->seg_score_first[u], nb, n_scores))
+        return INVALID("%s: segment %llu: scores [%llu, +%llu) outside scores (%llu floats)", fn, (unsigned long long)u,
+                       (unsigned long long)d->seg_score_first[u], (unsigned long long)nb, (unsigned long long)n_scores);
+      for (uint32_t r = d->seg_run_offsets[u]; r < d->seg_run_offsets[u + 1]; r++) {
+        if (!span_ok(d->run_summary_first[r], d->run_n_blocks[r], n_summaries))
+          return INVALID("%s: run %u: summaries [%llu, +%u) outside summaries (%llu)", fn, r,
+                         (unsigned long long)d->run_summary_first[r], d->run_n_blocks[r],
+                         (unsigned long long)n_summaries);
+        if ((uint64_t)d->run_first_block[r] + d->run_n_blocks[r] > UINT32_MAX)
+          return INVALID("%s: run %u: blocks [%u, +%u) overflow", fn, r, d->run_first_block[r], d->run_n_blocks[r]);
+        if (r > d->seg_run_offsets[u] && d->run_first_block[r] < d->run_first_block[r - 1] + d->run_n_blocks[r - 1])
+          return INVALID(
+              "%s: run %u of segment %llu starts at block %u, before the end of run %u (runs ascending, "
+              "not overlapping)",
+              fn, r, (unsigned long long)u, d->run_first_block[r], r - 1);
+      }
+    }
+    return OKV_OK;
+  }
   if (d->n_ranges > 0) {
     REQUIRE_NONNULL(d->range_seg, "range_seg");
     REQUIRE_NONNULL(d->range_summary_first, "range_summary_first");
@@ -344,6 +383,14 @@ okv_status_t okv_hal_validate_topk(const okv_hal_stream_t *stream, const okv_top
       for (uint32_t i = d->excl_offsets[u]; i < d->excl_offsets[u + 1]; i++)
         if (d->excl_blocks[i] >= d->seg_n[u])
           return INVALID("%s: excl_blocks[%u] = %u is not < seg_n[%u] = %u", fn, i, d->excl_blocks[i], u, d->seg_n[u]);
+  }
+  if (d->index_map_buffer != NULL) {
+    if (d->index_map != NULL) return INVALID("%s: index_map and index_map_buffer both given", fn);
+    uint64_t len = 0;
+    for (uint32_t u = 0; u < d->n_segments; u++)
+      if (d->seg_n[u] > 0 && d->seg_score_first[u] + d->seg_n[u] > len) len = d->seg_score_first[u] + d->seg_n[u];
+    OKV_RETURN_IF_ERROR(
+        check_range(stream, d->index_map_buffer, d->index_map_offset, len * 4u, true, fn, "index_map_buffer"));
   }
   uint64_t out_bytes = (uint64_t)d->n_segments * d->k * 4u; /* < 2^32 * 2^9 * 4: no overflow */
   OKV_RETURN_IF_ERROR(check_range(stream, d->out_indices, d->out_offset, out_bytes, true, fn, "out_indices"));

@@ -132,6 +132,12 @@ typedef struct okv_gpu_score_args_t {
   uint64_t range_n_blocks;      /* u32 [n_ranges] */
   uint64_t range_score_first;   /* u64 [n_ranges] */
   uint32_t n_ranges, summary_dtype;
+  uint64_t list_blocks;       /* u32 [segments][list_stride] candidate lists (list mode), or 0 */
+  uint64_t seg_run_offsets;   /* u32 [segments + 1] CSR of the runs (list mode) */
+  uint64_t run_first_block;   /* u32 [runs] */
+  uint64_t run_n_blocks;      /* u32 [runs] */
+  uint64_t run_summary_first; /* u64 [runs] */
+  uint32_t list_stride, pad0;
 } okv_gpu_score_args_t;
 
 /* okv_gpu_topk: grid n_segments; dynamic shared memory = 4 * ceil(max_n / 32) bytes. */
@@ -145,6 +151,8 @@ typedef struct okv_gpu_topk_args_t {
   uint64_t out_counts;      /* u32 [n_segments] or 0 */
   uint32_t n_segments, k;
   uint64_t index_map; /* u32 addressed like the scores, or 0 (positions) */
+  uint32_t ascending; /* 1: indices in ascending position order */
+  uint32_t pad0;
 } okv_gpu_topk_args_t;
 
 /* ---- Layout pins ----
@@ -225,7 +233,7 @@ typedef struct okv_gpu_topk_args_t {
   FIELD(okv_gpu_reduce_args_t, head_dim, 44)           \
   FIELD(okv_gpu_reduce_args_t, src_dtype, 48)          \
   FIELD(okv_gpu_reduce_args_t, dst_dtype, 52)          \
-  SIZE(okv_gpu_score_args_t, 120)                      \
+  SIZE(okv_gpu_score_args_t, 168)                      \
   FIELD(okv_gpu_score_args_t, q, 0)                    \
   FIELD(okv_gpu_score_args_t, summaries, 8)            \
   FIELD(okv_gpu_score_args_t, scores, 16)              \
@@ -246,7 +254,13 @@ typedef struct okv_gpu_topk_args_t {
   FIELD(okv_gpu_score_args_t, range_score_first, 104)  \
   FIELD(okv_gpu_score_args_t, n_ranges, 112)           \
   FIELD(okv_gpu_score_args_t, summary_dtype, 116)      \
-  SIZE(okv_gpu_topk_args_t, 72)                        \
+  FIELD(okv_gpu_score_args_t, list_blocks, 120)        \
+  FIELD(okv_gpu_score_args_t, seg_run_offsets, 128)    \
+  FIELD(okv_gpu_score_args_t, run_first_block, 136)    \
+  FIELD(okv_gpu_score_args_t, run_n_blocks, 144)       \
+  FIELD(okv_gpu_score_args_t, run_summary_first, 152)  \
+  FIELD(okv_gpu_score_args_t, list_stride, 160)        \
+  SIZE(okv_gpu_topk_args_t, 80)                        \
   FIELD(okv_gpu_topk_args_t, scores, 0)                \
   FIELD(okv_gpu_topk_args_t, seg_score_first, 8)       \
   FIELD(okv_gpu_topk_args_t, seg_n, 16)                \
@@ -256,7 +270,8 @@ typedef struct okv_gpu_topk_args_t {
   FIELD(okv_gpu_topk_args_t, out_counts, 48)           \
   FIELD(okv_gpu_topk_args_t, n_segments, 56)           \
   FIELD(okv_gpu_topk_args_t, k, 60)                    \
-  FIELD(okv_gpu_topk_args_t, index_map, 64)
+  FIELD(okv_gpu_topk_args_t, index_map, 64)            \
+  FIELD(okv_gpu_topk_args_t, ascending, 72)
 
 /* The table as static assertions (C11 _Static_assert on the host, C++
  * static_assert in the kernels and the emulator); expanded once per side. */

@@ -472,6 +472,27 @@ OKV_DEVICE float okv_warp_sum(float v) {
   return v;
 }
 
+// List mode: the summary of entry i of segment u's candidate list, through the segment's runs (ascending,
+// not overlapping; binary search); false for an entry in no run (it scores -infinity).
+OKV_DEVICE bool okv_list_summary(const okv_gpu_score_args_t &a, uint32_t u, uint32_t i, uint64_t *out) {
+  const uint32_t b = ((const uint32_t *)a.list_blocks)[(uint64_t)u * a.list_stride + i];
+  const uint32_t *ro = (const uint32_t *)a.seg_run_offsets;
+  const uint32_t *rf = (const uint32_t *)a.run_first_block, *rn = (const uint32_t *)a.run_n_blocks;
+  uint32_t lo = ro[u], hi = ro[u + 1];
+  while (lo < hi) {
+    const uint32_t mid = lo + (hi - lo) / 2u;
+    if (rf[mid] <= b)
+      lo = mid + 1u;
+    else
+      hi = mid;
+  }
+  if (lo == ro[u]) return false;
+  const uint32_t r = lo - 1u;
+  if (b - rf[r] >= rn[r]) return false;
+  *out = ((const uint64_t *)a.run_summary_first)[r] + (b - rf[r]);
+  return true;
+}
+
 extern "C" __global__ void __launch_bounds__(OKV_GPU_SCORE_THREADS) okv_gpu_score_blocks(okv_gpu_score_args_t a) {
   const uint32_t D = a.head_dim, G = a.group_size, T = a.n_query_tokens;
   const uint32_t Hkv = a.n_kv_heads, Hq = Hkv * G;
@@ -479,7 +500,8 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_SCORE_THREADS) okv_gpu_scor
   const bool ranges = a.n_ranges > 0;
   const uint32_t u = ranges ? ((const uint32_t *)a.range_seg)[j] : j, s = u / Hkv, h = u % Hkv;
   const uint32_t n = ((const uint32_t *)(ranges ? a.range_n_blocks : a.seg_n_blocks))[j];
-  const uint64_t sum_first = ((const uint64_t *)(ranges ? a.range_summary_first : a.seg_summary_first))[j];
+  const bool list = a.list_blocks != 0;
+  const uint64_t sum_first = list ? 0 : ((const uint64_t *)(ranges ? a.range_summary_first : a.seg_summary_first))[j];
   const uint64_t score_first = ((const uint64_t *)(ranges ? a.range_score_first : a.seg_score_first))[j];
   const uint32_t sdt = a.summary_dtype;
   const uint32_t b_begin = blockIdx.y * OKV_GPU_SCORE_BLOCKS_PER_CTA;
@@ -494,7 +516,12 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_SCORE_THREADS) okv_gpu_scor
   if (sdt == (uint32_t)OKV_DTYPE_Q8) { /* uniform across the block */
     const uint64_t qsb = okv_q8_summary_bytes(D);
     for (uint32_t b = b_begin + warp; b < b_end; b += n_warps) { /* uniform per warp */
-      const unsigned char *sb = summ + (sum_first + b) * qsb;
+      uint64_t si = sum_first + b;
+      if (list && !okv_list_summary(a, u, b, &si)) {
+        if (lane == 0) scores[score_first + b] = OKV_NEG_INF;
+        continue;
+      }
+      const unsigned char *sb = summ + si * qsb;
       const float lo = ((const float *)sb)[0], step = ((const float *)sb)[1];
       float best = OKV_NEG_INF;
       for (uint32_t r = 0; r < n_rows; ++r) {
@@ -538,7 +565,12 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_SCORE_THREADS) okv_gpu_scor
     return;
   }
   for (uint32_t b = b_begin + warp; b < b_end; b += n_warps) { /* uniform per warp */
-    const unsigned char *sb = summ + (sum_first + b) * 2 * D * okv_elem_bytes(sdt);
+    uint64_t si = sum_first + b;
+    if (list && !okv_list_summary(a, u, b, &si)) {
+      if (lane == 0) scores[score_first + b] = OKV_NEG_INF;
+      continue;
+    }
+    const unsigned char *sb = summ + si * 2 * D * okv_elem_bytes(sdt);
     float best = OKV_NEG_INF;
     for (uint32_t r = 0; r < n_rows; ++r) {
       const uint32_t t = a.t_begin + r / G, g = r % G;
@@ -566,6 +598,26 @@ static_assert(256u * 4u + OKV_TOPK_MAX * 8u + (OKV_GPU_TOPK_THREADS / 32u) * 4u 
               "okv_gpu_topk's static shared memory exceeds OKV_GPU_TOPK_STATIC_SMEM_BYTES");
 
 OKV_DEVICE bool okv_bit_test(const uint32_t *bm, uint32_t b) { return (bm[b >> 5] >> (b & 31u)) & 1u; }
+
+// Bitonic sort of sel[0..len) (len a power of two) in descending order, by every thread of the block.
+OKV_DEVICE void okv_bitonic_desc(unsigned long long *sel, uint32_t len, uint32_t tid, uint32_t nt) {
+  for (uint32_t size = 2; size <= len; size <<= 1) {
+    for (uint32_t stride = size >> 1; stride > 0; stride >>= 1) {
+      for (uint32_t i = tid; i < len; i += nt) {
+        const uint32_t j = i ^ stride;
+        if (j > i) {
+          const unsigned long long x = sel[i], y = sel[j];
+          const bool desc = (i & size) == 0;
+          if (desc ? (x < y) : (x > y)) {
+            sel[i] = y;
+            sel[j] = x;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
 
 extern "C" __global__ void __launch_bounds__(OKV_GPU_TOPK_THREADS) okv_gpu_topk(okv_gpu_topk_args_t a) {
   OKV_DYNAMIC_SMEM(uint32_t, okv_smem_u); /* exclusion bitmap, ceil(max_n / 32) words */
@@ -672,21 +724,12 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_TOPK_THREADS) okv_gpu_topk(
   while (len < kk) len <<= 1;
   for (uint32_t i = kk + tid; i < len; i += nt) sel[i] = 0ull; /* below every real key */
   __syncthreads();
-  for (uint32_t size = 2; size <= len; size <<= 1) {
-    for (uint32_t stride = size >> 1; stride > 0; stride >>= 1) {
-      for (uint32_t i = tid; i < len; i += nt) {
-        const uint32_t j = i ^ stride;
-        if (j > i) {
-          const unsigned long long x = sel[i], y = sel[j];
-          const bool desc = (i & size) == 0;
-          if (desc ? (x < y) : (x > y)) {
-            sel[i] = y;
-            sel[j] = x;
-          }
-        }
-      }
-      __syncthreads();
-    }
+  okv_bitonic_desc(sel, len, tid, nt);
+  // Ascending: the same set by position (the composite keys' low words, ~index), sorted again descending.
+  if (a.ascending) {
+    for (uint32_t i = tid; i < len; i += nt) sel[i] = i < kk ? (sel[i] & 0xffffffffull) : 0ull;
+    __syncthreads();
+    okv_bitonic_desc(sel, len, tid, nt);
   }
   // positions, or with an index map its entries (the map is addressed like the scores)
   const uint32_t *map = a.index_map != 0 ? (const uint32_t *)a.index_map + ((const uint64_t *)a.seg_score_first)[u] : 0;

@@ -89,8 +89,9 @@ struct okv_cpu_op_t {
   /* KERNEL */
   void (*run)(okv_cpu_op_t *op, int n_threads);
   void (*free_payload)(const okv_allocator_t *a, void *payload);
-  void *payload;   /* cloned descriptor */
-  void *arrays[3]; /* owned host arrays (summary append) */
+  void *payload;                   /* cloned descriptor */
+  void *arrays[3];                 /* owned host arrays (summary append) */
+  struct okv_cpu_stream_t *stream; /* the stream it was enqueued on */
   uint32_t head_dim, n;
   okv_dtype_t dtype;
 };
@@ -109,6 +110,9 @@ typedef struct okv_cpu_stream_t {
   uint64_t n_done;            /* seq of the newest finished op */
   okv_status_t pending_error; /* first unreported error of the stream */
   pthread_t thread;
+  /* Scratch of the kernels run by the worker (scoring's list mode), grown there, freed with the stream. */
+  void *scratch;
+  size_t scratch_bytes;
 } okv_cpu_stream_t;
 
 typedef struct okv_cpu_event_t {
@@ -484,7 +488,10 @@ static void cpu_stream_reclaim(okv_cpu_stream_t *s) {
 
 static okv_cpu_op_t *cpu_op_new(okv_hal_stream_t *stream, okv_cpu_op_kind_t kind) {
   okv_cpu_op_t *op = okv_calloc(&stream->device->allocator, 1, sizeof(*op));
-  if (op) op->kind = kind;
+  if (op) {
+    op->kind = kind;
+    op->stream = (okv_cpu_stream_t *)stream;
+  }
   return op;
 }
 
@@ -585,6 +592,7 @@ static void cpu_stream_destroy(okv_hal_stream_t *stream) {
   pthread_mutex_unlock(&s->mutex);
   pthread_join(s->thread, NULL); /* the worker drains the queue first */
   cpu_stream_reclaim(s);
+  okv_free(&stream->device->allocator, s->scratch);
   okv_status_free(s->pending_error);
   pthread_cond_destroy(&s->idle_cond);
   pthread_cond_destroy(&s->work_cond);
@@ -818,17 +826,43 @@ OKV_CPU_DESC_KERNEL(summary, "block summary", 2, c->kv, c->summaries)
 
 static void cpu_run_score(okv_cpu_op_t *op, int n_threads) {
   const okv_score_desc_t *d = op->payload;
-  okv_cpu_score_blocks(d, (const float *)cpu_ptr(d->q, d->q_offset), (const float *)cpu_ptr(d->summaries, 0),
-                       (float *)cpu_ptr(d->scores, 0), n_threads);
+  const float *q = (const float *)cpu_ptr(d->q, d->q_offset);
+  float *scores = (float *)cpu_ptr(d->scores, 0);
+  if (d->list_blocks == NULL) {
+    okv_cpu_score_blocks(d, q, cpu_ptr(d->summaries, 0), scores, n_threads);
+    return;
+  }
+  /* Candidate lists: read on the device (here), turned into ranges of contiguous summaries, scored as such.
+   * The ranges live in the stream's scratch (only this worker touches it), so no call allocates. */
+  okv_cpu_stream_t *s = op->stream;
+  size_t need = okv_cpu_score_list_scratch_bytes(d);
+  if (need > s->scratch_bytes) {
+    const okv_allocator_t *a = &s->base.device->allocator;
+    okv_free(a, s->scratch);
+    s->scratch = okv_malloc(a, need);
+    s->scratch_bytes = s->scratch ? need : 0;
+    if (s->scratch == NULL) {
+      pthread_mutex_lock(&s->mutex);
+      cpu_stream_set_error_locked(
+          s, okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: %zu bytes of scoring list scratch", need));
+      pthread_mutex_unlock(&s->mutex);
+      return;
+    }
+  }
+  okv_score_desc_t rd;
+  okv_cpu_score_list_ranges(d, (const uint32_t *)cpu_ptr(d->list_blocks, d->list_offset), scores, s->scratch, &rd);
+  if (rd.n_ranges > 0) okv_cpu_score_blocks(&rd, q, cpu_ptr(d->summaries, 0), scores, n_threads);
 }
-OKV_CPU_DESC_KERNEL(score, "block scoring", 3, c->q, c->summaries, c->scores)
+OKV_CPU_DESC_KERNEL(score, "block scoring", 4, c->q, c->summaries, c->scores, c->list_blocks)
 
 static void cpu_run_topk(okv_cpu_op_t *op, int n_threads) {
   const okv_topk_desc_t *d = op->payload;
-  okv_cpu_topk(d, (const float *)cpu_ptr(d->scores, 0), (uint32_t *)cpu_ptr(d->out_indices, d->out_offset),
+  okv_topk_desc_t t = *d;
+  if (d->index_map_buffer != NULL) t.index_map = (const uint32_t *)cpu_ptr(d->index_map_buffer, d->index_map_offset);
+  okv_cpu_topk(&t, (const float *)cpu_ptr(d->scores, 0), (uint32_t *)cpu_ptr(d->out_indices, d->out_offset),
                (uint32_t *)cpu_ptr(d->out_counts, d->counts_offset), n_threads);
 }
-OKV_CPU_DESC_KERNEL(topk, "top-K", 3, c->scores, c->out_indices, c->out_counts)
+OKV_CPU_DESC_KERNEL(topk, "top-K", 4, c->scores, c->out_indices, c->out_counts, c->index_map_buffer)
 
 static void cpu_run_summary_reduce(okv_cpu_op_t *op, int n_threads) {
   const okv_summary_reduce_desc_t *d = op->payload;

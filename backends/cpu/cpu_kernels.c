@@ -788,6 +788,71 @@ for (long it = 0; it < n_items; it++) {
   }
 }
 
+size_t okv_cpu_score_list_scratch_bytes(const okv_score_desc_t *d) {
+  uint64_t n = 0, U = (uint64_t)d->n_seqs * d->n_kv_heads;
+  for (uint64_t u = 0; u < U; u++) n += d->seg_n_blocks[u];
+  return (size_t)(n ? n : 1u) * (2u * sizeof(uint64_t) + 2u * sizeof(uint32_t));
+}
+
+/* The run of segment u holding block b (runs ascending, not overlapping), or UINT32_MAX; `hint` is the run
+ * the previous block of the list was in (lists are usually ascending, so it or the next one is it). */
+static uint32_t list_run_of(const okv_score_desc_t *d, uint32_t u, uint32_t b, uint32_t hint) {
+  uint32_t lo = d->seg_run_offsets[u], hi = d->seg_run_offsets[u + 1];
+  for (uint32_t r = hint; r < hi && r < hint + 2u; r++)
+    if (r >= lo && b >= d->run_first_block[r] && b - d->run_first_block[r] < d->run_n_blocks[r]) return r;
+  while (lo < hi) { /* the last run starting at or before b */
+    uint32_t mid = lo + (hi - lo) / 2u;
+    if (d->run_first_block[mid] <= b)
+      lo = mid + 1u;
+    else
+      hi = mid;
+  }
+  if (lo == d->seg_run_offsets[u]) return UINT32_MAX;
+  uint32_t r = lo - 1u;
+  return b - d->run_first_block[r] < d->run_n_blocks[r] ? r : UINT32_MAX;
+}
+
+void okv_cpu_score_list_ranges(const okv_score_desc_t *d, const uint32_t *list, float *scores, void *scratch,
+                               okv_score_desc_t *out) {
+  const uint32_t U = d->n_seqs * d->n_kv_heads;
+  size_t cap = okv_cpu_score_list_scratch_bytes(d) / (2u * sizeof(uint64_t) + 2u * sizeof(uint32_t));
+  uint64_t *r_sfirst = scratch, *r_cfirst = r_sfirst + cap;
+  uint32_t *r_seg = (uint32_t *)(r_cfirst + cap), *r_n = r_seg + cap;
+  uint32_t nr = 0;
+  for (uint32_t u = 0; u < U; u++) {
+    const uint32_t *l = list + (size_t)u * d->list_stride;
+    uint32_t run = d->seg_run_offsets[u];
+    bool open = false; /* the last range is this segment's and may grow */
+    for (uint32_t i = 0; i < d->seg_n_blocks[u]; i++) {
+      uint32_t b = l[i], r = list_run_of(d, u, b, run);
+      if (r == UINT32_MAX) {
+        scores[d->seg_score_first[u] + i] = -INFINITY;
+        open = false;
+        continue;
+      }
+      run = r;
+      uint64_t sf = d->run_summary_first[r] + (b - d->run_first_block[r]);
+      if (open && r_sfirst[nr - 1] + r_n[nr - 1] == sf && r_cfirst[nr - 1] + r_n[nr - 1] == d->seg_score_first[u] + i) {
+        r_n[nr - 1]++;
+        continue;
+      }
+      r_seg[nr] = u;
+      r_sfirst[nr] = sf;
+      r_cfirst[nr] = d->seg_score_first[u] + i;
+      r_n[nr] = 1;
+      nr++;
+      open = true;
+    }
+  }
+  *out = *d;
+  out->list_blocks = NULL;
+  out->n_ranges = nr;
+  out->range_seg = r_seg;
+  out->range_summary_first = r_sfirst;
+  out->range_n_blocks = r_n;
+  out->range_score_first = r_cfirst;
+}
+
 void okv_cpu_score_blocks(const okv_score_desc_t *d, const float *q, const void *summaries, float *scores,
                           int n_threads) {
   const uint32_t G = d->group_size, hd = d->head_dim, hdp = (hd + 15u) & ~15u;
@@ -1023,16 +1088,30 @@ for (long ul = 0; ul < n_seg; ul++) {
       tf = topk_key_score(thr);
     }
   }
-  /* Heap sort: popping the minimum to the end leaves descending order. */
-  for (uint32_t m = cnt; m > 1; m--) {
-    uint64_t top = heap[0];
-    heap[0] = heap[m - 1u];
-    heap[m - 1u] = top;
-    heap_down(heap, m - 1u, 0);
-  }
   uint32_t *dst = out_indices + (size_t)u * k;
   const uint32_t *map = d->index_map != NULL ? d->index_map + d->seg_score_first[u] : NULL;
-  for (uint32_t i = 0; i < cnt; i++) dst[i] = map ? map[~(uint32_t)heap[i]] : ~(uint32_t)heap[i];
+  if (d->ascending) { /* the set in ascending position order: a bitmap of the positions, walked */
+    uint32_t nw = (n + 63u) / 64u, j = 0;
+    memset(excl, 0, (size_t)nw * sizeof(uint64_t));
+    for (uint32_t i = 0; i < cnt; i++) {
+      uint32_t pos = ~(uint32_t)heap[i];
+      excl[pos >> 6] |= 1ull << (pos & 63u);
+    }
+    for (uint32_t w = 0; w < nw; w++)
+      for (uint64_t bits = excl[w]; bits != 0; bits &= bits - 1u) {
+        uint32_t pos = w * 64u + (uint32_t)__builtin_ctzll(bits);
+        dst[j++] = map ? map[pos] : pos;
+      }
+  } else {
+    /* Heap sort: popping the minimum to the end leaves descending order. */
+    for (uint32_t m = cnt; m > 1; m--) {
+      uint64_t top = heap[0];
+      heap[0] = heap[m - 1u];
+      heap[m - 1u] = top;
+      heap_down(heap, m - 1u, 0);
+    }
+    for (uint32_t i = 0; i < cnt; i++) dst[i] = map ? map[~(uint32_t)heap[i]] : ~(uint32_t)heap[i];
+  }
   for (uint32_t i = cnt; i < k; i++) dst[i] = UINT32_MAX;
   if (out_counts != NULL) out_counts[u] = cnt;
 }

@@ -37,6 +37,14 @@ float okv_cpu_q8_query(const float *x, uint32_t hd, int8_t *codes, double *sum_x
 /* summaries: d->summary_dtype; segments or, with d->n_ranges > 0, ranges. */
 void okv_cpu_score_blocks(const okv_score_desc_t *d, const float *q, const void *summaries, float *scores,
                           int n_threads);
+/* Scoring's list mode (d->list_blocks, read here from `list`, the buffer's bytes from list_offset): bytes of
+ * the scratch okv_cpu_score_list_ranges needs (one range per listed block at most). */
+size_t okv_cpu_score_list_scratch_bytes(const okv_score_desc_t *d);
+/* Turns d's candidate lists into ranges of contiguous summaries in `scratch`, written into *out (a copy of *d
+ * whose list fields are cleared and n_ranges / range_* set; n_ranges may be 0). A list entry in no run of its
+ * segment gets score -infinity here. */
+void okv_cpu_score_list_ranges(const okv_score_desc_t *d, const uint32_t *list, float *scores, void *scratch,
+                               okv_score_desc_t *out);
 void okv_cpu_topk(const okv_topk_desc_t *d, const float *scores, uint32_t *out_indices, uint32_t *out_counts,
                   int n_threads);
 

@@ -305,8 +305,9 @@ okv_status_t okv_gpu_score_blocks(okv_hal_stream_t *stream, const okv_score_desc
   const uint64_t U = (uint64_t)d->n_seqs * d->n_kv_heads;
   if (U == 0 || d->head_dim == 0 || d->group_size == 0 || d->t_end <= d->t_begin) return OKV_OK;
   /* Jobs (grid.x): the segments, or the ranges. */
-  const bool ranges = d->n_ranges > 0;
+  const bool ranges = d->n_ranges > 0, list = d->list_blocks != NULL;
   const uint64_t J = ranges ? d->n_ranges : U;
+  const uint64_t n_runs = list ? d->seg_run_offsets[U] : 0;
   const uint32_t *job_n = ranges ? d->range_n_blocks : d->seg_n_blocks;
   uint32_t max_n = 0;
   for (uint64_t j = 0; j < J; ++j) max_n = job_n[j] > max_n ? job_n[j] : max_n;
@@ -315,7 +316,9 @@ okv_status_t okv_gpu_score_blocks(okv_hal_stream_t *stream, const okv_score_desc
   if (J > 0x7fffffffu || gy > 65535u)
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "%s: %u blocks per %s exceed the GPU grid",
                            ranges ? "range_n_blocks" : "seg_n_blocks", max_n, ranges ? "range" : "segment");
-  const size_t upload = okv_gpu_align(J * 8u) * 2u + okv_gpu_align(J * 4u) * (ranges ? 2u : 1u);
+  const size_t upload =
+      okv_gpu_align(J * 8u) * 2u + okv_gpu_align(J * 4u) * (ranges ? 2u : 1u) +
+      (list ? okv_gpu_align((U + 1u) * 4u) + okv_gpu_align(n_runs * 4u) * 2u + okv_gpu_align(n_runs * 8u) : 0u);
   okv_gpu_pack_t p = {0};
   OKV_RETURN_IF_ERROR(okv_gpu_op_begin(s, upload, &p));
   okv_gpu_score_args_t a = {0};
@@ -329,9 +332,20 @@ okv_status_t okv_gpu_score_blocks(okv_hal_stream_t *stream, const okv_score_desc
     a.range_seg = okv_gpu_pack(&p, d->range_seg, J * 4u);
     a.n_ranges = d->n_ranges;
   } else {
-    a.seg_summary_first = okv_gpu_pack(&p, d->seg_summary_first, U * 8u);
+    /* List mode reads no seg_summary_first (the runs map each listed block to its summary). */
+    a.seg_summary_first = okv_gpu_pack(&p, list ? d->seg_score_first : d->seg_summary_first, U * 8u);
     a.seg_score_first = okv_gpu_pack(&p, d->seg_score_first, U * 8u);
     a.seg_n_blocks = okv_gpu_pack(&p, d->seg_n_blocks, U * 4u);
+  }
+  if (list) {
+    a.list_blocks = okv_gpu_addr(d->list_blocks, d->list_offset);
+    a.list_stride = d->list_stride;
+    a.seg_run_offsets = okv_gpu_pack(&p, d->seg_run_offsets, (U + 1u) * 4u);
+    if (n_runs > 0) {
+      a.run_first_block = okv_gpu_pack(&p, d->run_first_block, n_runs * 4u);
+      a.run_n_blocks = okv_gpu_pack(&p, d->run_n_blocks, n_runs * 4u);
+      a.run_summary_first = okv_gpu_pack(&p, d->run_summary_first, n_runs * 8u);
+    }
   }
   a.n_seqs = d->n_seqs;
   a.n_kv_heads = d->n_kv_heads;
@@ -344,8 +358,8 @@ okv_status_t okv_gpu_score_blocks(okv_hal_stream_t *stream, const okv_score_desc
   a.summary_dtype = (uint32_t)d->summary_dtype;
   okv_status_t st = okv_gpu_pack_upload(s, &p, upload);
   if (st == OKV_OK) st = okv_gpu_launch(s, OKV_GPU_FN_SCORE, (uint32_t)J, (uint32_t)gy, OKV_GPU_SCORE_THREADS, 0, &a);
-  okv_hal_buffer_t *bufs[3] = {d->q, d->summaries, d->scores};
-  return okv_gpu_op_end(s, st, p.st, bufs, 3);
+  okv_hal_buffer_t *bufs[4] = {d->q, d->summaries, d->scores, d->list_blocks};
+  return okv_gpu_op_end(s, st, p.st, bufs, list ? 4 : 3);
 }
 
 okv_status_t okv_gpu_topk(okv_hal_stream_t *stream, const okv_topk_desc_t *d) {
@@ -377,12 +391,14 @@ okv_status_t okv_gpu_topk(okv_hal_stream_t *stream, const okv_topk_desc_t *d) {
     a.excl_blocks = okv_gpu_pack(&p, d->excl_blocks, n_excl * 4u);
   }
   if (n_map > 0) a.index_map = okv_gpu_pack(&p, d->index_map, n_map * 4u);
+  if (d->index_map_buffer != NULL) a.index_map = okv_gpu_addr(d->index_map_buffer, d->index_map_offset);
+  a.ascending = d->ascending ? 1u : 0u;
   a.out_indices = okv_gpu_addr(d->out_indices, d->out_offset);
   a.out_counts = d->out_counts ? okv_gpu_addr(d->out_counts, d->counts_offset) : 0;
   a.n_segments = U;
   a.k = d->k;
   okv_status_t st = okv_gpu_pack_upload(s, &p, upload);
   if (st == OKV_OK) st = okv_gpu_launch(s, OKV_GPU_FN_TOPK, U, 1, OKV_GPU_TOPK_THREADS, (uint32_t)bitmap_bytes, &a);
-  okv_hal_buffer_t *bufs[3] = {d->scores, d->out_indices, d->out_counts};
-  return okv_gpu_op_end(s, st, p.st, bufs, 3);
+  okv_hal_buffer_t *bufs[4] = {d->scores, d->out_indices, d->out_counts, d->index_map_buffer};
+  return okv_gpu_op_end(s, st, p.st, bufs, 4);
 }

@@ -229,7 +229,19 @@ OKV_API okv_status_t okv_hal_summary_reduce_async(okv_hal_stream_t *stream, cons
  * (may be NULL) and, for each range r, blocks i < range_n_blocks[r] are scored
  * with the queries of segment u = range_seg[r] (same s, h, G, t_begin..t_end
  * as above): summary range_summary_first[r] + i into score element
- * range_score_first[r] + i. Ranges may repeat segments, in any order. */
+ * range_score_first[r] + i. Ranges may repeat segments, in any order.
+ * Candidate lists (q8's second pass without a host round trip): with
+ * list_blocks != NULL (exclusive with n_ranges), segment u scores the blocks
+ *   b_i = list_blocks[list_offset / 4 + u * list_stride + i], i < seg_n_blocks[u]
+ * read on the device (a DEVICE u32 buffer, e.g. a top-K's out_indices), into
+ * score element seg_score_first[u] + i. Block b's summary is found through the
+ * segment's runs r in [seg_run_offsets[u], seg_run_offsets[u + 1]) (host CSR,
+ * copied at enqueue): run_first_block[r] <= b < run_first_block[r] +
+ * run_n_blocks[r] gives summary run_summary_first[r] + (b - run_first_block[r]).
+ * A list entry in no run of its segment (UINT32_MAX, say) scores -infinity.
+ * seg_summary_first is ignored there (may be NULL). Every run's summaries must
+ * lie within `summaries`; a segment's runs are in ascending block order and do
+ * not overlap. */
 typedef struct okv_score_desc_t {
   uint32_t n_seqs, n_kv_heads, group_size, head_dim;
   uint32_t n_query_tokens; /* T of the q layout */
@@ -247,6 +259,13 @@ typedef struct okv_score_desc_t {
   const uint64_t *range_summary_first; /* [n_ranges] first summary of the range */
   const uint32_t *range_n_blocks;      /* [n_ranges] blocks (summaries) of the range; 0 allowed */
   const uint64_t *range_score_first;   /* [n_ranges] score element of the range's first block */
+  okv_hal_buffer_t *list_blocks;       /* optional DEVICE u32 candidate lists, NULL = none */
+  uint64_t list_offset;                /* bytes, a multiple of 4 */
+  uint32_t list_stride;                /* entries per segment's list, >= every seg_n_blocks[u] */
+  const uint32_t *seg_run_offsets;     /* [n_seqs*n_kv_heads + 1] CSR of the runs (list mode) */
+  const uint32_t *run_first_block;     /* [runs] first logical block of the run */
+  const uint32_t *run_n_blocks;        /* [runs] blocks of the run */
+  const uint64_t *run_summary_first;   /* [runs] summary of the run's first block */
 } okv_score_desc_t;
 
 /* Enqueues the scoring of `desc` on `stream`; host arrays (seg_* or range_*)
@@ -255,8 +274,14 @@ typedef struct okv_score_desc_t {
  * summary_dtype, q / summaries / scores not live buffers of the device or q
  * too small, a segment's or range's summaries or scores outside their buffers
  * (summaries counted in okv_summary_bytes_ex(summary_dtype, head_dim) units),
- * range_seg[r] >= n_seqs*n_kv_heads, an array NULL, sizes overflowing);
- * OUT_OF_MEMORY for the copies; the backend's launch error. */
+ * range_seg[r] >= n_seqs*n_kv_heads, an array NULL, sizes overflowing; list
+ * mode: list_blocks with n_ranges, list_blocks not a live buffer of the device
+ * or too small for n_seqs*n_kv_heads*list_stride entries from an aligned
+ * list_offset, seg_n_blocks[u] > list_stride, seg_run_offsets not a CSR, a
+ * run's summaries outside `summaries`, runs of a segment out of order or
+ * overlapping); OUT_OF_MEMORY for the copies; the backend's launch error.
+ * Source: the look-ahead scoring of arXiv 2608.08097 ("Predict"); candidate
+ * lists are this runtime's (docs/kernels.md "8-bit summaries"). */
 OKV_API okv_status_t okv_hal_score_blocks_async(okv_hal_stream_t *stream, const okv_score_desc_t *desc);
 
 /* 4. Top-K per segment: the k highest scores' block indices in descending
@@ -270,7 +295,14 @@ OKV_API okv_status_t okv_hal_score_blocks_async(okv_hal_stream_t *stream, const 
  * of pos (a block id, say); ranking, tie-breaking (lower pos first) and the
  * exclude set (positions) are unchanged. index_map is a host array addressed
  * like the scores, of at least max over segments with seg_n > 0 of
- * seg_score_first[u] + seg_n[u] entries; that prefix is copied at enqueue. */
+ * seg_score_first[u] + seg_n[u] entries; that prefix is copied at enqueue.
+ * index_map_buffer is the same map read on the device instead (a DEVICE u32
+ * buffer from byte index_map_offset, e.g. an earlier top-K's out_indices;
+ * exclusive with index_map), so that a second top-K over candidates chosen
+ * by a first one needs no host round trip.
+ * Ascending (with `ascending`): out_indices[u][0..count_u) hold the same set
+ * in ascending position order (the candidate list of a second scoring pass,
+ * whose top-K then breaks ties towards the lower block as flat scoring does). */
 #define OKV_TOPK_MAX 512u
 typedef struct okv_topk_desc_t {
   uint32_t n_segments;
@@ -283,8 +315,11 @@ typedef struct okv_topk_desc_t {
   okv_hal_buffer_t *out_indices;
   uint64_t out_offset; /* u32 [n_segments][k] */
   okv_hal_buffer_t *out_counts;
-  uint64_t counts_offset;    /* optional u32 [n_segments] */
-  const uint32_t *index_map; /* optional host u32 [max_u seg_score_first[u] + seg_n[u]], NULL = positions */
+  uint64_t counts_offset;             /* optional u32 [n_segments] */
+  const uint32_t *index_map;          /* optional host u32 [max_u seg_score_first[u] + seg_n[u]], NULL = positions */
+  okv_hal_buffer_t *index_map_buffer; /* optional DEVICE u32 map addressed like index_map, NULL = none */
+  uint64_t index_map_offset;          /* bytes, a multiple of 4 */
+  bool ascending;                     /* out_indices in ascending position order instead of by score */
 } okv_topk_desc_t;
 
 /* Enqueues the top-K of `desc` on `stream`; host arrays (seg_*, excl_*,
@@ -292,8 +327,10 @@ typedef struct okv_topk_desc_t {
  * safety: as other enqueues. Errors: INVALID_ARGUMENT naming the field
  * (n_segments 0, k not in 1..512, a segment over 65,536 blocks or outside the
  * scores, exclude CSR not monotone or an excluded position >= seg_n, outputs
- * outside their buffers); OUT_OF_MEMORY for the copies; the backend's launch
- * error. */
+ * outside their buffers, index_map and index_map_buffer both given, or
+ * index_map_buffer not a live buffer of the device or shorter than the map
+ * from an aligned index_map_offset); OUT_OF_MEMORY for the copies; the
+ * backend's launch error. */
 OKV_API okv_status_t okv_hal_topk_async(okv_hal_stream_t *stream, const okv_topk_desc_t *desc);
 
 /* 5. Token writes into slots: the new token's K and V written where attention

@@ -697,6 +697,22 @@ void test_summary_reduce(void **state) {
     }
 }
 
+/* The double-precision bound of KV head h's query rows (all T tokens of sequence 0) on summary `si`. */
+float ref_bound(const std::vector<float> &q, const Elems &summ, uint32_t Hq, uint32_t G, uint32_t T, uint32_t D,
+                uint32_t h, uint64_t si) {
+  double best = -INFINITY;
+  for (uint32_t t = 0; t < T; ++t)
+    for (uint32_t g = 0; g < G; ++g) {
+      const float *qr = &q[((size_t)t * Hq + h * G + g) * D];
+      const size_t e0 = si * 2 * D;
+      double sum = 0;
+      for (uint32_t d = 0; d < D; ++d)
+        sum += std::max((double)qr[d] * summ.value[e0 + d], (double)qr[d] * summ.value[e0 + D + d]);
+      best = std::max(best, sum);
+    }
+  return (float)(best / std::sqrt((double)D));
+}
+
 /* Scores on bf16 summaries through a range list (a segment twice, an empty
  * range, a range of more than one thread block of blocks). */
 void test_scores_ranges_bf16(void **state) {
@@ -741,25 +757,82 @@ void test_scores_ranges_bf16(void **state) {
   const uint32_t gy = (rn[1] + OKV_GPU_SCORE_BLOCKS_PER_CTA - 1) / OKV_GPU_SCORE_BLOCKS_PER_CTA;
   assert_true(okv_emu::launch(okv_gpu_score_blocks, {nr, gy, 1}, OKV_GPU_SCORE_THREADS, 0, a));
   std::vector<float> want(total + 1, 42.0f);
-  for (uint32_t k = 0; k < nr; ++k) {
-    const uint32_t h = rseg[k];
-    for (uint32_t b = 0; b < rn[k]; ++b) {
-      double best = -INFINITY;
-      for (uint32_t t = 0; t < T; ++t)
-        for (uint32_t g = 0; g < G; ++g) {
-          const float *qr = &q[((size_t)t * Hq + h * G + g) * D];
-          const size_t e0 = (rsf[k] + b) * 2 * D;
-          double sum = 0;
-          for (uint32_t d = 0; d < D; ++d)
-            sum += std::max((double)qr[d] * summ.value[e0 + d], (double)qr[d] * summ.value[e0 + D + d]);
-          best = std::max(best, sum);
-        }
-      want[rcf[k] + b] = (float)(best / std::sqrt((double)D));
-    }
-  }
+  for (uint32_t k = 0; k < nr; ++k)
+    for (uint32_t b = 0; b < rn[k]; ++b) want[rcf[k] + b] = ref_bound(q, summ, Hq, G, T, D, rseg[k], rsf[k] + b);
   for (size_t i = 0; i < want.size(); ++i)
     if (!(std::fabs(scores[i] - want[i]) <= 1e-4 + 1e-5 * std::fabs(want[i]))) {
       fprintf(stderr, "range score[%zu]: got %.7f want %.7f\n", i, scores[i], want[i]);
+      fail();
+    }
+}
+
+/* Scores through candidate lists (list mode): each listed block's summary found through its segment's runs
+ * (two runs, one of them out of block order in summary space), entries in no run (past the runs, in a gap,
+ * UINT32_MAX) scoring -infinity, an empty list, and a list longer than one thread block of blocks. */
+void test_scores_list_bf16(void **state) {
+  (void)state;
+  Rng r(26);
+  const uint32_t n_kv = 3, G = 2, D = 40, T = 2, Hq = n_kv * G, n_summ = 300, stride = OKV_EMU_BIG(140u, 72u);
+  const uint32_t sdt = 2;
+  Elems summ(sdt, (size_t)n_summ * 2 * D);
+  for (uint32_t b = 0; b < n_summ; ++b)
+    for (uint32_t d = 0; d < D; ++d) {
+      const float x = r.normal(), y = r.normal();
+      summ.set((size_t)b * 2 * D + d, std::min(x, y));
+      summ.set((size_t)b * 2 * D + D + d, std::max(x, y));
+    }
+  std::vector<float> q((size_t)T * Hq * D);
+  for (auto &x : q) x = r.normal();
+  /* segment 0: blocks [0, 64) at summaries 200.., blocks [70, 150) at 10..; segment 1: no runs; segment 2:
+   * blocks [0, 90) at 100.. */
+  const uint32_t ro[4] = {0, 2, 2, 3}, rf[3] = {0, 70, 0}, rn[3] = {64, 80, 90};
+  const uint64_t rs[3] = {200, 10, 100};
+  const uint32_t seg_n[3] = {stride, 0, 7};
+  std::vector<uint32_t> list((size_t)3 * stride, 0xffffffffu);
+  for (uint32_t i = 0; i < stride; ++i) list[i] = (i * 37u) % 160u; /* covers both runs, the gap and the tail */
+  const uint32_t l2[7] = {0, 89, 90, 0xffffffffu, 45, 46, 47};
+  for (uint32_t i = 0; i < 7; ++i) list[2 * stride + i] = l2[i];
+  const uint64_t sfirst[3] = {1, 1 + stride, 1 + stride};
+  std::vector<float> scores(2 + stride + 7, 42.0f);
+  okv_gpu_score_args_t a = {};
+  a.q = addr(q.data());
+  a.summaries = addr(summ.bytes.data());
+  a.scores = addr(scores.data());
+  a.seg_summary_first = addr(sfirst); /* ignored in list mode */
+  a.seg_n_blocks = addr(seg_n);
+  a.seg_score_first = addr(sfirst);
+  a.n_seqs = 1;
+  a.n_kv_heads = n_kv;
+  a.group_size = G;
+  a.head_dim = D;
+  a.n_query_tokens = T;
+  a.t_begin = 0;
+  a.t_end = T;
+  a.scale = 1.0f / std::sqrt((float)D);
+  a.summary_dtype = sdt;
+  a.list_blocks = addr(list.data());
+  a.list_stride = stride;
+  a.seg_run_offsets = addr(ro);
+  a.run_first_block = addr(rf);
+  a.run_n_blocks = addr(rn);
+  a.run_summary_first = addr(rs);
+  const uint32_t gy = (stride + OKV_GPU_SCORE_BLOCKS_PER_CTA - 1) / OKV_GPU_SCORE_BLOCKS_PER_CTA;
+  assert_true(okv_emu::launch(okv_gpu_score_blocks, {n_kv, gy, 1}, OKV_GPU_SCORE_THREADS, 0, a));
+  std::vector<float> want(scores.size(), 42.0f);
+  uint32_t n_inf = 0;
+  for (uint32_t u = 0; u < 3; ++u)
+    for (uint32_t i = 0; i < seg_n[u]; ++i) {
+      const uint32_t b = list[(size_t)u * stride + i];
+      float w = -INFINITY;
+      for (uint32_t k = ro[u]; k < ro[u + 1]; ++k)
+        if (b >= rf[k] && b - rf[k] < rn[k]) w = ref_bound(q, summ, Hq, G, T, D, u, rs[k] + (b - rf[k]));
+      n_inf += w == -INFINITY;
+      want[sfirst[u] + i] = w;
+    }
+  assert_true(n_inf >= 4); /* the gap, the tail, past segment 2's run and UINT32_MAX all occur */
+  for (size_t i = 0; i < want.size(); ++i)
+    if (!(scores[i] == want[i] || std::fabs(scores[i] - want[i]) <= 1e-4 + 1e-5 * std::fabs(want[i]))) {
+      fprintf(stderr, "list score[%zu]: got %.7f want %.7f\n", i, scores[i], want[i]);
       fail();
     }
 }
@@ -844,7 +917,7 @@ void test_q8(void **state) {
 /* ---- 5. Top-K ---- */
 
 void check_topk(const std::vector<std::vector<float>> &segs, const std::vector<std::vector<uint32_t>> &excl, uint32_t k,
-                bool with_excl, bool with_map = false) {
+                bool with_excl, bool with_map = false, bool ascending = false) {
   const uint32_t U = (uint32_t)segs.size();
   std::vector<float> scores;
   std::vector<uint64_t> first(U);
@@ -872,6 +945,7 @@ void check_topk(const std::vector<std::vector<float>> &segs, const std::vector<s
   a.n_segments = U;
   a.k = k;
   a.index_map = with_map ? addr(map.data()) : 0;
+  a.ascending = ascending ? 1u : 0u;
   assert_true(okv_emu::launch(okv_gpu_topk, {U, 1, 1}, OKV_GPU_TOPK_THREADS, 4 * ((max_n + 31) / 32), a));
   for (uint32_t u = 0; u < U; ++u) {
     std::vector<bool> excluded(seg_n[u], false);
@@ -887,6 +961,7 @@ void check_topk(const std::vector<std::vector<float>> &segs, const std::vector<s
     };
     std::stable_sort(cand.begin(), cand.end(), [&](uint32_t x, uint32_t y) { return val(x) > val(y); });
     const uint32_t cnt = std::min<uint32_t>(k, (uint32_t)cand.size());
+    if (ascending) std::sort(cand.begin(), cand.begin() + cnt); /* the same set, by position */
     assert_int_equal(counts[u], cnt);
     for (uint32_t i = 0; i < k; ++i) {
       const uint32_t want = i < cnt ? (with_map ? map[first[u] + cand[i]] : cand[i]) : 0xffffffffu;
@@ -929,6 +1004,8 @@ void test_topk(void **state) {
     check_topk(segs, excl, k, false);
     check_topk(segs, excl, k, true);
     check_topk(segs, excl, k, true, true);
+    check_topk(segs, excl, k, true, false, true);
+    check_topk(segs, excl, k, true, true, true);
   }
 }
 
@@ -957,6 +1034,7 @@ int main(void) {
       cmocka_unit_test(test_summary_append_narrow),
       cmocka_unit_test(test_summary_reduce),
       cmocka_unit_test(test_scores_ranges_bf16),
+      cmocka_unit_test(test_scores_list_bf16),
       cmocka_unit_test(test_q8),
       cmocka_unit_test(test_topk),
       cmocka_unit_test(test_topk_all_excluded),

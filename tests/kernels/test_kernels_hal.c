@@ -523,6 +523,126 @@ static void test_ranges_index_map(void **state) {
 
 /* Group summaries through the HAL: f32 block summaries -> bf16 group
  * summaries (16 blocks each), against the reference. */
+/* The q8 second pass without a host round trip: a top-K in ascending order into a DEVICE buffer, scoring
+ * over those lists with each block's summary found through its head's runs (head 0's two runs swap the halves
+ * of its summaries), and a top-K whose index map is that buffer. Checked against flat scores of every summary
+ * and the reference top-K given the same map on the host. */
+static void test_lists_device_map(void **state) {
+  fixture_t *f = *state;
+  okv_test_rng_t rng;
+  okv_test_rng_seed(&rng, 921);
+  const uint32_t S = 1, H = 2, G = 4, D = 64, T = 2, NQ = H * G, nb = 160, NS = 2 * nb, U = S * H, K1 = 20, K2 = 8;
+  const okv_dtype_t sdt = OKV_DTYPE_BF16;
+  const uint64_t sb = okv_summary_bytes_ex(sdt, D);
+  uint8_t *summ = test_malloc(sb * NS);
+  for (uint32_t b = 0; b < NS; b++)
+    for (uint32_t e = 0; e < D; e++) {
+      float a = okv_test_rng_normal(&rng), z = okv_test_rng_normal(&rng);
+      okv_kcase_store(summ + b * sb, sdt, e, a < z ? a : z);
+      okv_kcase_store(summ + b * sb, sdt, D + e, a < z ? z : a);
+    }
+  float *q = test_malloc(sizeof(float) * S * T * NQ * D);
+  for (size_t i = 0; i < (size_t)S * T * NQ * D; i++) q[i] = okv_test_rng_normal(&rng);
+  okv_hal_buffer_t *bsumm = buf_with(f->dev, OKV_TIER_DEVICE, summ, sb * NS);
+  okv_hal_buffer_t *bq = buf_with(f->dev, OKV_TIER_DEVICE, q, sizeof(float) * S * T * NQ * D);
+  /* flat scores of every summary with each head's queries */
+  okv_hal_buffer_t *bflat = buf_with(f->dev, OKV_TIER_DEVICE, NULL, 4ull * U * NS);
+  uint64_t sfirst[2] = {0, 0}, scfirst[2] = {0, NS};
+  uint32_t segn[2] = {NS, NS};
+  okv_score_desc_t fd = okv_kcase_score_desc(S, H, G, D, T, sfirst, segn, scfirst);
+  fd.t_begin = 1;
+  fd.q = bq;
+  fd.summaries = bsumm;
+  fd.scores = bflat;
+  fd.summary_dtype = sdt;
+  OKV_ASSERT_OK(okv_hal_score_blocks_async(f->stream, &fd));
+  OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+  float *flat = test_malloc(4ull * U * NS), *blk = test_malloc(4ull * U * nb);
+  OKV_ASSERT_OK(okv_hal_buffer_read(bflat, 0, flat, 4ull * U * NS));
+  /* head 0: blocks [0, 80) at summaries 80.., [80, 160) at 0..; head 1: blocks [0, 160) at 160.. */
+  const uint32_t ro[3] = {0, 2, 3}, rf[3] = {0, 80, 0}, rn[3] = {80, 80, nb};
+  const uint64_t rs[3] = {80, 0, nb};
+  for (uint32_t b = 0; b < nb; b++) {
+    blk[b] = flat[b < 80 ? 80 + b : b - 80];
+    blk[nb + b] = flat[NS + nb + b];
+  }
+  /* first pass: top-K1 by block score, ascending, head 0's block 7 excluded */
+  okv_hal_buffer_t *bblk = buf_with(f->dev, OKV_TIER_DEVICE, blk, 4ull * U * nb);
+  okv_hal_buffer_t *bcand = buf_with(f->dev, OKV_TIER_DEVICE, NULL, 4ull * U * K1);
+  uint64_t bfirst[2] = {0, nb};
+  uint32_t bn[2] = {nb, nb}, eo[3] = {0, 1, 1}, eb[1] = {7};
+  okv_topk_desc_t t1 = okv_kcase_topk_desc(2, K1, bfirst, bn, eo, eb);
+  t1.scores = bblk;
+  t1.out_indices = bcand;
+  t1.ascending = true;
+  OKV_ASSERT_OK(okv_hal_topk_async(f->stream, &t1));
+  /* second pass: the listed blocks' exact scores, then the top-K2 mapped through the lists */
+  okv_hal_buffer_t *bls = buf_with(f->dev, OKV_TIER_DEVICE, NULL, 4ull * U * K1);
+  uint64_t lfirst[2] = {0, K1};
+  uint32_t ln[2] = {K1, K1 - 3}; /* head 1 scores only its first 17 candidates */
+  okv_score_desc_t ld = fd;
+  ld.seg_summary_first = NULL;
+  ld.seg_n_blocks = ln;
+  ld.seg_score_first = lfirst;
+  ld.scores = bls;
+  ld.list_blocks = bcand;
+  ld.list_stride = K1;
+  ld.seg_run_offsets = ro;
+  ld.run_first_block = rf;
+  ld.run_n_blocks = rn;
+  ld.run_summary_first = rs;
+  OKV_ASSERT_OK(okv_hal_score_blocks_async(f->stream, &ld));
+  okv_hal_buffer_t *bout = buf_with(f->dev, OKV_TIER_DEVICE, NULL, 4ull * U * K2);
+  okv_topk_desc_t t2 = okv_kcase_topk_desc(2, K2, lfirst, ln, NULL, NULL);
+  t2.scores = bls;
+  t2.out_indices = bout;
+  t2.index_map_buffer = bcand;
+  OKV_ASSERT_OK(okv_hal_topk_async(f->stream, &t2));
+  OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+  /* the first pass: the reference top-K1's set, ascending */
+  uint32_t cand[2 * K1], want[2 * K1];
+  OKV_ASSERT_OK(okv_hal_buffer_read(bcand, 0, cand, sizeof cand));
+  t1.ascending = false;
+  okv_ref_topk(&t1, blk, want, NULL);
+  for (uint32_t u = 0; u < U; u++) {
+    uint32_t *w = want + u * K1;
+    for (uint32_t i = 1; i < K1; i++) /* insertion sort: ascending */
+      for (uint32_t j = i; j > 0 && w[j - 1] > w[j]; j--) {
+        uint32_t x = w[j];
+        w[j] = w[j - 1];
+        w[j - 1] = x;
+      }
+  }
+  assert_memory_equal(cand, want, sizeof cand);
+  for (uint32_t i = 0; i < K1; i++) assert_true(cand[i] != 7u);
+  /* the second pass's scores: each listed block's flat score through the runs */
+  float ls[2 * K1];
+  OKV_ASSERT_OK(okv_hal_buffer_read(bls, 0, ls, sizeof ls));
+  for (uint32_t u = 0; u < U; u++)
+    for (uint32_t i = 0; i < ln[u]; i++) {
+      const float y = blk[u * nb + cand[u * K1 + i]];
+      assert_true(fabs(ls[u * K1 + i] - y) <= 1e-6 * (1.0 + fabs(y)));
+    }
+  /* the final top-K: the reference's, given the same map on the host */
+  uint32_t out[2 * K2], rout[2 * K2];
+  OKV_ASSERT_OK(okv_hal_buffer_read(bout, 0, out, sizeof out));
+  t2.index_map_buffer = NULL;
+  t2.index_map = cand;
+  okv_ref_topk(&t2, ls, rout, NULL);
+  assert_memory_equal(out, rout, sizeof out);
+  test_free(summ);
+  test_free(q);
+  test_free(flat);
+  test_free(blk);
+  release(bsumm);
+  release(bq);
+  release(bflat);
+  release(bblk);
+  release(bcand);
+  release(bls);
+  release(bout);
+}
+
 static void test_summary_reduce_hal(void **state) {
   fixture_t *f = *state;
   okv_test_rng_t rng;
@@ -865,6 +985,29 @@ static void test_invalid_others(void **state) {
   EXPECT_INVALID(okv_hal_score_blocks_async, cd, cg, cd.seg_n_blocks = segn_past);       /* summaries 2..4 of 4 */
   EXPECT_INVALID(okv_hal_score_blocks_async, cd, cg, cd.seg_score_first = scfirst_past); /* scores 7..8 of 8 */
   EXPECT_INVALID(okv_hal_score_blocks_async, cd, cg, cd.seg_score_first = scfirst_wrap);
+  /* list mode: lists of 4 in idx (2 segments), runs {[0, 2) at summary 1} for segment 0, none for 1 */
+  uint32_t ro[3] = {0, 1, 1}, ro_down[3] = {0, 2, 1}, rf[2] = {0, 1}, lrn[2] = {2, 2}, lrn_past[2] = {4, 2};
+  uint32_t ro_two[3] = {0, 2, 2}, segn_over[2] = {2, 5};
+  uint64_t rs[2] = {1, 0};
+  okv_score_desc_t lg = cg;
+  lg.list_blocks = idx;
+  lg.list_stride = 4;
+  lg.seg_run_offsets = ro;
+  lg.run_first_block = rf;
+  lg.run_n_blocks = lrn;
+  lg.run_summary_first = rs;
+  OKV_ASSERT_OK(okv_hal_score_blocks_async(f->stream, &lg)); /* the good one runs (idx holds sentinels: -inf) */
+  OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+  buf_fill_sentinel(sc);
+  EXPECT_INVALID(okv_hal_score_blocks_async, cd, lg, (cd.n_ranges = 1, cd.range_seg = segn));
+  EXPECT_INVALID(okv_hal_score_blocks_async, cd, lg, cd.list_stride = 5);           /* lists past idx */
+  EXPECT_INVALID(okv_hal_score_blocks_async, cd, lg, cd.list_offset = 2);           /* unaligned */
+  EXPECT_INVALID(okv_hal_score_blocks_async, cd, lg, cd.seg_n_blocks = segn_over);  /* 5 > list_stride */
+  EXPECT_INVALID(okv_hal_score_blocks_async, cd, lg, cd.seg_run_offsets = ro_down); /* not a CSR */
+  EXPECT_INVALID(okv_hal_score_blocks_async, cd, lg, cd.seg_run_offsets = NULL);
+  EXPECT_INVALID(okv_hal_score_blocks_async, cd, lg, cd.run_n_blocks = lrn_past);  /* summaries 1..5 of 4 */
+  EXPECT_INVALID(okv_hal_score_blocks_async, cd, lg, cd.seg_run_offsets = ro_two); /* [0, 2) then [1, 3) */
+  EXPECT_INVALID(okv_hal_score_blocks_async, cd, lg, cd.list_offset = 4);          /* lists 4..36 of 32 bytes */
   /* top-K */
   uint32_t tn[2] = {4, 4}, tn_past[2] = {4, 5}, tn_max[2] = {4, 70000};
   uint32_t eo[3] = {0, 1, 2}, eo_down[3] = {0, 3, 2}, eb[2] = {1, 3}, eb_past[2] = {1, 4};
@@ -881,6 +1024,10 @@ static void test_invalid_others(void **state) {
   EXPECT_INVALID(okv_hal_topk_async, td, tg, td.excl_blocks = eb_past);  /* excluded block >= seg_n */
   EXPECT_INVALID(okv_hal_topk_async, td, tg, td.excl_offsets = eo_down); /* not monotone */
   EXPECT_INVALID(okv_hal_topk_async, td, tg, (td.out_counts = idx, td.counts_offset = 30));
+  uint32_t hmap[8] = {0};
+  EXPECT_INVALID(okv_hal_topk_async, td, tg, (td.index_map_buffer = sc, td.index_map = hmap));     /* both */
+  EXPECT_INVALID(okv_hal_topk_async, td, tg, (td.index_map_buffer = sc, td.index_map_offset = 4)); /* 1..8 of 8 */
+  EXPECT_INVALID(okv_hal_topk_async, td, tg, (td.index_map_buffer = sc, td.index_map_offset = 2)); /* unaligned */
   /* narrowed summaries: counted in bf16 units (8 summaries of 32 bytes fit the buffer of 4 f32 ones) */
   uint64_t si_bf16_ok[2] = {1, 7}, si_bf16_past[2] = {1, 8};
   EXPECT_INVALID(okv_hal_summarize_blocks_async, sd, sg, sd.summary_dtype = OKV_DTYPE_COUNT);
@@ -977,11 +1124,17 @@ static void test_invalid_others(void **state) {
 int main(int argc, char **argv) {
   g_backend = okv_test_backend_or_skip(argc, argv);
   const struct CMUnitTest tests[] = {
-      OKV_FIXTURE_TEST(test_attention),          OKV_FIXTURE_TEST(test_attention_dtypes_and_magnitude),
-      OKV_FIXTURE_TEST(test_summaries),          OKV_FIXTURE_TEST(test_score_topk),
-      OKV_FIXTURE_TEST(test_invalid_attention),  OKV_FIXTURE_TEST(test_invalid_others),
-      OKV_FIXTURE_TEST(test_summaries_narrow),   OKV_FIXTURE_TEST(test_ranges_index_map),
-      OKV_FIXTURE_TEST(test_summary_reduce_hal), OKV_FIXTURE_TEST(test_q8_hal),
+      OKV_FIXTURE_TEST(test_attention),
+      OKV_FIXTURE_TEST(test_attention_dtypes_and_magnitude),
+      OKV_FIXTURE_TEST(test_summaries),
+      OKV_FIXTURE_TEST(test_score_topk),
+      OKV_FIXTURE_TEST(test_invalid_attention),
+      OKV_FIXTURE_TEST(test_invalid_others),
+      OKV_FIXTURE_TEST(test_summaries_narrow),
+      OKV_FIXTURE_TEST(test_ranges_index_map),
+      OKV_FIXTURE_TEST(test_lists_device_map),
+      OKV_FIXTURE_TEST(test_summary_reduce_hal),
+      OKV_FIXTURE_TEST(test_q8_hal),
   };
   return cmocka_run_group_tests_name(g_backend, tests, NULL, NULL);
 }
