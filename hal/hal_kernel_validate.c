@@ -52,6 +52,13 @@ static okv_status_t check_range(const okv_hal_stream_t *stream, const okv_hal_bu
   return OKV_OK;
 }
 
+/* Byte ranges [a, a + na) and [b, b + nb) of the same buffer share a byte (both non-empty; no overflow:
+ * both were checked inside a buffer). */
+static bool overlaps(const okv_hal_buffer_t *ba, uint64_t a, uint64_t na, const okv_hal_buffer_t *bb, uint64_t b,
+                     uint64_t nb) {
+  return ba == bb && na > 0 && nb > 0 && a < b + nb && b < a + na;
+}
+
 /* Number of whole items of `item_bytes` that fit in `buf`. */
 static uint64_t items_in(const okv_hal_buffer_t *buf, uint64_t item_bytes) {
   return item_bytes ? buf->size / item_bytes : 0;
@@ -302,6 +309,11 @@ okv_status_t okv_hal_validate_score(const okv_hal_stream_t *stream, const okv_sc
       if (nb > 0 && !span_ok(d->seg_score_first[u], nb, n_scores))
         return INVALID("%s: segment %llu: scores [%llu, +%llu) outside scores (%llu floats)", fn, (unsigned long long)u,
                        (unsigned long long)d->seg_score_first[u], (unsigned long long)nb, (unsigned long long)n_scores);
+      /* The lists are read while scores are written: they must not share a byte. */
+      if (nb > 0 &&
+          overlaps(d->list_blocks, d->list_offset, list_bytes, d->scores, d->seg_score_first[u] * 4u, nb * 4u))
+        return INVALID("%s: segment %llu: scores [%llu, +%llu) overlap list_blocks", fn, (unsigned long long)u,
+                       (unsigned long long)d->seg_score_first[u], (unsigned long long)nb);
       for (uint32_t r = d->seg_run_offsets[u]; r < d->seg_run_offsets[u + 1]; r++) {
         if (!span_ok(d->run_summary_first[r], d->run_n_blocks[r], n_summaries))
           return INVALID("%s: run %u: summaries [%llu, +%u) outside summaries (%llu)", fn, r,
@@ -397,5 +409,15 @@ okv_status_t okv_hal_validate_topk(const okv_hal_stream_t *stream, const okv_top
   if (d->out_counts != NULL)
     OKV_RETURN_IF_ERROR(
         check_range(stream, d->out_counts, d->counts_offset, (uint64_t)d->n_segments * 4u, true, fn, "out_counts"));
+  if (d->index_map_buffer != NULL) { /* the map is read while the outputs are written: no shared byte */
+    uint64_t map_bytes = 0;
+    for (uint32_t u = 0; u < d->n_segments; u++)
+      if (d->seg_n[u] > 0 && (d->seg_score_first[u] + d->seg_n[u]) * 4u > map_bytes)
+        map_bytes = (d->seg_score_first[u] + d->seg_n[u]) * 4u;
+    if (overlaps(d->index_map_buffer, d->index_map_offset, map_bytes, d->out_indices, d->out_offset, out_bytes) ||
+        (d->out_counts != NULL && overlaps(d->index_map_buffer, d->index_map_offset, map_bytes, d->out_counts,
+                                           d->counts_offset, (uint64_t)d->n_segments * 4u)))
+      return INVALID("%s: index_map_buffer overlaps out_indices or out_counts", fn);
+  }
   return OKV_OK;
 }

@@ -798,7 +798,7 @@ size_t okv_cpu_score_list_scratch_bytes(const okv_score_desc_t *d) {
  * the previous block of the list was in (lists are usually ascending, so it or the next one is it). */
 static uint32_t list_run_of(const okv_score_desc_t *d, uint32_t u, uint32_t b, uint32_t hint) {
   uint32_t lo = d->seg_run_offsets[u], hi = d->seg_run_offsets[u + 1];
-  for (uint32_t r = hint; r < hi && r < hint + 2u; r++)
+  for (uint32_t r = hint; r < hi && r - hint < 2u; r++)
     if (r >= lo && b >= d->run_first_block[r] && b - d->run_first_block[r] < d->run_n_blocks[r]) return r;
   while (lo < hi) { /* the last run starting at or before b */
     uint32_t mid = lo + (hi - lo) / 2u;

@@ -15,7 +15,7 @@
  *  - Queries are float32 [n_seqs][T][n_q_heads][head_dim], query head
  *    h_q = kv_head * group_size + g (GQA: group_size query heads per KV head).
  *
- * Host index arrays in the descriptors (ws_*, seg_*, range_*, excl_*,
+ * Host index arrays in the descriptors (ws_*, seg_*, range_*, run_*, excl_*,
  * index_map, src_*, dst_*, and the keys of an append) are copied at enqueue;
  * the caller may free them on return. Buffers are retained until the kernel
  * has run. Every descriptor is validated before anything is enqueued:
@@ -268,8 +268,8 @@ typedef struct okv_score_desc_t {
   const uint64_t *run_summary_first;   /* [runs] summary of the run's first block */
 } okv_score_desc_t;
 
-/* Enqueues the scoring of `desc` on `stream`; host arrays (seg_* or range_*)
- * are copied before return, buffers retained until it ran. Thread safety: as
+/* Enqueues the scoring of `desc` on `stream`; host arrays (seg_*, range_*,
+ * seg_run_offsets and run_*) are copied before return, buffers retained until it ran. Thread safety: as
  * other enqueues. Errors: INVALID_ARGUMENT naming the field (shape, t range,
  * summary_dtype, q / summaries / scores not live buffers of the device or q
  * too small, a segment's or range's summaries or scores outside their buffers
@@ -277,7 +277,7 @@ typedef struct okv_score_desc_t {
  * range_seg[r] >= n_seqs*n_kv_heads, an array NULL, sizes overflowing; list
  * mode: list_blocks with n_ranges, list_blocks not a live buffer of the device
  * or too small for n_seqs*n_kv_heads*list_stride entries from an aligned
- * list_offset, seg_n_blocks[u] > list_stride, seg_run_offsets not a CSR, a
+ * list_offset, or overlapping the scores it writes, seg_n_blocks[u] > list_stride, seg_run_offsets not a CSR, a
  * run's summaries outside `summaries`, runs of a segment out of order or
  * overlapping); OUT_OF_MEMORY for the copies; the backend's launch error.
  * Source: the look-ahead scoring of arXiv 2608.08097 ("Predict"); candidate
@@ -328,8 +328,8 @@ typedef struct okv_topk_desc_t {
  * (n_segments 0, k not in 1..512, a segment over 65,536 blocks or outside the
  * scores, exclude CSR not monotone or an excluded position >= seg_n, outputs
  * outside their buffers, index_map and index_map_buffer both given, or
- * index_map_buffer not a live buffer of the device or shorter than the map
- * from an aligned index_map_offset); OUT_OF_MEMORY for the copies; the
+ * index_map_buffer not a live buffer of the device, shorter than the map
+ * from an aligned index_map_offset, or overlapping out_indices / out_counts); OUT_OF_MEMORY for the copies; the
  * backend's launch error. */
 OKV_API okv_status_t okv_hal_topk_async(okv_hal_stream_t *stream, const okv_topk_desc_t *desc);
 

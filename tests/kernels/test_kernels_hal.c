@@ -1008,6 +1008,7 @@ static void test_invalid_others(void **state) {
   EXPECT_INVALID(okv_hal_score_blocks_async, cd, lg, cd.run_n_blocks = lrn_past);  /* summaries 1..5 of 4 */
   EXPECT_INVALID(okv_hal_score_blocks_async, cd, lg, cd.seg_run_offsets = ro_two); /* [0, 2) then [1, 3) */
   EXPECT_INVALID(okv_hal_score_blocks_async, cd, lg, cd.list_offset = 4);          /* lists 4..36 of 32 bytes */
+  EXPECT_INVALID(okv_hal_score_blocks_async, cd, lg, cd.list_blocks = sc);         /* scores written over the lists */
   /* top-K */
   uint32_t tn[2] = {4, 4}, tn_past[2] = {4, 5}, tn_max[2] = {4, 70000};
   uint32_t eo[3] = {0, 1, 2}, eo_down[3] = {0, 3, 2}, eb[2] = {1, 3}, eb_past[2] = {1, 4};
@@ -1028,6 +1029,8 @@ static void test_invalid_others(void **state) {
   EXPECT_INVALID(okv_hal_topk_async, td, tg, (td.index_map_buffer = sc, td.index_map = hmap));     /* both */
   EXPECT_INVALID(okv_hal_topk_async, td, tg, (td.index_map_buffer = sc, td.index_map_offset = 4)); /* 1..8 of 8 */
   EXPECT_INVALID(okv_hal_topk_async, td, tg, (td.index_map_buffer = sc, td.index_map_offset = 2)); /* unaligned */
+  EXPECT_INVALID(okv_hal_topk_async, td, tg, td.index_map_buffer = idx);                      /* read while written */
+  EXPECT_INVALID(okv_hal_topk_async, td, tg, (td.index_map_buffer = sc, td.out_counts = sc)); /* the counts too */
   /* narrowed summaries: counted in bf16 units (8 summaries of 32 bytes fit the buffer of 4 f32 ones) */
   uint64_t si_bf16_ok[2] = {1, 7}, si_bf16_past[2] = {1, 8};
   EXPECT_INVALID(okv_hal_summarize_blocks_async, sd, sg, sd.summary_dtype = OKV_DTYPE_COUNT);
