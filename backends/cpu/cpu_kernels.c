@@ -719,6 +719,42 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vnni"))) static uint32_t 
 #undef OKV_Q8_L1
 #undef OKV_Q8_H1
 
+/* The same scores with AVX2 (no VNNI): one block at a time, up to four rows; codes widened to 16 bits
+ * (u8 -> i16, s8 -> i16) and multiplied pairwise into 32-bit sums (vpmaddwd: at most 2 * 255 * 127 per
+ * pair, so exact, where vpmaddubsw would saturate at 16 bits). The integer dot products equal the scalar
+ * loop's, and the bound is q8_bound on them, so the scores are the scalar path's bit for bit.
+ * Returns nb. */
+__attribute__((target("avx2"))) static uint32_t q8_score_avx2(const uint8_t *summ, size_t sb, uint32_t nb,
+                                                              const int8_t *q, size_t qstride, uint32_t n, uint32_t nr,
+                                                              const float *sig, const double *sx, float *best,
+                                                              bool first) {
+  const uint32_t rows = nr < 4u ? nr : 4u, n16 = n & ~15u;
+  for (uint32_t b = 0; b < nb; b++) {
+    const uint8_t *sm = summ + (size_t)b * sb, *codes = sm + 8;
+    if (b + OKV_Q8_PF_BLOCKS < nb) /* software prefetch, as in the VNNI path */
+      for (size_t o = 0; o < sb; o += 64) _mm_prefetch((const char *)sm + OKV_Q8_PF_BLOCKS * sb + o, _MM_HINT_T0);
+    __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+    for (uint32_t c = 0; c < n16; c += 16) {
+      const __m256i bv = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(codes + c)));
+      for (uint32_t r = 0; r < rows; r++) {
+        const __m256i qv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + (size_t)r * qstride + c)));
+        acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(bv, qv));
+      }
+    }
+    float v = -INFINITY;
+    for (uint32_t r = 0; r < rows; r++) {
+      __m128i t = _mm_add_epi32(_mm256_castsi256_si128(acc[r]), _mm256_extracti128_si256(acc[r], 1));
+      t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+      t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+      int32_t dot = _mm_cvtsi128_si32(t) + q8_dot_base(codes + n16, q + (size_t)r * qstride + n16, n - n16);
+      float u = q8_bound(sm, sig[r], sx[r], dot);
+      v = u > v ? u : v;
+    }
+    best[b] = (first || v > best[b]) ? v : best[b];
+  }
+  return nb;
+}
+
 static bool q8_have_vnni(void) {
 #if defined(__x86_64__) || defined(__i386__)
   return okv_cpu_isa_active() == OKV_CPU_ISA_AVX512 && __builtin_cpu_supports("avx512vnni");
@@ -736,7 +772,7 @@ static void score_q8(const okv_score_desc_t *d, const float *q, const void *summ
   const uint32_t n_jobs = d->n_ranges > 0 ? d->n_ranges : d->n_seqs * d->n_kv_heads;
   const size_t sb = (size_t)okv_summary_bytes_ex(OKV_DTYPE_Q8, hd), qs = 2u * (size_t)hd;
   const float scale = (float)(1.0 / sqrt((double)hd));
-  const bool vnni = q8_have_vnni();
+  const bool vnni = q8_have_vnni(), avx2 = !vnni && okv_cpu_isa_active() >= OKV_CPU_ISA_AVX2;
   const uint32_t max_nb = score_max_blocks(d, n_jobs);
   const long n_chunks = (long)((max_nb + OKV_SCORE_CHUNK - 1u) / OKV_SCORE_CHUNK);
   const long n_items = (long)n_jobs * n_chunks;
@@ -773,6 +809,8 @@ for (long it = 0; it < n_items; it++) {
       uint32_t done = 0;
       if (vnni)
         done = q8_score_vnni(summ, sb, nb, qc + (size_t)i * qs, qs, (uint32_t)qs, nr - i, sig + i, sx + i, dst, first);
+      else if (avx2)
+        done = q8_score_avx2(summ, sb, nb, qc + (size_t)i * qs, qs, (uint32_t)qs, nr - i, sig + i, sx + i, dst, first);
       for (uint32_t b = done; b < nb; b++) {
         const uint8_t *sm = summ + (size_t)b * sb;
         float v = -INFINITY;
