@@ -160,12 +160,38 @@ okv_status_t okv_rt_groups_rebuild_head(okv_runtime_t *rt, okv_hal_stream_t *str
 
 /* ---- two-level prediction ---- */
 
-/* Same contract as okv_rt_predict_topk (results in ctx->host_topk / host_counts,
- * K per segment, the active block excluded). Level 1 scores every group of
- * every listed head (one launch per run of contiguous extents, like flat
- * scoring) and keeps the best groups_kept; level 2 scores the blocks of those
- * groups, listed in ascending block order so that ties break towards the lower
- * block exactly as in flat scoring, and takes the top-K through an index map. */
+/* The scoring descriptor of a prediction pass over ctx's segments (their seg_* arrays, ctx->q, ctx->scores),
+ * reading `summaries` in `dtype`. */
+static okv_score_desc_t pass_desc(const okv_runtime_t *rt, const okv_predict_ctx_t *ctx, uint32_t n_seqs, uint32_t T,
+                                  uint32_t t_begin, uint32_t t_end, okv_hal_buffer_t *summaries, okv_dtype_t dtype) {
+  return (okv_score_desc_t){.n_seqs = n_seqs,
+                            .n_kv_heads = rt->cfg.n_kv_heads,
+                            .group_size = rt->group_size,
+                            .head_dim = rt->cfg.head_dim,
+                            .n_query_tokens = T,
+                            .t_begin = t_begin,
+                            .t_end = t_end,
+                            .q = ctx->q,
+                            .summaries = summaries,
+                            .seg_summary_first = ctx->seg_summary_first,
+                            .seg_n_blocks = ctx->seg_n,
+                            .scores = ctx->scores,
+                            .seg_score_first = ctx->seg_score_first,
+                            .summary_dtype = dtype};
+}
+
+/* The final top-K of a prediction (K per segment into ctx->topk / ctx->counts): enqueued, waited for, read
+ * back into ctx->host_topk / host_counts. */
+static okv_status_t final_topk(okv_predict_ctx_t *ctx, okv_hal_stream_t *stream, const okv_topk_desc_t *td,
+                               uint32_t layer) {
+  okv_status_t st = okv_hal_topk_async(stream, td);
+  if (st == OKV_OK) st = okv_hal_stream_synchronize(stream);
+  if (st == OKV_OK) st = okv_hal_buffer_read(ctx->topk, 0, ctx->host_topk, (uint64_t)td->n_segments * td->k * 4u);
+  if (st == OKV_OK) st = okv_hal_buffer_read(ctx->counts, 0, ctx->host_counts, (uint64_t)td->n_segments * 4u);
+  if (st != OKV_OK) return okv_status_annotate(st, "runtime: top-K of layer %u", layer);
+  return OKV_OK;
+}
+
 /* q8 scoring with the candidates kept on the device: the 8-bit pass, its top-(K + margin) per head in
  * ascending block order (the active block excluded) into ctx->cand, the exact pass over those lists (each
  * block's summary found through the head's runs of contiguous extents), and the top-K with ctx->cand as its
@@ -176,20 +202,7 @@ static okv_status_t predict_q8(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_ha
   const okv_runtime_config_t *c = &rt->cfg;
   const uint32_t H = c->n_kv_heads, G = rt->groups_kept, K = c->budget_blocks, E = rt->extent_blocks;
   const uint32_t n_seg = n_seqs * H;
-  okv_score_desc_t sd = {.n_seqs = n_seqs,
-                         .n_kv_heads = H,
-                         .group_size = rt->group_size,
-                         .head_dim = c->head_dim,
-                         .n_query_tokens = T,
-                         .t_begin = t_begin,
-                         .t_end = t_end,
-                         .q = ctx->q,
-                         .summaries = rt->group_summaries,
-                         .seg_summary_first = ctx->seg_summary_first,
-                         .seg_n_blocks = ctx->seg_n,
-                         .scores = ctx->scores,
-                         .seg_score_first = ctx->seg_score_first,
-                         .summary_dtype = OKV_DTYPE_Q8};
+  okv_score_desc_t sd = pass_desc(rt, ctx, n_seqs, T, t_begin, t_end, rt->group_summaries, OKV_DTYPE_Q8);
   *bk_s += okv_rt_bk_s() - t0;
   okv_status_t st = okv_rt_score_units(rt, ctx, stream, &sd, n_seqs, layer, 1, bk_s);
   if (st != OKV_OK) return okv_status_annotate(st, "runtime: 8-bit scoring of layer %u", layer);
@@ -257,14 +270,15 @@ static okv_status_t predict_q8(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_ha
   *bk_s += okv_rt_bk_s() - t0;
   st = okv_hal_score_blocks_async(stream, &sd2);
   if (st != OKV_OK) return okv_status_annotate(st, "runtime: exact scoring of layer %u's candidates", layer);
-  st = okv_hal_topk_async(stream, &td2);
-  if (st == OKV_OK) st = okv_hal_stream_synchronize(stream);
-  if (st == OKV_OK) st = okv_hal_buffer_read(ctx->topk, 0, ctx->host_topk, (uint64_t)n_seg * K * 4u);
-  if (st == OKV_OK) st = okv_hal_buffer_read(ctx->counts, 0, ctx->host_counts, (uint64_t)n_seg * 4u);
-  if (st != OKV_OK) return okv_status_annotate(st, "runtime: top-K of layer %u", layer);
-  return OKV_OK;
+  return final_topk(ctx, stream, &td2, layer);
 }
 
+/* Same contract as okv_rt_predict_topk (results in ctx->host_topk / host_counts,
+ * K per segment, the active block excluded). Level 1 scores every group of
+ * every listed head (one launch per run of contiguous extents, like flat
+ * scoring) and keeps the best groups_kept; level 2 scores the blocks of those
+ * groups, listed in ascending block order so that ties break towards the lower
+ * block exactly as in flat scoring, and takes the top-K through an index map. */
 okv_status_t okv_rt_predict_two_level(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream,
                                       uint32_t n_seqs, uint32_t layer, uint32_t T, uint32_t t_begin, uint32_t t_end,
                                       double *bk_s) {
@@ -274,22 +288,8 @@ okv_status_t okv_rt_predict_two_level(okv_runtime_t *rt, okv_predict_ctx_t *ctx,
   uint32_t H = c->n_kv_heads, G = rt->groups_kept, K = c->budget_blocks, GB = rt->unit_blocks;
   uint32_t n_seg = n_seqs * H;
   uint64_t cand_stride = (uint64_t)G * GB;
-  okv_score_desc_t sd = {.n_seqs = n_seqs,
-                         .n_kv_heads = H,
-                         .group_size = rt->group_size,
-                         .head_dim = c->head_dim,
-                         .n_query_tokens = T,
-                         .t_begin = t_begin,
-                         .t_end = t_end,
-                         .q = ctx->q,
-                         .q_offset = 0,
-                         .summaries = rt->group_summaries,
-                         .seg_summary_first = ctx->seg_summary_first,
-                         .seg_n_blocks = ctx->seg_n,
-                         .scores = ctx->scores,
-                         .seg_score_first = ctx->seg_score_first,
-                         .summary_dtype = rt->unit_dtype};
-  /* Level 1: groups (two-level) or 8-bit block summaries (q8). */
+  okv_score_desc_t sd = pass_desc(rt, ctx, n_seqs, T, t_begin, t_end, rt->group_summaries, rt->unit_dtype);
+  /* Level 1: the group summaries. */
   *bk_s += okv_rt_bk_s() - t0;
   okv_status_t st = okv_rt_score_units(rt, ctx, stream, &sd, n_seqs, layer, GB, bk_s);
   if (st != OKV_OK) return okv_status_annotate(st, "runtime: scoring the groups of layer %u", layer);
@@ -387,10 +387,5 @@ okv_status_t okv_rt_predict_two_level(okv_runtime_t *rt, okv_predict_ctx_t *ctx,
   *bk_s += okv_rt_bk_s() - t0;
   if (nr > 0) st = okv_hal_score_blocks_async(stream, &sd2);
   if (st != OKV_OK) return okv_status_annotate(st, "runtime: scoring the kept groups' blocks of layer %u", layer);
-  st = okv_hal_topk_async(stream, &td2);
-  if (st == OKV_OK) st = okv_hal_stream_synchronize(stream);
-  if (st == OKV_OK) st = okv_hal_buffer_read(ctx->topk, 0, ctx->host_topk, (uint64_t)n_seg * K * 4u);
-  if (st == OKV_OK) st = okv_hal_buffer_read(ctx->counts, 0, ctx->host_counts, (uint64_t)n_seg * 4u);
-  if (st != OKV_OK) return okv_status_annotate(st, "runtime: top-K of layer %u", layer);
-  return OKV_OK;
+  return final_topk(ctx, stream, &td2, layer);
 }
