@@ -422,6 +422,19 @@ static void test_summaries_narrow(void **state) {
 /* Two-level selection end to end on the device: bf16 block summaries scored
  * through a range list (equal to the flat scores of the same blocks), then
  * top-K over the candidate scores with an index map giving block ids. */
+/* n random min/max summaries of head_dim D in dtype sdt (min <= max per element), test_malloc'd. */
+static uint8_t *random_summaries(okv_test_rng_t *rng, okv_dtype_t sdt, uint32_t D, uint32_t n) {
+  const uint64_t sb = okv_summary_bytes_ex(sdt, D);
+  uint8_t *summ = test_malloc(sb * n);
+  for (uint32_t b = 0; b < n; b++)
+    for (uint32_t e = 0; e < D; e++) {
+      float a = okv_test_rng_normal(rng), z = okv_test_rng_normal(rng);
+      okv_kcase_store(summ + b * sb, sdt, e, a < z ? a : z);
+      okv_kcase_store(summ + b * sb, sdt, D + e, a < z ? z : a);
+    }
+  return summ;
+}
+
 static void test_ranges_index_map(void **state) {
   fixture_t *f = *state;
   okv_test_rng_t rng;
@@ -429,13 +442,7 @@ static void test_ranges_index_map(void **state) {
   const uint32_t S = 1, H = 2, G = 4, D = 64, T = 2, NQ = H * G, nb = 160, U = S * H;
   const okv_dtype_t sdt = OKV_DTYPE_BF16;
   const uint64_t sb = okv_summary_bytes_ex(sdt, D);
-  uint8_t *summ = test_malloc(sb * U * nb);
-  for (uint32_t b = 0; b < U * nb; b++)
-    for (uint32_t e = 0; e < D; e++) {
-      float a = okv_test_rng_normal(&rng), z = okv_test_rng_normal(&rng);
-      okv_kcase_store(summ + b * sb, sdt, e, a < z ? a : z);
-      okv_kcase_store(summ + b * sb, sdt, D + e, a < z ? z : a);
-    }
+  uint8_t *summ = random_summaries(&rng, sdt, D, U * nb);
   float *q = test_malloc(sizeof(float) * S * T * NQ * D);
   for (size_t i = 0; i < (size_t)S * T * NQ * D; i++) q[i] = okv_test_rng_normal(&rng);
   okv_hal_buffer_t *bsumm = buf_with(f->dev, OKV_TIER_DEVICE, summ, sb * U * nb);
@@ -534,13 +541,7 @@ static void test_lists_device_map(void **state) {
   const uint32_t S = 1, H = 2, G = 4, D = 64, T = 2, NQ = H * G, nb = 160, NS = 2 * nb, U = S * H, K1 = 20, K2 = 8;
   const okv_dtype_t sdt = OKV_DTYPE_BF16;
   const uint64_t sb = okv_summary_bytes_ex(sdt, D);
-  uint8_t *summ = test_malloc(sb * NS);
-  for (uint32_t b = 0; b < NS; b++)
-    for (uint32_t e = 0; e < D; e++) {
-      float a = okv_test_rng_normal(&rng), z = okv_test_rng_normal(&rng);
-      okv_kcase_store(summ + b * sb, sdt, e, a < z ? a : z);
-      okv_kcase_store(summ + b * sb, sdt, D + e, a < z ? z : a);
-    }
+  uint8_t *summ = random_summaries(&rng, sdt, D, NS);
   float *q = test_malloc(sizeof(float) * S * T * NQ * D);
   for (size_t i = 0; i < (size_t)S * T * NQ * D; i++) q[i] = okv_test_rng_normal(&rng);
   okv_hal_buffer_t *bsumm = buf_with(f->dev, OKV_TIER_DEVICE, summ, sb * NS);
