@@ -697,6 +697,18 @@ void test_summary_reduce(void **state) {
     }
 }
 
+/* n random min/max summaries of head_dim D in dtype sdt (min <= max per element). */
+Elems random_summaries(Rng &r, uint32_t sdt, uint32_t n, uint32_t D) {
+  Elems summ(sdt, (size_t)n * 2 * D);
+  for (uint32_t b = 0; b < n; ++b)
+    for (uint32_t d = 0; d < D; ++d) {
+      const float x = r.normal(), y = r.normal();
+      summ.set((size_t)b * 2 * D + d, std::min(x, y));
+      summ.set((size_t)b * 2 * D + D + d, std::max(x, y));
+    }
+  return summ;
+}
+
 /* The double-precision bound of KV head h's query rows (all T tokens of sequence 0) on summary `si`. */
 float ref_bound(const std::vector<float> &q, const Elems &summ, uint32_t Hq, uint32_t G, uint32_t T, uint32_t D,
                 uint32_t h, uint64_t si) {
@@ -720,13 +732,7 @@ void test_scores_ranges_bf16(void **state) {
   Rng r(25);
   const uint32_t n_seqs = 1, n_kv = 3, G = 2, D = 40, T = 2, Hq = n_kv * G, n_summ = OKV_EMU_BIG(200, 100);
   const uint32_t sdt = 2;
-  Elems summ(sdt, (size_t)n_summ * 2 * D);
-  for (uint32_t b = 0; b < n_summ; ++b)
-    for (uint32_t d = 0; d < D; ++d) {
-      const float x = r.normal(), y = r.normal();
-      summ.set((size_t)b * 2 * D + d, std::min(x, y));
-      summ.set((size_t)b * 2 * D + D + d, std::max(x, y));
-    }
+  const Elems summ = random_summaries(r, sdt, n_summ, D);
   std::vector<float> q((size_t)n_seqs * T * Hq * D);
   for (auto &x : q) x = r.normal();
   const uint32_t nr = 4;
@@ -774,13 +780,7 @@ void test_scores_list_bf16(void **state) {
   Rng r(26);
   const uint32_t n_kv = 3, G = 2, D = 40, T = 2, Hq = n_kv * G, n_summ = 300, stride = OKV_EMU_BIG(140u, 72u);
   const uint32_t sdt = 2;
-  Elems summ(sdt, (size_t)n_summ * 2 * D);
-  for (uint32_t b = 0; b < n_summ; ++b)
-    for (uint32_t d = 0; d < D; ++d) {
-      const float x = r.normal(), y = r.normal();
-      summ.set((size_t)b * 2 * D + d, std::min(x, y));
-      summ.set((size_t)b * 2 * D + D + d, std::max(x, y));
-    }
+  const Elems summ = random_summaries(r, sdt, n_summ, D);
   std::vector<float> q((size_t)T * Hq * D);
   for (auto &x : q) x = r.normal();
   /* segment 0: blocks [0, 64) at summaries 200.., blocks [70, 150) at 10..; segment 1: no runs; segment 2:
