@@ -15,7 +15,11 @@
  *    bandwidth: scoring_roofline_fraction), the same on bf16 summaries
  *    (scoring_bf16_time_s, scoring_bf16_gbps), and scoring + top-K (K = 128 blocks)
  *    time as a fraction of sparse attention over K = 128 blocks
- *    (scoring_fraction).
+ *    (scoring_fraction);
+ *  - selection on slot tables (okv_hal_select_async + okv_hal_slot_commit_async)
+ *    for the 448 KV heads of `bench runtime`'s default step: device time and
+ *    host enqueue time per KV head (select_device_ns_per_head,
+ *    select_enqueue_ns_per_head).
  * Kernels are timed through the HAL (stream + events), as users get them.
  * Every figure is the best of several runs (the machines are shared).
  */
@@ -321,6 +325,109 @@ static void bench_attn_cost(const okv_attention_desc_t *d, uint32_t n_blocks, do
   *flops = U * R * tokens * d->head_dim * 4.0; /* q.k and p.v: 2 flops per multiply-add each */
 }
 
+/* ---- selection on slot tables ---- */
+
+/* One step of device-side selection for the runtime bench's default shape: 8 sequences x 7 layers x 8 KV
+ * heads, 16K-token context (1,024 blocks), K = 128, C = 7; the prediction alternates between two random sets
+ * per head, so every step admits C blocks per head (as the runtime bench's steps do). */
+enum { BENCH_SEL_HEADS = 448, BENCH_SEL_K = 128, BENCH_SEL_C = 7, BENCH_SEL_BLOCKS = 1024 };
+typedef struct okv_bench_select_t {
+  okv_select_desc_t sdesc;
+  okv_slot_commit_desc_t cdesc;
+  okv_hal_buffer_t *tables, *io;
+  uint64_t pred_bytes;
+  uint32_t active[BENCH_SEL_HEADS], cap[BENCH_SEL_HEADS], step;
+  uint8_t landed[BENCH_SEL_HEADS];
+} okv_bench_select_t;
+
+static okv_status_t bench_launch_select(okv_bench_t *b, void *arg) {
+  okv_bench_select_t *c = arg;
+  c->sdesc.step = ++c->step;
+  c->sdesc.predicted_offset = (c->step & 1u) ? c->pred_bytes : 0; /* the other prediction set */
+  OKV_RETURN_IF_ERROR(okv_hal_select_async(b->stream, &c->sdesc));
+  return okv_hal_slot_commit_async(b->stream, &c->cdesc);
+}
+
+static void bench_select_free(okv_bench_select_t *c) {
+  if (c->tables) OKV_IGNORE_ERROR(okv_hal_buffer_release(c->tables));
+  if (c->io) OKV_IGNORE_ERROR(okv_hal_buffer_release(c->io));
+  c->tables = c->io = NULL;
+}
+
+static okv_status_t bench_select_make(okv_bench_t *b, okv_bench_select_t *c) {
+  const uint32_t H = BENCH_SEL_HEADS, K = BENCH_SEL_K, R = K + 1 + BENCH_SEL_C, W = BENCH_SEL_BLOCKS / 64;
+  const uint64_t tb = okv_slot_table_bytes(R, W);
+  c->pred_bytes = (uint64_t)H * K * 4u;
+  const uint64_t counts_off = 2 * c->pred_bytes, plan_off = counts_off + H * 4u;
+  const uint64_t result_off = plan_off + (uint64_t)H * BENCH_SEL_C * OKV_SELECT_PLAN_U32S * 4u;
+  OKV_RETURN_IF_ERROR(okv_hal_buffer_alloc(b->dev, OKV_TIER_DEVICE, H * tb, &c->tables));
+  OKV_RETURN_IF_ERROR(
+      okv_hal_buffer_alloc(b->dev, OKV_TIER_DEVICE, result_off + H * OKV_SELECT_RESULT_U32S * 4u, &c->io));
+  uint32_t *host = calloc(1, tb > 2 * c->pred_bytes + H * 4u ? tb : 2 * c->pred_bytes + H * 4u);
+  if (host == NULL) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "bench: selection inputs");
+  uint64_t rng = 0x5e1ec7u;
+  okv_status_t st = OKV_OK;
+  for (uint32_t h = 0; h < H && st == OKV_OK; h++) { /* K + 1 resident blocks: the active one and K others */
+    memset(host, 0, tb);
+    memset(host, 0xff, R * 4u);
+    uint64_t *res = (uint64_t *)(void *)(host + 4u * R);
+    for (uint32_t j = 0; j <= K; j++) {
+      uint32_t blk = j == 0 ? BENCH_SEL_BLOCKS - 1 : (uint32_t)(j * 7u % (BENCH_SEL_BLOCKS - 1));
+      host[j] = blk;
+      host[2u * R + j] = 16;
+      res[blk >> 6] |= 1ull << (blk & 63u);
+    }
+    st = okv_hal_buffer_write(c->tables, h * tb, host, tb);
+    c->active[h] = BENCH_SEL_BLOCKS - 1;
+    c->cap[h] = BENCH_SEL_C;
+    c->landed[h] = 1;
+  }
+  if (st == OKV_OK) { /* two predictions per head: K distinct random blocks each, then the counts */
+    for (uint32_t set = 0; set < 2; set++)
+      for (uint32_t h = 0; h < H; h++) {
+        uint32_t *p = host + ((uint64_t)set * H + h) * K;
+        uint64_t used[BENCH_SEL_BLOCKS / 64] = {0};
+        for (uint32_t i = 0; i < K;) {
+          uint32_t blk = (uint32_t)(okv_cli_rng_next(&rng) % (BENCH_SEL_BLOCKS - 1));
+          if ((used[blk >> 6] >> (blk & 63u)) & 1u) continue;
+          used[blk >> 6] |= 1ull << (blk & 63u);
+          p[i++] = blk;
+        }
+      }
+    for (uint32_t h = 0; h < H; h++) host[2u * H * K + h] = K;
+    st = okv_hal_buffer_write(c->io, 0, host, 2 * c->pred_bytes + H * 4u);
+  }
+  free(host);
+  OKV_RETURN_IF_ERROR(st);
+  c->sdesc = (okv_select_desc_t){.n_heads = H,
+                                 .n_slots = R,
+                                 .bitmap_words = W,
+                                 .budget_blocks = K,
+                                 .table = c->tables,
+                                 .predicted = c->io,
+                                 .predicted_stride = K,
+                                 .predicted_counts = c->io,
+                                 .counts_offset = counts_off,
+                                 .active_block = c->active,
+                                 .cap = c->cap,
+                                 .plan_stride = BENCH_SEL_C,
+                                 .plan = c->io,
+                                 .plan_offset = plan_off,
+                                 .result = c->io,
+                                 .result_offset = result_off};
+  c->cdesc = (okv_slot_commit_desc_t){.n_heads = H,
+                                      .n_slots = R,
+                                      .bitmap_words = W,
+                                      .table = c->tables,
+                                      .plan_stride = BENCH_SEL_C,
+                                      .plan = c->io,
+                                      .plan_offset = plan_off,
+                                      .result = c->io,
+                                      .result_offset = result_off,
+                                      .landed = c->landed};
+  return OKV_OK;
+}
+
 /* ---- scoring ---- */
 
 typedef struct okv_bench_score_t {
@@ -491,6 +598,7 @@ int okv_cli_bench_kernels(int argc, char **argv) {
   okv_bench_t b = {0};
   okv_bench_attn_t a = {0};
   okv_bench_score_t sc = {0};
+  okv_bench_select_t sel = {0};
   json_object *root = json_object_new_object(), *configs = json_object_new_array();
   int rc = 1;
   b.is_cpu = !strcmp(device, "cpu");
@@ -615,6 +723,19 @@ int okv_cli_bench_kernels(int argc, char **argv) {
   BENCH_CHECK(bench_score_make(&b, score_batch, score_blocks, OKV_DTYPE_Q8, &sc));
   BENCH_CHECK(bench_time(&b, bench_launch_score, &sc, quick ? 0.05 : 0.2, &t_score_q8));
   bench_score_free(&sc);
+  /* Selection on slot tables (device side) for one step of the runtime bench's 448 KV heads, and what
+   * enqueueing it costs the host. */
+  double t_select = 0, t_select_enqueue = 0;
+  BENCH_CHECK(bench_select_make(&b, &sel));
+  BENCH_CHECK(bench_time(&b, bench_launch_select, &sel, quick ? 0.05 : 0.2, &t_select));
+  {
+    const int n_enq = 20;
+    double t0 = okv_cli_now_s();
+    for (int r = 0; r < n_enq; r++) BENCH_CHECK(bench_launch_select(&b, &sel));
+    t_select_enqueue = (okv_cli_now_s() - t0) / n_enq;
+    BENCH_CHECK(okv_hal_stream_synchronize(b.stream));
+  }
+  bench_select_free(&sel);
   if (!as_json) {
     printf("scoring 16K context, batch %u: %.3f ms (%.1f GB/s of summaries, stream %.1f GB/s) -> roofline %.2f\n",
            score_batch, t_score * 1e3, summ_bytes / t_score / 1e9, stream_sc, score_roof);
@@ -624,6 +745,11 @@ int okv_cli_bench_kernels(int argc, char **argv) {
            t_score_bf16 / t_score_q8);
     printf("top-K 128 of 1024 blocks x %u segments: %.3f ms; attention over K=128 blocks: %.3f ms\n", score_batch * 8u,
            t_topk * 1e3, attn_k128_s * 1e3);
+    printf(
+        "selection on slot tables, %u KV heads (K = %u, C = %u, 16K context): %.0f ns per head on the device, "
+        "%.0f ns per head to enqueue\n",
+        BENCH_SEL_HEADS, BENCH_SEL_K, BENCH_SEL_C, t_select * 1e9 / BENCH_SEL_HEADS,
+        t_select_enqueue * 1e9 / BENCH_SEL_HEADS);
     printf(
         "attention_roofline_fraction (min over configs) %.2f; scoring_roofline_fraction %.2f; "
         "scoring_fraction %.2f\n",
@@ -646,6 +772,8 @@ int okv_cli_bench_kernels(int argc, char **argv) {
       {"scoring_bf16_gbps", summ_bytes / 2.0 / t_score_bf16 / 1e9},
       {"scoring_q8_time_s", t_score_q8},
       {"topk_time_s", t_topk},
+      {"select_device_ns_per_head", t_select * 1e9 / BENCH_SEL_HEADS},
+      {"select_enqueue_ns_per_head", t_select_enqueue * 1e9 / BENCH_SEL_HEADS},
       {"attention_k128_time_s", attn_k128_s},
   };
   bench_json_figures(root, figures, sizeof figures / sizeof figures[0]);
@@ -656,6 +784,7 @@ int okv_cli_bench_kernels(int argc, char **argv) {
 fail:
   bench_attn_free(&a);
   bench_score_free(&sc);
+  bench_select_free(&sel);
   if (configs) json_object_put(configs);
   json_object_put(root);
   if (b.pool) OKV_IGNORE_ERROR(okv_hal_buffer_release(b.pool));

@@ -119,6 +119,10 @@ struct okv_hal_device_vtable_t {
 
   /* Token writes into slots (okv_hal_kv_write_tokens_async); UNAVAILABLE when NULL. */
   okv_status_t (*kv_write)(okv_hal_stream_t *stream, const okv_kv_write_desc_t *desc);
+  /* Selection on slot tables and its commit (okv_hal_select_async, okv_hal_slot_commit_async);
+   * UNAVAILABLE when NULL. */
+  okv_status_t (*select)(okv_hal_stream_t *stream, const okv_select_desc_t *desc);
+  okv_status_t (*slot_commit)(okv_hal_stream_t *stream, const okv_slot_commit_desc_t *desc);
 
   /* Emulated link (okv_hal_device_set_link; values already validated by hal/, which also updates
    * device->info). NULL on backends whose link is real. */
@@ -171,6 +175,11 @@ void okv_kv_write_desc_free(const okv_allocator_t *a, okv_kv_write_desc_t *d);
 okv_status_t okv_summary_reduce_desc_clone(const okv_allocator_t *a, const okv_summary_reduce_desc_t *d,
                                            okv_summary_reduce_desc_t **out);
 void okv_summary_reduce_desc_free(const okv_allocator_t *a, okv_summary_reduce_desc_t *d);
+okv_status_t okv_select_desc_clone(const okv_allocator_t *a, const okv_select_desc_t *d, okv_select_desc_t **out);
+void okv_select_desc_free(const okv_allocator_t *a, okv_select_desc_t *d);
+okv_status_t okv_slot_commit_desc_clone(const okv_allocator_t *a, const okv_slot_commit_desc_t *d,
+                                        okv_slot_commit_desc_t **out);
+void okv_slot_commit_desc_free(const okv_allocator_t *a, okv_slot_commit_desc_t *d);
 /* Entries of a top-K descriptor's index_map that the kernel may read (and a clone copies):
  * max over segments with seg_n > 0 of seg_score_first + seg_n; 0 without a map. Needs a validated desc. */
 uint64_t okv_topk_index_map_len(const okv_topk_desc_t *d);

@@ -162,6 +162,9 @@ OKV_HAL_HIDDEN okv_status_t okv_hal_validate_summary_append(const okv_hal_stream
 OKV_HAL_HIDDEN okv_status_t okv_hal_validate_summary_reduce(const okv_hal_stream_t *stream,
                                                             const okv_summary_reduce_desc_t *desc);
 OKV_HAL_HIDDEN okv_status_t okv_hal_validate_kv_write(const okv_hal_stream_t *stream, const okv_kv_write_desc_t *desc);
+OKV_HAL_HIDDEN okv_status_t okv_hal_validate_select(const okv_hal_stream_t *stream, const okv_select_desc_t *desc);
+OKV_HAL_HIDDEN okv_status_t okv_hal_validate_slot_commit(const okv_hal_stream_t *stream,
+                                                         const okv_slot_commit_desc_t *desc);
 OKV_HAL_HIDDEN okv_status_t okv_hal_validate_score(const okv_hal_stream_t *stream, const okv_score_desc_t *desc);
 OKV_HAL_HIDDEN okv_status_t okv_hal_validate_topk(const okv_hal_stream_t *stream, const okv_topk_desc_t *desc);
 

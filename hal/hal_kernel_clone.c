@@ -193,3 +193,31 @@ okv_status_t okv_summary_reduce_desc_clone(const okv_allocator_t *a, const okv_s
 }
 
 void okv_summary_reduce_desc_free(const okv_allocator_t *a, okv_summary_reduce_desc_t *d) { okv_free(a, d); }
+
+okv_status_t okv_select_desc_clone(const okv_allocator_t *a, const okv_select_desc_t *d, okv_select_desc_t **out) {
+  size_t n = d ? d->n_heads : 0;
+  clone_arena_t ar;
+  okv_status_t st = OKV_OK;
+  okv_select_desc_t *c = clone_start(a, d, out, sizeof *d, 2u * round8(n * 4u), "select", &ar, &st);
+  if (c == NULL) return st;
+  c->active_block = arena_copy(&ar, d->active_block, n * 4u);
+  c->cap = arena_copy(&ar, d->cap, n * 4u);
+  *out = c;
+  return OKV_OK;
+}
+
+void okv_select_desc_free(const okv_allocator_t *a, okv_select_desc_t *d) { okv_free(a, d); }
+
+okv_status_t okv_slot_commit_desc_clone(const okv_allocator_t *a, const okv_slot_commit_desc_t *d,
+                                        okv_slot_commit_desc_t **out) {
+  size_t n = d ? d->n_heads : 0;
+  clone_arena_t ar;
+  okv_status_t st = OKV_OK;
+  okv_slot_commit_desc_t *c = clone_start(a, d, out, sizeof *d, round8(n), "slot_commit", &ar, &st);
+  if (c == NULL) return st;
+  c->landed = arena_copy(&ar, d->landed, n);
+  *out = c;
+  return OKV_OK;
+}
+
+void okv_slot_commit_desc_free(const okv_allocator_t *a, okv_slot_commit_desc_t *d) { okv_free(a, d); }

@@ -421,3 +421,74 @@ okv_status_t okv_hal_validate_topk(const okv_hal_stream_t *stream, const okv_top
   }
   return OKV_OK;
 }
+
+/* ---- selection on slot tables ---- */
+
+/* The slot tables, plan and result that a selection and its commit share (fields of either descriptor). */
+typedef struct select_shape_t {
+  uint32_t n_heads, n_slots, bitmap_words, plan_stride;
+  const okv_hal_buffer_t *table, *plan, *result;
+  uint64_t table_offset, plan_offset, result_offset;
+} select_shape_t;
+
+static okv_status_t check_select_shape(const okv_hal_stream_t *stream, const select_shape_t *s, uint64_t *table_bytes,
+                                       const char *fn) {
+  if (s->n_heads < 1) return INVALID("%s: n_heads is 0", fn);
+  if (s->n_slots < 1 || s->n_slots > OKV_SELECT_MAX_SLOTS)
+    return INVALID("%s: n_slots %u not in 1..%u", fn, s->n_slots, OKV_SELECT_MAX_SLOTS);
+  if (s->bitmap_words < 1 || s->bitmap_words > OKV_SELECT_MAX_WORDS)
+    return INVALID("%s: bitmap_words %u not in 1..%u", fn, s->bitmap_words, OKV_SELECT_MAX_WORDS);
+  if (s->plan_stride < 1 || s->plan_stride > OKV_SELECT_MAX_SLOTS)
+    return INVALID("%s: plan_stride %u not in 1..%u", fn, s->plan_stride, OKV_SELECT_MAX_SLOTS);
+  uint64_t tb = okv_slot_table_bytes(s->n_slots, s->bitmap_words), tables, plan_bytes;
+  if (!mul_u64(tb, s->n_heads, &tables))
+    return INVALID("%s: %u slot tables of %llu bytes overflow", fn, s->n_heads, (unsigned long long)tb);
+  if (s->table_offset & 7u)
+    return INVALID("%s: table_offset %llu is not 8-byte aligned", fn, (unsigned long long)s->table_offset);
+  OKV_RETURN_IF_ERROR(check_range(stream, s->table, s->table_offset, tables, true, fn, "table"));
+  plan_bytes = (uint64_t)s->n_heads * s->plan_stride * OKV_SELECT_PLAN_U32S * 4u; /* < 2^32 * 2^12 * 16 */
+  uint64_t result_bytes = (uint64_t)s->n_heads * OKV_SELECT_RESULT_U32S * 4u;
+  OKV_RETURN_IF_ERROR(check_range(stream, s->plan, s->plan_offset, plan_bytes, true, fn, "plan"));
+  OKV_RETURN_IF_ERROR(check_range(stream, s->result, s->result_offset, result_bytes, true, fn, "result"));
+  if (overlaps(s->table, s->table_offset, tables, s->plan, s->plan_offset, plan_bytes) ||
+      overlaps(s->table, s->table_offset, tables, s->result, s->result_offset, result_bytes) ||
+      overlaps(s->plan, s->plan_offset, plan_bytes, s->result, s->result_offset, result_bytes))
+    return INVALID("%s: table, plan and result overlap", fn);
+  *table_bytes = tables;
+  return OKV_OK;
+}
+
+okv_status_t okv_hal_validate_select(const okv_hal_stream_t *stream, const okv_select_desc_t *d) {
+  static const char fn[] = "okv_hal_select_async";
+  OKV_RETURN_IF_ERROR(check_call(stream, d, fn));
+  const select_shape_t s = {d->n_heads, d->n_slots, d->bitmap_words, d->plan_stride, d->table,
+                            d->plan,    d->result,  d->table_offset, d->plan_offset, d->result_offset};
+  uint64_t tables = 0;
+  OKV_RETURN_IF_ERROR(check_select_shape(stream, &s, &tables, fn));
+  if (d->predicted_stride < 1 || d->predicted_stride > OKV_TOPK_MAX)
+    return INVALID("%s: predicted_stride %u not in 1..%u", fn, d->predicted_stride, OKV_TOPK_MAX);
+  uint64_t pred_bytes = (uint64_t)d->n_heads * d->predicted_stride * 4u, counts_bytes = (uint64_t)d->n_heads * 4u;
+  OKV_RETURN_IF_ERROR(check_range(stream, d->predicted, d->predicted_offset, pred_bytes, true, fn, "predicted"));
+  OKV_RETURN_IF_ERROR(
+      check_range(stream, d->predicted_counts, d->counts_offset, counts_bytes, true, fn, "predicted_counts"));
+  if (overlaps(d->table, d->table_offset, tables, d->predicted, d->predicted_offset, pred_bytes) ||
+      overlaps(d->table, d->table_offset, tables, d->predicted_counts, d->counts_offset, counts_bytes))
+    return INVALID("%s: table overlaps predicted or predicted_counts", fn);
+  REQUIRE_NONNULL(d->active_block, "active_block");
+  REQUIRE_NONNULL(d->cap, "cap");
+  for (uint32_t h = 0; h < d->n_heads; h++)
+    if (d->cap[h] > d->plan_stride)
+      return INVALID("%s: cap[%u] = %u exceeds plan_stride %u", fn, h, d->cap[h], d->plan_stride);
+  return OKV_OK;
+}
+
+okv_status_t okv_hal_validate_slot_commit(const okv_hal_stream_t *stream, const okv_slot_commit_desc_t *d) {
+  static const char fn[] = "okv_hal_slot_commit_async";
+  OKV_RETURN_IF_ERROR(check_call(stream, d, fn));
+  const select_shape_t s = {d->n_heads, d->n_slots, d->bitmap_words, d->plan_stride, d->table,
+                            d->plan,    d->result,  d->table_offset, d->plan_offset, d->result_offset};
+  uint64_t tables = 0;
+  OKV_RETURN_IF_ERROR(check_select_shape(stream, &s, &tables, fn));
+  REQUIRE_NONNULL(d->landed, "landed");
+  return OKV_OK;
+}

@@ -102,3 +102,13 @@ okv_status_t okv_hal_topk_async(okv_hal_stream_t *stream, const okv_topk_desc_t 
   OKV_RETURN_IF_ERROR(okv_hal_validate_topk(stream, desc));
   DISPATCH_KERNEL(stream, topk, desc);
 }
+
+okv_status_t okv_hal_select_async(okv_hal_stream_t *stream, const okv_select_desc_t *desc) {
+  OKV_RETURN_IF_ERROR(okv_hal_validate_select(stream, desc));
+  DISPATCH_KERNEL(stream, select, desc);
+}
+
+okv_status_t okv_hal_slot_commit_async(okv_hal_stream_t *stream, const okv_slot_commit_desc_t *desc) {
+  OKV_RETURN_IF_ERROR(okv_hal_validate_slot_commit(stream, desc));
+  DISPATCH_KERNEL(stream, slot_commit, desc);
+}

@@ -26,6 +26,7 @@
 #define OKV_GPU_SUMMARY_THREADS   128u
 #define OKV_GPU_SCORE_THREADS     128u
 #define OKV_GPU_TOPK_THREADS      512u
+#define OKV_GPU_SELECT_THREADS    64u /* one thread per KV head (kernels/okv_select_rule.h) */
 /* Blocks scored per thread block by okv_gpu_score_blocks (grid.y chunks). */
 #define OKV_GPU_SCORE_BLOCKS_PER_CTA 64u
 /* Largest query-row tile of one attention thread block. */
@@ -104,6 +105,25 @@ typedef struct okv_gpu_kv_write_args_t {
   uint32_t n, head_dim;
   uint32_t elem_bytes, pad_; /* 4 (f32) or 2 (f16, bf16) */
 } okv_gpu_kv_write_args_t;
+
+/* okv_gpu_select / okv_gpu_slot_commit: grid-stride over heads, one thread per head. */
+typedef struct okv_gpu_select_args_t {
+  uint64_t tables;      /* head 0's slot table */
+  uint64_t table_bytes; /* okv_slot_table_bytes(n_slots, bitmap_words) */
+  uint64_t predicted;   /* u32 [n_heads][predicted_stride] */
+  uint64_t counts;      /* u32 [n_heads] */
+  uint64_t head_params; /* u32 [n_heads][2]: active block, cap (uploaded) */
+  uint64_t plan;        /* u32 [n_heads][plan_stride][OKV_SELECT_PLAN_U32S] */
+  uint64_t result;      /* u32 [n_heads][OKV_SELECT_RESULT_U32S] */
+  uint32_t n_heads, n_slots, bitmap_words, budget_blocks;
+  uint32_t step, predicted_stride, plan_stride, pad_;
+} okv_gpu_select_args_t;
+
+typedef struct okv_gpu_slot_commit_args_t {
+  uint64_t tables, table_bytes, plan, result; /* as okv_gpu_select_args_t's */
+  uint64_t landed;                            /* u8 [n_heads] (uploaded) */
+  uint32_t n_heads, n_slots, bitmap_words, plan_stride;
+} okv_gpu_slot_commit_args_t;
 
 /* okv_gpu_summary_reduce: grid-stride over entries i < n, threads over head_dim. */
 typedef struct okv_gpu_reduce_args_t {
@@ -271,7 +291,32 @@ typedef struct okv_gpu_topk_args_t {
   FIELD(okv_gpu_topk_args_t, n_segments, 56)           \
   FIELD(okv_gpu_topk_args_t, k, 60)                    \
   FIELD(okv_gpu_topk_args_t, index_map, 64)            \
-  FIELD(okv_gpu_topk_args_t, ascending, 72)
+  FIELD(okv_gpu_topk_args_t, ascending, 72)            \
+  SIZE(okv_gpu_select_args_t, 88)                      \
+  FIELD(okv_gpu_select_args_t, tables, 0)              \
+  FIELD(okv_gpu_select_args_t, table_bytes, 8)         \
+  FIELD(okv_gpu_select_args_t, predicted, 16)          \
+  FIELD(okv_gpu_select_args_t, counts, 24)             \
+  FIELD(okv_gpu_select_args_t, head_params, 32)        \
+  FIELD(okv_gpu_select_args_t, plan, 40)               \
+  FIELD(okv_gpu_select_args_t, result, 48)             \
+  FIELD(okv_gpu_select_args_t, n_heads, 56)            \
+  FIELD(okv_gpu_select_args_t, n_slots, 60)            \
+  FIELD(okv_gpu_select_args_t, bitmap_words, 64)       \
+  FIELD(okv_gpu_select_args_t, budget_blocks, 68)      \
+  FIELD(okv_gpu_select_args_t, step, 72)               \
+  FIELD(okv_gpu_select_args_t, predicted_stride, 76)   \
+  FIELD(okv_gpu_select_args_t, plan_stride, 80)        \
+  SIZE(okv_gpu_slot_commit_args_t, 56)                 \
+  FIELD(okv_gpu_slot_commit_args_t, tables, 0)         \
+  FIELD(okv_gpu_slot_commit_args_t, table_bytes, 8)    \
+  FIELD(okv_gpu_slot_commit_args_t, plan, 16)          \
+  FIELD(okv_gpu_slot_commit_args_t, result, 24)        \
+  FIELD(okv_gpu_slot_commit_args_t, landed, 32)        \
+  FIELD(okv_gpu_slot_commit_args_t, n_heads, 40)       \
+  FIELD(okv_gpu_slot_commit_args_t, n_slots, 44)       \
+  FIELD(okv_gpu_slot_commit_args_t, bitmap_words, 48)  \
+  FIELD(okv_gpu_slot_commit_args_t, plan_stride, 52)
 
 /* The table as static assertions (C11 _Static_assert on the host, C++
  * static_assert in the kernels and the emulator); expanded once per side. */

@@ -415,6 +415,35 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_SUMMARY_THREADS) okv_gpu_kv
   }
 }
 
+// Selection on slot tables (okv_hal_select_async) and its commit
+// (okv_hal_slot_commit_async): one thread per KV head runs the rule of
+// kernels/okv_select_rule.h, the code the CPU backend runs. A head's work is
+// O(R + K) on its own table; heads run in parallel, so the step costs the host
+// one launch, whatever the number of heads.
+#define OKV_SELECT_RULE_FN OKV_DEVICE
+#include "okv_select_rule.h"
+
+extern "C" __global__ void __launch_bounds__(OKV_GPU_SELECT_THREADS) okv_gpu_select(okv_gpu_select_args_t a) {
+  const uint32_t *params = (const uint32_t *)a.head_params;
+  for (uint32_t h = blockIdx.x * blockDim.x + threadIdx.x; h < a.n_heads; h += gridDim.x * blockDim.x) {
+    const uint32_t c = ((const uint32_t *)a.counts)[h];
+    okv_select_rule_head((uint32_t *)(a.tables + (uint64_t)h * a.table_bytes), a.n_slots, a.bitmap_words,
+                         a.budget_blocks, a.step, (const uint32_t *)a.predicted + (uint64_t)h * a.predicted_stride,
+                         c < a.predicted_stride ? c : a.predicted_stride, params[2u * h], params[2u * h + 1u],
+                         (uint32_t *)a.plan + (uint64_t)h * a.plan_stride * OKV_SELECT_PLAN_U32S,
+                         (uint32_t *)a.result + (uint64_t)h * OKV_SELECT_RESULT_U32S);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(OKV_GPU_SELECT_THREADS) okv_gpu_slot_commit(okv_gpu_slot_commit_args_t a) {
+  for (uint32_t h = blockIdx.x * blockDim.x + threadIdx.x; h < a.n_heads; h += gridDim.x * blockDim.x) {
+    const uint32_t n = ((const uint32_t *)a.result)[(uint64_t)h * OKV_SELECT_RESULT_U32S];
+    okv_commit_rule_head((uint32_t *)(a.tables + (uint64_t)h * a.table_bytes), a.n_slots, a.bitmap_words,
+                         (const uint32_t *)a.plan + (uint64_t)h * a.plan_stride * OKV_SELECT_PLAN_U32S,
+                         n < a.plan_stride ? n : a.plan_stride, ((const uint8_t *)a.landed)[h] != 0);
+  }
+}
+
 // Group summaries: dst[dst_index[i]] = (min of the mins, max of the maxes) of
 // src[src_first[i] .. + src_n[i]); grid-stride over entries, threads over d.
 extern "C" __global__ void __launch_bounds__(OKV_GPU_SUMMARY_THREADS) okv_gpu_summary_reduce(okv_gpu_reduce_args_t a) {

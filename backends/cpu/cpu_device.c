@@ -877,6 +877,23 @@ static void cpu_run_kv_write(okv_cpu_op_t *op, int n_threads) {
 }
 OKV_CPU_DESC_KERNEL(kv_write, "token write", 1, c->kv)
 
+static void cpu_run_select(okv_cpu_op_t *op, int n_threads) {
+  const okv_select_desc_t *d = op->payload;
+  okv_cpu_select(d, cpu_ptr(d->table, d->table_offset), (const uint32_t *)cpu_ptr(d->predicted, d->predicted_offset),
+                 (const uint32_t *)cpu_ptr(d->predicted_counts, d->counts_offset),
+                 (uint32_t *)cpu_ptr(d->plan, d->plan_offset), (uint32_t *)cpu_ptr(d->result, d->result_offset),
+                 n_threads);
+}
+OKV_CPU_DESC_KERNEL(select, "selection", 5, c->table, c->predicted, c->predicted_counts, c->plan, c->result)
+
+static void cpu_run_slot_commit(okv_cpu_op_t *op, int n_threads) {
+  (void)n_threads;
+  const okv_slot_commit_desc_t *d = op->payload;
+  okv_cpu_slot_commit(d, cpu_ptr(d->table, d->table_offset), (const uint32_t *)cpu_ptr(d->plan, d->plan_offset),
+                      (const uint32_t *)cpu_ptr(d->result, d->result_offset));
+}
+OKV_CPU_DESC_KERNEL(slot_commit, "slot commit", 3, c->table, c->plan, c->result)
+
 /* Append with any summary dtype: the descriptor clone (keys included) runs on the worker. */
 static void cpu_run_summary_append_ex(okv_cpu_op_t *op, int n_threads) {
   (void)n_threads;
@@ -954,5 +971,7 @@ static const okv_hal_device_vtable_t cpu_vtable = {
     .summary_append_ex = cpu_summary_append_ex_enqueue,
     .summary_reduce = cpu_summary_reduce_enqueue,
     .kv_write = cpu_kv_write_enqueue,
+    .select = cpu_select_enqueue,
+    .slot_commit = cpu_slot_commit_enqueue,
     .set_link = cpu_set_link,
 };

@@ -13,6 +13,7 @@
  * ~100 KiB per thread), the split-merge scratch on the caller's stack
  * (<= 64 KiB). */
 #include "cpu_kernels.h"
+#include "okv_select_rule.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -1153,4 +1154,33 @@ for (long ul = 0; ul < n_seg; ul++) {
   for (uint32_t i = cnt; i < k; i++) dst[i] = UINT32_MAX;
   if (out_counts != NULL) out_counts[u] = cnt;
 }
+}
+
+/* ---- selection on slot tables (kernels/okv_select_rule.h) ---- */
+
+void okv_cpu_select(const okv_select_desc_t *d, void *tables, const uint32_t *predicted, const uint32_t *counts,
+                    uint32_t *plan, uint32_t *result, int n_threads) {
+  const int nt = cpu_threads(n_threads);
+  const long n_heads = (long)d->n_heads;
+  const uint64_t tb = okv_slot_table_bytes(d->n_slots, d->bitmap_words);
+  okv_unused_threads(nt);
+OKV_OMP(omp parallel for num_threads(nt) schedule(static) if (nt > 1 && n_heads >= 64))
+for (long hl = 0; hl < n_heads; hl++) {
+  uint32_t h = (uint32_t)hl;
+  uint32_t n_pred = counts[h] < d->predicted_stride ? counts[h] : d->predicted_stride;
+  okv_select_rule_head((uint32_t *)(void *)((char *)tables + h * tb), d->n_slots, d->bitmap_words, d->budget_blocks,
+                       d->step, predicted + (uint64_t)h * d->predicted_stride, n_pred, d->active_block[h], d->cap[h],
+                       plan + (uint64_t)h * d->plan_stride * OKV_SELECT_PLAN_U32S,
+                       result + (uint64_t)h * OKV_SELECT_RESULT_U32S);
+}
+}
+
+void okv_cpu_slot_commit(const okv_slot_commit_desc_t *d, void *tables, const uint32_t *plan, const uint32_t *result) {
+  const uint64_t tb = okv_slot_table_bytes(d->n_slots, d->bitmap_words);
+  for (uint32_t h = 0; h < d->n_heads; h++) {
+    uint32_t n = result[(uint64_t)h * OKV_SELECT_RESULT_U32S];
+    okv_commit_rule_head((uint32_t *)(void *)((char *)tables + h * tb), d->n_slots, d->bitmap_words,
+                         plan + (uint64_t)h * d->plan_stride * OKV_SELECT_PLAN_U32S,
+                         n < d->plan_stride ? n : d->plan_stride, d->landed[h] != 0);
+  }
 }

@@ -45,6 +45,12 @@ size_t okv_cpu_score_list_scratch_bytes(const okv_score_desc_t *d);
  * segment gets score -infinity here. */
 void okv_cpu_score_list_ranges(const okv_score_desc_t *d, const uint32_t *list, float *scores, void *scratch,
                                okv_score_desc_t *out);
+/* Selection on slot tables (okv_hal_select_async): tables at the descriptor's table_offset, the other
+ * pointers at their offsets. Heads in parallel (OpenMP) from 64 heads on. */
+void okv_cpu_select(const okv_select_desc_t *d, void *tables, const uint32_t *predicted, const uint32_t *counts,
+                    uint32_t *plan, uint32_t *result, int n_threads);
+/* Its commit (okv_hal_slot_commit_async), pointers as okv_cpu_select's; one thread. */
+void okv_cpu_slot_commit(const okv_slot_commit_desc_t *d, void *tables, const uint32_t *plan, const uint32_t *result);
 void okv_cpu_topk(const okv_topk_desc_t *d, const float *scores, uint32_t *out_indices, uint32_t *out_counts,
                   int n_threads);
 

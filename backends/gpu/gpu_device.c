@@ -24,6 +24,8 @@ const char *const okv_gpu_kernel_names[OKV_GPU_FN_COUNT] = {
     [OKV_GPU_FN_TOPK] = "okv_gpu_topk",
     [OKV_GPU_FN_SUMMARY_REDUCE] = "okv_gpu_summary_reduce",
     [OKV_GPU_FN_KV_WRITE] = "okv_gpu_kv_write",
+    [OKV_GPU_FN_SELECT] = "okv_gpu_select",
+    [OKV_GPU_FN_SLOT_COMMIT] = "okv_gpu_slot_commit",
 };
 
 static void gpu_fill_info(const okv_gpu_vendor_t *v, int ordinal, okv_hal_device_info_t *info) {
@@ -139,4 +141,6 @@ static const okv_hal_device_vtable_t gpu_vtable = {
     .summary_append_ex = okv_gpu_summary_append_ex,
     .summary_reduce = okv_gpu_summary_reduce,
     .kv_write = okv_gpu_kv_write,
+    .select = okv_gpu_select,
+    .slot_commit = okv_gpu_slot_commit,
 };

@@ -195,5 +195,7 @@ OKV_GPU_HIDDEN okv_status_t okv_gpu_topk(okv_hal_stream_t *stream, const okv_top
 OKV_GPU_HIDDEN okv_status_t okv_gpu_summary_append_ex(okv_hal_stream_t *stream, const okv_summary_append_desc_t *d);
 OKV_GPU_HIDDEN okv_status_t okv_gpu_summary_reduce(okv_hal_stream_t *stream, const okv_summary_reduce_desc_t *d);
 OKV_GPU_HIDDEN okv_status_t okv_gpu_kv_write(okv_hal_stream_t *stream, const okv_kv_write_desc_t *d);
+OKV_GPU_HIDDEN okv_status_t okv_gpu_select(okv_hal_stream_t *stream, const okv_select_desc_t *d);
+OKV_GPU_HIDDEN okv_status_t okv_gpu_slot_commit(okv_hal_stream_t *stream, const okv_slot_commit_desc_t *d);
 
 #endif /* OASISKV_GPU_INTERNAL_H */

@@ -276,6 +276,67 @@ okv_status_t okv_gpu_kv_write(okv_hal_stream_t *stream, const okv_kv_write_desc_
   return okv_gpu_op_end(s, st, p.st, bufs, 1);
 }
 
+/* Selection on slot tables: the per-head active block and cap are uploaded; one thread per head. */
+okv_status_t okv_gpu_select(okv_hal_stream_t *stream, const okv_select_desc_t *d) {
+  okv_gpu_stream_t *s = (okv_gpu_stream_t *)stream;
+  const uint32_t n = d->n_heads;
+  const size_t upload = okv_gpu_align((size_t)n * 8u);
+  okv_gpu_pack_t p = {0};
+  OKV_RETURN_IF_ERROR(okv_gpu_op_begin(s, upload, &p));
+  okv_gpu_select_args_t a = {0};
+  a.tables = okv_gpu_addr(d->table, d->table_offset);
+  a.table_bytes = okv_slot_table_bytes(d->n_slots, d->bitmap_words);
+  a.predicted = okv_gpu_addr(d->predicted, d->predicted_offset);
+  a.counts = okv_gpu_addr(d->predicted_counts, d->counts_offset);
+  uint32_t *params = (uint32_t *)((unsigned char *)p.st->host + p.used);
+  a.head_params = okv_gpu_pack(&p, NULL, (size_t)n * 8u);
+  for (uint32_t h = 0; h < n; h++) {
+    params[2u * h] = d->active_block[h];
+    params[2u * h + 1u] = d->cap[h];
+  }
+  a.plan = okv_gpu_addr(d->plan, d->plan_offset);
+  a.result = okv_gpu_addr(d->result, d->result_offset);
+  a.n_heads = n;
+  a.n_slots = d->n_slots;
+  a.bitmap_words = d->bitmap_words;
+  a.budget_blocks = d->budget_blocks;
+  a.step = d->step;
+  a.predicted_stride = d->predicted_stride;
+  a.plan_stride = d->plan_stride;
+  okv_status_t st = okv_gpu_pack_upload(s, &p, upload);
+  if (st == OKV_OK)
+    st = okv_gpu_launch(s, OKV_GPU_FN_SELECT,
+                        okv_gpu_grid_cap((n + OKV_GPU_SELECT_THREADS - 1u) / OKV_GPU_SELECT_THREADS), 1,
+                        OKV_GPU_SELECT_THREADS, 0, &a);
+  okv_hal_buffer_t *bufs[5] = {d->table, d->predicted, d->predicted_counts, d->plan, d->result};
+  return okv_gpu_op_end(s, st, p.st, bufs, 5);
+}
+
+okv_status_t okv_gpu_slot_commit(okv_hal_stream_t *stream, const okv_slot_commit_desc_t *d) {
+  okv_gpu_stream_t *s = (okv_gpu_stream_t *)stream;
+  const uint32_t n = d->n_heads;
+  const size_t upload = okv_gpu_align(n);
+  okv_gpu_pack_t p = {0};
+  OKV_RETURN_IF_ERROR(okv_gpu_op_begin(s, upload, &p));
+  okv_gpu_slot_commit_args_t a = {0};
+  a.tables = okv_gpu_addr(d->table, d->table_offset);
+  a.table_bytes = okv_slot_table_bytes(d->n_slots, d->bitmap_words);
+  a.plan = okv_gpu_addr(d->plan, d->plan_offset);
+  a.result = okv_gpu_addr(d->result, d->result_offset);
+  a.landed = okv_gpu_pack(&p, d->landed, n);
+  a.n_heads = n;
+  a.n_slots = d->n_slots;
+  a.bitmap_words = d->bitmap_words;
+  a.plan_stride = d->plan_stride;
+  okv_status_t st = okv_gpu_pack_upload(s, &p, upload);
+  if (st == OKV_OK)
+    st = okv_gpu_launch(s, OKV_GPU_FN_SLOT_COMMIT,
+                        okv_gpu_grid_cap((n + OKV_GPU_SELECT_THREADS - 1u) / OKV_GPU_SELECT_THREADS), 1,
+                        OKV_GPU_SELECT_THREADS, 0, &a);
+  okv_hal_buffer_t *bufs[3] = {d->table, d->plan, d->result};
+  return okv_gpu_op_end(s, st, p.st, bufs, 3);
+}
+
 okv_status_t okv_gpu_summary_reduce(okv_hal_stream_t *stream, const okv_summary_reduce_desc_t *d) {
   okv_gpu_stream_t *s = (okv_gpu_stream_t *)stream;
   const size_t n = d->n;

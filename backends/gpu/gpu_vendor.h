@@ -39,6 +39,8 @@ typedef enum okv_gpu_fn_e {
   OKV_GPU_FN_TOPK,
   OKV_GPU_FN_SUMMARY_REDUCE,
   OKV_GPU_FN_KV_WRITE,
+  OKV_GPU_FN_SELECT,
+  OKV_GPU_FN_SLOT_COMMIT,
   OKV_GPU_FN_COUNT
 } okv_gpu_fn_t;
 

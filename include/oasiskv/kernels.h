@@ -372,6 +372,121 @@ typedef struct okv_kv_write_desc_t {
  * or synchronize, and the slots' written positions are then unspecified. */
 OKV_API okv_status_t okv_hal_kv_write_tokens_async(okv_hal_stream_t *stream, const okv_kv_write_desc_t *desc);
 
+/* 6. Selection on the device (arXiv 2608.08097, "Select" and "Memory"): the
+ * head-wise map kept in DEVICE memory as one slot table per KV head, and the
+ * delta selection with capped eviction run against it, so that the host does
+ * no per-head work (docs/architecture.md "Host bookkeeping per KV head").
+ *
+ * Slot table of one KV head with R slots and W 64-bit bitmap words (blocks
+ * 0 .. 64 W - 1), okv_slot_table_bytes(R, W) bytes, 8-byte aligned, u32 words:
+ *   block[R]   logical block held by slot j, OKV_SLOT_FREE for a free slot
+ *   last[R]    step block[j] was last selected (the LRU key of capped eviction)
+ *   tokens[R]  tokens of block[j] current in the slot, 0 = unreadable (the
+ *              write-currency contract of docs/api.md "Faults")
+ *   scratch[R] the kernel's own (candidate list); any value between calls
+ *   then u64 words (16 R bytes in, so 8-byte aligned):
+ *   resident[W] bit b set iff block b is committed in some slot
+ *   predicted[W] the kernel's scratch, all zero between calls
+ * An empty table: every block[j] = OKV_SLOT_FREE, every other byte 0. The
+ * host may write a table (a prefill, a repair) under these rules: a slot
+ * whose block is not FREE has that block's resident bit set, no block sits in
+ * two slots, predicted is zero. */
+#define OKV_SLOT_FREE          UINT32_MAX
+#define OKV_SELECT_MAX_SLOTS   4096u
+#define OKV_SELECT_MAX_WORDS   65536u /* 4,194,304 blocks (64M tokens) per head */
+#define OKV_SELECT_RESULT_U32S 4u     /* n_admitted, n_hits, n_misses, n_victims */
+#define OKV_SELECT_PLAN_U32S   4u     /* block, slot, victim, victim_slot */
+
+/* Bytes of one slot table (layout above); 0 when R or W is 0 or over the limits. */
+static inline uint64_t okv_slot_table_bytes(uint32_t n_slots, uint32_t bitmap_words) {
+  if (n_slots == 0 || n_slots > OKV_SELECT_MAX_SLOTS || bitmap_words == 0 || bitmap_words > OKV_SELECT_MAX_WORDS)
+    return 0;
+  return (uint64_t)n_slots * 16u + (uint64_t)bitmap_words * 16u;
+}
+
+/* Selection of one step for n_heads KV heads, head h using the table at byte
+ * table_offset + h * okv_slot_table_bytes(n_slots, bitmap_words) of `table`:
+ *  1. The prediction: predicted[h][0 .. n_h), n_h = min(predicted_counts[h],
+ *     predicted_stride), in descending score order (a top-K's out_indices and
+ *     out_counts). Entries >= 64 W, equal to active_block[h] or repeated are
+ *     ignored (a kernel cannot refuse its input). Hits (predicted and
+ *     resident) get last = step; misses are the rest, in predicted order.
+ *  2. Victims: resident slots whose block is not predicted and not
+ *     active_block[h], least recently selected first (ties: lower block).
+ *  3. Admissions: n_adm = min(misses, cap[h], free slots). While the head
+ *     holds fewer than budget_blocks blocks besides the active block, an
+ *     admission takes free room (victim OKV_SLOT_FREE); the others each evict
+ *     one victim. The first n_adm misses are admitted, each into the lowest
+ *     free slot: block[slot] = the block, last = step, tokens = 0 (pending).
+ *  Plan entry e < n_adm of head h at plan[h][e] (OKV_SELECT_PLAN_U32S u32s):
+ *  {block, slot, victim, victim_slot} (victim and victim_slot OKV_SLOT_FREE
+ *  for free room); the victims stay resident until the commit. Result of head h
+ *  at result[h] (OKV_SELECT_RESULT_U32S u32s): {n_adm, hits, misses, victims}.
+ * The same rule as the host's selection, so a step selects the same blocks and
+ * victims either way (tests/kernels/test_select_kernel.c compares them). */
+typedef struct okv_select_desc_t {
+  uint32_t n_heads;                   /* 1.. */
+  uint32_t n_slots;                   /* R per head, 1..OKV_SELECT_MAX_SLOTS */
+  uint32_t bitmap_words;              /* W per head, 1..OKV_SELECT_MAX_WORDS */
+  uint32_t budget_blocks;             /* K: blocks held besides the active block before admissions evict */
+  uint32_t step;                      /* stamped on hits and admissions */
+  okv_hal_buffer_t *table;            /* DEVICE slot tables, read and written */
+  uint64_t table_offset;              /* bytes, a multiple of 8 */
+  okv_hal_buffer_t *predicted;        /* DEVICE u32 [n_heads][predicted_stride] */
+  uint64_t predicted_offset;          /* bytes, a multiple of 4 */
+  uint32_t predicted_stride;          /* entries per head, 1..OKV_TOPK_MAX */
+  okv_hal_buffer_t *predicted_counts; /* DEVICE u32 [n_heads] */
+  uint64_t counts_offset;             /* bytes, a multiple of 4 */
+  const uint32_t *active_block;       /* host [n_heads]: never a victim, never admitted; OKV_SLOT_FREE = none */
+  const uint32_t *cap;                /* host [n_heads]: admissions allowed this step (C) */
+  uint32_t plan_stride;               /* plan entries per head, 1..OKV_SELECT_MAX_SLOTS, >= every cap[h] */
+  okv_hal_buffer_t *plan;             /* DEVICE u32 [n_heads][plan_stride][OKV_SELECT_PLAN_U32S], written */
+  uint64_t plan_offset;               /* bytes, a multiple of 4 */
+  okv_hal_buffer_t *result;           /* DEVICE u32 [n_heads][OKV_SELECT_RESULT_U32S], written */
+  uint64_t result_offset;             /* bytes, a multiple of 4 */
+} okv_select_desc_t;
+
+/* Enqueues the selection of `desc` on `stream`; host arrays (active_block,
+ * cap) are copied before return, buffers retained until it ran. Thread
+ * safety: as other enqueues; one selection or commit per table at a time
+ * (stream order). Run okv_hal_slot_commit_async on the plan before the next
+ * selection of the same tables. Errors: INVALID_ARGUMENT naming the field
+ * (stream or desc NULL, n_heads 0, n_slots / bitmap_words / predicted_stride /
+ * plan_stride out of range, a cap[h] over plan_stride, a host array NULL, a
+ * buffer not a live DEVICE buffer of the stream's device, an offset not
+ * aligned, a region outside its buffer, the plan or result overlapping the
+ * tables or each other, the tables overlapping the prediction); UNAVAILABLE
+ * when the backend has no selection kernel; OUT_OF_MEMORY for the host
+ * copies; the backend's launch error. */
+OKV_API okv_status_t okv_hal_select_async(okv_hal_stream_t *stream, const okv_select_desc_t *desc);
+
+/* Commit of a selection's plan once its transfers ran (the layer-local sync),
+ * head h using the same table, plan and result as the selection: with
+ * landed[h] != 0 every admitted block becomes resident (tokens =
+ * OKV_BLOCK_TOKENS, its resident bit set) and every victim leaves (its slot
+ * freed, last and tokens 0, its bit cleared); with landed[h] == 0 (the
+ * transfer failed) the admissions are undone (their slots freed) and the
+ * victims stay. Entries are read from result[h][0] (n_adm, at most
+ * plan_stride); a plan entry naming a slot >= n_slots or a block >= 64 W is
+ * skipped. */
+typedef struct okv_slot_commit_desc_t {
+  uint32_t n_heads, n_slots, bitmap_words; /* as the selection's */
+  okv_hal_buffer_t *table;
+  uint64_t table_offset;
+  uint32_t plan_stride;
+  okv_hal_buffer_t *plan;
+  uint64_t plan_offset;
+  okv_hal_buffer_t *result;
+  uint64_t result_offset;
+  const uint8_t *landed; /* host [n_heads] */
+} okv_slot_commit_desc_t;
+
+/* Enqueues the commit of `desc` on `stream`; `landed` is copied before
+ * return, buffers retained until it ran. Thread safety and errors: as
+ * okv_hal_select_async's (its fields; landed NULL; the plan or result
+ * overlapping the tables). */
+OKV_API okv_status_t okv_hal_slot_commit_async(okv_hal_stream_t *stream, const okv_slot_commit_desc_t *desc);
+
 #ifdef __cplusplus
 }
 #endif

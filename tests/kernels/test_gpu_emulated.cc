@@ -1016,6 +1016,81 @@ void test_topk_all_excluded(void **state) {
   check_topk(segs, excl, 4, true);
 }
 
+/* ---- 6. Selection on slot tables ----
+ * The rule itself is checked against the host selection by the HAL suite
+ * (test_select_against_host); here the kernels' indexing: per-head table,
+ * prediction, parameter and plan strides, the count clamp and the grid-stride
+ * loop over more heads than threads. Each step, every head's table, plan and
+ * result equal those of the rule run directly on a copy. */
+void test_select_kernels(void **state) {
+  (void)state;
+  const uint32_t H = OKV_EMU_BIG(150u, 70u), K = 8, C = 2, R = K + 1 + C, W = 2, P = K, NB = 100;
+  const uint64_t tb = okv_slot_table_bytes(R, W);
+  std::vector<uint64_t> tables(H * tb / 8), ref;
+  for (uint32_t h = 0; h < H; ++h) {
+    uint32_t *t = (uint32_t *)(tables.data() + h * tb / 8);
+    for (uint32_t j = 0; j < R; ++j) t[j] = OKV_SLOT_FREE;
+    t[0] = NB - 1; /* the active block */
+    ((uint64_t *)(t + 4 * R))[(NB - 1) / 64] |= 1ull << ((NB - 1) % 64);
+  }
+  ref = tables;
+  std::vector<uint32_t> pred(H * P), counts(H), params(2 * H), plan(H * C * OKV_SELECT_PLAN_U32S, 7u),
+      result(H * OKV_SELECT_RESULT_U32S, 7u), ref_plan = plan, ref_result = result;
+  std::vector<uint8_t> landed(H);
+  Rng rng(5);
+  uint64_t admitted = 0;
+  for (uint32_t step = 1; step <= 12; ++step) {
+    for (uint32_t h = 0; h < H; ++h) {
+      for (uint32_t i = 0; i < P; ++i) pred[h * P + i] = rng.below(NB + 8); /* repeats, the active block, past W */
+      counts[h] = rng.below(P + 3);                                         /* some over the stride */
+      params[2 * h] = NB - 1;
+      params[2 * h + 1] = rng.below(C + 1);
+      landed[h] = rng.below(4) != 0;
+    }
+    okv_gpu_select_args_t a = {};
+    a.tables = addr(tables.data());
+    a.table_bytes = tb;
+    a.predicted = addr(pred.data());
+    a.counts = addr(counts.data());
+    a.head_params = addr(params.data());
+    a.plan = addr(plan.data());
+    a.result = addr(result.data());
+    a.n_heads = H;
+    a.n_slots = R;
+    a.bitmap_words = W;
+    a.budget_blocks = K;
+    a.step = step;
+    a.predicted_stride = P;
+    a.plan_stride = C;
+    assert_true(okv_emu::launch(okv_gpu_select, {1, 1, 1}, OKV_GPU_SELECT_THREADS, 0, a)); /* grid < heads */
+    okv_gpu_slot_commit_args_t c = {};
+    c.tables = a.tables;
+    c.table_bytes = tb;
+    c.plan = a.plan;
+    c.result = a.result;
+    c.landed = addr(landed.data());
+    c.n_heads = H;
+    c.n_slots = R;
+    c.bitmap_words = W;
+    c.plan_stride = C;
+    for (uint32_t h = 0; h < H; ++h) {
+      uint32_t *t = (uint32_t *)(ref.data() + h * tb / 8);
+      okv_select_rule_head(t, R, W, K, step, &pred[h * P], std::min(counts[h], P), NB - 1, params[2 * h + 1],
+                           &ref_plan[h * C * OKV_SELECT_PLAN_U32S], &ref_result[h * OKV_SELECT_RESULT_U32S]);
+      admitted += ref_result[h * OKV_SELECT_RESULT_U32S];
+    }
+    assert_memory_equal(result.data(), ref_result.data(), result.size() * 4);
+    assert_memory_equal(plan.data(), ref_plan.data(), plan.size() * 4);
+    assert_memory_equal(tables.data(), ref.data(), tables.size() * 8);
+    assert_true(okv_emu::launch(okv_gpu_slot_commit, {2, 1, 1}, OKV_GPU_SELECT_THREADS, 0, c));
+    for (uint32_t h = 0; h < H; ++h)
+      okv_commit_rule_head((uint32_t *)(ref.data() + h * tb / 8), R, W, &ref_plan[h * C * OKV_SELECT_PLAN_U32S],
+                           std::min(ref_result[h * OKV_SELECT_RESULT_U32S], C), landed[h]);
+    assert_memory_equal(tables.data(), ref.data(), tables.size() * 8);
+  }
+  assert_true(admitted > H); /* the steps admitted blocks (and so evicted some, with K = 8 over 12 steps) */
+}
+
 }  // namespace
 
 int main(void) {
@@ -1038,6 +1113,7 @@ int main(void) {
       cmocka_unit_test(test_q8),
       cmocka_unit_test(test_topk),
       cmocka_unit_test(test_topk_all_excluded),
+      cmocka_unit_test(test_select_kernels),
   };
   printf("GPU kernels on the CPU emulator, warp size %d\n", OKV_EMU_WARP);
   return cmocka_run_group_tests(tests, NULL, NULL);

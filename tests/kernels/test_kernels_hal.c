@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "select.h" /* core/: the host selection, the reference of the slot-table kernels */
 #include "tests/kernels/kernel_case.h"
 
 static const char *g_backend = "cpu";
@@ -1125,6 +1126,327 @@ static void test_invalid_others(void **state) {
   release(idx);
 }
 
+/* ---- selection on slot tables ---- */
+
+enum { SEL_PLAN = OKV_SELECT_PLAN_U32S, SEL_RES = OKV_SELECT_RESULT_U32S };
+
+/* Slot tables of n_heads heads (R slots, W words) in a DEVICE buffer at byte `off`, with the plan, result,
+ * prediction and its counts in a second buffer. */
+typedef struct sel_bufs_t {
+  uint32_t H, R, W, P, S; /* heads, slots, bitmap words, prediction stride, plan stride */
+  uint64_t tb, off;
+  okv_hal_buffer_t *tables, *io;
+  uint64_t pred_off, counts_off, plan_off, result_off;
+} sel_bufs_t;
+
+static sel_bufs_t sel_bufs(okv_hal_device_t *dev, uint32_t H, uint32_t R, uint32_t W, uint32_t P, uint32_t S) {
+  sel_bufs_t b = {H, R, W, P, S, okv_slot_table_bytes(R, W), 24, NULL, NULL, 0, 0, 0, 0};
+  uint8_t *init = test_calloc(1, b.off + H * b.tb);
+  for (uint32_t h = 0; h < H; h++) memset(init + b.off + h * b.tb, 0xff, (size_t)R * 4u); /* every slot FREE */
+  b.tables = buf_with(dev, OKV_TIER_DEVICE, init, b.off + H * b.tb);
+  test_free(init);
+  b.pred_off = 4;
+  b.counts_off = b.pred_off + (uint64_t)H * P * 4u;
+  b.plan_off = b.counts_off + (uint64_t)H * 4u;
+  b.result_off = b.plan_off + (uint64_t)H * S * SEL_PLAN * 4u;
+  b.io = buf_with(dev, OKV_TIER_DEVICE, NULL, b.result_off + (uint64_t)H * SEL_RES * 4u);
+  return b;
+}
+
+static okv_select_desc_t sel_desc(const sel_bufs_t *b, uint32_t K, uint32_t step, const uint32_t *active,
+                                  const uint32_t *cap) {
+  okv_select_desc_t d = {.n_heads = b->H,
+                         .n_slots = b->R,
+                         .bitmap_words = b->W,
+                         .budget_blocks = K,
+                         .step = step,
+                         .table = b->tables,
+                         .table_offset = b->off,
+                         .predicted = b->io,
+                         .predicted_offset = b->pred_off,
+                         .predicted_stride = b->P,
+                         .predicted_counts = b->io,
+                         .counts_offset = b->counts_off,
+                         .active_block = active,
+                         .cap = cap,
+                         .plan_stride = b->S,
+                         .plan = b->io,
+                         .plan_offset = b->plan_off,
+                         .result = b->io,
+                         .result_offset = b->result_off};
+  return d;
+}
+
+static okv_slot_commit_desc_t sel_commit_desc(const sel_bufs_t *b, const uint8_t *landed) {
+  okv_slot_commit_desc_t d = {.n_heads = b->H,
+                              .n_slots = b->R,
+                              .bitmap_words = b->W,
+                              .table = b->tables,
+                              .table_offset = b->off,
+                              .plan_stride = b->S,
+                              .plan = b->io,
+                              .plan_offset = b->plan_off,
+                              .result = b->io,
+                              .result_offset = b->result_off,
+                              .landed = landed};
+  return d;
+}
+
+/* Writes slot j of head h's table: block, last, tokens (and its resident bit). */
+static void sel_put(uint32_t *t, const sel_bufs_t *b, uint32_t j, uint32_t block, uint32_t last, uint32_t tokens) {
+  t[j] = block;
+  t[b->R + j] = last;
+  t[2u * b->R + j] = tokens;
+  uint64_t *res = (uint64_t *)(void *)(t + 4u * b->R);
+  res[block >> 6] |= 1ull << (block & 63u);
+}
+
+/* Hand-computed: repeated, out-of-range and active entries are ignored; hits are stamped; victims are the least
+ * recently selected (ties: lower block); admissions take the lowest free slots; a landed commit swaps, a failed
+ * one undoes the admission and keeps the victim. */
+static void test_select_rules(void **state) {
+  fixture_t *f = *state;
+  sel_bufs_t b = sel_bufs(f->dev, 1, 6, 1, 8, 2);
+  uint32_t *t = test_calloc(1, b.tb);
+  memset(t, 0xff, 6u * 4u);
+  sel_put(t, &b, 0, 10, 0, 9); /* the active block, 9 tokens */
+  sel_put(t, &b, 1, 3, 5, 16);
+  sel_put(t, &b, 2, 7, 2, 16);
+  sel_put(t, &b, 3, 1, 2, 16);
+  OKV_ASSERT_OK(okv_hal_buffer_write(b.tables, b.off, t, b.tb));
+  const uint32_t pred[8] = {9, 3, 9, 70, 10, 5, 6, 4}, count = 7; /* the 8th entry lies past the count */
+  OKV_ASSERT_OK(okv_hal_buffer_write(b.io, b.pred_off, pred, sizeof pred));
+  OKV_ASSERT_OK(okv_hal_buffer_write(b.io, b.counts_off, &count, 4));
+  const uint32_t active = 10, cap = 2, K = 3;
+  const uint8_t landed = 1, failed = 0;
+  okv_select_desc_t sd = sel_desc(&b, K, 8, &active, &cap);
+  okv_slot_commit_desc_t cd = sel_commit_desc(&b, &landed);
+  OKV_ASSERT_OK(okv_hal_select_async(f->stream, &sd));
+  OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+  uint32_t plan[2 * SEL_PLAN], res[SEL_RES], got[6 * 4];
+  OKV_ASSERT_OK(okv_hal_buffer_read(b.io, b.plan_off, plan, sizeof plan));
+  OKV_ASSERT_OK(okv_hal_buffer_read(b.io, b.result_off, res, sizeof res));
+  const uint32_t want_res[SEL_RES] = {2, 1, 3, 2}, want_plan[2 * SEL_PLAN] = {9, 4, 1, 3, 5, 5, 7, 2};
+  assert_memory_equal(res, want_res, sizeof res);
+  assert_memory_equal(plan, want_plan, sizeof plan);
+  OKV_ASSERT_OK(okv_hal_buffer_read(b.tables, b.off, got, sizeof got));
+  const uint32_t want_sel[6 * 4 - 6] = {10, 3, 7, 1, 9, 5, 0, 8, 2, 2, 8, 8, 9, 16, 16, 16, 0, 0};
+  assert_memory_equal(got, want_sel, sizeof want_sel); /* block, last, tokens: admissions pending */
+  OKV_ASSERT_OK(okv_hal_slot_commit_async(f->stream, &cd));
+  OKV_ASSERT_OK(okv_hal_slot_commit_async(f->stream, &cd)); /* a second commit changes nothing */
+  OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+  OKV_ASSERT_OK(okv_hal_buffer_read(b.tables, b.off, t, b.tb));
+  const uint32_t F = OKV_SLOT_FREE, want_commit[6 * 3] = {10, 3, F, F, 9, 5, 0, 8, 0, 0, 8, 8, 9, 16, 0, 0, 16, 16};
+  assert_memory_equal(t, want_commit, sizeof want_commit);
+  const uint64_t *bits = (const uint64_t *)(const void *)(t + 4u * 6u);
+  assert_true(bits[0] == ((1ull << 10) | (1ull << 3) | (1ull << 9) | (1ull << 5)));
+  assert_true(bits[1] == 0); /* the scratch bitmap is zero again */
+  /* Step 9: one miss, three equally old candidates: the lowest block (3) is the victim; the transfer fails. */
+  const uint32_t pred2 = 6, count2 = 1;
+  OKV_ASSERT_OK(okv_hal_buffer_write(b.io, b.pred_off, &pred2, 4));
+  OKV_ASSERT_OK(okv_hal_buffer_write(b.io, b.counts_off, &count2, 4));
+  sd.step = 9;
+  cd.landed = &failed;
+  OKV_ASSERT_OK(okv_hal_select_async(f->stream, &sd));
+  OKV_ASSERT_OK(okv_hal_slot_commit_async(f->stream, &cd));
+  OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+  OKV_ASSERT_OK(okv_hal_buffer_read(b.io, b.plan_off, plan, SEL_PLAN * 4u));
+  const uint32_t want_plan2[SEL_PLAN] = {6, 2, 3, 1};
+  assert_memory_equal(plan, want_plan2, sizeof want_plan2);
+  uint32_t t2[6 * 3];
+  OKV_ASSERT_OK(okv_hal_buffer_read(b.tables, b.off, t2, sizeof t2));
+  assert_memory_equal(t2, want_commit, sizeof t2); /* undone: as after step 8 */
+  test_free(t);
+  release(b.tables);
+  release(b.io);
+}
+
+/* The slot-table kernels against the host selection (core/select.c) and the runtime's commit, step after step
+ * on random predictions, caps and failed transfers: the same hits, misses, admissions and victims in the same
+ * order, and after every commit the same resident blocks with the same last-selected steps. */
+static void run_select_against_host(fixture_t *f, uint32_t H, uint32_t n_steps, uint64_t seed) {
+  const uint32_t K = 16, C = 3, R = K + 1 + C, NB = 200, W = 4, active_block = NB - 1;
+  sel_bufs_t b = sel_bufs(f->dev, H, R, W, K, C);
+  okv_allocator_t a = okv_test_allocator();
+  okv_block_map_t *maps = test_calloc(H, sizeof *maps);
+  uint32_t *t = test_malloc(b.tb), *pred = test_malloc((size_t)H * K * 4u), *counts = test_malloc(H * 4u);
+  uint32_t *plan = test_malloc((size_t)H * C * SEL_PLAN * 4u), *res = test_malloc((size_t)H * SEL_RES * 4u);
+  uint32_t *active = test_malloc(H * 4u), *cap = test_malloc(H * 4u), scratch[64], adm[16], vic[16];
+  uint8_t *landed = test_malloc(H);
+  for (uint32_t h = 0; h < H; h++) { /* the active block resident in slot 0 on both sides */
+    OKV_ASSERT_OK(okv_block_map_init(&maps[h], &a, R));
+    OKV_ASSERT_OK(okv_block_map_reserve(&maps[h], &a, NB));
+    maps[h].n_blocks = NB;
+    for (uint32_t i = 0; i < NB; i++) maps[h].slot_of[i] = OKV_NO_SLOT;
+    okv_block_map_map(&maps[h], active_block, 0, 0);
+    for (uint32_t j = R; j-- > 1;) okv_block_map_push_free(&maps[h], j);
+    memset(t, 0, b.tb);
+    memset(t, 0xff, (size_t)R * 4u);
+    sel_put(t, &b, 0, active_block, 0, 5);
+    OKV_ASSERT_OK(okv_hal_buffer_write(b.tables, b.off + h * b.tb, t, b.tb));
+    active[h] = active_block;
+  }
+  okv_test_rng_t rng;
+  okv_test_rng_seed(&rng, seed);
+  uint64_t admitted = 0, victims = 0, undone = 0;
+  for (uint32_t step = 1; step <= n_steps; step++) {
+    for (uint32_t h = 0; h < H; h++) { /* about half the prediction from the resident blocks */
+      uint32_t n = okv_test_rng_below(&rng, K + 1), *p = pred + (size_t)h * K;
+      counts[h] = n;
+      cap[h] = okv_test_rng_below(&rng, C + 1);
+      landed[h] = okv_test_rng_below(&rng, 8) != 0;
+      uint64_t used[4] = {0, 0, 0, 0}; /* blocks taken, the active one included */
+      used[active_block >> 6] |= 1ull << (active_block & 63u);
+      for (uint32_t i = 0; i < n;) {
+        uint32_t blk = okv_test_rng_below(&rng, 2) && maps[h].n_resident > 1
+                           ? maps[h].resident[okv_test_rng_below(&rng, maps[h].n_resident)]
+                           : okv_test_rng_below(&rng, NB);
+        if ((used[blk >> 6] >> (blk & 63u)) & 1u) continue;
+        used[blk >> 6] |= 1ull << (blk & 63u);
+        p[i++] = blk;
+      }
+      for (uint32_t i = n; i < K; i++) p[i] = UINT32_MAX; /* past the count: never read */
+    }
+    OKV_ASSERT_OK(okv_hal_buffer_write(b.io, b.pred_off, pred, (uint64_t)H * K * 4u));
+    OKV_ASSERT_OK(okv_hal_buffer_write(b.io, b.counts_off, counts, H * 4u));
+    okv_select_desc_t sd = sel_desc(&b, K, step, active, cap);
+    okv_slot_commit_desc_t cd = sel_commit_desc(&b, landed);
+    OKV_ASSERT_OK(okv_hal_select_async(f->stream, &sd));
+    OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+    OKV_ASSERT_OK(okv_hal_buffer_read(b.io, b.plan_off, plan, (uint64_t)H * C * SEL_PLAN * 4u));
+    OKV_ASSERT_OK(okv_hal_buffer_read(b.io, b.result_off, res, (uint64_t)H * SEL_RES * 4u));
+    OKV_ASSERT_OK(okv_hal_slot_commit_async(f->stream, &cd));
+    for (uint32_t h = 0; h < H; h++) {
+      okv_block_map_t *m = &maps[h];
+      okv_select_params_t sp = {.budget_blocks = K, .cap_blocks = cap[h], .step = step, .active_block = active[h]};
+      okv_select_result_t r;
+      OKV_ASSERT_OK(okv_select_head(m, &sp, pred + (size_t)h * K, counts[h], scratch, adm, vic, &r));
+      const uint32_t *rh = res + (size_t)h * SEL_RES, *ph = plan + (size_t)h * C * SEL_PLAN;
+      if (rh[0] != r.n_admitted || rh[1] != r.n_hits || rh[2] != r.n_misses || rh[3] != r.n_victims) {
+        print_error("step %u head %u: kernel {%u %u %u %u}, host {%u %u %u %u}\n", step, h, rh[0], rh[1], rh[2], rh[3],
+                    r.n_admitted, r.n_hits, r.n_misses, r.n_victims);
+        fail();
+      }
+      for (uint32_t i = 0; i < r.n_admitted; i++) {
+        const uint32_t *e = ph + (size_t)i * SEL_PLAN;
+        assert_int_equal(e[0], adm[i]);
+        assert_int_equal(e[2], vic[i] == OKV_NO_BLOCK ? OKV_SLOT_FREE : vic[i]);
+        assert_true(e[1] < R);
+      }
+      admitted += r.n_admitted;
+      victims += r.n_victims;
+      /* The runtime's commit of a landed transfer; a failed one leaves the map as it was. */
+      if (!landed[h]) {
+        undone += r.n_admitted;
+        continue;
+      }
+      for (uint32_t i = 0; i < r.n_admitted; i++) {
+        uint32_t slot;
+        assert_true(okv_block_map_pop_free(m, &slot));
+        if (vic[i] != OKV_NO_BLOCK) okv_block_map_push_free(m, okv_block_map_unmap(m, vic[i]));
+        okv_block_map_map(m, adm[i], slot, step);
+        okv_block_map_set_current(m, adm[i], OKV_BLOCK_TOKENS);
+      }
+    }
+    OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+    for (uint32_t h = 0; h < H; h++) { /* the tables hold the host maps' blocks, steps and token counts */
+      okv_block_map_t *m = &maps[h];
+      OKV_ASSERT_OK(okv_hal_buffer_read(b.tables, b.off + h * b.tb, t, b.tb));
+      const uint64_t *bits = (const uint64_t *)(const void *)(t + 4u * R);
+      uint32_t held = 0;
+      for (uint32_t j = 0; j < R; j++) {
+        uint32_t blk = t[j];
+        if (blk == OKV_SLOT_FREE) {
+          assert_int_equal(t[2u * R + j], 0);
+          continue;
+        }
+        held++;
+        assert_true(okv_block_map_is_resident(m, blk));
+        assert_true((bits[blk >> 6] >> (blk & 63u)) & 1u);
+        if (okv_block_map_last(m, blk) != t[R + j]) {
+          print_error("step %u head %u block %u: last %u in the table, %u on the host\n", step, h, blk, t[R + j],
+                      okv_block_map_last(m, blk));
+          fail();
+        }
+        assert_int_equal(t[2u * R + j], blk == active_block ? 5u : OKV_BLOCK_TOKENS);
+      }
+      assert_int_equal(held, m->n_resident);
+      uint32_t n_bits = 0;
+      for (uint32_t w = 0; w < W; w++) n_bits += (uint32_t)__builtin_popcountll(bits[w]);
+      assert_int_equal(n_bits, held);
+      for (uint32_t w = 0; w < W; w++) assert_true(bits[W + w] == 0);
+    }
+  }
+  /* The workload reached every branch: admissions into room and with victims, and undone transfers. */
+  assert_true(admitted > victims && victims > 0 && undone > 0);
+  for (uint32_t h = 0; h < H; h++) okv_block_map_free(&maps[h], &a);
+  test_free(maps);
+  test_free(t);
+  test_free(pred);
+  test_free(counts);
+  test_free(plan);
+  test_free(res);
+  test_free(active);
+  test_free(cap);
+  test_free(landed);
+  release(b.tables);
+  release(b.io);
+}
+
+static void test_select_against_host(void **state) {
+  run_select_against_host(*state, 5, 60, 11);
+  run_select_against_host(*state, 70, 12, 12); /* the CPU backend splits 64 heads or more over threads */
+}
+
+#define EXPECT_INVALID_SEL(enqueue, d, good, stmt) \
+  OKV_EXPECT_MUTATION(d, good, stmt, OKV_ASSERT_CODE(enqueue(f->stream, &(d)), OKV_STATUS_INVALID_ARGUMENT))
+
+static void test_select_invalid(void **state) {
+  fixture_t *f = *state;
+  sel_bufs_t b = sel_bufs(f->dev, 2, 8, 2, 4, 2);
+  okv_hal_buffer_t *other = NULL;
+  okv_hal_device_t *dev1 = f->dev1;
+  OKV_ASSERT_OK(okv_hal_buffer_alloc(dev1, OKV_TIER_DEVICE, 4096, &other));
+  const uint32_t active[2] = {1, 2}, cap[2] = {2, 1}, cap_over[2] = {2, 3};
+  const uint8_t landed[2] = {1, 1};
+  okv_select_desc_t g = sel_desc(&b, 4, 1, active, cap), d;
+  okv_slot_commit_desc_t cg = sel_commit_desc(&b, landed), c;
+  buf_fill_sentinel(b.tables);
+  buf_fill_sentinel(b.io);
+  OKV_ASSERT_CODE(okv_hal_select_async(f->stream, NULL), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_hal_select_async(NULL, &g), OKV_STATUS_INVALID_ARGUMENT);
+  EXPECT_INVALID_SEL(okv_hal_select_async, d, g, d.n_heads = 0);
+  EXPECT_INVALID_SEL(okv_hal_select_async, d, g, d.n_slots = 0);
+  EXPECT_INVALID_SEL(okv_hal_select_async, d, g, d.n_slots = OKV_SELECT_MAX_SLOTS + 1);
+  EXPECT_INVALID_SEL(okv_hal_select_async, d, g, d.bitmap_words = 0);
+  EXPECT_INVALID_SEL(okv_hal_select_async, d, g, d.n_slots = 9);       /* tables past their buffer */
+  EXPECT_INVALID_SEL(okv_hal_select_async, d, g, d.table_offset = 28); /* not 8-byte aligned */
+  EXPECT_INVALID_SEL(okv_hal_select_async, d, g, d.predicted_stride = 0);
+  EXPECT_INVALID_SEL(okv_hal_select_async, d, g, d.predicted_stride = OKV_TOPK_MAX + 1);
+  EXPECT_INVALID_SEL(okv_hal_select_async, d, g, d.predicted_offset = 6); /* not 4-byte aligned */
+  EXPECT_INVALID_SEL(okv_hal_select_async, d, g, d.plan_stride = 0);
+  EXPECT_INVALID_SEL(okv_hal_select_async, d, g, d.cap = cap_over);
+  EXPECT_INVALID_SEL(okv_hal_select_async, d, g, d.cap = NULL);
+  EXPECT_INVALID_SEL(okv_hal_select_async, d, g, d.active_block = NULL);
+  EXPECT_INVALID_SEL(okv_hal_select_async, d, g, d.plan = NULL);
+  EXPECT_INVALID_SEL(okv_hal_select_async, d, g, d.plan = other);                         /* another device's buffer */
+  EXPECT_INVALID_SEL(okv_hal_select_async, d, g, d.result_offset = d.plan_offset);        /* result over the plan */
+  EXPECT_INVALID_SEL(okv_hal_select_async, d, g, (d.plan = b.tables, d.plan_offset = 0)); /* plan over tables */
+  EXPECT_INVALID_SEL(okv_hal_select_async, d, g, (d.predicted = b.tables, d.predicted_offset = b.off));
+  EXPECT_INVALID_SEL(okv_hal_select_async, d, g, d.result_offset = okv_hal_buffer_size(b.io) - 4);
+  EXPECT_INVALID_SEL(okv_hal_slot_commit_async, c, cg, c.landed = NULL);
+  EXPECT_INVALID_SEL(okv_hal_slot_commit_async, c, cg, c.n_heads = 0);
+  EXPECT_INVALID_SEL(okv_hal_slot_commit_async, c, cg, c.bitmap_words = OKV_SELECT_MAX_WORDS + 1);
+  EXPECT_INVALID_SEL(okv_hal_slot_commit_async, c, cg, c.table = NULL);
+  EXPECT_INVALID_SEL(okv_hal_slot_commit_async, c, cg, (c.result = b.tables, c.result_offset = b.off));
+  OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+  buf_assert_sentinel(b.tables);
+  buf_assert_sentinel(b.io);
+  release(other);
+  release(b.tables);
+  release(b.io);
+}
+
 int main(int argc, char **argv) {
   g_backend = okv_test_backend_or_skip(argc, argv);
   const struct CMUnitTest tests[] = {
@@ -1139,6 +1461,9 @@ int main(int argc, char **argv) {
       OKV_FIXTURE_TEST(test_lists_device_map),
       OKV_FIXTURE_TEST(test_summary_reduce_hal),
       OKV_FIXTURE_TEST(test_q8_hal),
+      OKV_FIXTURE_TEST(test_select_rules),
+      OKV_FIXTURE_TEST(test_select_against_host),
+      OKV_FIXTURE_TEST(test_select_invalid),
   };
   return cmocka_run_group_tests_name(g_backend, tests, NULL, NULL);
 }
