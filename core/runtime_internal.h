@@ -85,7 +85,8 @@ typedef struct okv_predict_ctx_t {
   uint64_t *seg_summary_first, *seg_score_first;
   uint32_t *seg_n, *seg_cursor, *topk_n, *excl_offsets, *excl_blocks;
   uint32_t *host_topk, *host_counts;
-  uint32_t *sel_scratch, *sel_admitted, *sel_victims;
+  uint64_t *sel_scratch; /* selection's LRU keys, slots_per_head + 1 */
+  uint32_t *sel_admitted, *sel_victims;
   okv_seq_t **seqs; /* [max_seqs] segment owners (NULL = skip) */
   /* Two-level scoring (core/scoring.c): ranges of the second level and the candidates' block ids. */
   uint32_t *r_seg, *r_n;         /* [n_seg * groups_kept] */

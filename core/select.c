@@ -5,29 +5,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Victim candidates are positions i into map->resident[] / map->res_last[]
- * (both contiguous, K + 1 long), so ranking them reads no per-block array. */
-static inline bool lru_before(const okv_block_map_t *map, uint32_t i, uint32_t j) {
-  uint32_t ti = map->res_last[i], tj = map->res_last[j];
-  return ti < tj || (ti == tj && map->resident[i] < map->resident[j]);
-}
+/* Victim candidates are 64-bit LRU keys, (last-selected step << 32) | logical
+ * block: least recently selected first, ties by lower block, is the order of
+ * the keys, so ranking a candidate is one compare and its block is the low word. */
+static inline uint64_t lru_key(uint32_t last, uint32_t block) { return (uint64_t)last << 32 | block; }
 
-/* Moves the `want` least recently selected candidates of v[0..n) (ties: lower
- * block first) to v[0..want), in that order. One pass keeping a sorted
- * prefix: a candidate that is not older than the newest kept one costs one
- * comparison, so this is O(n) for the small caps C the method uses. */
-static void select_lru(const okv_block_map_t *map, uint32_t *v, uint32_t n, uint32_t want) {
+/* Moves the `want` smallest keys of v[0..n) to v[0..want), in ascending order.
+ * One pass keeping a sorted prefix: a key not below the largest kept one costs
+ * one comparison, so this is O(n) for the small caps C the method uses. */
+static void select_lru(uint64_t *v, uint32_t n, uint32_t want) {
   if (want > n) want = n;
   if (want == 0) return;
   uint32_t m = 0; /* v[0..m) sorted, v[m..j) rejected */
   for (uint32_t j = 0; j < n; j++) {
-    uint32_t x = v[j];
+    uint64_t x = v[j];
     if (m == want) {
-      if (!lru_before(map, x, v[m - 1])) continue;
+      if (x >= v[m - 1]) continue;
       v[j] = v[--m]; /* the newest kept candidate is rejected in x's place */
     }
     uint32_t i = m; /* while m < want, j == m: nothing is rejected yet */
-    while (i > 0 && lru_before(map, x, v[i - 1])) {
+    while (i > 0 && x < v[i - 1]) {
       v[i] = v[i - 1];
       i--;
     }
@@ -41,58 +38,67 @@ static inline void clear_pred(okv_block_map_t *map, const uint32_t *predicted, u
 }
 
 okv_status_t okv_select_head(okv_block_map_t *map, const okv_select_params_t *params, const uint32_t *predicted,
-                             uint32_t n_predicted, uint32_t *scratch, uint32_t *out_admitted, uint32_t *out_victims,
+                             uint32_t n_predicted, uint64_t *scratch, uint32_t *out_admitted, uint32_t *out_victims,
                              okv_select_result_t *out_result) {
   okv_select_result_t r = {0, 0, 0, 0, 0};
+  /* The map's arrays in locals: the bitmap stores below cannot then alias them (one load each, not per entry). */
+  uint64_t *restrict pred_bits = map->pred_bits;
+  const uint64_t *restrict res_bits = map->res_bits;
+  const uint32_t n_blocks = map->n_blocks, active = params->active_block;
   /* 1. Predicted set as a bitmap; hits counted from the residency bitmap. */
+  uint32_t hits = 0;
   for (uint32_t i = 0; i < n_predicted; i++) {
     uint32_t b = predicted[i];
-    if (b >= map->n_blocks || b == params->active_block) {
+    if (b >= n_blocks || b == active) {
       clear_pred(map, predicted, i);
       return okv_status_make(OKV_STATUS_INVALID_ARGUMENT,
                              "select: predicted[%u] = %u is out of range (n_blocks %u) or the active block", i, b,
-                             map->n_blocks);
+                             n_blocks);
     }
-    map->pred_bits[b >> 6] |= 1ull << (b & 63u);
-    r.n_hits += okv_block_map_bit(map->res_bits, b);
+    pred_bits[b >> 6] |= 1ull << (b & 63u);
+    hits += (uint32_t)(res_bits[b >> 6] >> (b & 63u)) & 1u;
   }
+  r.n_hits = hits;
   r.n_misses = n_predicted - r.n_hits;
-  /* 2. Victim candidates: resident, not predicted, not active (positions, LRU
-   * order). A candidate that the previous selection predicted leaves the
-   * prediction now: its exact last-selected step (prev_step) is folded into
-   * res_last here, so that every candidate's key is exact; hits need none (the
-   * new prediction becomes pred_prev at `step`, step 5). One sequential pass
-   * over the resident list, no per-block lookups. */
-  uint32_t n_cand = 0;
-  bool active_resident = false;
-  const uint32_t *res = map->resident;
-  for (uint32_t i = 0; i < map->n_resident; i++) {
-    uint32_t b = res[i];
-    if (b == params->active_block) {
-      active_resident = true;
-      continue;
-    }
-    if (okv_block_map_bit(map->pred_bits, b)) continue;
-    if (map->has_prev && okv_block_map_bit(map->pred_prev, b) && map->res_last[i] < map->prev_step)
-      map->res_last[i] = map->prev_step;
-    scratch[n_cand++] = i;
+  /* 2. Victim candidates: resident, not predicted, not active, as LRU keys. A
+   * candidate that the previous selection predicted leaves the prediction now:
+   * its exact last-selected step (prev_step) is folded into res_last here, so
+   * that every candidate's key is exact; hits need none (the new prediction
+   * becomes pred_prev at `step`, step 5). One sequential pass over the
+   * resident list, no per-block lookups and no branch on the bits: every entry
+   * is written to scratch and only candidates advance the count. */
+  const uint32_t *restrict res = map->resident;
+  uint32_t *restrict res_last = map->res_last;
+  const uint64_t *restrict pred_prev = map->pred_prev;
+  const uint32_t n_res = map->n_resident, prev_step = map->has_prev ? map->prev_step : 0u;
+  uint32_t n_cand = 0, active_resident = 0;
+  for (uint32_t i = 0; i < n_res; i++) {
+    uint32_t b = res[i], is_active = b == active;
+    uint32_t in_pred = (uint32_t)(pred_bits[b >> 6] >> (b & 63u)) & 1u;
+    uint32_t was_pred = (uint32_t)(pred_prev[b >> 6] >> (b & 63u)) & 1u; /* all zero before a first selection */
+    uint32_t cand = (in_pred | is_active) ^ 1u, last = res_last[i];
+    if (cand & was_pred) last = last > prev_step ? last : prev_step;
+    res_last[i] = last;
+    active_resident |= is_active;
+    scratch[n_cand] = lru_key(last, b);
+    n_cand += cand;
   }
-  uint32_t held = map->n_resident - (active_resident ? 1u : 0u);
+  uint32_t held = n_res - active_resident;
   uint32_t room = held < params->budget_blocks ? params->budget_blocks - held : 0;
   /* Victims needed: admissions beyond the free room, at most the cap. */
   uint32_t n_admit_max = r.n_misses < params->cap_blocks ? r.n_misses : params->cap_blocks;
-  select_lru(map, scratch, n_cand, n_admit_max > room ? n_admit_max - room : 0);
+  select_lru(scratch, n_cand, n_admit_max > room ? n_admit_max - room : 0);
   /* 3. In predicted (score) order, the first misses are admitted. */
   uint32_t next_victim = 0;
   for (uint32_t i = 0; i < n_predicted && r.n_admitted < n_admit_max; i++) {
     uint32_t b = predicted[i];
-    if (okv_block_map_bit(map->res_bits, b)) continue;
+    if ((res_bits[b >> 6] >> (b & 63u)) & 1u) continue;
     uint32_t victim;
     if (room > 0) {
       room--;
       victim = OKV_NO_BLOCK;
     } else if (next_victim < n_cand) {
-      victim = map->resident[scratch[next_victim++]];
+      victim = (uint32_t)scratch[next_victim++];
       r.n_victims++;
     } else {
       break; /* no place: cannot happen with n_predicted <= budget_blocks */

@@ -29,10 +29,10 @@ typedef struct okv_select_result_t {
  * none the active block) in descending score order. Writes the admitted misses
  * to out_admitted[i] and their victims (OKV_NO_BLOCK: a free place) to
  * out_victims[i] for i < result.n_admitted; both arrays need
- * min(n_predicted, cap_blocks) entries. `scratch` needs map->n_resident entries.
+ * min(n_predicted, cap_blocks) entries. `scratch` needs map->n_resident entries (its LRU keys).
  * Errors: INVALID_ARGUMENT (a predicted block out of range or the active block). */
 okv_status_t okv_select_head(okv_block_map_t *map, const okv_select_params_t *params, const uint32_t *predicted,
-                             uint32_t n_predicted, uint32_t *scratch, uint32_t *out_admitted, uint32_t *out_victims,
+                             uint32_t n_predicted, uint64_t *scratch, uint32_t *out_admitted, uint32_t *out_victims,
                              okv_select_result_t *out_result);
 
 /* Prefetches the arrays okv_select_head reads of `map` (a hint; no effect on results). */

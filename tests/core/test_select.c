@@ -89,7 +89,8 @@ static void test_select_hand_case(void **state) {
   static const uint32_t mapped[5][2] = {{1, 1}, {2, 3}, {5, 2}, {6, 2}, {9, 4}}; /* (block, step) */
   map_blocks(f, mapped, 5);
   uint32_t pred[] = {8, 2, 0, 4};
-  uint32_t scratch[8], adm[4], vic[4];
+  uint64_t scratch[8];
+  uint32_t adm[4], vic[4];
   okv_select_params_t p = {.budget_blocks = 4, .cap_blocks = 2, .step = 5, .active_block = 9};
   okv_select_result_t r;
   OKV_ASSERT_OK(okv_select_head(&f->map, &p, pred, 4, scratch, adm, vic, &r));
@@ -117,7 +118,8 @@ static void test_select_room_then_victims(void **state) {
   map_block(f, 3, 1);
   map_block(f, 4, 1);
   uint32_t pred[] = {10, 11, 12, 13};
-  uint32_t scratch[8], adm[4], vic[4];
+  uint64_t scratch[8];
+  uint32_t adm[4], vic[4];
   okv_select_params_t p = {.budget_blocks = 3, .cap_blocks = UINT32_MAX, .step = 2, .active_block = 19};
   okv_select_result_t r;
   OKV_ASSERT_OK(okv_select_head(&f->map, &p, pred, 3, scratch, adm, vic, &r));
@@ -157,7 +159,7 @@ static uint64_t run_random_workload(fixture_t *f, uint64_t seed, uint32_t K, uin
   uint32_t n_blocks = 1;
   map_block(f, 0, 0); /* active block 0 */
   uint32_t *pred = test_malloc(sizeof(uint32_t) * K);
-  uint32_t *scratch = test_malloc(sizeof(uint32_t) * (K + 2 + C));
+  uint64_t *scratch = test_malloc(sizeof(uint64_t) * (K + 2 + C));
   uint32_t *adm = test_malloc(sizeof(uint32_t) * K), *vic = test_malloc(sizeof(uint32_t) * K);
   uint32_t *expect = test_malloc(sizeof(uint32_t) * (K + 2 + C));
   uint8_t *seen = test_malloc(max_blocks);

@@ -1271,7 +1271,8 @@ static void run_select_against_host(fixture_t *f, uint32_t H, uint32_t n_steps, 
   okv_block_map_t *maps = test_calloc(H, sizeof *maps);
   uint32_t *t = test_malloc(b.tb), *pred = test_malloc((size_t)H * K * 4u), *counts = test_malloc(H * 4u);
   uint32_t *plan = test_malloc((size_t)H * C * SEL_PLAN * 4u), *res = test_malloc((size_t)H * SEL_RES * 4u);
-  uint32_t *active = test_malloc(H * 4u), *cap = test_malloc(H * 4u), scratch[64], adm[16], vic[16];
+  uint32_t *active = test_malloc(H * 4u), *cap = test_malloc(H * 4u), adm[16], vic[16];
+  uint64_t scratch[64];
   uint8_t *landed = test_malloc(H);
   for (uint32_t h = 0; h < H; h++) { /* the active block resident in slot 0 on both sides */
     OKV_ASSERT_OK(okv_block_map_init(&maps[h], &a, R));
