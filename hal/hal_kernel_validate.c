@@ -474,6 +474,13 @@ okv_status_t okv_hal_validate_select(const okv_hal_stream_t *stream, const okv_s
   if (overlaps(d->table, d->table_offset, tables, d->predicted, d->predicted_offset, pred_bytes) ||
       overlaps(d->table, d->table_offset, tables, d->predicted_counts, d->counts_offset, counts_bytes))
     return INVALID("%s: table overlaps predicted or predicted_counts", fn);
+  const uint64_t plan_bytes = (uint64_t)d->n_heads * d->plan_stride * OKV_SELECT_PLAN_U32S * 4u;
+  const uint64_t result_bytes = (uint64_t)d->n_heads * OKV_SELECT_RESULT_U32S * 4u;
+  if (overlaps(d->plan, d->plan_offset, plan_bytes, d->predicted, d->predicted_offset, pred_bytes) ||
+      overlaps(d->plan, d->plan_offset, plan_bytes, d->predicted_counts, d->counts_offset, counts_bytes) ||
+      overlaps(d->result, d->result_offset, result_bytes, d->predicted, d->predicted_offset, pred_bytes) ||
+      overlaps(d->result, d->result_offset, result_bytes, d->predicted_counts, d->counts_offset, counts_bytes))
+    return INVALID("%s: plan or result overlaps predicted or predicted_counts (heads run in parallel)", fn);
   REQUIRE_NONNULL(d->active_block, "active_block");
   REQUIRE_NONNULL(d->cap, "cap");
   for (uint32_t h = 0; h < d->n_heads; h++)

@@ -132,8 +132,10 @@ OKV_SELECT_RULE_FN void okv_select_rule_head(uint32_t *t, uint32_t R, uint32_t W
 }
 
 /* Commit of one head's plan (okv_slot_commit_desc_t): n_plan entries; landed:
- * the head's transfer ran. Idempotent: an entry whose slot no longer holds
- * its block (committed twice, or undone) changes nothing. */
+ * the head's transfer ran. An entry whose slot no longer holds its block
+ * (undone already) changes nothing, nor does an undo of an entry already
+ * committed (its block's resident bit is set): a plan is committed once,
+ * whatever later calls say. */
 OKV_SELECT_RULE_FN void okv_commit_rule_head(uint32_t *t, uint32_t R, uint32_t W, const uint32_t *plan, uint32_t n_plan,
                                              int landed) {
   uint32_t *blk = t, *last = t + R, *tok = t + 2u * R;
@@ -143,7 +145,9 @@ OKV_SELECT_RULE_FN void okv_commit_rule_head(uint32_t *t, uint32_t R, uint32_t W
     const uint32_t *p = plan + (uint64_t)e * OKV_SELECT_PLAN_U32S;
     uint32_t b = p[0], s = p[1], v = p[2], vs = p[3];
     if (s >= R || b >= nb || blk[s] != b) continue;
+    const int committed = (int)((res[b >> 6] >> (b & 63u)) & 1u);
     if (!landed) {
+      if (committed) continue;
       blk[s] = OKV_SLOT_FREE;
       last[s] = 0;
       tok[s] = 0;

@@ -413,15 +413,21 @@ static inline uint64_t okv_slot_table_bytes(uint32_t n_slots, uint32_t bitmap_wo
  *     resident) get last = step; misses are the rest, in predicted order.
  *  2. Victims: resident slots whose block is not predicted and not
  *     active_block[h], least recently selected first (ties: lower block).
- *  3. Admissions: n_adm = min(misses, cap[h], free slots). While the head
+ *  3. Admissions: at most min(misses, cap[h], free slots). While the head
  *     holds fewer than budget_blocks blocks besides the active block, an
  *     admission takes free room (victim OKV_SLOT_FREE); the others each evict
- *     one victim. The first n_adm misses are admitted, each into the lowest
- *     free slot: block[slot] = the block, last = step, tokens = 0 (pending).
+ *     one victim, so admissions also stop when room and victims run out. The
+ *     first misses are admitted, each into the lowest free slot: block[slot] =
+ *     the block, last = step, tokens = 0 (pending). Victims keep their slots
+ *     until the commit, so a table needs R >= budget_blocks + 1 + cap slots
+ *     for every admission to find a free one.
  *  Plan entry e < n_adm of head h at plan[h][e] (OKV_SELECT_PLAN_U32S u32s):
  *  {block, slot, victim, victim_slot} (victim and victim_slot OKV_SLOT_FREE
  *  for free room); the victims stay resident until the commit. Result of head h
- *  at result[h] (OKV_SELECT_RESULT_U32S u32s): {n_adm, hits, misses, victims}.
+ *  at result[h] (OKV_SELECT_RESULT_U32S u32s): {n_adm, hits, misses, victims}
+ *  with misses counting every valid predicted block not resident (admitted or
+ *  deferred) and victims the admissions that evict (n_adm minus those taking
+ *  free room).
  * The same rule as the host's selection, so a step selects the same blocks and
  * victims either way (tests/kernels/test_select_kernel.c compares them). */
 typedef struct okv_select_desc_t {
@@ -430,7 +436,7 @@ typedef struct okv_select_desc_t {
   uint32_t bitmap_words;              /* W per head, 1..OKV_SELECT_MAX_WORDS */
   uint32_t budget_blocks;             /* K: blocks held besides the active block before admissions evict */
   uint32_t step;                      /* stamped on hits and admissions */
-  okv_hal_buffer_t *table;            /* DEVICE slot tables, read and written */
+  okv_hal_buffer_t *table;            /* slot tables (DEVICE for speed), read and written */
   uint64_t table_offset;              /* bytes, a multiple of 8 */
   okv_hal_buffer_t *predicted;        /* DEVICE u32 [n_heads][predicted_stride] */
   uint64_t predicted_offset;          /* bytes, a multiple of 4 */
@@ -453,9 +459,10 @@ typedef struct okv_select_desc_t {
  * selection of the same tables. Errors: INVALID_ARGUMENT naming the field
  * (stream or desc NULL, n_heads 0, n_slots / bitmap_words / predicted_stride /
  * plan_stride out of range, a cap[h] over plan_stride, a host array NULL, a
- * buffer not a live DEVICE buffer of the stream's device, an offset not
- * aligned, a region outside its buffer, the plan or result overlapping the
- * tables or each other, the tables overlapping the prediction); UNAVAILABLE
+ * buffer not a live buffer of the stream's device (any tier: DEVICE is where
+ * it is fast), an offset not aligned, a region outside its buffer, the plan
+ * or result overlapping the tables, each other or the prediction and its
+ * counts, the tables overlapping the prediction); UNAVAILABLE
  * when the backend has no selection kernel; OUT_OF_MEMORY for the host
  * copies; the backend's launch error. */
 OKV_API okv_status_t okv_hal_select_async(okv_hal_stream_t *stream, const okv_select_desc_t *desc);
@@ -467,8 +474,10 @@ OKV_API okv_status_t okv_hal_select_async(okv_hal_stream_t *stream, const okv_se
  * freed, last and tokens 0, its bit cleared); with landed[h] == 0 (the
  * transfer failed) the admissions are undone (their slots freed) and the
  * victims stay. Entries are read from result[h][0] (n_adm, at most
- * plan_stride); a plan entry naming a slot >= n_slots or a block >= 64 W is
- * skipped. */
+ * plan_stride). A plan is committed once: an entry whose slot no longer
+ * holds its block (undone already), an undo of an entry already committed
+ * (its block's resident bit set), a slot >= n_slots or a block >= 64 W change
+ * nothing, and a victim is freed only while its slot still holds it. */
 typedef struct okv_slot_commit_desc_t {
   uint32_t n_heads, n_slots, bitmap_words; /* as the selection's */
   okv_hal_buffer_t *table;

@@ -1234,6 +1234,9 @@ static void test_select_rules(void **state) {
   assert_memory_equal(got, want_sel, sizeof want_sel); /* block, last, tokens: admissions pending */
   OKV_ASSERT_OK(okv_hal_slot_commit_async(f->stream, &cd));
   OKV_ASSERT_OK(okv_hal_slot_commit_async(f->stream, &cd)); /* a second commit changes nothing */
+  cd.landed = &failed;
+  OKV_ASSERT_OK(okv_hal_slot_commit_async(f->stream, &cd)); /* nor does an undo of what was committed */
+  cd.landed = &landed;
   OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
   OKV_ASSERT_OK(okv_hal_buffer_read(b.tables, b.off, t, b.tb));
   const uint32_t F = OKV_SLOT_FREE, want_commit[6 * 3] = {10, 3, F, F, 9, 5, 0, 8, 0, 0, 8, 8, 9, 16, 0, 0, 16, 16};
@@ -1434,6 +1437,8 @@ static void test_select_invalid(void **state) {
   EXPECT_INVALID_SEL(okv_hal_select_async, d, g, d.result_offset = d.plan_offset);        /* result over the plan */
   EXPECT_INVALID_SEL(okv_hal_select_async, d, g, (d.plan = b.tables, d.plan_offset = 0)); /* plan over tables */
   EXPECT_INVALID_SEL(okv_hal_select_async, d, g, (d.predicted = b.tables, d.predicted_offset = b.off));
+  EXPECT_INVALID_SEL(okv_hal_select_async, d, g, d.plan_offset = d.predicted_offset); /* plan over the prediction */
+  EXPECT_INVALID_SEL(okv_hal_select_async, d, g, d.result_offset = d.counts_offset);  /* result over the counts */
   EXPECT_INVALID_SEL(okv_hal_select_async, d, g, d.result_offset = okv_hal_buffer_size(b.io) - 4);
   EXPECT_INVALID_SEL(okv_hal_slot_commit_async, c, cg, c.landed = NULL);
   EXPECT_INVALID_SEL(okv_hal_slot_commit_async, c, cg, c.n_heads = 0);
