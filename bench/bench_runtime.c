@@ -514,6 +514,11 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     json_object_object_add(
         jout, "bookkeeping_ns_per_head",
         json_object_new_double(cum.bookkeeping_seconds / n_steps * 1e9 / ((double)o.n_seqs * L * H)));
+    const double per_head_ns = 1e9 / n_steps / ((double)o.n_seqs * L * H);
+    json_object_object_add(jout, "select_ns_per_head", json_object_new_double(cum.select_seconds * per_head_ns));
+    json_object_object_add(jout, "commit_ns_per_head", json_object_new_double(cum.commit_seconds * per_head_ns));
+    json_object_object_add(jout, "working_set_ns_per_head",
+                           json_object_new_double(cum.working_set_seconds * per_head_ns));
     json_object_object_add(jout, "bytes_per_step", json_object_new_double(bytes_per_step));
     json_object_object_add(jout, "cap_bytes_per_step", json_object_new_double(cap_bytes));
     json_object_object_add(jout, "append_bytes_per_step", json_object_new_double((double)cum.append_bytes / n_steps));
@@ -576,7 +581,13 @@ int okv_cli_bench_runtime(int argc, char **argv) {
              (double)cum.topk_agreement_hits / cum.topk_agreement_total);
     printf("\noverhead_fraction %.4f (target <= 0.05); bytes/step %.0f <= cap %.0f: %s\n", overhead, bytes_per_step,
            cap_bytes, bytes_per_step <= cap_bytes ? "yes" : "NO");
-    printf("bookkeeping %.0f ns per KV head per step (target <= 500)\n", ns_per_head);
+    const double per_head_ns = 1e9 / n_steps / ((double)o.n_seqs * L * H);
+    printf(
+        "bookkeeping %.0f ns per KV head per step (target <= 500): selection %.0f, commit %.0f, working set %.0f, "
+        "the rest %.0f\n",
+        ns_per_head, cum.select_seconds * per_head_ns, cum.commit_seconds * per_head_ns,
+        cum.working_set_seconds * per_head_ns,
+        ns_per_head - (cum.select_seconds + cum.commit_seconds + cum.working_set_seconds) * per_head_ns);
     printf("scoring %s, %s summaries%s: prediction %.2f ms/step, scoring_fraction %.3f (target <= 1.0)\n",
            okv_scoring_name(o.scoring), okv_dtype_name(okv_runtime_config(rt)->summary_dtype),
            o.scoring == OKV_SCORING_TWO_LEVEL ? " (two-level)" : "", 1e3 * cum.predict_seconds / n_steps,

@@ -218,7 +218,8 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
     if (job->error != OKV_OK) break;
   }
   job->stats.deferred_steps = job->stats.deferred > 0;
-  bk += okv_rt_bk_s() - t0;
+  job->stats.select_seconds = okv_rt_bk_s() - t0;
+  bk += job->stats.select_seconds;
   /* Remote sequences: blocks not in the HOST tier yet are read through their source first (remote_seq.c). */
   job->n_plan = okv_rt_remote_fill(rt, layer, ctx, job->plan, job->pairs, job->n_plan, &job->stats, &job->remote_t0,
                                    &job->remote_t1);
@@ -526,7 +527,9 @@ void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
   okv_status_free(st);
   okv_status_free(job->error);
   job->error = OKV_OK;
-  *bk_s += okv_rt_bk_s() - t0;
+  double dt = okv_rt_bk_s() - t0;
+  ls->commit_seconds += dt;
+  *bk_s += dt;
 }
 
 void okv_rt_job_submit(okv_runtime_t *rt, uint32_t layer, const float *q, double *q_s) {

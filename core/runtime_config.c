@@ -133,6 +133,9 @@ void okv_rt_stats_add(okv_step_stats_t *d, const okv_step_stats_t *s) {
   d->remote_stall_seconds += s->remote_stall_seconds;
   d->fetched_share += s->fetched_share;
   d->fetched_share_blocks += s->fetched_share_blocks;
+  d->select_seconds += s->select_seconds;
+  d->commit_seconds += s->commit_seconds;
+  d->working_set_seconds += s->working_set_seconds;
 }
 
 /* Adds the stats of finished jobs no step has collected yet (layer UINT32_MAX: every layer's), counted as

@@ -92,7 +92,9 @@ static okv_status_t run_attention(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t 
   const okv_runtime_config_t *c = &rt->cfg;
   double t0 = okv_rt_bk_s();
   uint32_t stale = build_ws(rt, n_seqs, seqs, layer);
-  *bk_s += okv_rt_bk_s() - t0;
+  double dt = okv_rt_bk_s() - t0;
+  rt->layer_step[layer].working_set_seconds += dt; /* in the layer's bookkeeping_seconds through *bk_s */
+  *bk_s += dt;
   if (stale != UINT32_MAX) /* peek after a failed refresh: the committed tokens of the active block are not readable */
     return okv_status_make(OKV_STATUS_COPY_FAILED,
                            "runtime: layer %u: the active block of sequence %u is not readable after a failed write "

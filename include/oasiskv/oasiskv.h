@@ -387,6 +387,14 @@ struct okv_step_stats_t {
    * failed read-back of the masses loses the step's measurement and counts in pipeline_errors. */
   double fetched_share;
   uint64_t fetched_share_blocks;
+  /* Parts of bookkeeping_seconds (the same thread CPU clock), so that a change to one is measured in one run:
+   * the background selection of a layer job's (sequence, KV head) pairs with its plan (capped eviction, slot
+   * picks, copy pairs; OASIS / PROXY), the layer-local sync's commit of a plan into the maps, and building
+   * attention's working sets from the maps. The rest of bookkeeping_seconds is prediction set-up, the
+   * append's bookkeeping, job submission and the on-demand / recall passes. */
+  double select_seconds;
+  double commit_seconds;
+  double working_set_seconds;
 };
 
 /* Cumulative stats over the runtime's life (layer = UINT32_MAX) or for one layer, since creation

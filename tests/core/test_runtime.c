@@ -465,6 +465,16 @@ static uint64_t run_sparse(okv_mode_t mode, uint64_t seed, uint32_t n_steps, boo
   }
   assert_true(cum.bookkeeping_seconds > 0);
   assert_true(cum.attention_seconds > 0);
+  /* The phases are parts of bookkeeping_seconds; every mode builds working sets, the pipelined ones select and
+   * commit in the background pipeline (ONDEMAND selects in the foreground, outside these two). */
+  assert_true(cum.working_set_seconds > 0);
+  assert_true(cum.select_seconds + cum.commit_seconds + cum.working_set_seconds <=
+              cum.bookkeeping_seconds * (1 + 1e-9));
+  if (mode != OKV_MODE_ONDEMAND) {
+    assert_true(cum.select_seconds > 0 && cum.commit_seconds > 0);
+  } else {
+    assert_true(cum.select_seconds == 0 && cum.commit_seconds == 0);
+  }
   okv_runtime_stats_reset(d.rt);
   OKV_ASSERT_OK(okv_runtime_stats(d.rt, UINT32_MAX, &cum));
   assert_int_equal(cum.steps, 0);
