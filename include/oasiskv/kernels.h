@@ -429,7 +429,8 @@ static inline uint64_t okv_slot_table_bytes(uint32_t n_slots, uint32_t bitmap_wo
  *  deferred) and victims the admissions that evict (n_adm minus those taking
  *  free room).
  * The same rule as the host's selection, so a step selects the same blocks and
- * victims either way (tests/kernels/test_select_kernel.c compares them). */
+ * victims either way (test_select_against_host in tests/kernels/test_kernels_hal.c
+ * compares them step by step). */
 typedef struct okv_select_desc_t {
   uint32_t n_heads;                   /* 1.. */
   uint32_t n_slots;                   /* R per head, 1..OKV_SELECT_MAX_SLOTS */
