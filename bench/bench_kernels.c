@@ -19,7 +19,8 @@
  *  - selection on slot tables (okv_hal_select_async + okv_hal_slot_commit_async)
  *    for the 448 KV heads of `bench runtime`'s default step: device time and
  *    host enqueue time per KV head (select_device_ns_per_head,
- *    select_enqueue_ns_per_head).
+ *    select_enqueue_ns_per_head), and the device time per KV head over
+ *    attention's per KV head at K = 128 in the same run (select_attention_ratio).
  * Kernels are timed through the HAL (stream + events), as users get them.
  * Every figure is the best of several runs (the machines are shared).
  */
@@ -736,6 +737,9 @@ int okv_cli_bench_kernels(int argc, char **argv) {
     BENCH_CHECK(okv_hal_stream_synchronize(b.stream));
   }
   bench_select_free(&sel);
+  /* Same-run ratio: device selection time per KV head over attention time per KV head (K = 128 blocks, the
+   * scoring batch's score_batch x 8 KV heads). */
+  const double select_ratio = (t_select / BENCH_SEL_HEADS) / (attn_k128_s / (score_batch * 8.0));
   if (!as_json) {
     printf("scoring 16K context, batch %u: %.3f ms (%.1f GB/s of summaries, stream %.1f GB/s) -> roofline %.2f\n",
            score_batch, t_score * 1e3, summ_bytes / t_score / 1e9, stream_sc, score_roof);
@@ -747,9 +751,9 @@ int okv_cli_bench_kernels(int argc, char **argv) {
            t_topk * 1e3, attn_k128_s * 1e3);
     printf(
         "selection on slot tables, %u KV heads (K = %u, C = %u, 16K context): %.0f ns per head on the device, "
-        "%.0f ns per head to enqueue\n",
+        "%.0f ns per head to enqueue; per KV head %.3f of attention over K = 128 blocks\n",
         BENCH_SEL_HEADS, BENCH_SEL_K, BENCH_SEL_C, t_select * 1e9 / BENCH_SEL_HEADS,
-        t_select_enqueue * 1e9 / BENCH_SEL_HEADS);
+        t_select_enqueue * 1e9 / BENCH_SEL_HEADS, select_ratio);
     printf(
         "attention_roofline_fraction (min over configs) %.2f; scoring_roofline_fraction %.2f; "
         "scoring_fraction %.2f\n",
@@ -774,6 +778,7 @@ int okv_cli_bench_kernels(int argc, char **argv) {
       {"topk_time_s", t_topk},
       {"select_device_ns_per_head", t_select * 1e9 / BENCH_SEL_HEADS},
       {"select_enqueue_ns_per_head", t_select_enqueue * 1e9 / BENCH_SEL_HEADS},
+      {"select_attention_ratio", select_ratio},
       {"attention_k128_time_s", attn_k128_s},
   };
   bench_json_figures(root, figures, sizeof figures / sizeof figures[0]);

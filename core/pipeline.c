@@ -76,21 +76,7 @@ okv_status_t okv_rt_predict_topk_flat(okv_runtime_t *rt, okv_predict_ctx_t *ctx,
   double t0 = okv_rt_bk_s();
   uint32_t H = rt->cfg.n_kv_heads;
   uint32_t n_seg = n_seqs * H;
-  okv_score_desc_t sd = {.n_seqs = n_seqs,
-                         .n_kv_heads = H,
-                         .group_size = rt->group_size,
-                         .head_dim = rt->cfg.head_dim,
-                         .n_query_tokens = T,
-                         .t_begin = t_begin,
-                         .t_end = t_end,
-                         .q = ctx->q,
-                         .q_offset = 0,
-                         .summaries = rt->summaries,
-                         .seg_summary_first = ctx->seg_summary_first,
-                         .seg_n_blocks = ctx->seg_n,
-                         .scores = ctx->scores,
-                         .seg_score_first = ctx->seg_score_first,
-                         .summary_dtype = rt->cfg.summary_dtype};
+  okv_score_desc_t sd = okv_rt_pass_desc(rt, ctx, n_seqs, T, t_begin, t_end, rt->summaries, rt->cfg.summary_dtype);
   *bk_s += okv_rt_bk_s() - t0;
   okv_status_t st = okv_rt_score_units(rt, ctx, stream, &sd, n_seqs, layer, 1, bk_s);
   if (st != OKV_OK) return okv_status_annotate(st, "runtime: scoring layer %u", layer);
@@ -120,13 +106,7 @@ okv_status_t okv_rt_predict_topk_flat(okv_runtime_t *rt, okv_predict_ctx_t *ctx,
                         .out_counts = ctx->counts,
                         .counts_offset = 0};
   *bk_s += okv_rt_bk_s() - t0;
-  st = okv_hal_topk_async(stream, &td);
-  if (st != OKV_OK) return okv_status_annotate(st, "runtime: top-K layer %u", layer);
-  st = okv_hal_stream_synchronize(stream);
-  if (st != OKV_OK) return okv_status_annotate(st, "runtime: predict layer %u", layer);
-  st = okv_hal_buffer_read(ctx->topk, 0, ctx->host_topk, (uint64_t)n_seg * rt->cfg.budget_blocks * 4u);
-  if (st == OKV_OK) st = okv_hal_buffer_read(ctx->counts, 0, ctx->host_counts, (uint64_t)n_seg * 4u);
-  return st;
+  return okv_rt_final_topk(ctx, stream, &td, layer);
 }
 
 /* ---- background pipeline ---- */

@@ -349,6 +349,14 @@ okv_status_t okv_rt_predict_topk(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_
 okv_status_t okv_rt_score_units(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream,
                                 const okv_score_desc_t *sd, uint32_t n_seqs, uint32_t layer, uint32_t unit_blocks,
                                 double *bk_s);
+/* The scoring descriptor of a prediction pass over ctx's segments (their seg_* arrays, ctx->q, ctx->scores),
+ * reading `summaries` in `dtype` (scoring.c; flat, q8 and two-level prediction share it). */
+okv_score_desc_t okv_rt_pass_desc(const okv_runtime_t *rt, const okv_predict_ctx_t *ctx, uint32_t n_seqs, uint32_t T,
+                                  uint32_t t_begin, uint32_t t_end, okv_hal_buffer_t *summaries, okv_dtype_t dtype);
+/* The final top-K of a prediction (K per segment into ctx->topk / ctx->counts): enqueued, waited for, read
+ * back into ctx->host_topk / host_counts; errors annotated "runtime: top-K of layer L". */
+okv_status_t okv_rt_final_topk(okv_predict_ctx_t *ctx, okv_hal_stream_t *stream, const okv_topk_desc_t *td,
+                               uint32_t layer);
 /* Flat scoring whatever cfg.scoring says (the reference of the recall pass); same contract. */
 okv_status_t okv_rt_predict_topk_flat(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream,
                                       uint32_t n_seqs, uint32_t layer, uint32_t T, uint32_t t_begin, uint32_t t_end,

@@ -160,9 +160,7 @@ okv_status_t okv_rt_groups_rebuild_head(okv_runtime_t *rt, okv_hal_stream_t *str
 
 /* ---- two-level prediction ---- */
 
-/* The scoring descriptor of a prediction pass over ctx's segments (their seg_* arrays, ctx->q, ctx->scores),
- * reading `summaries` in `dtype`. */
-static okv_score_desc_t pass_desc(const okv_runtime_t *rt, const okv_predict_ctx_t *ctx, uint32_t n_seqs, uint32_t T,
+okv_score_desc_t okv_rt_pass_desc(const okv_runtime_t *rt, const okv_predict_ctx_t *ctx, uint32_t n_seqs, uint32_t T,
                                   uint32_t t_begin, uint32_t t_end, okv_hal_buffer_t *summaries, okv_dtype_t dtype) {
   return (okv_score_desc_t){.n_seqs = n_seqs,
                             .n_kv_heads = rt->cfg.n_kv_heads,
@@ -180,9 +178,7 @@ static okv_score_desc_t pass_desc(const okv_runtime_t *rt, const okv_predict_ctx
                             .summary_dtype = dtype};
 }
 
-/* The final top-K of a prediction (K per segment into ctx->topk / ctx->counts): enqueued, waited for, read
- * back into ctx->host_topk / host_counts. */
-static okv_status_t final_topk(okv_predict_ctx_t *ctx, okv_hal_stream_t *stream, const okv_topk_desc_t *td,
+okv_status_t okv_rt_final_topk(okv_predict_ctx_t *ctx, okv_hal_stream_t *stream, const okv_topk_desc_t *td,
                                uint32_t layer) {
   okv_status_t st = okv_hal_topk_async(stream, td);
   if (st == OKV_OK) st = okv_hal_stream_synchronize(stream);
@@ -202,7 +198,7 @@ static okv_status_t predict_q8(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_ha
   const okv_runtime_config_t *c = &rt->cfg;
   const uint32_t H = c->n_kv_heads, G = rt->groups_kept, K = c->budget_blocks, E = rt->extent_blocks;
   const uint32_t n_seg = n_seqs * H;
-  okv_score_desc_t sd = pass_desc(rt, ctx, n_seqs, T, t_begin, t_end, rt->group_summaries, OKV_DTYPE_Q8);
+  okv_score_desc_t sd = okv_rt_pass_desc(rt, ctx, n_seqs, T, t_begin, t_end, rt->group_summaries, OKV_DTYPE_Q8);
   *bk_s += okv_rt_bk_s() - t0;
   okv_status_t st = okv_rt_score_units(rt, ctx, stream, &sd, n_seqs, layer, 1, bk_s);
   if (st != OKV_OK) return okv_status_annotate(st, "runtime: 8-bit scoring of layer %u", layer);
@@ -270,7 +266,7 @@ static okv_status_t predict_q8(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_ha
   *bk_s += okv_rt_bk_s() - t0;
   st = okv_hal_score_blocks_async(stream, &sd2);
   if (st != OKV_OK) return okv_status_annotate(st, "runtime: exact scoring of layer %u's candidates", layer);
-  return final_topk(ctx, stream, &td2, layer);
+  return okv_rt_final_topk(ctx, stream, &td2, layer);
 }
 
 /* Same contract as okv_rt_predict_topk (results in ctx->host_topk / host_counts,
@@ -288,7 +284,7 @@ okv_status_t okv_rt_predict_two_level(okv_runtime_t *rt, okv_predict_ctx_t *ctx,
   uint32_t H = c->n_kv_heads, G = rt->groups_kept, K = c->budget_blocks, GB = rt->unit_blocks;
   uint32_t n_seg = n_seqs * H;
   uint64_t cand_stride = (uint64_t)G * GB;
-  okv_score_desc_t sd = pass_desc(rt, ctx, n_seqs, T, t_begin, t_end, rt->group_summaries, rt->unit_dtype);
+  okv_score_desc_t sd = okv_rt_pass_desc(rt, ctx, n_seqs, T, t_begin, t_end, rt->group_summaries, rt->unit_dtype);
   /* Level 1: the group summaries. */
   *bk_s += okv_rt_bk_s() - t0;
   okv_status_t st = okv_rt_score_units(rt, ctx, stream, &sd, n_seqs, layer, GB, bk_s);
@@ -387,5 +383,5 @@ okv_status_t okv_rt_predict_two_level(okv_runtime_t *rt, okv_predict_ctx_t *ctx,
   *bk_s += okv_rt_bk_s() - t0;
   if (nr > 0) st = okv_hal_score_blocks_async(stream, &sd2);
   if (st != OKV_OK) return okv_status_annotate(st, "runtime: scoring the kept groups' blocks of layer %u", layer);
-  return final_topk(ctx, stream, &td2, layer);
+  return okv_rt_final_topk(ctx, stream, &td2, layer);
 }

@@ -429,10 +429,17 @@ typedef struct select_shape_t {
   uint32_t n_heads, n_slots, bitmap_words, plan_stride;
   const okv_hal_buffer_t *table, *plan, *result;
   uint64_t table_offset, plan_offset, result_offset;
+  uint64_t table_bytes, plan_bytes, result_bytes; /* set by check_select_shape */
 } select_shape_t;
 
-static okv_status_t check_select_shape(const okv_hal_stream_t *stream, const select_shape_t *s, uint64_t *table_bytes,
-                                       const char *fn) {
+/* The shape of either descriptor (okv_select_desc_t, okv_slot_commit_desc_t: the same field names). */
+#define SELECT_SHAPE(d)                                                                                  \
+  {                                                                                                      \
+    (d)->n_heads, (d)->n_slots, (d)->bitmap_words, (d)->plan_stride, (d)->table, (d)->plan, (d)->result, \
+        (d)->table_offset, (d)->plan_offset, (d)->result_offset, 0, 0, 0                                 \
+  }
+
+static okv_status_t check_select_shape(const okv_hal_stream_t *stream, select_shape_t *s, const char *fn) {
   if (s->n_heads < 1) return INVALID("%s: n_heads is 0", fn);
   if (s->n_slots < 1 || s->n_slots > OKV_SELECT_MAX_SLOTS)
     return INVALID("%s: n_slots %u not in 1..%u", fn, s->n_slots, OKV_SELECT_MAX_SLOTS);
@@ -454,32 +461,30 @@ static okv_status_t check_select_shape(const okv_hal_stream_t *stream, const sel
       overlaps(s->table, s->table_offset, tables, s->result, s->result_offset, result_bytes) ||
       overlaps(s->plan, s->plan_offset, plan_bytes, s->result, s->result_offset, result_bytes))
     return INVALID("%s: table, plan and result overlap", fn);
-  *table_bytes = tables;
+  s->table_bytes = tables;
+  s->plan_bytes = plan_bytes;
+  s->result_bytes = result_bytes;
   return OKV_OK;
 }
 
 okv_status_t okv_hal_validate_select(const okv_hal_stream_t *stream, const okv_select_desc_t *d) {
   static const char fn[] = "okv_hal_select_async";
   OKV_RETURN_IF_ERROR(check_call(stream, d, fn));
-  const select_shape_t s = {d->n_heads, d->n_slots, d->bitmap_words, d->plan_stride, d->table,
-                            d->plan,    d->result,  d->table_offset, d->plan_offset, d->result_offset};
-  uint64_t tables = 0;
-  OKV_RETURN_IF_ERROR(check_select_shape(stream, &s, &tables, fn));
+  select_shape_t s = SELECT_SHAPE(d);
+  OKV_RETURN_IF_ERROR(check_select_shape(stream, &s, fn));
   if (d->predicted_stride < 1 || d->predicted_stride > OKV_TOPK_MAX)
     return INVALID("%s: predicted_stride %u not in 1..%u", fn, d->predicted_stride, OKV_TOPK_MAX);
   uint64_t pred_bytes = (uint64_t)d->n_heads * d->predicted_stride * 4u, counts_bytes = (uint64_t)d->n_heads * 4u;
   OKV_RETURN_IF_ERROR(check_range(stream, d->predicted, d->predicted_offset, pred_bytes, true, fn, "predicted"));
   OKV_RETURN_IF_ERROR(
       check_range(stream, d->predicted_counts, d->counts_offset, counts_bytes, true, fn, "predicted_counts"));
-  if (overlaps(d->table, d->table_offset, tables, d->predicted, d->predicted_offset, pred_bytes) ||
-      overlaps(d->table, d->table_offset, tables, d->predicted_counts, d->counts_offset, counts_bytes))
+  if (overlaps(d->table, d->table_offset, s.table_bytes, d->predicted, d->predicted_offset, pred_bytes) ||
+      overlaps(d->table, d->table_offset, s.table_bytes, d->predicted_counts, d->counts_offset, counts_bytes))
     return INVALID("%s: table overlaps predicted or predicted_counts", fn);
-  const uint64_t plan_bytes = (uint64_t)d->n_heads * d->plan_stride * OKV_SELECT_PLAN_U32S * 4u;
-  const uint64_t result_bytes = (uint64_t)d->n_heads * OKV_SELECT_RESULT_U32S * 4u;
-  if (overlaps(d->plan, d->plan_offset, plan_bytes, d->predicted, d->predicted_offset, pred_bytes) ||
-      overlaps(d->plan, d->plan_offset, plan_bytes, d->predicted_counts, d->counts_offset, counts_bytes) ||
-      overlaps(d->result, d->result_offset, result_bytes, d->predicted, d->predicted_offset, pred_bytes) ||
-      overlaps(d->result, d->result_offset, result_bytes, d->predicted_counts, d->counts_offset, counts_bytes))
+  if (overlaps(d->plan, d->plan_offset, s.plan_bytes, d->predicted, d->predicted_offset, pred_bytes) ||
+      overlaps(d->plan, d->plan_offset, s.plan_bytes, d->predicted_counts, d->counts_offset, counts_bytes) ||
+      overlaps(d->result, d->result_offset, s.result_bytes, d->predicted, d->predicted_offset, pred_bytes) ||
+      overlaps(d->result, d->result_offset, s.result_bytes, d->predicted_counts, d->counts_offset, counts_bytes))
     return INVALID("%s: plan or result overlaps predicted or predicted_counts (heads run in parallel)", fn);
   REQUIRE_NONNULL(d->active_block, "active_block");
   REQUIRE_NONNULL(d->cap, "cap");
@@ -492,10 +497,8 @@ okv_status_t okv_hal_validate_select(const okv_hal_stream_t *stream, const okv_s
 okv_status_t okv_hal_validate_slot_commit(const okv_hal_stream_t *stream, const okv_slot_commit_desc_t *d) {
   static const char fn[] = "okv_hal_slot_commit_async";
   OKV_RETURN_IF_ERROR(check_call(stream, d, fn));
-  const select_shape_t s = {d->n_heads, d->n_slots, d->bitmap_words, d->plan_stride, d->table,
-                            d->plan,    d->result,  d->table_offset, d->plan_offset, d->result_offset};
-  uint64_t tables = 0;
-  OKV_RETURN_IF_ERROR(check_select_shape(stream, &s, &tables, fn));
+  select_shape_t s = SELECT_SHAPE(d);
+  OKV_RETURN_IF_ERROR(check_select_shape(stream, &s, fn));
   REQUIRE_NONNULL(d->landed, "landed");
   return OKV_OK;
 }

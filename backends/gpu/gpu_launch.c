@@ -276,6 +276,11 @@ okv_status_t okv_gpu_kv_write(okv_hal_stream_t *stream, const okv_kv_write_desc_
   return okv_gpu_op_end(s, st, p.st, bufs, 1);
 }
 
+/* Thread blocks of a slot-table kernel over n heads (one thread per head, grid-stride beyond the cap). */
+static uint32_t select_grid(uint32_t n) {
+  return okv_gpu_grid_cap(((uint64_t)n + OKV_GPU_SELECT_THREADS - 1u) / OKV_GPU_SELECT_THREADS);
+}
+
 /* Selection on slot tables: the per-head active block and cap are uploaded; one thread per head. */
 okv_status_t okv_gpu_select(okv_hal_stream_t *stream, const okv_select_desc_t *d) {
   okv_gpu_stream_t *s = (okv_gpu_stream_t *)stream;
@@ -304,10 +309,7 @@ okv_status_t okv_gpu_select(okv_hal_stream_t *stream, const okv_select_desc_t *d
   a.predicted_stride = d->predicted_stride;
   a.plan_stride = d->plan_stride;
   okv_status_t st = okv_gpu_pack_upload(s, &p, upload);
-  if (st == OKV_OK)
-    st = okv_gpu_launch(s, OKV_GPU_FN_SELECT,
-                        okv_gpu_grid_cap((n + OKV_GPU_SELECT_THREADS - 1u) / OKV_GPU_SELECT_THREADS), 1,
-                        OKV_GPU_SELECT_THREADS, 0, &a);
+  if (st == OKV_OK) st = okv_gpu_launch(s, OKV_GPU_FN_SELECT, select_grid(n), 1, OKV_GPU_SELECT_THREADS, 0, &a);
   okv_hal_buffer_t *bufs[5] = {d->table, d->predicted, d->predicted_counts, d->plan, d->result};
   return okv_gpu_op_end(s, st, p.st, bufs, 5);
 }
@@ -329,10 +331,7 @@ okv_status_t okv_gpu_slot_commit(okv_hal_stream_t *stream, const okv_slot_commit
   a.bitmap_words = d->bitmap_words;
   a.plan_stride = d->plan_stride;
   okv_status_t st = okv_gpu_pack_upload(s, &p, upload);
-  if (st == OKV_OK)
-    st = okv_gpu_launch(s, OKV_GPU_FN_SLOT_COMMIT,
-                        okv_gpu_grid_cap((n + OKV_GPU_SELECT_THREADS - 1u) / OKV_GPU_SELECT_THREADS), 1,
-                        OKV_GPU_SELECT_THREADS, 0, &a);
+  if (st == OKV_OK) st = okv_gpu_launch(s, OKV_GPU_FN_SLOT_COMMIT, select_grid(n), 1, OKV_GPU_SELECT_THREADS, 0, &a);
   okv_hal_buffer_t *bufs[3] = {d->table, d->plan, d->result};
   return okv_gpu_op_end(s, st, p.st, bufs, 3);
 }

@@ -480,15 +480,15 @@ OKV_API okv_status_t okv_hal_select_async(okv_hal_stream_t *stream, const okv_se
  * (its block's resident bit set), a slot >= n_slots or a block >= 64 W change
  * nothing, and a victim is freed only while its slot still holds it. */
 typedef struct okv_slot_commit_desc_t {
-  uint32_t n_heads, n_slots, bitmap_words; /* as the selection's */
-  okv_hal_buffer_t *table;
-  uint64_t table_offset;
-  uint32_t plan_stride;
-  okv_hal_buffer_t *plan;
-  uint64_t plan_offset;
-  okv_hal_buffer_t *result;
-  uint64_t result_offset;
-  const uint8_t *landed; /* host [n_heads] */
+  uint32_t n_heads, n_slots, bitmap_words; /* as the selection's (ranges as there) */
+  okv_hal_buffer_t *table;                 /* the selection's slot tables, read and written */
+  uint64_t table_offset;                   /* bytes, a multiple of 8 */
+  uint32_t plan_stride;                    /* as the selection's */
+  okv_hal_buffer_t *plan;                  /* u32 [n_heads][plan_stride][OKV_SELECT_PLAN_U32S], read */
+  uint64_t plan_offset;                    /* bytes, a multiple of 4 */
+  okv_hal_buffer_t *result;                /* u32 [n_heads][OKV_SELECT_RESULT_U32S], read (n_adm) */
+  uint64_t result_offset;                  /* bytes, a multiple of 4 */
+  const uint8_t *landed;                   /* host [n_heads]: 1 = the head's transfer ran, 0 = it failed */
 } okv_slot_commit_desc_t;
 
 /* Enqueues the commit of `desc` on `stream`; `landed` is copied before
