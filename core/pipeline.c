@@ -146,8 +146,13 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
     goto done;
   }
   t0 = okv_rt_bk_s();
+  job->sel_undo = false;
+  if (rt->dev_sel) { /* the same rule on the device's slot tables (device_select.c) */
+    st = okv_rt_dsel_select(rt, layer, job, ctx);
+    if (st != OKV_OK) job->error = st;
+  }
   okv_select_params_t p = {.budget_blocks = K, .cap_blocks = job->cap, .step = job->step};
-  for (uint32_t s = 0; s < job->n_seqs; s++) {
+  for (uint32_t s = 0; s < job->n_seqs && !rt->dev_sel; s++) {
     okv_seq_t *seq = ctx->seqs[s];
     if (seq == NULL) continue;
     p.active_block = n_blocks_of(seq->n_tokens[layer]) - 1u;
@@ -225,6 +230,7 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
         okv_block_map_push_free(&seq_head(rt, &rt->seqs[e->seq_index], layer, e->kv_head)->map, e->slot);
       }
       job->n_plan = 0;
+      job->sel_undo = true; /* device selection: the commit undoes the tables' admissions */
       if (job->error == OKV_OK)
         job->error = okv_status_annotate(st, "runtime: issuing transfer of layer %u", layer);
       else
@@ -489,6 +495,8 @@ void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
       ls->failed_blocks++;
     }
   }
+  if (rt->dev_sel) okv_rt_dsel_commit(rt, layer, job, ok && !job->sel_undo);
+  job->sel_undo = false;
   if (ok && job->start_recorded && job->n_plan > 0) link_sample(rt, layer, (uint64_t)job->n_plan * rt->block_bytes);
   job->start_recorded = false;
   /* The entries stay in plan[] until the layer's next job runs. A commit with no new job to take (the layer's
@@ -516,6 +524,7 @@ void okv_rt_job_submit(okv_runtime_t *rt, uint32_t layer, const float *q, double
   okv_layer_job_t *job = &rt->jobs[layer];
   const okv_runtime_config_t *c = &rt->cfg;
   uint32_t T = rt->step_T;
+  okv_rt_dsel_before_submit(rt, layer);
   job->step = rt->step;
   job->n_seqs = rt->step_n_seqs;
   memcpy(job->seq_index, rt->step_seq_index, rt->step_n_seqs * sizeof(uint32_t));

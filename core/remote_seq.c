@@ -138,6 +138,11 @@ okv_status_t okv_runtime_seq_add_remote(okv_runtime_t *rt, const okv_remote_pref
   static const char fn[] = "okv_runtime_seq_add_remote";
   if (rt == NULL) return OKV_RT_INVALID("%s: runtime is NULL", fn);
   if (out_seq_id == NULL) return OKV_RT_INVALID("%s: out_seq_id is NULL", fn);
+  if (rt->dev_sel)
+    return OKV_RT_INVALID(
+        "%s: remote sequences are not supported with device_selection (their reads through a KV "
+        "source drop plan entries one by one)",
+        fn);
   OKV_RETURN_IF_ERROR(check_prefill(rt, p));
   okv_seq_t *s = NULL;
   OKV_RETURN_IF_ERROR(okv_rt_seq_reserve(rt, p->n_tokens, fn, &s));

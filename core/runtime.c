@@ -120,6 +120,7 @@ void okv_runtime_destroy(okv_runtime_t *rt) {
     for (uint32_t i = 0; i < rt->cfg.max_seqs; i++)
       if (rt->seqs[i].live) okv_rt_seq_release(rt, &rt->seqs[i]);
   }
+  okv_rt_dsel_free(rt);
   if (rt->layer_events) {
     for (uint32_t l = 0; l < rt->cfg.n_layers; l++) {
       if (rt->layer_events[l]) OKV_IGNORE_ERROR(okv_hal_event_release(rt->layer_events[l])); /* cleanup */
@@ -363,6 +364,10 @@ okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_conf
       ALLOC_ARR(job->q_host, c->max_seqs * T4 * c->n_q_heads * c->head_dim);
       ALLOC_ARR(job->plan, n_seg * rt->cap_blocks);
       ALLOC_ARR(job->pairs, n_seg * rt->cap_blocks);
+    }
+    if (c->device_selection) {
+      st = okv_rt_dsel_init(rt);
+      if (st) goto fail;
     }
     if (pthread_create(&rt->worker, NULL, okv_rt_worker_main, rt) != 0) {
       st = okv_status_make(OKV_STATUS_UNAVAILABLE, "okv_runtime_create: cannot start the background pipeline thread");

@@ -91,6 +91,10 @@ okv_status_t okv_runtime_config_validate(const okv_runtime_config_t *c) {
   if (c->dense_threshold_blocks != OKV_DENSE_THRESHOLD_DEFAULT && c->dense_threshold_blocks > c->budget_blocks)
     return OKV_RT_INVALID("runtime config: dense_threshold_blocks = %u must be <= budget_blocks = %u",
                           c->dense_threshold_blocks, c->budget_blocks);
+  if (c->device_selection && c->fetch_ratio_auto && (c->mode == OKV_MODE_OASIS || c->mode == OKV_MODE_PROXY))
+    return OKV_RT_INVALID(
+        "runtime config: device_selection does not support fetch_ratio_auto (its spare slots move "
+        "between heads); use a fixed fetch_ratio");
   if (c->max_seqs == 0 || c->max_seqs > 65536)
     return OKV_RT_INVALID("runtime config: max_seqs = %u must be in 1..65536", c->max_seqs);
   if (c->max_context_tokens == 0 || c->max_context_tokens > OKV_MAX_CONTEXT_LIMIT)

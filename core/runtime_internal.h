@@ -127,10 +127,14 @@ typedef struct okv_layer_job_t {
   bool fresh_ok;    /* the latest commit that took a job: its prediction and transfer succeeded */
   okv_block_copy_t *pairs;
   bool event_recorded, event_waited;
-  bool start_recorded;         /* copy_start_events[layer] precedes this plan's copy (auto cap) */
-  okv_status_t event_status;   /* cached result of waiting on the event */
-  okv_status_t error;          /* a predict-stage failure (no plan) */
-  okv_step_stats_t stats;      /* selection stats of the job */
+  bool start_recorded;       /* copy_start_events[layer] precedes this plan's copy (auto cap) */
+  okv_status_t event_status; /* cached result of waiting on the event */
+  okv_status_t error;        /* a predict-stage failure (no plan) */
+  okv_step_stats_t stats;    /* selection stats of the job */
+  /* Device selection (device_select.c): batch entry s's selection ran on its tables (plan and result in
+   * rt->sel_plan / sel_result at the job's layer, read back): the layer's commit applies it there too. */
+  uint8_t *sel_ran;            /* [max_seqs] */
+  bool sel_undo;               /* the plan's transfer was never issued: the commit undoes the tables' admissions */
   bool stats_pending;          /* stats not yet added to a step (foreground only; docs/api.md "Stats") */
   double remote_t0, remote_t1; /* wall span of the job's reads through KV sources (remote_t1 > 0: some) */
 } okv_layer_job_t;
@@ -245,6 +249,24 @@ struct okv_runtime_t {
   uint64_t step_deferred_steps;
   uint32_t deferred_step_mark;
 
+  /* Device selection (cfg.device_selection in OASIS / PROXY; device_select.c, docs/api.md "Selection on the
+   * device"): one slot table per (sequence, layer, KV head) in the DEVICE tier, table j <-> the head's owned[j].
+   * The tables hold the selection's state (residency, last-selected steps, free slots); the host maps keep
+   * what the foreground reads (slots, write currency) and are kept equal to the tables: the host applies each
+   * read-back plan, and a new active block (append) refreshes the host's LRU from the tables and rewrites them. */
+  bool dev_sel;
+  uint32_t sel_R, sel_W;                     /* slots (K + 1 + C) and bitmap words of a table */
+  uint64_t sel_table_bytes;                  /* okv_slot_table_bytes(sel_R, sel_W) */
+  okv_hal_buffer_t *sel_tables;              /* DEVICE [max_seqs][n_layers][n_kv_heads] tables */
+  okv_hal_buffer_t *sel_plan, *sel_result;   /* DEVICE u32 [n_layers][max_seqs * n_kv_heads][C][4], [..][4] */
+  uint32_t *sel_slot_index;                  /* [n_slots] j of a pool slot in its head's owned[] */
+  uint32_t *sel_tab_host;                    /* foreground: n_kv_heads tables' words (rewrite, LRU refresh) */
+  uint8_t *sel_landed;                       /* foreground: [n_kv_heads] */
+  uint32_t *sel_active, *sel_cap;            /* worker: [max_seqs * n_kv_heads] */
+  uint32_t *sel_plan_host, *sel_result_host; /* worker: read-back plan and result of a job */
+  uint8_t *sel_dirty; /* [n_layers] the layer's tables may differ from the maps (a failed device operation):
+                         rewritten from the maps at the layer's next commit; the worker does not select on them */
+
   /* Background pipeline */
   okv_layer_job_t *jobs; /* [n_layers] */
   uint32_t *queue;       /* ring of layers */
@@ -326,6 +348,23 @@ static inline okv_seq_t *step_seq(const okv_runtime_t *rt, uint32_t i) {
     }                                                                            \
   } while (0)
 
+/* device_select.c (cfg.device_selection) */
+okv_status_t okv_rt_dsel_init(okv_runtime_t *rt);
+void okv_rt_dsel_free(okv_runtime_t *rt);
+/* Writes the tables of `seq`'s layers [l0, l1) from its maps (admission, after a new active block, repair). */
+okv_status_t okv_rt_dsel_write(okv_runtime_t *rt, const okv_seq_t *seq, uint32_t l0, uint32_t l1);
+/* Copies the tables' last-selected steps of (seq, layer) into the maps' LRU (before the host evicts). */
+okv_status_t okv_rt_dsel_refresh_lru(okv_runtime_t *rt, okv_seq_t *seq, uint32_t layer);
+/* The job's selection on the device: fills job->plan / pairs and the stats. Returns the first error (then the
+ * layer is marked dirty). */
+okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job, okv_predict_ctx_t *ctx);
+/* The layer-local commit on the tables (landed: the layer's transfer ran), or their rewrite when dirty. */
+void okv_rt_dsel_commit(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job, bool landed);
+/* Before the layer's next job: table work enqueued on the compute stream has run. */
+void okv_rt_dsel_before_submit(okv_runtime_t *rt, uint32_t layer);
+/* Takes `slot` off the map's free stack (it holds it). */
+void okv_rt_dsel_take_free(okv_block_map_t *m, uint32_t slot);
+
 /* runtime_config.c */
 void okv_rt_stats_add(okv_step_stats_t *dst, const okv_step_stats_t *src);
 /* seq.c */
@@ -406,6 +445,11 @@ const okv_block_map_t *okv_runtime_debug_map(const okv_runtime_t *runtime, uint3
 /* For tests: host block index of logical block `block` of (seq, layer, kv_head), UINT32_MAX if none. */
 uint32_t okv_runtime_debug_host_block(const okv_runtime_t *runtime, uint32_t seq_id, uint32_t layer, uint32_t kv_head,
                                       uint32_t block);
+/* For tests (cfg.device_selection): reads every live sequence's tables back and checks them against the maps:
+ * the same resident blocks in the same slots, residency bits, free slots; a pending admission (its slot taken
+ * off the map's free stack, its block not resident yet) awaits the layer's commit. Drains the pipeline first. OK without device
+ * selection. Errors: INTERNAL naming the first difference; a read's error. */
+okv_status_t okv_runtime_debug_check_tables(okv_runtime_t *runtime);
 /* For tests: free slots in the global pool. */
 uint64_t okv_runtime_debug_free_slots(const okv_runtime_t *runtime);
 /* For tests: waits until the background pipeline has selected every queued layer. */

@@ -207,6 +207,7 @@ okv_status_t okv_rt_seq_reserve(okv_runtime_t *rt, uint32_t n_tokens, const char
       ALLOC_ARR(h->owned, rt->slots_per_head);
       for (uint32_t j = 0; j < rt->slots_min_per_head; j++) h->owned[j] = rt->free_slots[--rt->n_free_slots];
       h->n_owned = rt->slots_min_per_head;
+      for (uint32_t j = 0; rt->dev_sel && j < h->n_owned; j++) rt->sel_slot_index[h->owned[j]] = j;
       /* Pushed in reverse so that pops hand out owned[0], owned[1], ... */
       for (uint32_t j = rt->slots_min_per_head; j > 0; j--) okv_block_map_push_free(&h->map, h->owned[j - 1u]);
     }
@@ -346,6 +347,16 @@ okv_status_t okv_runtime_seq_add(okv_runtime_t *rt, const okv_prefill_t *prefill
   okv_rt_free(&rt->alloc, sum_index);
   okv_rt_free(&rt->alloc, valid);
   okv_rt_free(&rt->alloc, pairs);
+  pairs = NULL;
+  blk_index = sum_index = NULL;
+  valid = NULL;
+  if (rt->dev_sel) { /* the slot tables start as the maps (device_select.c) */
+    st = okv_rt_dsel_write(rt, s, 0, c->n_layers);
+    if (st != OKV_OK) {
+      st = okv_status_annotate(st, "okv_runtime_seq_add: writing the slot tables");
+      goto fail;
+    }
+  }
   okv_rt_seq_publish(rt, s, out_seq_id);
   return OKV_OK;
 fail:

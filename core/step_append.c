@@ -178,6 +178,18 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
   bool keys_in_place = true; /* the updates' keys are k_new's first n_app rows, in order */
   uint32_t cap_cp = rt->wr_capacity, cap_reb = rt->reb_capacity;
   okv_step_stats_t *ls = &rt->layer_step[layer];
+  if (rt->dev_sel && !rt->sel_dirty[layer]) /* a new active block may evict: the maps' LRU from the tables first */
+    for (uint32_t i = 0; i < rt->step_n_seqs; i++) {
+      okv_seq_t *s = step_seq(rt, i);
+      if (s == NULL || s->n_tokens[layer] % OKV_BLOCK_TOKENS != 0 || s->n_tokens[layer] == 0) continue;
+      okv_status_t rs = okv_rt_dsel_refresh_lru(rt, s, layer);
+      if (rs != OKV_OK) { /* the eviction uses the maps' older steps; the tables are rewritten at the next commit */
+        ls->pipeline_errors++;
+        rt->sel_dirty[layer] = 1;
+        okv_status_free(rs);
+        break;
+      }
+    }
   for (uint32_t i = 0; i < rt->step_n_seqs; i++) {
     okv_seq_t *s = step_seq(rt, i);
     if (s == NULL) continue;
@@ -285,6 +297,18 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
     s->n_tokens[layer] = pos + 1u;
   }
   *out_committed = true;
+  if (rt->dev_sel && !rt->sel_dirty[layer]) /* new active blocks: the tables follow the maps (before the batch below) */
+    for (uint32_t i = 0; i < rt->step_n_seqs; i++) {
+      const okv_seq_t *s = step_seq(rt, i);
+      if (s == NULL || (s->n_tokens[layer] - 1u) % OKV_BLOCK_TOKENS != 0) continue;
+      okv_status_t ws = okv_rt_dsel_write(rt, s, layer, layer + 1u);
+      if (ws != OKV_OK) {
+        ls->pipeline_errors++;
+        rt->sel_dirty[layer] = 1;
+        okv_status_free(ws);
+        break;
+      }
+    }
   const float *keys = k_new;
   if (!keys_in_place) {
     for (uint32_t k = 0; k < n_app; k++)

@@ -125,6 +125,14 @@ typedef struct okv_runtime_config_t {
                                 buffer of max_seqs x n_kv_heads x (K + 1 + C) x 16 bytes (also allocated with
                                 fetch_ratio_auto, which measures on its own during the search's probes: docs/api.md
                                 "Fetch ratio"). Default false */
+  bool device_selection;     /* OASIS / PROXY (ignored in DENSE and ONDEMAND): selection and its commit run as
+                                kernels (okv_hal_select_async, okv_hal_slot_commit_async) on a slot table per
+                                (sequence, layer, KV head) kept in the DEVICE tier, instead of on the host's maps;
+                                the host reads each layer's plan back to drive the transfer. Same decisions as host
+                                selection (the slot a block lands in may differ). Not with fetch_ratio_auto (spare
+                                slots move between heads) nor remote sequences (okv_runtime_seq_add_remote refuses
+                                them). Costs 16 (K + 1 + C) + 16 ceil(max_blocks / 64) bytes of DEVICE memory per
+                                (sequence, layer, KV head). docs/api.md "Selection on the device". Default false */
 } okv_runtime_config_t;
 
 /* Sets every default (shape fields to 0: the caller must set them). */

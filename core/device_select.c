@@ -1,0 +1,354 @@
+/* Selection on the device (cfg.device_selection; docs/api.md "Selection on the device"): the runtime's side of
+ * okv_hal_select_async / okv_hal_slot_commit_async (include/oasiskv/kernels.h section 6). Method: arXiv
+ * 2608.08097, "Select" (capped eviction per KV head), with the per-head state in slot tables on the device so
+ * that the host's work per step is a launch per sequence and the plan's read-back, not a pass over every head.
+ *
+ * Table j of a head is its owned[j] slot (rt->sel_slot_index maps back). The tables own the selection's state:
+ * residency, last-selected steps, free slots. The host maps keep what the foreground reads (slots, write
+ * currency) and stay equal to the tables:
+ *  - admission writes the tables from the maps (okv_rt_dsel_write);
+ *  - the worker's selection reads its plan back, and the host applies it to the maps at the layer's commit
+ *    while the commit kernel applies it to the tables (landed or undone alike);
+ *  - a new active block (append) first copies the tables' last-selected steps into the maps' LRU (the host
+ *    evicts a block there), then rewrites the layer's tables from the maps;
+ *  - any failed device operation marks the layer dirty: its tables are rewritten from the maps at its next
+ *    commit (their LRU from the maps' last refresh) and the worker does not select on it meanwhile.
+ * Table work is enqueued on the compute stream (the foreground's) and has run before the layer's next job is
+ * submitted (okv_rt_dsel_before_submit); the worker's selection runs on the predict stream and is waited for
+ * before its plan is read. Uses only the public HAL. */
+#include "runtime_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static inline uint64_t table_offset(const okv_runtime_t *rt, uint32_t seq_index, uint32_t layer, uint32_t h) {
+  return (((uint64_t)seq_index * rt->cfg.n_layers + layer) * rt->cfg.n_kv_heads + h) * rt->sel_table_bytes;
+}
+
+/* Plan and result of batch entry u (= s * H + h) of a layer's job. */
+static inline uint64_t plan_offset(const okv_runtime_t *rt, uint32_t layer, uint32_t u) {
+  return ((uint64_t)layer * rt->cfg.max_seqs * rt->cfg.n_kv_heads + u) * rt->cap_blocks * OKV_SELECT_PLAN_U32S * 4u;
+}
+static inline uint64_t result_offset(const okv_runtime_t *rt, uint32_t layer, uint32_t u) {
+  return ((uint64_t)layer * rt->cfg.max_seqs * rt->cfg.n_kv_heads + u) * OKV_SELECT_RESULT_U32S * 4u;
+}
+
+static okv_status_t alloc_dev(okv_runtime_t *rt, uint64_t bytes, okv_hal_buffer_t **out, const char *what) {
+  okv_status_t st = okv_hal_buffer_alloc(rt->device, OKV_TIER_DEVICE, bytes, out);
+  return st ? okv_status_annotate(st, "runtime: allocating %s (%llu bytes, device tier)", what,
+                                  (unsigned long long)bytes)
+            : OKV_OK;
+}
+
+okv_status_t okv_rt_dsel_init(okv_runtime_t *rt) {
+  const okv_runtime_config_t *c = &rt->cfg;
+  okv_status_t st = OKV_OK;
+  uint64_t n_seg = (uint64_t)c->max_seqs * c->n_kv_heads;
+  rt->sel_R = rt->slots_per_head;
+  rt->sel_W = ceil_div_u32(rt->max_blocks, 64u);
+  rt->sel_table_bytes = okv_slot_table_bytes(rt->sel_R, rt->sel_W);
+  if (rt->sel_table_bytes == 0)
+    return OKV_RT_INVALID(
+        "okv_runtime_create: device_selection: %u slots per KV head or %u bitmap words exceed "
+        "the selection kernel's limits (%u, %u)",
+        rt->sel_R, rt->sel_W, OKV_SELECT_MAX_SLOTS, OKV_SELECT_MAX_WORDS);
+  OKV_RETURN_IF_ERROR(alloc_dev(rt, n_seg * c->n_layers * rt->sel_table_bytes, &rt->sel_tables, "slot tables"));
+  OKV_RETURN_IF_ERROR(alloc_dev(rt, c->n_layers * n_seg * rt->cap_blocks * OKV_SELECT_PLAN_U32S * 4u, &rt->sel_plan,
+                                "selection plans"));
+  OKV_RETURN_IF_ERROR(
+      alloc_dev(rt, c->n_layers * n_seg * OKV_SELECT_RESULT_U32S * 4u, &rt->sel_result, "selection results"));
+  ALLOC_ARR(rt->sel_slot_index, rt->n_slots);
+  ALLOC_ARR(rt->sel_tab_host, (uint64_t)c->n_kv_heads * rt->sel_table_bytes / 4u);
+  ALLOC_ARR(rt->sel_landed, c->n_kv_heads);
+  ALLOC_ARR(rt->sel_active, n_seg);
+  ALLOC_ARR(rt->sel_cap, n_seg);
+  ALLOC_ARR(rt->sel_plan_host, n_seg * rt->cap_blocks * OKV_SELECT_PLAN_U32S);
+  ALLOC_ARR(rt->sel_result_host, n_seg * OKV_SELECT_RESULT_U32S);
+  ALLOC_ARR(rt->sel_dirty, c->n_layers);
+  for (uint32_t l = 0; l < c->n_layers; l++) {
+    ALLOC_ARR(rt->jobs[l].sel_ran, c->max_seqs);
+  }
+  rt->dev_sel = true;
+  return OKV_OK;
+fail:
+  return st;
+}
+
+void okv_rt_dsel_free(okv_runtime_t *rt) {
+  okv_hal_buffer_t *bufs[] = {rt->sel_tables, rt->sel_plan, rt->sel_result};
+  for (int i = 0; i < 3; i++)
+    if (bufs[i]) OKV_IGNORE_ERROR(okv_hal_buffer_release(bufs[i])); /* cleanup */
+  void *arrs[] = {rt->sel_slot_index, rt->sel_tab_host,  rt->sel_landed,      rt->sel_active,
+                  rt->sel_cap,        rt->sel_plan_host, rt->sel_result_host, rt->sel_dirty};
+  for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) okv_rt_free(&rt->alloc, arrs[i]);
+  for (uint32_t l = 0; rt->jobs && l < rt->cfg.n_layers; l++) okv_rt_free(&rt->alloc, rt->jobs[l].sel_ran);
+}
+
+void okv_rt_dsel_take_free(okv_block_map_t *m, uint32_t slot) {
+  for (uint32_t i = m->n_free; i-- > 0;)
+    if (m->free_slots[i] == slot) {
+      m->free_slots[i] = m->free_slots[--m->n_free];
+      return;
+    }
+}
+
+/* The table image of one head from its map (t: sel_table_bytes / 4 words, overwritten). */
+static void table_from_map(const okv_runtime_t *rt, const okv_head_t *hd, uint32_t *t) {
+  const uint32_t R = rt->sel_R, W = rt->sel_W;
+  uint32_t *blk = t, *last = t + R, *tok = t + 2u * R;
+  memset(t, 0, rt->sel_table_bytes);
+  for (uint32_t j = 0; j < R; j++) blk[j] = OKV_SLOT_FREE;
+  uint64_t *res = (uint64_t *)(void *)(t + 4u * R);
+  const okv_block_map_t *m = &hd->map;
+  for (uint32_t i = 0; i < m->n_resident; i++) {
+    uint32_t b = m->resident[i], j = rt->sel_slot_index[m->res_slot[i]];
+    blk[j] = b;
+    last[j] = okv_block_map_res_last(m, i);
+    tok[j] = m->res_tok[i];
+    if (b < 64u * W) res[b >> 6] |= 1ull << (b & 63u);
+  }
+}
+
+okv_status_t okv_rt_dsel_write(okv_runtime_t *rt, const okv_seq_t *seq, uint32_t l0, uint32_t l1) {
+  const uint32_t H = rt->cfg.n_kv_heads;
+  uint32_t si = (uint32_t)(seq - rt->seqs);
+  /* A commit enqueued for a sequence removed since may still be pending on this record's tables. */
+  okv_status_t st = okv_hal_stream_synchronize(rt->compute);
+  for (uint32_t l = l0; st == OKV_OK && l < l1; l++) {
+    for (uint32_t h = 0; h < H; h++)
+      table_from_map(rt, seq_head(rt, seq, l, h), rt->sel_tab_host + (uint64_t)h * rt->sel_table_bytes / 4u);
+    st = okv_hal_buffer_write(rt->sel_tables, table_offset(rt, si, l, 0), rt->sel_tab_host,
+                              (uint64_t)H * rt->sel_table_bytes);
+  }
+  return st;
+}
+
+okv_status_t okv_rt_dsel_refresh_lru(okv_runtime_t *rt, okv_seq_t *seq, uint32_t layer) {
+  const uint32_t H = rt->cfg.n_kv_heads, R = rt->sel_R;
+  uint32_t si = (uint32_t)(seq - rt->seqs);
+  okv_status_t st = okv_hal_stream_synchronize(rt->compute); /* the layer's commit kernel */
+  if (st == OKV_OK)
+    st = okv_hal_buffer_read(rt->sel_tables, table_offset(rt, si, layer, 0), rt->sel_tab_host,
+                             (uint64_t)H * rt->sel_table_bytes);
+  if (st != OKV_OK) return st;
+  for (uint32_t h = 0; h < H; h++) {
+    const uint32_t *t = rt->sel_tab_host + (uint64_t)h * rt->sel_table_bytes / 4u;
+    okv_block_map_t *m = &seq_head(rt, seq, layer, h)->map;
+    for (uint32_t i = 0; i < m->n_resident; i++) {
+      uint32_t j = rt->sel_slot_index[m->res_slot[i]];
+      if (j < R && t[j] == m->resident[i]) m->res_last[i] = t[R + j];
+    }
+    m->has_prev = false; /* the tables' steps include every hit */
+  }
+  return OKV_OK;
+}
+
+okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job, okv_predict_ctx_t *ctx) {
+  const uint32_t H = rt->cfg.n_kv_heads, K = rt->cfg.budget_blocks, C = rt->cap_blocks;
+  okv_status_t st = OKV_OK;
+  memset(job->sel_ran, 0, job->n_seqs);
+  if (rt->sel_dirty[layer]) {
+    st = okv_status_make(OKV_STATUS_UNAVAILABLE,
+                         "runtime: the slot tables of layer %u await their rewrite after a failure; no selection",
+                         layer);
+    goto out;
+  }
+  for (uint32_t s = 0; s < job->n_seqs; s++) {
+    const okv_seq_t *seq = ctx->seqs[s];
+    if (seq == NULL) continue;
+    uint32_t u0 = s * H;
+    for (uint32_t h = 0; h < H; h++) {
+      rt->sel_active[u0 + h] = n_blocks_of(seq->n_tokens[layer]) - 1u;
+      rt->sel_cap[u0 + h] = job->cap < C ? job->cap : C;
+    }
+    okv_select_desc_t d = {.n_heads = H,
+                           .n_slots = rt->sel_R,
+                           .bitmap_words = rt->sel_W,
+                           .budget_blocks = K,
+                           .step = job->step,
+                           .table = rt->sel_tables,
+                           .table_offset = table_offset(rt, job->seq_index[s], layer, 0),
+                           .predicted = ctx->topk,
+                           .predicted_offset = (uint64_t)u0 * K * 4u,
+                           .predicted_stride = K,
+                           .predicted_counts = ctx->counts,
+                           .counts_offset = (uint64_t)u0 * 4u,
+                           .active_block = &rt->sel_active[u0],
+                           .cap = &rt->sel_cap[u0],
+                           .plan_stride = C,
+                           .plan = rt->sel_plan,
+                           .plan_offset = plan_offset(rt, layer, u0),
+                           .result = rt->sel_result,
+                           .result_offset = result_offset(rt, layer, u0)};
+    st = okv_hal_select_async(rt->predict, &d);
+    if (st != OKV_OK) goto out;
+    job->sel_ran[s] = 1;
+  }
+  /* One wait and two reads for the layer: the plans and results of the whole batch (entries u = s * H + h). */
+  uint32_t n_seg = job->n_seqs * H;
+  st = okv_hal_stream_synchronize(rt->predict);
+  if (st == OKV_OK)
+    st = okv_hal_buffer_read(rt->sel_result, result_offset(rt, layer, 0), rt->sel_result_host,
+                             (uint64_t)n_seg * OKV_SELECT_RESULT_U32S * 4u);
+  if (st == OKV_OK)
+    st = okv_hal_buffer_read(rt->sel_plan, plan_offset(rt, layer, 0), rt->sel_plan_host,
+                             (uint64_t)n_seg * C * OKV_SELECT_PLAN_U32S * 4u);
+  if (st != OKV_OK) goto out;
+  for (uint32_t s = 0; s < job->n_seqs; s++) {
+    okv_seq_t *seq = ctx->seqs[s];
+    if (seq == NULL) continue;
+    for (uint32_t h = 0; h < H; h++) {
+      uint32_t u = s * H + h;
+      const uint32_t *r = &rt->sel_result_host[(size_t)u * OKV_SELECT_RESULT_U32S];
+      okv_head_t *hd = seq_head(rt, seq, layer, h);
+      uint32_t n_adm = r[0] <= C ? r[0] : C;
+      job->stats.hits += r[1];
+      job->stats.misses += r[2];
+      job->stats.admitted += n_adm;
+      job->stats.deferred += r[2] - n_adm;
+      const uint32_t *p = &rt->sel_plan_host[(size_t)u * C * OKV_SELECT_PLAN_U32S];
+      for (uint32_t i = 0; i < n_adm; i++, p += OKV_SELECT_PLAN_U32S) {
+        uint32_t slot = hd->owned[p[1] < hd->n_owned ? p[1] : 0];
+        okv_rt_dsel_take_free(&hd->map, slot);
+        okv_plan_entry_t *e = &job->plan[job->n_plan];
+        e->seq_index = job->seq_index[s];
+        e->seq_id = seq->id;
+        e->kv_head = h;
+        e->block = p[0];
+        e->slot = slot;
+        e->victim = p[2] == OKV_SLOT_FREE ? OKV_NO_BLOCK : p[2];
+        job->pairs[job->n_plan].src_offset = host_block_of(rt, hd, e->block) * rt->block_bytes;
+        job->pairs[job->n_plan].dst_offset = (uint64_t)slot * rt->block_bytes;
+        job->n_plan++;
+      }
+    }
+  }
+out:
+  if (st != OKV_OK) {
+    OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->predict)); /* no pending error left for the next job */
+    /* A selection may have run without its plan read: the maps never saw it, the tables did. */
+    rt->sel_dirty[layer] = 1;
+    memset(job->sel_ran, 0, job->n_seqs);
+    job->n_plan = 0;
+    return okv_status_annotate(st, "runtime: selection of layer %u on the device", layer);
+  }
+  return OKV_OK;
+}
+
+/* Rewrites the layer's tables of every live sequence from the maps; clears the dirty mark when all landed. */
+static okv_status_t rewrite_layer(okv_runtime_t *rt, uint32_t layer) {
+  for (uint32_t i = 0; i < rt->cfg.max_seqs; i++) {
+    const okv_seq_t *s = &rt->seqs[i];
+    if (!s->live) continue;
+    OKV_RETURN_IF_ERROR(okv_rt_dsel_write(rt, s, layer, layer + 1u));
+  }
+  rt->sel_dirty[layer] = 0;
+  return OKV_OK;
+}
+
+void okv_rt_dsel_commit(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job, bool landed) {
+  const uint32_t H = rt->cfg.n_kv_heads;
+  okv_step_stats_t *ls = &rt->layer_step[layer];
+  okv_status_t st = OKV_OK;
+  if (!rt->sel_dirty[layer]) {
+    memset(rt->sel_landed, landed ? 1 : 0, H);
+    for (uint32_t s = 0; s < job->n_seqs && st == OKV_OK; s++) {
+      if (!job->sel_ran[s]) continue;
+      const okv_seq_t *seq = &rt->seqs[job->seq_index[s]];
+      if (!seq->live || seq->id != job->seq_id[s]) continue; /* removed: its tables are rewritten when reused */
+      okv_slot_commit_desc_t d = {.n_heads = H,
+                                  .n_slots = rt->sel_R,
+                                  .bitmap_words = rt->sel_W,
+                                  .table = rt->sel_tables,
+                                  .table_offset = table_offset(rt, job->seq_index[s], layer, 0),
+                                  .plan_stride = rt->cap_blocks,
+                                  .plan = rt->sel_plan,
+                                  .plan_offset = plan_offset(rt, layer, s * H),
+                                  .result = rt->sel_result,
+                                  .result_offset = result_offset(rt, layer, s * H),
+                                  .landed = rt->sel_landed};
+      st = okv_hal_slot_commit_async(rt->compute, &d);
+    }
+    if (st != OKV_OK) {
+      ls->pipeline_errors++;
+      okv_status_free(st);
+      OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->compute)); /* drained: no pending error */
+      rt->sel_dirty[layer] = 1;
+    }
+  }
+  memset(job->sel_ran, 0, rt->cfg.max_seqs);
+  if (rt->sel_dirty[layer]) {
+    st = rewrite_layer(rt, layer);
+    if (st != OKV_OK) { /* stays dirty: the next commit tries again */
+      ls->pipeline_errors++;
+      okv_status_free(st);
+      OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->compute));
+    }
+  }
+}
+
+void okv_rt_dsel_before_submit(okv_runtime_t *rt, uint32_t layer) {
+  if (!rt->dev_sel) return;
+  okv_status_t st = okv_hal_stream_synchronize(rt->compute);
+  if (st == OKV_OK) return;
+  /* A commit or rewrite of the layer may not have run: rewrite the tables at its next commit. */
+  rt->layer_step[layer].pipeline_errors++;
+  rt->sel_dirty[layer] = 1;
+  okv_status_free(st);
+}
+
+okv_status_t okv_runtime_debug_check_tables(okv_runtime_t *rt) {
+  if (rt == NULL || !rt->dev_sel) return OKV_OK;
+  okv_rt_jobs_drain(rt);
+  OKV_RETURN_IF_ERROR(okv_hal_stream_synchronize(rt->compute));
+  const uint32_t H = rt->cfg.n_kv_heads, R = rt->sel_R, W = rt->sel_W;
+  for (uint32_t i = 0; i < rt->cfg.max_seqs; i++) {
+    okv_seq_t *s = &rt->seqs[i];
+    if (!s->live) continue;
+    for (uint32_t l = 0; l < rt->cfg.n_layers; l++) {
+      if (rt->sel_dirty[l]) continue; /* rewritten at the layer's next commit */
+      OKV_RETURN_IF_ERROR(okv_hal_buffer_read(rt->sel_tables, table_offset(rt, i, l, 0), rt->sel_tab_host,
+                                              (uint64_t)H * rt->sel_table_bytes));
+      for (uint32_t h = 0; h < H; h++) {
+        const uint32_t *t = rt->sel_tab_host + (uint64_t)h * rt->sel_table_bytes / 4u;
+        const uint64_t *res = (const uint64_t *)(const void *)(t + 4u * R);
+        const okv_head_t *hd = seq_head(rt, s, l, h);
+        const okv_block_map_t *m = &hd->map;
+        uint32_t held = 0, n_bits = 0;
+        for (uint32_t j = 0; j < R; j++) {
+          uint32_t b = t[j];
+          bool own_free = false;
+          for (uint32_t f = 0; f < m->n_free; f++) own_free |= m->free_slots[f] == hd->owned[j];
+          if (b == OKV_SLOT_FREE) {
+            if (!own_free)
+              return okv_status_make(OKV_STATUS_INTERNAL,
+                                     "seq %u layer %u head %u: table slot %u free, map's slot busy", s->id, l, h, j);
+            continue;
+          }
+          if (!okv_block_map_bit(res, b)) { /* a pending admission: the map took its slot off the free stack */
+            if (own_free || (b < m->n_blocks && m->slot_of[b] != OKV_NO_SLOT))
+              return okv_status_make(OKV_STATUS_INTERNAL,
+                                     "seq %u layer %u head %u: table slot %u pending block %u, the map disagrees",
+                                     s->id, l, h, j, b);
+            continue;
+          }
+          held++;
+          if (b >= m->n_blocks || m->slot_of[b] != hd->owned[j])
+            return okv_status_make(OKV_STATUS_INTERNAL,
+                                   "seq %u layer %u head %u: table slot %u holds block %u, the map does not", s->id, l,
+                                   h, j, b);
+        }
+        for (uint32_t w = 0; w < W; w++) n_bits += (uint32_t)__builtin_popcountll(res[w]);
+        for (uint32_t k = 0; k < m->n_resident; k++)
+          if (!okv_block_map_bit(res, m->resident[k]))
+            return okv_status_make(OKV_STATUS_INTERNAL, "seq %u layer %u head %u: block %u resident, bit clear", s->id,
+                                   l, h, m->resident[k]);
+        if (held != m->n_resident || n_bits != m->n_resident)
+          return okv_status_make(OKV_STATUS_INTERNAL,
+                                 "seq %u layer %u head %u: table holds %u blocks (%u bits), map %u", s->id, l, h, held,
+                                 n_bits, m->n_resident);
+      }
+    }
+  }
+  return OKV_OK;
+}

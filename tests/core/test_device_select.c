@@ -1,0 +1,255 @@
+/* Selection on the device (okv_runtime_config_t.device_selection) against the host's selection, on a backend
+ * (argv[1], default "cpu"):
+ *  - the same workload (sequences of different lengths crossing the dense threshold, block boundaries, a
+ *    sequence removed and its record reused) run twice, host and device selection: every step's hits,
+ *    misses, admissions, deferrals, evictions and moved blocks are equal, and so is every output, bit for
+ *    bit; after every step the slot tables agree with the maps (okv_runtime_debug_check_tables) and the
+ *    outputs equal the double-precision reference over the reported working set;
+ *  - the same with whole steps of failed transfers (the commit undoes the tables' admissions);
+ *  - failed selection and commit kernels: absorbed and counted, outputs still exact over what is readable,
+ *    the tables rewritten from the maps once the kernels work again;
+ *  - the configurations it refuses (fetch_ratio_auto, remote sequences). */
+#include "tests/core/rt_driver.h"
+
+#include "core/runtime_internal.h"
+#include "oasiskv/fault.h"
+#include "oasiskv/remote.h"
+
+static const char *g_backend = "cpu";
+
+/* Faults armed by the test between steps: every copy, or every kernel launch whose name the selection or
+ * commit uses (by op kind: kernels fail while `fail_kernels` is set). */
+typedef struct faults_t {
+  int fail_copies;
+  int fail_kernels;
+  uint64_t injected;
+} faults_t;
+
+static bool fail_op(void *user, okv_hal_op_t op, okv_tier_t src, okv_tier_t dst) {
+  faults_t *f = user;
+  (void)src;
+  (void)dst;
+  bool hit = (op == OKV_HAL_OP_COPY && __atomic_load_n(&f->fail_copies, __ATOMIC_ACQUIRE)) ||
+             (op == OKV_HAL_OP_KERNEL && __atomic_load_n(&f->fail_kernels, __ATOMIC_ACQUIRE));
+  if (hit) __atomic_add_fetch(&f->injected, 1, __ATOMIC_RELAXED);
+  return hit;
+}
+
+static okv_hal_device_params_t params(void) {
+  okv_hal_device_params_t p;
+  okv_hal_device_params_init(&p);
+  p.capacity_bytes[OKV_TIER_DEVICE] = 64u << 20;
+  p.capacity_bytes[OKV_TIER_HOST] = 256u << 20;
+  p.n_threads = 1;
+  return p;
+}
+
+static void config(okv_runtime_config_t *c, okv_mode_t mode, okv_scoring_t scoring, bool device) {
+  rt_config(c, 3, 4, 2, 16);
+  c->max_seqs = 4;
+  c->max_context_tokens = 1024;
+  c->budget_blocks = 6;
+  c->fetch_ratio = 0.34; /* C = 3 */
+  c->mode = mode;
+  c->scoring = scoring;
+  c->device_selection = device;
+}
+
+static void assert_stats_equal(const okv_step_stats_t *a, const okv_step_stats_t *b, uint32_t step) {
+  if (a->hits != b->hits || a->misses != b->misses || a->admitted != b->admitted || a->deferred != b->deferred ||
+      a->evicted != b->evicted || a->blocks_moved != b->blocks_moved || a->failed_blocks != b->failed_blocks) {
+    print_error(
+        "step %u: host hits %llu misses %llu admitted %llu deferred %llu evicted %llu moved %llu failed %llu;"
+        " device %llu %llu %llu %llu %llu %llu %llu\n",
+        step, (unsigned long long)a->hits, (unsigned long long)a->misses, (unsigned long long)a->admitted,
+        (unsigned long long)a->deferred, (unsigned long long)a->evicted, (unsigned long long)a->blocks_moved,
+        (unsigned long long)a->failed_blocks, (unsigned long long)b->hits, (unsigned long long)b->misses,
+        (unsigned long long)b->admitted, (unsigned long long)b->deferred, (unsigned long long)b->evicted,
+        (unsigned long long)b->blocks_moved, (unsigned long long)b->failed_blocks);
+    fail();
+  }
+}
+
+/* Host and device selection on one workload; copy faults on the steps where step % copy_fault_every == 1
+ * (0: none). Returns the device run's cumulative stats. */
+static okv_step_stats_t run_pair(okv_mode_t mode, okv_scoring_t scoring, uint32_t copy_fault_every) {
+  okv_hal_device_params_t p = params();
+  drv_t *d[2];
+  faults_t f[2] = {{0, 0, 0}, {0, 0, 0}};
+  okv_hal_fault_hooks_t hooks[2] = {{&f[0], NULL, NULL, fail_op}, {&f[1], NULL, NULL, fail_op}};
+  uint32_t T = mode == OKV_MODE_OASIS ? 2u : 1u;
+  for (int i = 0; i < 2; i++) {
+    okv_runtime_config_t c;
+    config(&c, mode, scoring, i == 1);
+    d[i] = test_calloc(1, sizeof(drv_t));
+    drv_open(d[i], g_backend, &c, &p, 77, 1024);
+    OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(d[i]->dev, &hooks[i]));
+    d[i]->track_jobs = true;
+    drv_add(d[i], 300); /* sparse from the start */
+    drv_add(d[i], 91);  /* crosses the dense threshold (K = 6 blocks) during the run */
+    drv_add(d[i], 0);   /* empty */
+  }
+  uint32_t n_steps = 90;
+  for (uint32_t s = 0; s < n_steps; s++) {
+    if (s == 40)
+      for (int i = 0; i < 2; i++) { /* remove the long one; its record is reused by the next add */
+        drv_remove(d[i], 0);
+        drv_add(d[i], 200);
+      }
+    bool faulty = copy_fault_every > 0 && s % copy_fault_every == 1;
+    for (int i = 0; i < 2; i++) __atomic_store_n(&f[i].fail_copies, faulty ? 1 : 0, __ATOMIC_RELEASE);
+    for (int i = 0; i < 2; i++) drv_step(d[i], T, 3.0f);
+    for (int i = 0; i < 2; i++) __atomic_store_n(&f[i].fail_copies, 0, __ATOMIC_RELEASE);
+    assert_stats_equal(&d[0]->last_jobs, &d[1]->last_jobs, s);
+    size_t n_out = (size_t)d[0]->cfg.n_layers * DRV_MAX_SEQS * 4 * d[0]->cfg.n_q_heads * d[0]->cfg.head_dim;
+    if (memcmp(d[0]->out, d[1]->out, n_out * sizeof(float)) != 0) {
+      print_error("step %u: outputs differ between host and device selection\n", s);
+      fail();
+    }
+    OKV_ASSERT_OK(okv_runtime_debug_check_tables(d[1]->rt));
+    double e = drv_check(d[1], false);
+    if (!(e < 3e-5)) {
+      print_error("step %u: |out - reference| = %g\n", s, e);
+      fail();
+    }
+  }
+  okv_step_stats_t cum;
+  OKV_ASSERT_OK(okv_runtime_stats(d[1]->rt, UINT32_MAX, &cum));
+  if (copy_fault_every > 0) assert_true(f[1].injected > 0 && cum.failed_blocks > 0);
+  for (int i = 0; i < 2; i++) {
+    OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(d[i]->dev, NULL));
+    drv_close(d[i]);
+    test_free(d[i]);
+  }
+  return cum;
+}
+
+static void test_equals_host_oasis(void **state) {
+  (void)state;
+  okv_step_stats_t c = run_pair(OKV_MODE_OASIS, OKV_SCORING_Q8, 0);
+  /* The workload exercises what it claims: admissions, evictions by the cap and deferrals. */
+  assert_true(c.admitted > 50 && c.evicted > 20 && c.deferred > 0 && c.hits > c.admitted);
+  assert_int_equal(c.pipeline_errors, 0);
+}
+
+static void test_equals_host_proxy_flat(void **state) {
+  (void)state;
+  okv_step_stats_t c = run_pair(OKV_MODE_PROXY, OKV_SCORING_FLAT, 0);
+  assert_true(c.admitted > 50 && c.evicted > 20);
+}
+
+static void test_equals_host_copy_faults(void **state) {
+  (void)state;
+  okv_step_stats_t c = run_pair(OKV_MODE_OASIS, OKV_SCORING_FLAT, 4);
+  assert_true(c.admitted > 20);
+}
+
+/* Failed kernels (the selection's and the commit's among them) during some steps: absorbed and counted; every
+ * OK output exact over what is readable; afterwards the tables equal the maps and selection admits again. */
+static void test_kernel_faults(void **state) {
+  (void)state;
+  okv_hal_device_params_t p = params();
+  faults_t f = {0, 0, 0};
+  okv_hal_fault_hooks_t hooks = {&f, NULL, NULL, fail_op};
+  okv_runtime_config_t c;
+  config(&c, OKV_MODE_OASIS, OKV_SCORING_FLAT, true);
+  drv_t *d = test_calloc(1, sizeof(drv_t));
+  drv_open(d, g_backend, &c, &p, 5, 1024);
+  OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(d->dev, &hooks));
+  d->track_jobs = true;
+  drv_add(d, 260);
+  drv_add(d, 150);
+  size_t kvn = drv_kv_elems(d);
+  uint64_t errors = 0;
+  for (uint32_t s = 0; s < 30; s++) {
+    /* Kernels fail from the middle of layer 1 on: the foreground's layers see failed attention (NaN out, an
+     * error), the background's selections and commits fail and are absorbed. */
+    bool faulty = s >= 10 && s < 14;
+    uint32_t ids[2] = {d->ids[0], d->ids[1]};
+    OKV_ASSERT_OK(okv_runtime_step_begin(d->rt, 2, ids, 2));
+    d->T = 2;
+    d->step_n = 2;
+    d->step_slot[0] = 0;
+    d->step_slot[1] = 1;
+    for (uint32_t l = 0; l < c.n_layers; l++) {
+      float *q = drv_q(d, l), *dr = drv_draft(d, l), *k = drv_k(d, l), *v = drv_v(d, l);
+      for (size_t i = 0; i < 2 * drv_q_elems(d); i++) q[i] = 3.0f * okv_test_rng_normal(&d->rng);
+      for (size_t i = 0; i < 2 * 2 * kvn; i++) dr[i] = okv_test_rng_normal(&d->rng);
+      for (size_t i = 0; i < 2 * kvn; i++) {
+        k[i] = okv_test_rng_normal(&d->rng);
+        v[i] = okv_test_rng_normal(&d->rng);
+      }
+      __atomic_store_n(&f.fail_kernels, faulty && l >= 1 ? 1 : 0, __ATOMIC_RELEASE);
+      okv_status_t st = okv_runtime_step_layer(d->rt, l, k, v, q, dr, drv_out(d, l));
+      okv_status_code_t code = okv_status_code(st);
+      okv_status_free(st);
+      assert_true(code != OKV_STATUS_INVALID_ARGUMENT);
+      for (uint32_t i = 0; i < 2; i++) rt_hist_append(&d->hist[i], l, k + i * kvn, v + i * kvn);
+    }
+    OKV_ASSERT_OK(okv_runtime_step_end(d->rt, &d->last_stats));
+    okv_runtime_debug_drain(d->rt);
+    __atomic_store_n(&f.fail_kernels, 0, __ATOMIC_RELEASE);
+    rt_stats_since(d->rt, UINT32_MAX, &d->cum_prev, &d->last_jobs);
+    errors += d->last_jobs.pipeline_errors;
+    if (!faulty) {
+      double e = drv_check(d, false);
+      if (!(e < 3e-5)) {
+        print_error("step %u: |out - reference| = %g\n", s, e);
+        fail();
+      }
+    }
+  }
+  assert_true(f.injected > 0);
+  assert_true(errors > 0);
+  OKV_ASSERT_OK(okv_runtime_debug_check_tables(d->rt));
+  /* After recovery nothing is dirty and selection admits again. */
+  for (uint32_t l = 0; l < c.n_layers; l++) assert_int_equal(d->rt->sel_dirty[l], 0);
+  drv_step(d, 2, 3.0f);
+  drv_step(d, 2, 3.0f);
+  assert_true(d->last_jobs.hits > 0);
+  assert_int_equal(d->last_jobs.pipeline_errors, 0);
+  OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(d->dev, NULL));
+  drv_close(d);
+  test_free(d);
+}
+
+static void test_refusals(void **state) {
+  (void)state;
+  okv_runtime_config_t c;
+  config(&c, OKV_MODE_OASIS, OKV_SCORING_FLAT, true);
+  c.fetch_ratio_auto = true;
+  okv_status_t st = okv_runtime_config_validate(&c);
+  assert_int_equal(okv_status_code(st), OKV_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(okv_status_message(st), "device_selection"));
+  okv_status_free(st);
+  /* Ignored (valid) where there is no pipeline. */
+  c.mode = OKV_MODE_ONDEMAND;
+  OKV_ASSERT_OK(okv_runtime_config_validate(&c));
+  /* Remote sequences are refused with a one-line reason, nothing allocated. */
+  config(&c, OKV_MODE_OASIS, OKV_SCORING_FLAT, true);
+  okv_hal_device_params_t p = params();
+  drv_t *d = test_calloc(1, sizeof(drv_t));
+  drv_open(d, g_backend, &c, &p, 1, 1024);
+  okv_remote_prefill_t rp;
+  memset(&rp, 0, sizeof rp);
+  rp.n_tokens = 32;
+  uint32_t id = 0;
+  st = okv_runtime_seq_add_remote(d->rt, &rp, &id);
+  assert_int_equal(okv_status_code(st), OKV_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(okv_status_message(st), "device_selection"));
+  okv_status_free(st);
+  drv_close(d);
+  test_free(d);
+}
+
+int main(int argc, char **argv) {
+  g_backend = okv_test_backend_or_skip(argc, argv);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_equals_host_oasis),
+      cmocka_unit_test(test_equals_host_proxy_flat),
+      cmocka_unit_test(test_equals_host_copy_faults),
+      cmocka_unit_test(test_kernel_faults),
+      cmocka_unit_test(test_refusals),
+  };
+  return cmocka_run_group_tests_name("core_device_select", tests, NULL, NULL);
+}
