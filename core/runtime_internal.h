@@ -447,8 +447,8 @@ uint32_t okv_runtime_debug_host_block(const okv_runtime_t *runtime, uint32_t seq
                                       uint32_t block);
 /* For tests (cfg.device_selection): reads every live sequence's tables back and checks them against the maps:
  * the same resident blocks in the same slots, residency bits, free slots; a pending admission (its slot taken
- * off the map's free stack, its block not resident yet) awaits the layer's commit. Drains the pipeline first. OK without device
- * selection. Errors: INTERNAL naming the first difference; a read's error. */
+ * off the map's free stack, its block not resident yet) awaits the layer's commit. Drains the pipeline first.
+ * OK without device selection. Errors: INTERNAL naming the first difference; a read's error. */
 okv_status_t okv_runtime_debug_check_tables(okv_runtime_t *runtime);
 /* For tests: free slots in the global pool. */
 uint64_t okv_runtime_debug_free_slots(const okv_runtime_t *runtime);
