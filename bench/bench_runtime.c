@@ -29,6 +29,7 @@ typedef struct bench_opts_t {
   uint32_t n_seqs, context_tokens, n_layers, budget_blocks, steps, warmup;
   double host_gib, fetch_ratio, noise;
   bool json, recall;
+  bool device_selection; /* --selection device */
   const char *project; /* --project SHAPE: project the measured cost onto a model's shape */
   okv_scoring_t scoring;
   okv_dtype_t summary_dtype;
@@ -58,12 +59,14 @@ static void usage(FILE *f) {
       "                             [--host-gib G] [--budget K] [--fetch-ratio R] [--steps N]\n"
       "                             [--warmup N] [--noise X] [--recall] [--project SHAPE] [--json]\n"
       "                             [--scoring q8|flat|two-level] [--groups N] [--summary-dtype auto|f32|bf16|f16]\n"
-      "                             [--locality X]\n"
+      "                             [--locality X] [--selection host|device]\n"
       "  Defaults: cpu, 8 sequences x 16384 tokens, layers that fit in 4 GiB of host tier,\n"
       "  K = 128, fetch ratio 0.05, 4 measured steps after 2 warm-up steps.\n"
       "  --layers N: 1..128. --host-gib G (default 4) bounds the HOST tier that N sequences x layers x\n"
       "  context need, and also the DEVICE tier (slot pool, summaries) and the f32 prefill: a run that\n"
-      "  needs more of any is refused.\n");
+      "  needs more of any is refused.\n"
+      "  --selection device: selection and its commit run as kernels on DEVICE slot tables\n"
+      "  (okv_runtime_config_t.device_selection); host (default) runs them on the host's maps.\n");
 }
 
 static bool parse_u32(const char *s, uint32_t *out) {
@@ -118,7 +121,8 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
     }
     static const char *const valued[] = {"--backend", "--seqs",    "--context",  "--layers",        "--budget",
                                          "--steps",   "--warmup",  "--host-gib", "--fetch-ratio",   "--noise",
-                                         "--project", "--scoring", "--groups",   "--summary-dtype", "--locality"};
+                                         "--project", "--scoring", "--groups",   "--summary-dtype", "--locality",
+                                         "--selection"};
     bool known = false;
     for (size_t j = 0; j < sizeof valued / sizeof valued[0]; j++) known |= strcmp(a, valued[j]) == 0;
     if (!known) {
@@ -176,7 +180,10 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
         ok = false;
     } else if (strcmp(a, "--locality") == 0)
       ok = parse_f64(v, &o->locality) && o->locality >= 0 && o->locality <= 1;
-    else if (strcmp(a, "--noise") == 0)
+    else if (strcmp(a, "--selection") == 0) {
+      ok = strcmp(v, "host") == 0 || strcmp(v, "device") == 0;
+      o->device_selection = strcmp(v, "device") == 0;
+    } else if (strcmp(a, "--noise") == 0)
       ok = parse_f64(v, &o->noise) && o->noise >= 0;
     else {
       fprintf(stderr, "oasiskv bench runtime: unknown option '%s' (see --help)\n", a);
@@ -343,6 +350,7 @@ int okv_cli_bench_runtime(int argc, char **argv) {
   cfg.host_capacity_bytes = host_bytes;
   cfg.track_recall = o.recall;
   cfg.scoring = o.scoring;
+  cfg.device_selection = o.device_selection;
   cfg.scoring_groups = o.groups;
   cfg.summary_dtype = o.summary_dtype;
   okv_status_t st = okv_runtime_config_validate(&cfg);
@@ -507,6 +515,7 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     json_object_object_add(jout, "scoring_fraction", json_object_new_double(scoring_fraction));
     json_object_object_add(jout, "predict_seconds_per_step", json_object_new_double(cum.predict_seconds / n_steps));
     json_object_object_add(jout, "scoring", json_object_new_string(okv_scoring_name(o.scoring)));
+    json_object_object_add(jout, "selection", json_object_new_string(o.device_selection ? "device" : "host"));
     json_object_object_add(jout, "scoring_groups", json_object_new_int64(o.groups));
     json_object_object_add(jout, "summary_dtype",
                            json_object_new_string(okv_dtype_name(okv_runtime_config(rt)->summary_dtype)));
@@ -583,9 +592,9 @@ int okv_cli_bench_runtime(int argc, char **argv) {
            cap_bytes, bytes_per_step <= cap_bytes ? "yes" : "NO");
     const double per_head_ns = 1e9 / n_steps / ((double)o.n_seqs * L * H);
     printf(
-        "bookkeeping %.0f ns per KV head per step (target <= 500): selection %.0f, commit %.0f, working set %.0f, "
-        "the rest %.0f\n",
-        ns_per_head, cum.select_seconds * per_head_ns, cum.commit_seconds * per_head_ns,
+        "bookkeeping %.0f ns per KV head per step (target <= 500; %s selection): selection %.0f, commit %.0f, "
+        "working set %.0f, the rest %.0f\n",
+        ns_per_head, o.device_selection ? "device" : "host", cum.select_seconds * per_head_ns, cum.commit_seconds * per_head_ns,
         cum.working_set_seconds * per_head_ns,
         ns_per_head - (cum.select_seconds + cum.commit_seconds + cum.working_set_seconds) * per_head_ns);
     printf("scoring %s, %s summaries%s: prediction %.2f ms/step, scoring_fraction %.3f (target <= 1.0)\n",

@@ -21,8 +21,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Layer-major, so that a batch whose sequences sit in consecutive records selects with one launch per layer. */
 static inline uint64_t table_offset(const okv_runtime_t *rt, uint32_t seq_index, uint32_t layer, uint32_t h) {
-  return (((uint64_t)seq_index * rt->cfg.n_layers + layer) * rt->cfg.n_kv_heads + h) * rt->sel_table_bytes;
+  return (((uint64_t)layer * rt->cfg.max_seqs + seq_index) * rt->cfg.n_kv_heads + h) * rt->sel_table_bytes;
+}
+
+/* The end of the run of batch entries from `s` that one launch covers: entries with sel[e] set whose records
+ * are consecutive (their tables, predictions and plans are then contiguous). */
+static uint32_t run_end(const okv_layer_job_t *job, const uint8_t *sel, uint32_t s) {
+  uint32_t e = s + 1u;
+  while (e < job->n_seqs && sel[e] && job->seq_index[e] == job->seq_index[e - 1u] + 1u) e++;
+  return e;
 }
 
 /* Plan and result of batch entry u (= s * H + h) of a layer's job. */
@@ -59,7 +68,7 @@ okv_status_t okv_rt_dsel_init(okv_runtime_t *rt) {
       alloc_dev(rt, c->n_layers * n_seg * OKV_SELECT_RESULT_U32S * 4u, &rt->sel_result, "selection results"));
   ALLOC_ARR(rt->sel_slot_index, rt->n_slots);
   ALLOC_ARR(rt->sel_tab_host, (uint64_t)c->n_kv_heads * rt->sel_table_bytes / 4u);
-  ALLOC_ARR(rt->sel_landed, c->n_kv_heads);
+  ALLOC_ARR(rt->sel_landed, n_seg);
   ALLOC_ARR(rt->sel_active, n_seg);
   ALLOC_ARR(rt->sel_cap, n_seg);
   ALLOC_ARR(rt->sel_plan_host, n_seg * rt->cap_blocks * OKV_SELECT_PLAN_U32S);
@@ -155,13 +164,20 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
   }
   for (uint32_t s = 0; s < job->n_seqs; s++) {
     const okv_seq_t *seq = ctx->seqs[s];
-    if (seq == NULL) continue;
-    uint32_t u0 = s * H;
-    for (uint32_t h = 0; h < H; h++) {
-      rt->sel_active[u0 + h] = n_blocks_of(seq->n_tokens[layer]) - 1u;
-      rt->sel_cap[u0 + h] = job->cap < C ? job->cap : C;
+    job->sel_ran[s] = seq != NULL;
+    for (uint32_t h = 0; seq != NULL && h < H; h++) {
+      rt->sel_active[s * H + h] = n_blocks_of(seq->n_tokens[layer]) - 1u;
+      rt->sel_cap[s * H + h] = job->cap < C ? job->cap : C;
     }
-    okv_select_desc_t d = {.n_heads = H,
+  }
+  for (uint32_t s = 0, e; s < job->n_seqs; s = e) {
+    if (!job->sel_ran[s]) {
+      e = s + 1u;
+      continue;
+    }
+    e = run_end(job, job->sel_ran, s);
+    uint32_t u0 = s * H;
+    okv_select_desc_t d = {.n_heads = (e - s) * H,
                            .n_slots = rt->sel_R,
                            .bitmap_words = rt->sel_W,
                            .budget_blocks = K,
@@ -182,7 +198,6 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
                            .result_offset = result_offset(rt, layer, u0)};
     st = okv_hal_select_async(rt->predict, &d);
     if (st != OKV_OK) goto out;
-    job->sel_ran[s] = 1;
   }
   /* One wait and two reads for the layer: the plans and results of the whole batch (entries u = s * H + h). */
   uint32_t n_seg = job->n_seqs * H;
@@ -251,12 +266,18 @@ void okv_rt_dsel_commit(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job,
   okv_step_stats_t *ls = &rt->layer_step[layer];
   okv_status_t st = OKV_OK;
   if (!rt->sel_dirty[layer]) {
-    memset(rt->sel_landed, landed ? 1 : 0, H);
-    for (uint32_t s = 0; s < job->n_seqs && st == OKV_OK; s++) {
-      if (!job->sel_ran[s]) continue;
+    memset(rt->sel_landed, landed ? 1 : 0, (size_t)job->n_seqs * H);
+    for (uint32_t s = 0; s < job->n_seqs; s++) { /* a removed sequence's tables are rewritten when reused */
       const okv_seq_t *seq = &rt->seqs[job->seq_index[s]];
-      if (!seq->live || seq->id != job->seq_id[s]) continue; /* removed: its tables are rewritten when reused */
-      okv_slot_commit_desc_t d = {.n_heads = H,
+      if (!seq->live || seq->id != job->seq_id[s]) job->sel_ran[s] = 0;
+    }
+    for (uint32_t s = 0, e; s < job->n_seqs && st == OKV_OK; s = e) {
+      if (!job->sel_ran[s]) {
+        e = s + 1u;
+        continue;
+      }
+      e = run_end(job, job->sel_ran, s);
+      okv_slot_commit_desc_t d = {.n_heads = (e - s) * H,
                                   .n_slots = rt->sel_R,
                                   .bitmap_words = rt->sel_W,
                                   .table = rt->sel_tables,

@@ -257,11 +257,11 @@ struct okv_runtime_t {
   bool dev_sel;
   uint32_t sel_R, sel_W;                     /* slots (K + 1 + C) and bitmap words of a table */
   uint64_t sel_table_bytes;                  /* okv_slot_table_bytes(sel_R, sel_W) */
-  okv_hal_buffer_t *sel_tables;              /* DEVICE [max_seqs][n_layers][n_kv_heads] tables */
+  okv_hal_buffer_t *sel_tables;              /* DEVICE [n_layers][max_seqs][n_kv_heads] tables */
   okv_hal_buffer_t *sel_plan, *sel_result;   /* DEVICE u32 [n_layers][max_seqs * n_kv_heads][C][4], [..][4] */
   uint32_t *sel_slot_index;                  /* [n_slots] j of a pool slot in its head's owned[] */
   uint32_t *sel_tab_host;                    /* foreground: n_kv_heads tables' words (rewrite, LRU refresh) */
-  uint8_t *sel_landed;                       /* foreground: [n_kv_heads] */
+  uint8_t *sel_landed;                       /* foreground: [max_seqs * n_kv_heads] */
   uint32_t *sel_active, *sel_cap;            /* worker: [max_seqs * n_kv_heads] */
   uint32_t *sel_plan_host, *sel_result_host; /* worker: read-back plan and result of a job */
   uint8_t *sel_dirty; /* [n_layers] the layer's tables may differ from the maps (a failed device operation):

@@ -87,7 +87,8 @@ typedef struct run_t {
 } run_t;
 
 static const uint32_t k_prefill[W_SEQS] = {70, 0, 33};
-static bool g_auto; /* the sweep in progress runs the self-tuning cap (its spare slots move at every seq_add) */
+static bool g_auto;   /* the sweep in progress runs the self-tuning cap (its spare slots move at every seq_add) */
+static bool g_device; /* the sweep in progress runs device selection (slot tables beside the maps) */
 
 static void w_config(okv_runtime_config_t *c, okv_mode_t mode) {
   rt_config(c, 2, 4, 2, 8);
@@ -96,6 +97,7 @@ static void w_config(okv_runtime_config_t *c, okv_mode_t mode) {
   c->budget_blocks = 4;
   c->fetch_ratio = 0.5; /* C = 2 (with g_auto: at most 2, and at most a head's spares) */
   c->fetch_ratio_auto = g_auto;
+  c->device_selection = g_device;
   c->mode = mode;
   c->track_recall = mode == OKV_MODE_PROXY;      /* covers the recall pass */
   c->track_fetch_share = mode == OKV_MODE_OASIS; /* covers attention with block mass and its read-back */
@@ -362,6 +364,7 @@ static void w_run(run_t *r, okv_mode_t mode) {
         if (r->live[w])
           for (uint32_t h = 0; h < r->cfg.n_kv_heads; h++)
             OKV_ASSERT_OK(okv_block_map_check(okv_runtime_debug_map(r->rt, r->id[w], l, h)));
+    OKV_ASSERT_OK(okv_runtime_debug_check_tables(r->rt)); /* device selection: the tables equal the maps again */
     okv_step_stats_t cum;
     OKV_ASSERT_OK(okv_runtime_stats(r->rt, UINT32_MAX, &cum));
     r->absorbed = cum.pipeline_errors + cum.failed_blocks + cum.retried_writes;
@@ -465,7 +468,7 @@ static void sweep_mode(okv_mode_t mode) {
       "stream %llu, sync %llu, event %llu, record %llu, wait %llu, copy %llu, kernel %llu); "
       "%llu runs (stride %u), %llu with a fault injected and surfaced, %llu outputs checked, %llu failed "
       "calls, %llu runs matched the fault-free run at the end\n",
-      g_auto ? "oasis/auto" : okv_mode_name(mode), (unsigned long long)total_ops[0], (unsigned long long)total_ops[1],
+      g_auto ? "oasis/auto" : g_device ? "oasis/dev" : okv_mode_name(mode), (unsigned long long)total_ops[0], (unsigned long long)total_ops[1],
       (unsigned long long)kinds[OKV_HAL_OP_BUFFER_ALLOC], (unsigned long long)kinds[OKV_HAL_OP_BUFFER_WRITE],
       (unsigned long long)kinds[OKV_HAL_OP_BUFFER_READ], (unsigned long long)kinds[OKV_HAL_OP_STREAM_CREATE],
       (unsigned long long)kinds[OKV_HAL_OP_STREAM_SYNC], (unsigned long long)kinds[OKV_HAL_OP_EVENT_CREATE],
@@ -490,6 +493,14 @@ static void test_sweep_auto(void **state) {
   g_auto = false;
 }
 
+/* OASIS with device selection: the selection and commit kernels, the plan's read-back, the tables written at
+ * admission and after new active blocks, and their rewrite after a failure, each failed in turn. */
+static void test_sweep_device(void **state) {
+  g_device = true;
+  sweep_mode(*(const okv_mode_t *)*state);
+  g_device = false;
+}
+
 static const okv_mode_t k_modes[] = {OKV_MODE_DENSE, OKV_MODE_OASIS, OKV_MODE_PROXY, OKV_MODE_ONDEMAND};
 
 int main(int argc, char **argv) {
@@ -506,6 +517,7 @@ int main(int argc, char **argv) {
       {"sweep_proxy", test_sweep, NULL, NULL, (void *)&k_modes[2]},
       {"sweep_ondemand", test_sweep, NULL, NULL, (void *)&k_modes[3]},
       {"sweep_oasis_auto", test_sweep_auto, NULL, NULL, (void *)&k_modes[1]},
+      {"sweep_oasis_device", test_sweep_device, NULL, NULL, (void *)&k_modes[1]},
   };
   return cmocka_run_group_tests_name("core_fault_sweep", tests, NULL, NULL);
 }
