@@ -30,7 +30,7 @@ typedef struct bench_opts_t {
   double host_gib, fetch_ratio, noise;
   bool json, recall;
   bool device_selection; /* --selection device */
-  const char *project; /* --project SHAPE: project the measured cost onto a model's shape */
+  const char *project;   /* --project SHAPE: project the measured cost onto a model's shape */
   okv_scoring_t scoring;
   okv_dtype_t summary_dtype;
   uint32_t groups;
@@ -119,10 +119,10 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
       usage(stdout);
       return 1;
     }
-    static const char *const valued[] = {"--backend", "--seqs",    "--context",  "--layers",        "--budget",
-                                         "--steps",   "--warmup",  "--host-gib", "--fetch-ratio",   "--noise",
-                                         "--project", "--scoring", "--groups",   "--summary-dtype", "--locality",
-                                         "--selection"};
+    static const char *const valued[] = {"--backend",     "--seqs",          "--context",  "--layers",
+                                         "--budget",      "--steps",         "--warmup",   "--host-gib",
+                                         "--fetch-ratio", "--noise",         "--project",  "--scoring",
+                                         "--groups",      "--summary-dtype", "--locality", "--selection"};
     bool known = false;
     for (size_t j = 0; j < sizeof valued / sizeof valued[0]; j++) known |= strcmp(a, valued[j]) == 0;
     if (!known) {
@@ -594,8 +594,8 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     printf(
         "bookkeeping %.0f ns per KV head per step (target <= 500; %s selection): selection %.0f, commit %.0f, "
         "working set %.0f, the rest %.0f\n",
-        ns_per_head, o.device_selection ? "device" : "host", cum.select_seconds * per_head_ns, cum.commit_seconds * per_head_ns,
-        cum.working_set_seconds * per_head_ns,
+        ns_per_head, o.device_selection ? "device" : "host", cum.select_seconds * per_head_ns,
+        cum.commit_seconds * per_head_ns, cum.working_set_seconds * per_head_ns,
         ns_per_head - (cum.select_seconds + cum.commit_seconds + cum.working_set_seconds) * per_head_ns);
     printf("scoring %s, %s summaries%s: prediction %.2f ms/step, scoring_fraction %.3f (target <= 1.0)\n",
            okv_scoring_name(o.scoring), okv_dtype_name(okv_runtime_config(rt)->summary_dtype),

@@ -40,6 +40,8 @@ static void usage(FILE *f) {
           "                     auto[:MAX]: chosen per step from the measured link, at most MAX (default 0.05)\n"
           "  --scoring S        flat|two-level|q8: how the prediction scores blocks (default: the runtime's,\n"
           "                     docs/kernels.md \"Scoring at long context\")\n"
+          "  --selection S      host|device: where oasis and proxy select and commit (default host; device:\n"
+          "                     slot tables and kernels, docs/api.md \"Selection on the device\"; not with auto)\n"
           "  --sweep            K in {1,2,4,8,16} x modes; writes results/sweep.{json,csv,png} unless overridden\n"
           "  --json FILE        JSON array of results ('-' = stdout instead of the table)\n"
           "  --csv FILE         CSV of results ('-' = stdout instead of the table)\n"
@@ -73,6 +75,16 @@ static void progress_cb(void *user, uint64_t done, uint64_t total) {
 }
 
 /* Text windows: byte ranges snapped to UTF-8 code point boundaries. */
+/* --selection host|device; prints its own error line. */
+static bool parse_selection(const char *v, bool *out_device) {
+  if (strcmp(v, "host") != 0 && strcmp(v, "device") != 0) {
+    fprintf(stderr, "%s: --selection must be host or device, got '%s'\n", CMD, v);
+    return false;
+  }
+  *out_device = strcmp(v, "device") == 0;
+  return true;
+}
+
 static bool load_text(const char *path, char **out_text, size_t *out_n) {
   FILE *f = fopen(path, "rb");
   if (!f) {
@@ -333,6 +345,7 @@ int okv_cli_eval(int argc, char **argv) {
   uint32_t bytes = 2000, n_windows = 1, budget = 8, context = 0, prefill_tokens = 0;
   double fetch_ratio = 0.05;
   okv_scoring_t scoring = OKV_SCORING_COUNT; /* not given */
+  bool device_selection = false;
   bool sweep = false;
   const char *trace_path = NULL, *remote_s = NULL, *token_path = NULL;
   bool disaggregated = false;
@@ -361,6 +374,7 @@ int okv_cli_eval(int argc, char **argv) {
     OKV_CLI_OPT_PARSED("--budget", okv_cli_parse_u32(CMD, "--budget", v, 1, OKV_TOPK_MAX, &budget))
     OKV_CLI_OPT_PARSED("--fetch-ratio", okv_cli_parse_fetch_ratio(CMD, v, &fetch_ratio))
     OKV_CLI_OPT_PARSED("--scoring", okv_cli_parse_scoring(CMD, v, &scoring))
+    OKV_CLI_OPT_PARSED("--selection", parse_selection(v, &device_selection))
     OKV_CLI_OPT_PARSED("--prefill-tokens", okv_cli_parse_u32(CMD, "--prefill-tokens", v, 1, 1u << 20, &prefill_tokens))
     fprintf(stderr, CMD ": unknown option '%s' (see --help)\n", argv[i]);
     return 2;
@@ -530,7 +544,8 @@ int okv_cli_eval(int argc, char **argv) {
                           NULL,
                           NULL,
                           scoring != OKV_SCORING_COUNT,
-                          scoring != OKV_SCORING_COUNT ? scoring : OKV_SCORING_FLAT};
+                          scoring != OKV_SCORING_COUNT ? scoring : OKV_SCORING_FLAT,
+                          device_selection};
   if (okv_cli_remote_wanted(&remote)) { /* the KV server prefills each window per run */
     if (!okv_cli_remote_open(CMD, cm.model_path, cm.tokenizer_path, device, context, &remote)) goto done;
     prefill.n_windows = n_windows;

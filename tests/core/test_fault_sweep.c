@@ -468,7 +468,10 @@ static void sweep_mode(okv_mode_t mode) {
       "stream %llu, sync %llu, event %llu, record %llu, wait %llu, copy %llu, kernel %llu); "
       "%llu runs (stride %u), %llu with a fault injected and surfaced, %llu outputs checked, %llu failed "
       "calls, %llu runs matched the fault-free run at the end\n",
-      g_auto ? "oasis/auto" : g_device ? "oasis/dev" : okv_mode_name(mode), (unsigned long long)total_ops[0], (unsigned long long)total_ops[1],
+      g_auto     ? "oasis/auto"
+      : g_device ? "oasis/dev"
+                 : okv_mode_name(mode),
+      (unsigned long long)total_ops[0], (unsigned long long)total_ops[1],
       (unsigned long long)kinds[OKV_HAL_OP_BUFFER_ALLOC], (unsigned long long)kinds[OKV_HAL_OP_BUFFER_WRITE],
       (unsigned long long)kinds[OKV_HAL_OP_BUFFER_READ], (unsigned long long)kinds[OKV_HAL_OP_STREAM_CREATE],
       (unsigned long long)kinds[OKV_HAL_OP_STREAM_SYNC], (unsigned long long)kinds[OKV_HAL_OP_EVENT_CREATE],

@@ -111,6 +111,7 @@ okv_status_t okv_eval_run_prefilled(const okv_model_t *model, okv_hal_device_t *
   rc.max_context_tokens = ctx_blocks * OKV_BLOCK_TOKENS;
   rc.track_recall = config->mode != OKV_MODE_DENSE;
   if (config->scoring_set) rc.scoring = config->scoring;
+  rc.device_selection = config->device_selection && !rc.fetch_ratio_auto;
 
   okv_status_t st = OKV_OK;
   okv_runtime_t *rt = NULL;

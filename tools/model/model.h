@@ -338,6 +338,7 @@ typedef struct okv_eval_config_t {
   void *trace_user;
   bool scoring_set;      /* scoring given: otherwise the runtime's default */
   okv_scoring_t scoring; /* okv_runtime_config_t.scoring when scoring_set */
+  bool device_selection; /* okv_runtime_config_t.device_selection (OASIS / PROXY runs; default false) */
 } okv_eval_config_t;
 
 typedef struct okv_eval_result_t {
