@@ -280,6 +280,33 @@ static void test_sparse_close_to_dense(void **state) {
   okv_eval_reference_free(&x.ref);
 }
 
+/* Selection on the device (okv_runtime_config_t.device_selection) makes the host's decisions on a real model:
+ * oasis (self drafter) and proxy at K = 8 give the host selection's NLL, recall and moved blocks exactly. */
+static void test_device_selection_same_nll(void **state) {
+  fixture_t *f = *state;
+  eval_case_t x;
+  eval_dense(f, 8, &x);
+  static const okv_mode_t modes[] = {OKV_MODE_OASIS, OKV_MODE_PROXY};
+  for (size_t i = 0; i < 2; i++) {
+    okv_drafter_t dr = modes[i] == OKV_MODE_OASIS ? OKV_DRAFTER_SELF : OKV_DRAFTER_NONE;
+    okv_eval_result_t host, dev;
+    x.ec.device_selection = false;
+    eval_vs_dense(f, &x, modes[i], dr, &host);
+    x.ec.device_selection = true;
+    eval_vs_dense(f, &x, modes[i], dr, &dev);
+    x.ec.device_selection = false;
+    print_message("%s K=8: NLL host %.17g device %.17g, blocks moved %llu / %llu\n", okv_mode_name(modes[i]),
+                  host.mean_nll, dev.mean_nll, (unsigned long long)host.blocks_moved,
+                  (unsigned long long)dev.blocks_moved);
+    assert_true(host.mean_nll != x.dense.mean_nll); /* really sparse */
+    assert_true(host.blocks_moved > 0);
+    assert_true(dev.mean_nll == host.mean_nll);
+    assert_true(dev.recall == host.recall);
+    assert_int_equal(dev.blocks_moved, host.blocks_moved);
+  }
+  okv_eval_reference_free(&x.ref);
+}
+
 static void test_bad_inputs(void **state) {
   fixture_t *f = *state;
   const okv_model_config_t *c = &f->model->config;
@@ -361,6 +388,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_greedy_text, setup_stories, teardown),
       cmocka_unit_test_setup_teardown(test_large_budget_equals_dense, setup_stories, teardown),
       cmocka_unit_test_setup_teardown(test_sparse_close_to_dense, setup_stories, teardown),
+      cmocka_unit_test_setup_teardown(test_device_selection_same_nll, setup_stories, teardown),
       cmocka_unit_test_setup_teardown(test_bad_inputs, setup_stories, teardown),
       cmocka_unit_test_setup_teardown(test_aidreams, setup_aidreams, teardown),
   };
