@@ -96,7 +96,9 @@ uint32_t okv_block_map_unmap(okv_block_map_t *map, uint32_t block) {
   return slot;
 }
 
-void okv_block_map_push_free(okv_block_map_t *map, uint32_t slot) { map->free_slots[map->n_free++] = slot; }
+void okv_block_map_push_free(okv_block_map_t *map, uint32_t slot) {
+  if (map->n_free < map->cap_free) map->free_slots[map->n_free++] = slot; /* full: a caller's bug, not a write past */
+}
 
 bool okv_block_map_pop_free(okv_block_map_t *map, uint32_t *out_slot) {
   if (map->n_free == 0) return false;

@@ -13,8 +13,9 @@
  *    evicts a block there), then rewrites the layer's tables from the maps;
  *  - any failed device operation marks the layer dirty: its tables are rewritten from the maps at its next
  *    commit (their LRU from the maps' last refresh) and the worker does not select on it meanwhile.
- * Table work is enqueued on the compute stream (the foreground's) and has run before the layer's next job is
- * submitted (okv_rt_dsel_before_submit); the worker's selection runs on the predict stream and is waited for
+ * The commit runs on the compute stream (the foreground's) and is waited for at once, so that its failure is
+ * its own (a later wait would report it to whoever waits) and it has run before the layer's next job; table
+ * reads and writes are synchronous. The worker's selection runs on the predict stream and is waited for
  * before its plan is read. Uses only the public HAL. */
 #include "runtime_internal.h"
 
@@ -290,6 +291,13 @@ void okv_rt_dsel_commit(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job,
                                   .landed = rt->sel_landed};
       st = okv_hal_slot_commit_async(rt->compute, &d);
     }
+    /* Waited for here: a kernel that failed while running reports on the stream, and the next wait on it
+     * (the append's) would take the error for its own. The tables are then rewritten from the maps. */
+    okv_status_t ws = okv_hal_stream_synchronize(rt->compute);
+    if (st == OKV_OK)
+      st = ws;
+    else
+      okv_status_free(ws);
     if (st != OKV_OK) {
       ls->pipeline_errors++;
       okv_status_free(st);
@@ -308,16 +316,6 @@ void okv_rt_dsel_commit(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job,
   }
 }
 
-void okv_rt_dsel_before_submit(okv_runtime_t *rt, uint32_t layer) {
-  if (!rt->dev_sel) return;
-  okv_status_t st = okv_hal_stream_synchronize(rt->compute);
-  if (st == OKV_OK) return;
-  /* A commit or rewrite of the layer may not have run: rewrite the tables at its next commit. */
-  rt->layer_step[layer].pipeline_errors++;
-  rt->sel_dirty[layer] = 1;
-  okv_status_free(st);
-}
-
 okv_status_t okv_runtime_debug_check_tables(okv_runtime_t *rt) {
   if (rt == NULL || !rt->dev_sel) return OKV_OK;
   okv_rt_jobs_drain(rt);
@@ -327,7 +325,7 @@ okv_status_t okv_runtime_debug_check_tables(okv_runtime_t *rt) {
     okv_seq_t *s = &rt->seqs[i];
     if (!s->live) continue;
     for (uint32_t l = 0; l < rt->cfg.n_layers; l++) {
-      if (rt->sel_dirty[l]) continue; /* rewritten at the layer's next commit */
+      if (rt->sel_dirty[l] || rt->jobs[l].sel_undo) continue; /* mended by the layer's next commit */
       OKV_RETURN_IF_ERROR(okv_hal_buffer_read(rt->sel_tables, table_offset(rt, i, l, 0), rt->sel_tab_host,
                                               (uint64_t)H * rt->sel_table_bytes));
       for (uint32_t h = 0; h < H; h++) {

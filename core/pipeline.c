@@ -481,6 +481,14 @@ void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
     okv_seq_t *seq = &rt->seqs[e->seq_index];
     if (!seq->live || seq->id != e->seq_id) continue; /* removed: its slots went back already */
     okv_block_map_t *m = &seq_head(rt, seq, layer, e->kv_head)->map;
+    if (rt->dev_sel && (okv_block_map_is_resident(m, e->block) ||
+                        (e->victim != OKV_NO_BLOCK && !okv_block_map_is_resident(m, e->victim)))) {
+      /* A plan from tables that no longer match the maps (cannot happen while every device operation's
+       * failure is caught): the maps stay as they are, the tables are rewritten from them below. */
+      rt->sel_dirty[layer] = 1;
+      ls->pipeline_errors++;
+      continue;
+    }
     if (ok) {
       if (e->victim != OKV_NO_BLOCK) {
         okv_block_map_push_free(m, okv_block_map_unmap(m, e->victim));
@@ -524,7 +532,6 @@ void okv_rt_job_submit(okv_runtime_t *rt, uint32_t layer, const float *q, double
   okv_layer_job_t *job = &rt->jobs[layer];
   const okv_runtime_config_t *c = &rt->cfg;
   uint32_t T = rt->step_T;
-  okv_rt_dsel_before_submit(rt, layer);
   job->step = rt->step;
   job->n_seqs = rt->step_n_seqs;
   memcpy(job->seq_index, rt->step_seq_index, rt->step_n_seqs * sizeof(uint32_t));

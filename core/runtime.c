@@ -183,6 +183,7 @@ okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_conf
   *c = *config;
   if (c->dense_threshold_blocks == OKV_DENSE_THRESHOLD_DEFAULT) c->dense_threshold_blocks = c->budget_blocks;
   if (c->summary_dtype == OKV_SUMMARY_DTYPE_AUTO) c->summary_dtype = c->kv_dtype;
+  if (c->mode != OKV_MODE_OASIS && c->mode != OKV_MODE_PROXY) c->device_selection = false; /* ignored there */
   rt->group_size = c->n_q_heads / c->n_kv_heads;
   rt->block_bytes = okv_block_bytes(c->kv_dtype, c->head_dim);
   rt->summary_bytes = okv_summary_bytes_ex(c->summary_dtype, c->head_dim);

@@ -360,8 +360,6 @@ okv_status_t okv_rt_dsel_refresh_lru(okv_runtime_t *rt, okv_seq_t *seq, uint32_t
 okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job, okv_predict_ctx_t *ctx);
 /* The layer-local commit on the tables (landed: the layer's transfer ran), or their rewrite when dirty. */
 void okv_rt_dsel_commit(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job, bool landed);
-/* Before the layer's next job: table work enqueued on the compute stream has run. */
-void okv_rt_dsel_before_submit(okv_runtime_t *rt, uint32_t layer);
 /* Takes `slot` off the map's free stack (it holds it). */
 void okv_rt_dsel_take_free(okv_block_map_t *m, uint32_t slot);
 

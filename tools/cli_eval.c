@@ -41,7 +41,8 @@ static void usage(FILE *f) {
           "  --scoring S        flat|two-level|q8: how the prediction scores blocks (default: the runtime's,\n"
           "                     docs/kernels.md \"Scoring at long context\")\n"
           "  --selection S      host|device: where oasis and proxy select and commit (default host; device:\n"
-          "                     slot tables and kernels, docs/api.md \"Selection on the device\"; not with auto)\n"
+          "                     slot tables and kernels, docs/api.md \"Selection on the device\"; not with\n"
+          "                     --fetch-ratio auto or --prefill-tokens)\n"
           "  --sweep            K in {1,2,4,8,16} x modes; writes results/sweep.{json,csv,png} unless overridden\n"
           "  --json FILE        JSON array of results ('-' = stdout instead of the table)\n"
           "  --csv FILE         CSV of results ('-' = stdout instead of the table)\n"
@@ -143,6 +144,7 @@ static json_object *result_json(const okv_eval_result_t *r) {
   json_object_object_add(o, "budget_blocks", json_object_new_int64(r->budget_blocks));
   json_add_num(o, "fetch_ratio", fabs(r->fetch_ratio)); /* with auto: the maximum */
   json_object_object_add(o, "fetch_ratio_auto", json_object_new_boolean(r->fetch_ratio < 0));
+  json_object_object_add(o, "selection", json_object_new_string(r->device_selection ? "device" : "host"));
   json_object_object_add(o, "scoring", json_object_new_string(okv_scoring_name(r->scoring)));
   json_object_object_add(o, "tokens_evaluated", json_object_new_int64((int64_t)r->tokens_evaluated));
   json_add_num(o, "mean_nll", r->mean_nll);
@@ -411,6 +413,18 @@ int okv_cli_eval(int argc, char **argv) {
               ": --context %u is too short: %s scores each position's next token, which needs at least %u "
               "positions\n",
               context, mode_desc, min_context);
+    return 2;
+  }
+  if (device_selection && fetch_ratio < 0) {
+    fprintf(stderr, CMD
+            ": --selection device does not support --fetch-ratio auto (its spare slots move between "
+            "heads); give a fixed ratio\n");
+    return 2;
+  }
+  if (device_selection && prefill_tokens > 0) {
+    fprintf(stderr, CMD
+            ": --selection device does not support --prefill-tokens (prefilled windows are admitted as "
+            "remote sequences)\n");
     return 2;
   }
   if (trace_path && !all_modes && one_mode != OKV_MODE_OASIS) {

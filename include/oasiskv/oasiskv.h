@@ -132,7 +132,9 @@ typedef struct okv_runtime_config_t {
                                 selection (the slot a block lands in may differ). Not with fetch_ratio_auto (spare
                                 slots move between heads) nor remote sequences (okv_runtime_seq_add_remote refuses
                                 them). Costs 16 (K + 1 + C) + 16 ceil(max_blocks / 64) bytes of DEVICE memory per
-                                (sequence, layer, KV head). docs/api.md "Selection on the device". Default false */
+                                (sequence, layer, KV head) for its slot table, plus 16 C + 16 for its plan and
+                                result. okv_runtime_config() reads it false in DENSE and ONDEMAND. docs/api.md
+                                "Selection on the device". Default false */
 } okv_runtime_config_t;
 
 /* Sets every default (shape fields to 0: the caller must set them). */

@@ -7,8 +7,11 @@
  *    outputs equal the double-precision reference over the reported working set;
  *  - the same with whole steps of failed transfers (the commit undoes the tables' admissions);
  *  - failed selection and commit kernels: absorbed and counted, outputs still exact over what is readable,
- *    the tables rewritten from the maps once the kernels work again;
+ *    the tables rewritten from the maps once the kernels work again; a commit kernel that fails while it
+ *    runs is caught as the commit's own failure (not the next wait's on the stream);
  *  - the configurations it refuses (fetch_ratio_auto, remote sequences). */
+#include <pthread.h>
+
 #include "tests/core/rt_driver.h"
 
 #include "core/runtime_internal.h"
@@ -22,6 +25,8 @@ static const char *g_backend = "cpu";
 typedef struct faults_t {
   int fail_copies;
   int fail_kernels;
+  int fail_next_fg_kernel; /* the next kernel launched on the engine thread (then disarmed) */
+  pthread_t engine;
   uint64_t injected;
 } faults_t;
 
@@ -29,7 +34,9 @@ static bool fail_op(void *user, okv_hal_op_t op, okv_tier_t src, okv_tier_t dst)
   faults_t *f = user;
   (void)src;
   (void)dst;
-  bool hit = (op == OKV_HAL_OP_COPY && __atomic_load_n(&f->fail_copies, __ATOMIC_ACQUIRE)) ||
+  bool next = op == OKV_HAL_OP_KERNEL && pthread_equal(pthread_self(), f->engine) &&
+              __atomic_exchange_n(&f->fail_next_fg_kernel, 0, __ATOMIC_ACQ_REL);
+  bool hit = next || (op == OKV_HAL_OP_COPY && __atomic_load_n(&f->fail_copies, __ATOMIC_ACQUIRE)) ||
              (op == OKV_HAL_OP_KERNEL && __atomic_load_n(&f->fail_kernels, __ATOMIC_ACQUIRE));
   if (hit) __atomic_add_fetch(&f->injected, 1, __ATOMIC_RELAXED);
   return hit;
@@ -75,7 +82,8 @@ static void assert_stats_equal(const okv_step_stats_t *a, const okv_step_stats_t
 static okv_step_stats_t run_pair(okv_mode_t mode, okv_scoring_t scoring, uint32_t copy_fault_every) {
   okv_hal_device_params_t p = params();
   drv_t *d[2];
-  faults_t f[2] = {{0, 0, 0}, {0, 0, 0}};
+  faults_t f[2];
+  memset(f, 0, sizeof f);
   okv_hal_fault_hooks_t hooks[2] = {{&f[0], NULL, NULL, fail_op}, {&f[1], NULL, NULL, fail_op}};
   uint32_t T = mode == OKV_MODE_OASIS ? 2u : 1u;
   for (int i = 0; i < 2; i++) {
@@ -149,7 +157,8 @@ static void test_equals_host_copy_faults(void **state) {
 static void test_kernel_faults(void **state) {
   (void)state;
   okv_hal_device_params_t p = params();
-  faults_t f = {0, 0, 0};
+  faults_t f;
+  memset(&f, 0, sizeof f);
   okv_hal_fault_hooks_t hooks = {&f, NULL, NULL, fail_op};
   okv_runtime_config_t c;
   config(&c, OKV_MODE_OASIS, OKV_SCORING_FLAT, true);
@@ -213,6 +222,49 @@ static void test_kernel_faults(void **state) {
   test_free(d);
 }
 
+/* The commit kernel fails while it runs (the first kernel a step_layer launches with a plan to commit): the
+ * failure is its own, not the next wait's on the stream. Absorbed and counted; the tables are rewritten from
+ * the maps; every later output is exact over what is readable and the tables agree with the maps again. Run
+ * host and device side by side: device selection's outputs stay bit for bit the host's until the rewrite
+ * (afterwards its LRU dates from the last refresh, so decisions may differ). */
+static void test_commit_kernel_fault(void **state) {
+  (void)state;
+  okv_hal_device_params_t p = params();
+  faults_t f;
+  memset(&f, 0, sizeof f);
+  f.engine = pthread_self();
+  okv_hal_fault_hooks_t hooks = {&f, NULL, NULL, fail_op};
+  okv_runtime_config_t c;
+  config(&c, OKV_MODE_PROXY, OKV_SCORING_FLAT, true);
+  drv_t *d = test_calloc(1, sizeof(drv_t));
+  drv_open(d, g_backend, &c, &p, 9, 1024);
+  OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(d->dev, &hooks));
+  d->track_jobs = true;
+  drv_add(d, 160);
+  drv_add(d, 300);
+  uint64_t errors = 0;
+  for (uint32_t s = 0; s < 40; s++) {
+    if (s % 3 == 2) __atomic_store_n(&f.fail_next_fg_kernel, 1, __ATOMIC_RELEASE); /* layer 0's commit */
+    drv_step(d, 1, 3.0f);
+    __atomic_store_n(&f.fail_next_fg_kernel, 0, __ATOMIC_RELEASE);
+    errors += d->last_jobs.pipeline_errors;
+    double e = drv_check(d, false);
+    if (!(e < 3e-5)) {
+      print_error("step %u: |out - reference| = %g\n", s, e);
+      fail();
+    }
+    OKV_ASSERT_OK(okv_runtime_debug_check_tables(d->rt));
+  }
+  assert_true(f.injected >= 10);
+  assert_true(errors >= 10); /* counted as the commit's, each time */
+  okv_step_stats_t cum;
+  OKV_ASSERT_OK(okv_runtime_stats(d->rt, UINT32_MAX, &cum));
+  assert_true(cum.admitted > 20);
+  OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(d->dev, NULL));
+  drv_close(d);
+  test_free(d);
+}
+
 static void test_refusals(void **state) {
   (void)state;
   okv_runtime_config_t c;
@@ -245,11 +297,9 @@ static void test_refusals(void **state) {
 int main(int argc, char **argv) {
   g_backend = okv_test_backend_or_skip(argc, argv);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_equals_host_oasis),
-      cmocka_unit_test(test_equals_host_proxy_flat),
-      cmocka_unit_test(test_equals_host_copy_faults),
-      cmocka_unit_test(test_kernel_faults),
-      cmocka_unit_test(test_refusals),
+      cmocka_unit_test(test_equals_host_oasis),       cmocka_unit_test(test_equals_host_proxy_flat),
+      cmocka_unit_test(test_equals_host_copy_faults), cmocka_unit_test(test_kernel_faults),
+      cmocka_unit_test(test_commit_kernel_fault),     cmocka_unit_test(test_refusals),
   };
   return cmocka_run_group_tests_name("core_device_select", tests, NULL, NULL);
 }

@@ -347,6 +347,7 @@ typedef struct okv_eval_result_t {
   uint32_t budget_blocks;
   double fetch_ratio;        /* as okv_eval_config_t's: negative = the self-tuning cap, at most -fetch_ratio */
   okv_scoring_t scoring;     /* the prediction's block scoring the run's runtime used (okv_runtime_config_t) */
+  bool device_selection;     /* the run selected on the device (okv_runtime_config_t.device_selection, effective) */
   uint64_t tokens_evaluated; /* predicted positions over all windows */
   double mean_nll;           /* nats per token */
   double perplexity;         /* exp(mean_nll) */
