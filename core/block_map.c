@@ -9,8 +9,8 @@ okv_status_t okv_block_map_init(okv_block_map_t *map, const okv_allocator_t *a, 
 }
 
 void okv_block_map_free(okv_block_map_t *map, const okv_allocator_t *a) {
-  void *arrs[] = {map->slot_of,  map->res_last,   map->res_pos,  map->res_bits, map->pred_bits,    map->pred_prev,
-                  map->resident, map->free_slots, map->res_slot, map->res_tok,  map->summary_stale};
+  void *arrs[] = {map->loc,      map->res_last,   map->res_bits, map->pred_bits, map->pred_prev,
+                  map->resident, map->free_slots, map->res_slot, map->res_tok,   map->summary_stale};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++)
     if (arrs[i] != NULL) okv_free(a, arrs[i]);
   memset(map, 0, sizeof *map);
@@ -21,6 +21,15 @@ static okv_status_t grow_u32(const okv_allocator_t *a, uint32_t **arr, uint32_t 
   if (p == NULL)
     return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "block map: host allocator failed for %u entries", new_n);
   for (uint32_t i = old_n; i < new_n; i++) p[i] = fill;
+  *arr = p;
+  return OKV_OK;
+}
+
+static okv_status_t grow_loc(const okv_allocator_t *a, okv_block_loc_t **arr, uint32_t old_n, uint32_t new_n) {
+  okv_block_loc_t *p = okv_realloc(a, *arr, (size_t)new_n * sizeof(okv_block_loc_t));
+  if (p == NULL)
+    return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "block map: host allocator failed for %u entries", new_n);
+  for (uint32_t i = old_n; i < new_n; i++) p[i] = (okv_block_loc_t){OKV_NO_SLOT, 0};
   *arr = p;
   return OKV_OK;
 }
@@ -50,12 +59,11 @@ okv_status_t okv_block_map_reserve(okv_block_map_t *map, const okv_allocator_t *
   while (cap < n_blocks) cap = cap > UINT32_MAX / 2 ? n_blocks : cap * 2u;
   /* Each array is grown separately; a failure leaves the larger arrays in
    * place with cap_blocks unchanged, which is still consistent. */
-  OKV_RETURN_IF_ERROR(grow_u32(a, &map->slot_of, map->cap_blocks, cap, OKV_NO_SLOT));
+  OKV_RETURN_IF_ERROR(grow_loc(a, &map->loc, map->cap_blocks, cap));
   OKV_RETURN_IF_ERROR(grow_u32(a, &map->res_last, map->cap_blocks, cap, 0));
   OKV_RETURN_IF_ERROR(grow_u64(a, &map->res_bits, map->cap_blocks / 64u + 1u, cap / 64u + 1u));
   OKV_RETURN_IF_ERROR(grow_u64(a, &map->pred_bits, map->cap_blocks / 64u + 1u, cap / 64u + 1u));
   OKV_RETURN_IF_ERROR(grow_u64(a, &map->pred_prev, map->cap_blocks / 64u + 1u, cap / 64u + 1u));
-  OKV_RETURN_IF_ERROR(grow_u32(a, &map->res_pos, map->cap_blocks, cap, 0));
   OKV_RETURN_IF_ERROR(grow_u32(a, &map->resident, map->cap_blocks, cap, 0));
   OKV_RETURN_IF_ERROR(grow_u32(a, &map->res_slot, map->cap_blocks, cap, 0));
   OKV_RETURN_IF_ERROR(grow_u8(a, &map->res_tok, map->cap_blocks, cap));
@@ -72,8 +80,8 @@ okv_status_t okv_block_map_reserve_free(okv_block_map_t *map, const okv_allocato
 }
 
 void okv_block_map_map(okv_block_map_t *map, uint32_t block, uint32_t slot, uint32_t step) {
-  map->slot_of[block] = slot;
-  map->res_pos[block] = map->n_resident;
+  map->loc[block].slot = slot;
+  map->loc[block].pos = map->n_resident;
   map->res_last[map->n_resident] = step;
   map->res_slot[map->n_resident] = slot;
   map->res_tok[map->n_resident] = 0; /* unreadable until a write completes */
@@ -82,16 +90,16 @@ void okv_block_map_map(okv_block_map_t *map, uint32_t block, uint32_t slot, uint
 }
 
 uint32_t okv_block_map_unmap(okv_block_map_t *map, uint32_t block) {
-  uint32_t slot = map->slot_of[block];
-  uint32_t pos = map->res_pos[block];
+  uint32_t slot = map->loc[block].slot;
+  uint32_t pos = map->loc[block].pos;
   uint32_t n = --map->n_resident;
   uint32_t last = map->resident[n];
   map->resident[pos] = last;
   map->res_last[pos] = map->res_last[n];
   map->res_slot[pos] = map->res_slot[n];
   map->res_tok[pos] = map->res_tok[n];
-  map->res_pos[last] = pos;
-  map->slot_of[block] = OKV_NO_SLOT;
+  map->loc[last].pos = pos;
+  map->loc[block].slot = OKV_NO_SLOT;
   map->res_bits[block >> 6] &= ~(1ull << (block & 63u));
   return slot;
 }
@@ -122,18 +130,18 @@ uint32_t okv_block_map_lru(const okv_block_map_t *map, uint32_t except) {
 okv_status_t okv_block_map_check(const okv_block_map_t *map) {
   uint32_t n_mapped = 0;
   for (uint32_t b = 0; b < map->n_blocks; b++) {
-    if (map->slot_of[b] == OKV_NO_SLOT) continue;
+    if (map->loc[b].slot == OKV_NO_SLOT) continue;
     n_mapped++;
-    if (map->res_pos[b] >= map->n_resident || map->resident[map->res_pos[b]] != b ||
-        map->res_slot[map->res_pos[b]] != map->slot_of[b])
+    if (map->loc[b].pos >= map->n_resident || map->resident[map->loc[b].pos] != b ||
+        map->res_slot[map->loc[b].pos] != map->loc[b].slot)
       return okv_status_make(OKV_STATUS_INTERNAL, "block map: block %u is mapped but not listed as resident", b);
   }
   for (uint32_t b = map->n_blocks; b < map->cap_blocks; b++)
-    if (map->slot_of[b] != OKV_NO_SLOT)
+    if (map->loc[b].slot != OKV_NO_SLOT)
       return okv_status_make(OKV_STATUS_INTERNAL, "block map: block %u beyond n_blocks = %u is mapped", b,
                              map->n_blocks);
   for (uint32_t b = 0; b < map->n_blocks; b++)
-    if (okv_block_map_bit(map->res_bits, b) != (map->slot_of[b] != OKV_NO_SLOT))
+    if (okv_block_map_bit(map->res_bits, b) != (map->loc[b].slot != OKV_NO_SLOT))
       return okv_status_make(OKV_STATUS_INTERNAL, "block map: residency bit of block %u disagrees with its slot", b);
   if (n_mapped != map->n_resident)
     return okv_status_make(OKV_STATUS_INTERNAL, "block map: %u blocks mapped but %u listed resident", n_mapped,
@@ -141,10 +149,10 @@ okv_status_t okv_block_map_check(const okv_block_map_t *map) {
   /* Injective onto slots: mapped slots and free slots are pairwise distinct. */
   uint32_t n = map->n_resident + map->n_free;
   for (uint32_t i = 0; i < n; i++) {
-    uint32_t si = i < map->n_resident ? map->slot_of[map->resident[i]] : map->free_slots[i - map->n_resident];
+    uint32_t si = i < map->n_resident ? map->loc[map->resident[i]].slot : map->free_slots[i - map->n_resident];
     if (si == OKV_NO_SLOT) return okv_status_make(OKV_STATUS_INTERNAL, "block map: free-slot stack holds no slot");
     for (uint32_t j = i + 1; j < n; j++) {
-      uint32_t sj = j < map->n_resident ? map->slot_of[map->resident[j]] : map->free_slots[j - map->n_resident];
+      uint32_t sj = j < map->n_resident ? map->loc[map->resident[j]].slot : map->free_slots[j - map->n_resident];
       if (si == sj) return okv_status_make(OKV_STATUS_INTERNAL, "block map: slot %u used twice", si);
     }
   }

@@ -19,11 +19,17 @@
 #define OKV_NO_SLOT  UINT32_MAX
 #define OKV_NO_BLOCK UINT32_MAX
 
+typedef struct okv_block_loc_t {
+  uint32_t slot; /* OKV_NO_SLOT: not resident */
+  uint32_t pos;  /* index in resident[] */
+} okv_block_loc_t;
+
 typedef struct okv_block_map_t {
   uint32_t n_blocks;   /* logical blocks of the head's context */
   uint32_t cap_blocks; /* capacity of the per-block arrays */
-  uint32_t *slot_of;   /* [cap] slot of a resident block, OKV_NO_SLOT otherwise */
-  uint32_t *res_pos;   /* [cap] index of the block in resident[] (valid while resident) */
+  /* [cap] per block: its slot (OKV_NO_SLOT when not resident) and its index in resident[] (valid while
+   * resident), side by side so that mapping or unmapping a block touches one line of this array, not two. */
+  okv_block_loc_t *loc;
   /* Resident blocks, unordered, with their last-selected step (the LRU key of
    * capped eviction) side by side: selection scans these two short arrays
    * (K + 1 entries) instead of per-block arrays as long as the context. */
@@ -61,7 +67,7 @@ okv_status_t okv_block_map_reserve(okv_block_map_t *map, const okv_allocator_t *
 okv_status_t okv_block_map_reserve_free(okv_block_map_t *map, const okv_allocator_t *a, uint32_t cap_free_slots);
 
 static inline bool okv_block_map_is_resident(const okv_block_map_t *map, uint32_t block) {
-  return block < map->n_blocks && map->slot_of[block] != OKV_NO_SLOT;
+  return block < map->n_blocks && map->loc[block].slot != OKV_NO_SLOT;
 }
 
 static inline bool okv_block_map_bit(const uint64_t *bits, uint32_t block) {
@@ -77,11 +83,11 @@ static inline uint32_t okv_block_map_res_last(const okv_block_map_t *map, uint32
 }
 /* Step resident `block` was last selected. */
 static inline uint32_t okv_block_map_last(const okv_block_map_t *map, uint32_t block) {
-  return okv_block_map_res_last(map, map->res_pos[block]);
+  return okv_block_map_res_last(map, map->loc[block].pos);
 }
 /* Marks resident `block` as selected at `step`. */
 static inline void okv_block_map_touch(okv_block_map_t *map, uint32_t block, uint32_t step) {
-  map->res_last[map->res_pos[block]] = step;
+  map->res_last[map->loc[block].pos] = step;
 }
 
 /* Maps non-resident `block` (< n_blocks) to `slot`, last selected at `step`.
@@ -93,11 +99,11 @@ uint32_t okv_block_map_unmap(okv_block_map_t *map, uint32_t block);
 
 /* Records that the first `n_tokens` tokens of resident `block` are current in its slot. */
 static inline void okv_block_map_set_current(okv_block_map_t *map, uint32_t block, uint32_t n_tokens) {
-  map->res_tok[map->res_pos[block]] = (uint8_t)n_tokens;
+  map->res_tok[map->loc[block].pos] = (uint8_t)n_tokens;
 }
 /* Tokens of `block` current in its slot; 0 when not resident or unreadable. */
 static inline uint32_t okv_block_map_tokens(const okv_block_map_t *map, uint32_t block) {
-  return block < map->n_blocks && map->slot_of[block] != OKV_NO_SLOT ? map->res_tok[map->res_pos[block]] : 0u;
+  return block < map->n_blocks && map->loc[block].slot != OKV_NO_SLOT ? map->res_tok[map->loc[block].pos] : 0u;
 }
 
 /* Free-slot stack of the head (capacity reserved beforehand). */
@@ -108,7 +114,7 @@ bool okv_block_map_pop_free(okv_block_map_t *map, uint32_t *out_slot);
  * logical block), or OKV_NO_BLOCK when there is none. */
 uint32_t okv_block_map_lru(const okv_block_map_t *map, uint32_t except);
 
-/* Checks the invariants: resident[] and slot_of agree, the map is injective
+/* Checks the invariants: resident[] and loc[] agree, the map is injective
  * (no slot used twice, no slot both mapped and free). For tests.
  * Errors: INTERNAL naming the broken invariant. */
 okv_status_t okv_block_map_check(const okv_block_map_t *map);

@@ -345,14 +345,14 @@ okv_status_t okv_runtime_debug_check_tables(okv_runtime_t *rt) {
             continue;
           }
           if (!okv_block_map_bit(res, b)) { /* a pending admission: the map took its slot off the free stack */
-            if (own_free || (b < m->n_blocks && m->slot_of[b] != OKV_NO_SLOT))
+            if (own_free || (b < m->n_blocks && m->loc[b].slot != OKV_NO_SLOT))
               return okv_status_make(OKV_STATUS_INTERNAL,
                                      "seq %u layer %u head %u: table slot %u pending block %u, the map disagrees",
                                      s->id, l, h, j, b);
             continue;
           }
           held++;
-          if (b >= m->n_blocks || m->slot_of[b] != hd->owned[j])
+          if (b >= m->n_blocks || m->loc[b].slot != hd->owned[j])
             return okv_status_make(OKV_STATUS_INTERNAL,
                                    "seq %u layer %u head %u: table slot %u holds block %u, the map does not", s->id, l,
                                    h, j, b);

@@ -27,7 +27,7 @@ void okv_rt_seq_release(okv_runtime_t *rt, okv_seq_t *s) {
         for (uint32_t j = 0; j < h->n_owned; j++) rt->free_slots[rt->n_free_slots++] = h->owned[j];
       } else {
         for (uint32_t j = 0; j < h->map.n_resident; j++)
-          rt->free_slots[rt->n_free_slots++] = h->map.slot_of[h->map.resident[j]];
+          rt->free_slots[rt->n_free_slots++] = h->map.loc[h->map.resident[j]].slot;
       }
       okv_host_store_free_extents(&rt->host, h->extents, h->n_extents);
       okv_rt_free(&rt->alloc, h->extents);

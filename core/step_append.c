@@ -229,7 +229,7 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
       uint64_t hb = host_block_of(rt, head, b);
       if (okv_block_map_tokens(m, b) == off) { /* the slot holds tokens 0..off-1: write the new one only */
         const size_t row = ((size_t)i * H + h) * hd;
-        rt->tw_slot[n_tw] = m->slot_of[b];
+        rt->tw_slot[n_tw] = m->loc[b].slot;
         rt->tw_pos[n_tw] = (uint8_t)off;
         memcpy(rt->tw_keys + (size_t)n_tw * hd, k_new + row, hd * sizeof(float));
         memcpy(rt->tw_values + (size_t)n_tw * hd, v_new + row, hd * sizeof(float));
@@ -238,7 +238,7 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
         n_tw++;
       } else { /* an earlier write failed: copy the whole block (written to HOST below first) */
         rt->append_pairs[n_cp].src_offset = hb * rt->block_bytes;
-        rt->append_pairs[n_cp].dst_offset = (uint64_t)m->slot_of[b] * rt->block_bytes;
+        rt->append_pairs[n_cp].dst_offset = (uint64_t)m->loc[b].slot * rt->block_bytes;
         rt->wr_map[n_cp] = m;
         rt->wr_block[n_cp] = b;
         rt->wr_tokens[n_cp] = (uint8_t)(off + 1u);
@@ -279,10 +279,10 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
               m->needs_repair = true;
             }
           }
-          if (m->slot_of[j] != OKV_NO_SLOT && okv_block_map_tokens(m, j) < OKV_BLOCK_TOKENS) {
+          if (m->loc[j].slot != OKV_NO_SLOT && okv_block_map_tokens(m, j) < OKV_BLOCK_TOKENS) {
             if (n_cp < cap_cp) {
               rt->append_pairs[n_cp].src_offset = host_block_of(rt, head, j) * rt->block_bytes;
-              rt->append_pairs[n_cp].dst_offset = (uint64_t)m->slot_of[j] * rt->block_bytes;
+              rt->append_pairs[n_cp].dst_offset = (uint64_t)m->loc[j].slot * rt->block_bytes;
               rt->wr_map[n_cp] = m;
               rt->wr_block[n_cp] = j;
               rt->wr_tokens[n_cp] = OKV_BLOCK_TOKENS;

@@ -55,9 +55,9 @@ static void test_map_basic(void **state) {
   assert_true(okv_block_map_is_resident(&f->map, 3));
   assert_false(okv_block_map_is_resident(&f->map, 4));
   assert_int_equal(f->map.n_resident, 3);
-  assert_int_equal(f->map.slot_of[3], 0);
-  assert_int_equal(f->map.slot_of[7], 1);
-  assert_int_equal(f->map.slot_of[0], 2);
+  assert_int_equal(f->map.loc[3].slot, 0);
+  assert_int_equal(f->map.loc[7].slot, 1);
+  assert_int_equal(f->map.loc[0].slot, 2);
   OKV_ASSERT_OK(okv_block_map_check(&f->map));
   /* LRU: lowest last-selected (block 3, step 1); ties at step 2 -> lower block 0. */
   assert_int_equal(okv_block_map_lru(&f->map, OKV_NO_BLOCK), 3);
@@ -69,14 +69,14 @@ static void test_map_basic(void **state) {
   /* Growing keeps the mapping. */
   OKV_ASSERT_OK(okv_block_map_reserve(&f->map, &f->alloc, 1000));
   f->map.n_blocks = 1000;
-  assert_int_equal(f->map.slot_of[7], 1);
-  assert_int_equal(f->map.slot_of[999], OKV_NO_SLOT);
+  assert_int_equal(f->map.loc[7].slot, 1);
+  assert_int_equal(f->map.loc[999].slot, OKV_NO_SLOT);
   OKV_ASSERT_OK(okv_block_map_check(&f->map));
   /* A corrupted map is detected: one slot used twice. */
-  f->map.slot_of[7] = f->map.slot_of[0];
+  f->map.loc[7].slot = f->map.loc[0].slot;
   okv_status_t st = okv_block_map_check(&f->map);
   assert_int_equal(okv_status_consume(st), OKV_STATUS_INTERNAL);
-  f->map.slot_of[7] = 1;
+  f->map.loc[7].slot = 1;
   okv_block_map_free(&f->map, &f->alloc);
 }
 

@@ -1281,7 +1281,7 @@ static void run_select_against_host(fixture_t *f, uint32_t H, uint32_t n_steps, 
     OKV_ASSERT_OK(okv_block_map_init(&maps[h], &a, R));
     OKV_ASSERT_OK(okv_block_map_reserve(&maps[h], &a, NB));
     maps[h].n_blocks = NB;
-    for (uint32_t i = 0; i < NB; i++) maps[h].slot_of[i] = OKV_NO_SLOT;
+    for (uint32_t i = 0; i < NB; i++) maps[h].loc[i].slot = OKV_NO_SLOT;
     okv_block_map_map(&maps[h], active_block, 0, 0);
     for (uint32_t j = R; j-- > 1;) okv_block_map_push_free(&maps[h], j);
     memset(t, 0, b.tb);
