@@ -210,6 +210,28 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
     st = okv_hal_buffer_read(rt->sel_plan, plan_offset(rt, layer, 0), rt->sel_plan_host,
                              (uint64_t)n_seg * C * OKV_SELECT_PLAN_U32S * 4u);
   if (st != OKV_OK) goto out;
+  /* The loop below reads, per admission, lines that are cold (the step streamed KV and scores through the
+   * caches since): the head's struct, its owned slot, its extent, its free stack. Request them in two passes
+   * of prefetches first (the structs, then what they point at), so that the misses overlap. */
+  const uint32_t E = rt->extent_blocks;
+  for (uint32_t pass = 0; pass < 2; pass++)
+    for (uint32_t s = 0; s < job->n_seqs; s++) {
+      const okv_seq_t *seq = ctx->seqs[s];
+      for (uint32_t h = 0; seq != NULL && h < H; h++) {
+        const okv_head_t *hd = seq_head(rt, seq, layer, h);
+        if (pass == 0) {
+          __builtin_prefetch(hd);
+          continue;
+        }
+        uint32_t u = s * H + h, n_adm = rt->sel_result_host[(size_t)u * OKV_SELECT_RESULT_U32S];
+        const uint32_t *p = &rt->sel_plan_host[(size_t)u * C * OKV_SELECT_PLAN_U32S];
+        if (n_adm > 0 && hd->map.n_free > 0) __builtin_prefetch(&hd->map.free_slots[hd->map.n_free - 1u]);
+        for (uint32_t i = 0; i < n_adm && i < C; i++, p += OKV_SELECT_PLAN_U32S) {
+          if (p[1] < hd->n_owned) __builtin_prefetch(&hd->owned[p[1]]);
+          if (p[0] / E < hd->n_extents) __builtin_prefetch(&hd->extents[p[0] / E]);
+        }
+      }
+    }
   for (uint32_t s = 0; s < job->n_seqs; s++) {
     okv_seq_t *seq = ctx->seqs[s];
     if (seq == NULL) continue;
