@@ -476,6 +476,21 @@ void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
      * error): let it finish before those slots go back to the free stacks. */
     OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->copy));
   }
+  /* The maps are cold: request the heads' structs, then each entry's block and victim lines, before the
+   * loop below, so that the misses overlap (two passes of prefetches; see docs/architecture.md). */
+  for (uint32_t pass = 0; pass < 2; pass++)
+    for (uint32_t i = 0; i < job->n_plan; i++) {
+      const okv_plan_entry_t *e = &job->plan[i];
+      const okv_head_t *hd = seq_head(rt, &rt->seqs[e->seq_index], layer, e->kv_head);
+      if (pass == 0) {
+        __builtin_prefetch(hd);
+        continue;
+      }
+      const okv_block_map_t *m = &hd->map;
+      if (e->block < m->cap_blocks) __builtin_prefetch(&m->loc[e->block]);
+      if (e->victim < m->cap_blocks) __builtin_prefetch(&m->loc[e->victim]);
+      __builtin_prefetch(&m->resident[m->n_resident]);
+    }
   for (uint32_t i = 0; i < job->n_plan; i++) {
     const okv_plan_entry_t *e = &job->plan[i];
     okv_seq_t *seq = &rt->seqs[e->seq_index];
