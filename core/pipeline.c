@@ -481,7 +481,9 @@ void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
   for (uint32_t pass = 0; pass < 2; pass++)
     for (uint32_t i = 0; i < job->n_plan; i++) {
       const okv_plan_entry_t *e = &job->plan[i];
-      const okv_head_t *hd = seq_head(rt, &rt->seqs[e->seq_index], layer, e->kv_head);
+      const okv_seq_t *seq = &rt->seqs[e->seq_index];
+      if (!seq->live || seq->id != e->seq_id) continue; /* removed: its maps are gone */
+      const okv_head_t *hd = seq_head(rt, seq, layer, e->kv_head);
       if (pass == 0) {
         __builtin_prefetch(hd);
         continue;
