@@ -102,6 +102,31 @@ void okv_rt_dsel_take_free(okv_block_map_t *m, uint32_t slot) {
     }
 }
 
+static bool map_slot_free(const okv_block_map_t *m, uint32_t slot) {
+  for (uint32_t i = 0; i < m->n_free; i++)
+    if (m->free_slots[i] == slot) return true;
+  return false;
+}
+
+/* Whether head `hd`'s plan entries p[0..n) fit its map: each admits a block that is not resident into a slot
+ * the map has free, evicts a resident block (or none), and no block, victim or slot comes twice. The copy
+ * engine writes where the plan says, so a plan from tables that disagree with the maps (a failure this
+ * runtime did not see, a stray write) must not reach it: a slot the map uses would be overwritten. */
+static bool plan_fits(const okv_head_t *hd, const uint32_t *p, uint32_t n) {
+  const okv_block_map_t *m = &hd->map;
+  for (uint32_t i = 0; i < n; i++) {
+    const uint32_t *e = p + (size_t)i * OKV_SELECT_PLAN_U32S;
+    if (e[1] >= hd->n_owned || e[0] >= m->n_blocks || okv_block_map_is_resident(m, e[0])) return false;
+    if (e[2] != OKV_SLOT_FREE && !okv_block_map_is_resident(m, e[2])) return false;
+    if (!map_slot_free(m, hd->owned[e[1]])) return false;
+    for (uint32_t j = 0; j < i; j++) {
+      const uint32_t *f = p + (size_t)j * OKV_SELECT_PLAN_U32S;
+      if (f[0] == e[0] || f[1] == e[1] || (e[2] != OKV_SLOT_FREE && f[2] == e[2])) return false;
+    }
+  }
+  return true;
+}
+
 /* The table image of one head from its map (t: sel_table_bytes / 4 words, overwritten). */
 static void table_from_map(const okv_runtime_t *rt, const okv_head_t *hd, uint32_t *t) {
   const uint32_t R = rt->sel_R, W = rt->sel_W;
@@ -211,7 +236,8 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
                              (uint64_t)n_seg * C * OKV_SELECT_PLAN_U32S * 4u);
   if (st != OKV_OK) goto out;
   /* The loop below reads, per admission, lines that are cold (the step streamed KV and scores through the
-   * caches since): the head's struct, its owned slot, its extent, its free stack. Request them in two passes
+   * caches since): the head's struct, its owned slot, its extent, its free stack, its block's and victim's
+   * loc[] lines. Request them in two passes
    * of prefetches first (the structs, then what they point at), so that the misses overlap. */
   const uint32_t E = rt->extent_blocks;
   for (uint32_t pass = 0; pass < 2; pass++)
@@ -229,9 +255,24 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
         for (uint32_t i = 0; i < n_adm && i < C; i++, p += OKV_SELECT_PLAN_U32S) {
           if (p[1] < hd->n_owned) __builtin_prefetch(&hd->owned[p[1]]);
           if (p[0] / E < hd->n_extents) __builtin_prefetch(&hd->extents[p[0] / E]);
+          if (p[0] < hd->map.cap_blocks) __builtin_prefetch(&hd->map.loc[p[0]]); /* plan_fits' residency checks */
+          if (p[2] < hd->map.cap_blocks) __builtin_prefetch(&hd->map.loc[p[2]]);
         }
       }
     }
+  for (uint32_t s = 0; s < job->n_seqs && st == OKV_OK; s++) { /* every entry checked before any is taken */
+    const okv_seq_t *seq = ctx->seqs[s];
+    for (uint32_t h = 0; seq != NULL && h < H && st == OKV_OK; h++) {
+      uint32_t u = s * H + h, n_adm = rt->sel_result_host[(size_t)u * OKV_SELECT_RESULT_U32S];
+      if (n_adm > C ||
+          !plan_fits(seq_head(rt, seq, layer, h), &rt->sel_plan_host[(size_t)u * C * OKV_SELECT_PLAN_U32S], n_adm))
+        st = okv_status_make(OKV_STATUS_INTERNAL,
+                             "runtime: the plan of sequence %u, KV head %u does not fit its block table (the slot "
+                             "tables disagree with it); the layer's plan is dropped and its tables rewritten",
+                             seq->id, h);
+    }
+  }
+  if (st != OKV_OK) goto out;
   for (uint32_t s = 0; s < job->n_seqs; s++) {
     okv_seq_t *seq = ctx->seqs[s];
     if (seq == NULL) continue;
@@ -239,14 +280,14 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
       uint32_t u = s * H + h;
       const uint32_t *r = &rt->sel_result_host[(size_t)u * OKV_SELECT_RESULT_U32S];
       okv_head_t *hd = seq_head(rt, seq, layer, h);
-      uint32_t n_adm = r[0] <= C ? r[0] : C;
+      uint32_t n_adm = r[0]; /* <= C: checked above */
       job->stats.hits += r[1];
       job->stats.misses += r[2];
       job->stats.admitted += n_adm;
       job->stats.deferred += r[2] - n_adm;
       const uint32_t *p = &rt->sel_plan_host[(size_t)u * C * OKV_SELECT_PLAN_U32S];
       for (uint32_t i = 0; i < n_adm; i++, p += OKV_SELECT_PLAN_U32S) {
-        uint32_t slot = hd->owned[p[1] < hd->n_owned ? p[1] : 0];
+        uint32_t slot = hd->owned[p[1]];
         okv_rt_dsel_take_free(&hd->map, slot);
         okv_plan_entry_t *e = &job->plan[job->n_plan];
         e->seq_index = job->seq_index[s];

@@ -501,7 +501,12 @@ void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
     if (rt->dev_sel && (okv_block_map_is_resident(m, e->block) ||
                         (e->victim != OKV_NO_BLOCK && !okv_block_map_is_resident(m, e->victim)))) {
       /* A plan from tables that no longer match the maps (cannot happen while every device operation's
-       * failure is caught): the maps stay as they are, the tables are rewritten from them below. */
+       * failure is caught): the maps stay as they are, the slot goes back to the free stack unless a block
+       * holds it, and the tables are rewritten from the maps below. */
+      bool held = false;
+      for (uint32_t k = 0; k < m->n_resident && !held; k++) held = m->res_slot[k] == e->slot;
+      for (uint32_t k = 0; k < m->n_free && !held; k++) held = m->free_slots[k] == e->slot;
+      if (!held) okv_block_map_push_free(m, e->slot);
       rt->sel_dirty[layer] = 1;
       ls->pipeline_errors++;
       continue;
