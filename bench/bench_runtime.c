@@ -98,6 +98,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
   o->noise = 0.5;
   o->json = false;
   o->recall = false;
+  o->device_selection = false;
   okv_runtime_config_t defaults;
   okv_runtime_config_init(&defaults);
   o->scoring = defaults.scoring;             /* the runtime's default */
