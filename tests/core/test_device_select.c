@@ -20,8 +20,8 @@
 
 static const char *g_backend = "cpu";
 
-/* Faults armed by the test between steps: every copy, or every kernel launch whose name the selection or
- * commit uses (by op kind: kernels fail while `fail_kernels` is set). */
+/* Faults armed by the test: every copy while `fail_copies` is set, every kernel launch while `fail_kernels`
+ * is set, or the next kernel launched on the engine thread once `fail_next_fg_kernel` is set. */
 typedef struct faults_t {
   int fail_copies;
   int fail_kernels;
@@ -224,9 +224,9 @@ static void test_kernel_faults(void **state) {
 
 /* The commit kernel fails while it runs (the first kernel a step_layer launches with a plan to commit): the
  * failure is its own, not the next wait's on the stream. Absorbed and counted; the tables are rewritten from
- * the maps; every later output is exact over what is readable and the tables agree with the maps again. Run
- * host and device side by side: device selection's outputs stay bit for bit the host's until the rewrite
- * (afterwards its LRU dates from the last refresh, so decisions may differ). */
+ * the maps; every output is exact over what is readable and the tables agree with the maps after every
+ * step. (No host run beside it: after a rewrite the tables' LRU dates from the maps' last refresh, so
+ * decisions may differ from host selection's.) */
 static void test_commit_kernel_fault(void **state) {
   (void)state;
   okv_hal_device_params_t p = params();
