@@ -43,6 +43,16 @@ static inline uint64_t result_offset(const okv_runtime_t *rt, uint32_t layer, ui
   return ((uint64_t)layer * rt->cfg.max_seqs * rt->cfg.n_kv_heads + u) * OKV_SELECT_RESULT_U32S * 4u;
 }
 
+/* The slot-map row (pool slots of a table's entries) of the same table. */
+static inline uint64_t slot_map_offset(const okv_runtime_t *rt, uint32_t seq_index, uint32_t layer, uint32_t h) {
+  return (((uint64_t)layer * rt->cfg.max_seqs + seq_index) * rt->cfg.n_kv_heads + h) * rt->sel_R * 4u;
+}
+
+uint64_t okv_rt_dsel_tables_offset(const okv_runtime_t *rt, uint32_t layer) { return table_offset(rt, 0, layer, 0); }
+uint64_t okv_rt_dsel_slot_map_offset(const okv_runtime_t *rt, uint32_t layer) {
+  return slot_map_offset(rt, 0, layer, 0);
+}
+
 static okv_status_t alloc_dev(okv_runtime_t *rt, uint64_t bytes, okv_hal_buffer_t **out, const char *what) {
   okv_status_t st = okv_hal_buffer_alloc(rt->device, OKV_TIER_DEVICE, bytes, out);
   return st ? okv_status_annotate(st, "runtime: allocating %s (%llu bytes, device tier)", what,
@@ -63,6 +73,8 @@ okv_status_t okv_rt_dsel_init(okv_runtime_t *rt) {
         "the selection kernel's limits (%u, %u)",
         rt->sel_R, rt->sel_W, OKV_SELECT_MAX_SLOTS, OKV_SELECT_MAX_WORDS);
   OKV_RETURN_IF_ERROR(alloc_dev(rt, n_seg * c->n_layers * rt->sel_table_bytes, &rt->sel_tables, "slot tables"));
+  OKV_RETURN_IF_ERROR(
+      alloc_dev(rt, n_seg * c->n_layers * rt->sel_R * 4u, &rt->sel_slot_map, "slot tables' pool slots"));
   OKV_RETURN_IF_ERROR(alloc_dev(rt, c->n_layers * n_seg * rt->cap_blocks * OKV_SELECT_PLAN_U32S * 4u, &rt->sel_plan,
                                 "selection plans"));
   OKV_RETURN_IF_ERROR(
@@ -75,6 +87,10 @@ okv_status_t okv_rt_dsel_init(okv_runtime_t *rt) {
   ALLOC_ARR(rt->sel_plan_host, n_seg * rt->cap_blocks * OKV_SELECT_PLAN_U32S);
   ALLOC_ARR(rt->sel_result_host, n_seg * OKV_SELECT_RESULT_U32S);
   ALLOC_ARR(rt->sel_dirty, c->n_layers);
+  ALLOC_ARR(rt->sel_tok_stale, c->n_layers);
+  ALLOC_ARR(rt->sel_slot_map_host, (uint64_t)c->n_kv_heads * rt->sel_R);
+  ALLOC_ARR(rt->ws_table_index, c->max_seqs);
+  ALLOC_ARR(rt->ws_seq_tokens, c->max_seqs);
   for (uint32_t l = 0; l < c->n_layers; l++) {
     ALLOC_ARR(rt->jobs[l].sel_ran, c->max_seqs);
   }
@@ -85,11 +101,12 @@ fail:
 }
 
 void okv_rt_dsel_free(okv_runtime_t *rt) {
-  okv_hal_buffer_t *bufs[] = {rt->sel_tables, rt->sel_plan, rt->sel_result};
-  for (int i = 0; i < 3; i++)
+  okv_hal_buffer_t *bufs[] = {rt->sel_tables, rt->sel_plan, rt->sel_result, rt->sel_slot_map};
+  for (int i = 0; i < 4; i++)
     if (bufs[i]) OKV_IGNORE_ERROR(okv_hal_buffer_release(bufs[i])); /* cleanup */
-  void *arrs[] = {rt->sel_slot_index, rt->sel_tab_host,  rt->sel_landed,      rt->sel_active,
-                  rt->sel_cap,        rt->sel_plan_host, rt->sel_result_host, rt->sel_dirty};
+  void *arrs[] = {rt->sel_slot_index, rt->sel_tab_host,      rt->sel_landed,       rt->sel_active,
+                  rt->sel_cap,        rt->sel_plan_host,     rt->sel_result_host,  rt->sel_dirty,
+                  rt->sel_tok_stale,  rt->sel_slot_map_host, rt->ws_table_index,   rt->ws_seq_tokens};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) okv_rt_free(&rt->alloc, arrs[i]);
   for (uint32_t l = 0; rt->jobs && l < rt->cfg.n_layers; l++) okv_rt_free(&rt->alloc, rt->jobs[l].sel_ran);
 }
@@ -149,11 +166,19 @@ okv_status_t okv_rt_dsel_write(okv_runtime_t *rt, const okv_seq_t *seq, uint32_t
   uint32_t si = (uint32_t)(seq - rt->seqs);
   /* A commit enqueued for a sequence removed since may still be pending on this record's tables. */
   okv_status_t st = okv_hal_stream_synchronize(rt->compute);
+  const uint32_t R = rt->sel_R;
   for (uint32_t l = l0; st == OKV_OK && l < l1; l++) {
-    for (uint32_t h = 0; h < H; h++)
-      table_from_map(rt, seq_head(rt, seq, l, h), rt->sel_tab_host + (uint64_t)h * rt->sel_table_bytes / 4u);
+    for (uint32_t h = 0; h < H; h++) {
+      const okv_head_t *hd = seq_head(rt, seq, l, h);
+      table_from_map(rt, hd, rt->sel_tab_host + (uint64_t)h * rt->sel_table_bytes / 4u);
+      uint32_t *row = rt->sel_slot_map_host + (uint64_t)h * R; /* table j <-> owned[j]; none: out of range */
+      for (uint32_t j = 0; j < R; j++) row[j] = j < hd->n_owned ? hd->owned[j] : UINT32_MAX;
+    }
     st = okv_hal_buffer_write(rt->sel_tables, table_offset(rt, si, l, 0), rt->sel_tab_host,
                               (uint64_t)H * rt->sel_table_bytes);
+    if (st == OKV_OK)
+      st = okv_hal_buffer_write(rt->sel_slot_map, slot_map_offset(rt, si, l, 0), rt->sel_slot_map_host,
+                                (uint64_t)H * R * 4u);
   }
   return st;
 }
@@ -433,4 +458,25 @@ okv_status_t okv_runtime_debug_check_tables(okv_runtime_t *rt) {
     }
   }
   return OKV_OK;
+}
+
+bool okv_rt_dsel_ws_ready(okv_runtime_t *rt, uint32_t layer) {
+  if (rt->sel_dirty[layer]) return false;
+  if (!rt->sel_tok_stale[layer]) return true;
+  okv_status_t st = OKV_OK;
+  for (uint32_t i = 0; i < rt->cfg.max_seqs && st == OKV_OK; i++) {
+    okv_seq_t *s = &rt->seqs[i];
+    if (!s->live) continue;
+    st = okv_rt_dsel_refresh_lru(rt, s, layer); /* the rewrite keeps the tables' last-selected steps */
+    if (st == OKV_OK) st = okv_rt_dsel_write(rt, s, layer, layer + 1u);
+  }
+  if (st != OKV_OK) { /* rewritten from the maps at the layer's next commit; attention reads the maps' list */
+    rt->layer_step[layer].pipeline_errors++;
+    okv_status_free(st);
+    OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->compute)); /* drained: no pending error */
+    rt->sel_dirty[layer] = 1;
+    return false;
+  }
+  rt->sel_tok_stale[layer] = 0;
+  return true;
 }

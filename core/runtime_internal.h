@@ -266,6 +266,14 @@ struct okv_runtime_t {
   uint32_t *sel_plan_host, *sel_result_host; /* worker: read-back plan and result of a job */
   uint8_t *sel_dirty; /* [n_layers] the layer's tables may differ from the maps (a failed device operation):
                          rewritten from the maps at the layer's next commit; the worker does not select on them */
+  /* Attention reads the working sets from the tables (okv_attention_desc_t.tables): the pool slot of every
+   * table entry, and per layer whether an append changed the write currency of a block other than the
+   * active one (a failed batch, a repair copy), so that the tables' token counts must follow the maps
+   * before attention reads them (okv_rt_dsel_ws_ready). */
+  okv_hal_buffer_t *sel_slot_map;   /* DEVICE u32 [n_layers][max_seqs][n_kv_heads][sel_R], like the tables */
+  uint32_t *sel_slot_map_host;      /* foreground: n_kv_heads rows of it (rewrite) */
+  uint8_t *sel_tok_stale;           /* [n_layers] */
+  uint32_t *ws_table_index, *ws_seq_tokens; /* foreground: [max_seqs], attention's table mode */
 
   /* Background pipeline */
   okv_layer_job_t *jobs; /* [n_layers] */
@@ -360,6 +368,13 @@ okv_status_t okv_rt_dsel_refresh_lru(okv_runtime_t *rt, okv_seq_t *seq, uint32_t
 okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job, okv_predict_ctx_t *ctx);
 /* The layer-local commit on the tables (landed: the layer's transfer ran), or their rewrite when dirty. */
 void okv_rt_dsel_commit(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job, bool landed);
+/* Whether attention of `layer` may read its working sets from the tables (not dirty; token counts brought
+ * up to date from the maps first when an append changed them: LRU refresh and rewrite of every live
+ * sequence's tables of the layer, a failure of which marks the layer dirty and answers false). */
+bool okv_rt_dsel_ws_ready(okv_runtime_t *rt, uint32_t layer);
+/* Byte offsets of layer `layer`'s tables and slot-map rows of table row 0 (attention's table mode). */
+uint64_t okv_rt_dsel_tables_offset(const okv_runtime_t *rt, uint32_t layer);
+uint64_t okv_rt_dsel_slot_map_offset(const okv_runtime_t *rt, uint32_t layer);
 /* Takes `slot` off the map's free stack (it holds it). */
 void okv_rt_dsel_take_free(okv_block_map_t *m, uint32_t slot);
 

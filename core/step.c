@@ -86,12 +86,21 @@ static uint32_t build_ws(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t *const *s
 
 /* Attention over the working sets of layer `layer`; with `mass`, also each working-set block's attention
  * probability (rt->fg_mass, read back into rt->mass_host; a failed read leaves mass_ok false). */
+/* With device selection and no mass, attention reads the working sets from the slot tables on the device
+ * (okv_attention_desc_t.tables) once they are current (okv_rt_dsel_ws_ready), and the host builds no list;
+ * a step_layer's append has just made every active block current, so only a peek (`peek`) still checks the
+ * maps for an unreadable active block. Otherwise the host builds the CSR from the maps. */
 static okv_status_t run_attention(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t *const *seqs, uint32_t layer,
                                   uint32_t T, const float *q, uint32_t n_inflight, const float *inflight, float *out,
-                                  bool mass, bool *mass_ok, double *bk_s, double *att_s) {
+                                  bool mass, bool *mass_ok, bool peek, double *bk_s, double *att_s) {
   const okv_runtime_config_t *c = &rt->cfg;
   double t0 = okv_rt_bk_s();
-  uint32_t stale = build_ws(rt, n_seqs, seqs, layer);
+  bool tables = rt->dev_sel && !mass && okv_rt_dsel_ws_ready(rt, layer);
+  uint32_t stale = tables && !peek ? UINT32_MAX : build_ws(rt, n_seqs, seqs, layer);
+  for (uint32_t s = 0; tables && s < n_seqs; s++) {
+    rt->ws_table_index[s] = seqs[s] ? (uint32_t)(seqs[s] - rt->seqs) : 0u;
+    rt->ws_seq_tokens[s] = seqs[s] ? seqs[s]->n_tokens[layer] : 0u; /* 0: an empty working set */
+  }
   double dt = okv_rt_bk_s() - t0;
   rt->layer_step[layer].working_set_seconds += dt; /* in the layer's bookkeeping_seconds through *bk_s */
   *bk_s += dt;
@@ -125,6 +134,19 @@ static okv_status_t run_attention(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t 
                             .out_offset = 0,
                             .block_mass = mass ? rt->fg_mass : NULL,
                             .mass_offset = 0};
+  if (tables) {
+    d.ws_offsets = NULL;
+    d.ws_slots = NULL;
+    d.ws_valid = NULL;
+    d.tables = rt->sel_tables;
+    d.tables_offset = okv_rt_dsel_tables_offset(rt, layer);
+    d.table_slots = rt->sel_R;
+    d.table_words = rt->sel_W;
+    d.slot_map = rt->sel_slot_map;
+    d.slot_map_offset = okv_rt_dsel_slot_map_offset(rt, layer);
+    d.table_index = rt->ws_table_index;
+    d.seq_tokens = rt->ws_seq_tokens;
+  }
   t0 = okv_rt_wall_s();
   okv_status_t st = okv_hal_attention_async(rt->compute, &d);
   if (st == OKV_OK) st = okv_hal_stream_synchronize(rt->compute);
@@ -364,7 +386,7 @@ okv_status_t okv_runtime_step_layer(okv_runtime_t *rt, uint32_t layer, const flo
     for (uint32_t s = 0; s < rt->step_n_seqs; s++) seqs[s] = step_seq(rt, s);
     bool mass = layer == rt->share_layer && rt->jobs[layer].n_fresh > 0, mass_ok = false;
     st = run_attention(rt, rt->step_n_seqs, seqs, layer, rt->step_T, q, rt->step_T - 1u, draft_kv, out, mass, &mass_ok,
-                       &bk, &att);
+                       false, &bk, &att);
     bool redo = false;
     okv_status_t fin = okv_rt_layer_append_finish(rt, layer, &bk, &redo);
     if (fin != OKV_OK) { /* the batch failed twice: attention's output is not valid */
@@ -375,7 +397,7 @@ okv_status_t okv_runtime_step_layer(okv_runtime_t *rt, uint32_t layer, const flo
     } else if (redo) { /* retried after attention read the slots: read them again */
       okv_status_free(st);
       st = run_attention(rt, rt->step_n_seqs, seqs, layer, rt->step_T, q, rt->step_T - 1u, draft_kv, out, mass,
-                         &mass_ok, &bk, &att);
+                         &mass_ok, false, &bk, &att);
     }
     ls->attention_seconds += att;
     if (st == OKV_OK && layer == rt->share_layer) {
@@ -458,8 +480,8 @@ okv_status_t okv_runtime_peek_layer(okv_runtime_t *rt, uint32_t n_seqs, const ui
   /* Do not read a slot that a pending transfer writes: commit it first (failures absorbed). */
   if (st == OKV_OK) okv_rt_layer_commit(rt, layer, &bk);
   if (st == OKV_OK)
-    st = run_attention(rt, n_seqs, seqs, layer, n_query_tokens, q, n_query_tokens, inflight_kv, out, false, NULL, &bk,
-                       &att);
+    st = run_attention(rt, n_seqs, seqs, layer, n_query_tokens, q, n_query_tokens, inflight_kv, out, false, NULL, true,
+                       &bk, &att);
   rt->layer_step[layer].bookkeeping_seconds += bk;
   if (st != OKV_OK) fill_invalid(rt, n_seqs, n_query_tokens, out);
   return st;

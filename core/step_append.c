@@ -98,8 +98,11 @@ static okv_status_t append_enqueue(okv_runtime_t *rt, uint32_t layer) {
 /* Slot currency after the batch: ok marks every written slot current for its tokens and every rebuilt
  * summary fresh; otherwise every slot the batch covered is unreadable and every summary it covered stale,
  * both repaired by the head's next append (docs/api.md "Faults"). */
-static void append_mark(okv_runtime_t *rt, bool ok) {
+static void append_mark(okv_runtime_t *rt, uint32_t layer, bool ok) {
   uint32_t n_tw = rt->app_n_tw, n_cp = rt->app_n_cp, n_reb = rt->app_n_reb;
+  /* Device selection: the tables carry every block's token count but the active one's (attention takes
+   * that from the sequence's length); a failure or a repair copy changes others'. */
+  if (rt->dev_sel && (!ok || n_cp > 0)) rt->sel_tok_stale[layer] = 1;
   if (ok) {
     for (uint32_t k = 0; k < n_tw; k++) okv_block_map_set_current(rt->tw_map[k], rt->tw_block[k], rt->tw_pos[k] + 1u);
     for (uint32_t k = 0; k < n_cp; k++) okv_block_map_set_current(rt->wr_map[k], rt->wr_block[k], rt->wr_tokens[k]);
@@ -341,7 +344,7 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
   if (defer && st == OKV_OK) {
     /* Attention follows on the same stream, so it reads the slots after these writes: mark them current
      * now; okv_rt_layer_append_finish checks the batch once attention completed. */
-    append_mark(rt, true);
+    append_mark(rt, layer, true);
     rt->app_pending = true;
     return OKV_OK;
   }
@@ -356,7 +359,7 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
     if (st != OKV_OK) OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->compute));
   }
   t0 = okv_rt_bk_s();
-  append_mark(rt, st == OKV_OK);
+  append_mark(rt, layer, st == OKV_OK);
   *bk_s += okv_rt_bk_s() - t0;
   return st ? append_error(st, layer) : OKV_OK;
 }
@@ -379,7 +382,7 @@ okv_status_t okv_rt_layer_append_finish(okv_runtime_t *rt, uint32_t layer, doubl
   }
   OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->compute));
   double t0 = okv_rt_bk_s();
-  append_mark(rt, false);
+  append_mark(rt, layer, false);
   *bk_s += okv_rt_bk_s() - t0;
   return append_error(st, layer);
 }

@@ -110,6 +110,38 @@ static okv_status_t check_csr(const uint32_t *offsets, uint64_t n, const char *f
 
 /* ---- attention ---- */
 
+/* Attention's table mode (okv_attention_desc_t.tables set): the CSR and the mass absent, the table and slot
+ * map regions of the highest table row inside their buffers, every sequence's tokens within the tables'
+ * blocks. */
+static okv_status_t check_attention_tables(const okv_hal_stream_t *stream, const okv_attention_desc_t *d,
+                                           const char *fn) {
+  if (d->ws_offsets != NULL || d->ws_slots != NULL || d->ws_valid != NULL)
+    return INVALID("%s: ws_offsets, ws_slots and ws_valid must be NULL with tables (table mode)", fn);
+  if (d->block_mass != NULL) return INVALID("%s: block_mass is not available with tables (table mode)", fn);
+  uint64_t tb = okv_slot_table_bytes(d->table_slots, d->table_words);
+  if (tb == 0)
+    return INVALID("%s: table_slots %u or table_words %u not in 1..%u, 1..%u", fn, d->table_slots, d->table_words,
+                   OKV_SELECT_MAX_SLOTS, OKV_SELECT_MAX_WORDS);
+  if (d->tables_offset & 7u)
+    return INVALID("%s: tables_offset %llu is not 8-byte aligned", fn, (unsigned long long)d->tables_offset);
+  REQUIRE_NONNULL(d->table_index, "table_index");
+  REQUIRE_NONNULL(d->seq_tokens, "seq_tokens");
+  REQUIRE_NONNULL(d->slot_map, "slot_map");
+  uint64_t rows = 0, max_tokens = (uint64_t)d->table_words * 64u * OKV_BLOCK_TOKENS;
+  for (uint32_t s = 0; s < d->n_seqs; s++) {
+    if (d->seq_tokens[s] > max_tokens)
+      return INVALID("%s: seq_tokens[%u] = %u exceeds the %llu tokens of table_words %u", fn, s, d->seq_tokens[s],
+                     (unsigned long long)max_tokens, d->table_words);
+    if ((uint64_t)d->table_index[s] + 1u > rows) rows = (uint64_t)d->table_index[s] + 1u;
+  }
+  uint64_t n_tables = rows * d->n_kv_heads, table_bytes, map_bytes; /* rows <= 2^32, n_kv_heads < 2^32 */
+  if (!mul_u64(n_tables, tb, &table_bytes) || !mul_u64(n_tables, (uint64_t)d->table_slots * 4u, &map_bytes))
+    return INVALID("%s: table_index too large", fn);
+  OKV_RETURN_IF_ERROR(check_range(stream, d->tables, d->tables_offset, table_bytes, false, fn, "tables"));
+  OKV_RETURN_IF_ERROR(check_range(stream, d->slot_map, d->slot_map_offset, map_bytes, true, fn, "slot_map"));
+  return OKV_OK;
+}
+
 okv_status_t okv_hal_validate_attention(const okv_hal_stream_t *stream, const okv_attention_desc_t *d) {
   static const char fn[] = "okv_hal_attention_async";
   OKV_RETURN_IF_ERROR(check_call(stream, d, fn));
@@ -134,9 +166,14 @@ okv_status_t okv_hal_validate_attention(const okv_hal_stream_t *stream, const ok
     return INVALID("%s: n_slots %llu * slot bytes overflows", fn, (unsigned long long)d->n_slots);
   OKV_RETURN_IF_ERROR(check_range(stream, d->kv_pool, 0, pool_bytes, false, fn, "kv_pool (n_slots slots)"));
 
-  /* Working sets. */
-  OKV_RETURN_IF_ERROR(check_csr(d->ws_offsets, n_units, fn, "ws_offsets"));
-  uint64_t n_ws = d->ws_offsets[n_units];
+  /* Working sets: from slot tables, or the CSR. */
+  uint64_t n_ws = 0;
+  if (d->tables != NULL) {
+    OKV_RETURN_IF_ERROR(check_attention_tables(stream, d, fn));
+  } else {
+    OKV_RETURN_IF_ERROR(check_csr(d->ws_offsets, n_units, fn, "ws_offsets"));
+    n_ws = d->ws_offsets[n_units];
+  }
   if (n_ws > 0) {
     REQUIRE_NONNULL(d->ws_slots, "ws_slots");
     REQUIRE_NONNULL(d->ws_valid, "ws_valid");

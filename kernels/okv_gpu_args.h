@@ -71,7 +71,13 @@ typedef struct okv_gpu_attention_args_t {
   uint32_t n_seqs, n_kv_heads, group_size, head_dim;
   uint32_t n_query_tokens, kv_dtype, n_inflight, rows_per_cta;
   float scale; /* 1 / sqrt(head_dim) */
-  uint32_t pad_;
+  uint32_t table_slots; /* table mode (tables != 0): R per table; the ws_* fields are then 0 */
+  uint64_t tables;      /* slot tables of table row 0 (okv_slot_table_bytes(R, W) each), or 0 */
+  uint64_t slot_map;    /* u32 [tables][R]: pool slot of each entry */
+  uint64_t table_index; /* u32 [n_seqs]: table row of sequence s */
+  uint64_t seq_tokens;  /* u32 [n_seqs]: tokens of sequence s */
+  uint64_t table_bytes; /* okv_slot_table_bytes(R, W) */
+  uint64_t n_slots;     /* slots in kv_pool */
 } okv_gpu_attention_args_t;
 
 /* okv_gpu_summarize_blocks: grid n_blocks. */
@@ -195,7 +201,7 @@ typedef struct okv_gpu_topk_args_t {
   FIELD(okv_gpu_gather_args_t, n_blocks, 24)           \
   FIELD(okv_gpu_gather_args_t, block_bytes, 32)        \
   FIELD(okv_gpu_gather_args_t, vec_bytes, 40)          \
-  SIZE(okv_gpu_attention_args_t, 120)                  \
+  SIZE(okv_gpu_attention_args_t, 168)                  \
   FIELD(okv_gpu_attention_args_t, kv_pool, 0)          \
   FIELD(okv_gpu_attention_args_t, block_bytes, 8)      \
   FIELD(okv_gpu_attention_args_t, ws_offsets, 16)      \
@@ -215,6 +221,13 @@ typedef struct okv_gpu_topk_args_t {
   FIELD(okv_gpu_attention_args_t, n_inflight, 104)     \
   FIELD(okv_gpu_attention_args_t, rows_per_cta, 108)   \
   FIELD(okv_gpu_attention_args_t, scale, 112)          \
+  FIELD(okv_gpu_attention_args_t, table_slots, 116)    \
+  FIELD(okv_gpu_attention_args_t, tables, 120)         \
+  FIELD(okv_gpu_attention_args_t, slot_map, 128)       \
+  FIELD(okv_gpu_attention_args_t, table_index, 136)    \
+  FIELD(okv_gpu_attention_args_t, seq_tokens, 144)     \
+  FIELD(okv_gpu_attention_args_t, table_bytes, 152)    \
+  FIELD(okv_gpu_attention_args_t, n_slots, 160)        \
   SIZE(okv_gpu_summary_args_t, 64)                     \
   FIELD(okv_gpu_summary_args_t, kv, 0)                 \
   FIELD(okv_gpu_summary_args_t, block_bytes, 8)        \

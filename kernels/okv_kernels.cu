@@ -13,6 +13,10 @@
 // same table in backends/gpu/gpu_launch.c).
 OKV_GPU_ARGS_PIN_LAYOUT()
 
+// The slot-table rules (selection, commit, attention's table mode), shared with the CPU backend.
+#define OKV_SELECT_RULE_FN OKV_DEVICE
+#include "okv_select_rule.h"
+
 #define OKV_NEG_INF (-__int_as_float(0x7f800000))
 #define OKV_POS_INF (__int_as_float(0x7f800000))
 
@@ -199,10 +203,24 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_ATTENTION_THREADS) okv_gpu_
     lrow[r] = 0.0f;
   }
 
-  const uint32_t *ws_offsets = (const uint32_t *)a.ws_offsets;
+  /* The working set: a CSR list, or (table mode) the entries of the head's slot table, read in order and
+   * skipped where okv_table_ws_entry reads nothing (uniform across the thread block). */
+  const bool table_mode = a.tables != 0;
   const uint32_t *ws_slots = (const uint32_t *)a.ws_slots;
   const uint8_t *ws_valid = (const uint8_t *)a.ws_valid;
-  const uint32_t ws_begin = ws_offsets[u], n_blocks = ws_offsets[u + 1] - ws_begin;
+  const uint32_t *tab = 0, *tab_slots = 0;
+  uint32_t ws_begin = 0, n_blocks = 0, seq_tok = 0;
+  if (table_mode) {
+    const uint64_t ti = (uint64_t)((const uint32_t *)a.table_index)[s] * Hkv + h;
+    tab = (const uint32_t *)(a.tables + ti * a.table_bytes);
+    tab_slots = (const uint32_t *)a.slot_map + ti * a.table_slots;
+    seq_tok = ((const uint32_t *)a.seq_tokens)[s];
+    n_blocks = a.table_slots;
+  } else {
+    const uint32_t *ws_offsets = (const uint32_t *)a.ws_offsets;
+    ws_begin = ws_offsets[u];
+    n_blocks = ws_offsets[u + 1] - ws_begin;
+  }
   const uint32_t NI = a.n_inflight;
   const uint32_t n_tiles = n_blocks + (NI > 0 ? 1u : 0u);
   const float *inflight = (const float *)a.inflight_kv;
@@ -212,8 +230,16 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_ATTENTION_THREADS) okv_gpu_
     const bool is_block = tile < n_blocks;
     uint32_t n_tok;
     if (is_block) {
-      const uint64_t slot = ws_slots[ws_begin + tile];
-      n_tok = ws_valid[ws_begin + tile];
+      uint64_t slot;
+      if (table_mode) {
+        uint32_t ts = 0;
+        n_tok = okv_table_ws_entry(tab, a.table_slots, tab_slots, tile, seq_tok, a.n_slots, &ts);
+        if (n_tok == 0) continue; /* same value in every thread: no barrier is skipped by some only */
+        slot = ts;
+      } else {
+        slot = ws_slots[ws_begin + tile];
+        n_tok = ws_valid[ws_begin + tile];
+      }
       const unsigned char *base = (const unsigned char *)a.kv_pool + slot * a.block_bytes;
       /* Kt[d][BT] then V[BT][d]: both copied linearly into ks / vs. */
       for (uint32_t e = tid; e < OKV_BLOCK_TOKENS * D; e += nt) {
@@ -419,9 +445,8 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_SUMMARY_THREADS) okv_gpu_kv
 // (okv_hal_slot_commit_async): one thread per KV head runs the rule of
 // kernels/okv_select_rule.h, the code the CPU backend runs. A head's work is
 // O(R + K) on its own table; heads run in parallel, so the step costs the host
-// one launch, whatever the number of heads.
-#define OKV_SELECT_RULE_FN OKV_DEVICE
-#include "okv_select_rule.h"
+// one launch, whatever the number of heads. (okv_select_rule.h is included at
+// the top: attention's table mode reads its tables too.)
 
 extern "C" __global__ void __launch_bounds__(OKV_GPU_SELECT_THREADS) okv_gpu_select(okv_gpu_select_args_t a) {
   const uint32_t *params = (const uint32_t *)a.head_params;

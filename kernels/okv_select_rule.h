@@ -164,4 +164,19 @@ OKV_SELECT_RULE_FN void okv_commit_rule_head(uint32_t *t, uint32_t R, uint32_t W
   }
 }
 
+/* Attention's table mode (okv_attention_desc_t.tables): entry j of one head's table `t` (R slots) with the
+ * pool slots `pool_slot` of its entries, for a sequence of seq_tokens tokens and a pool of n_slots slots.
+ * Returns the tokens attention reads of the block in entry j (0: none) and sets *slot to its pool slot:
+ * a free entry, a block past the sequence's end or a pool slot out of range reads nothing; the sequence's
+ * last block (the active one) reads every token the sequence has in it, any other block
+ * min(tokens[j], 16) (0 for a pending admission or an unreadable slot). */
+OKV_SELECT_RULE_FN uint32_t okv_table_ws_entry(const uint32_t *t, uint32_t R, const uint32_t *pool_slot, uint32_t j,
+                                               uint32_t seq_tokens, uint64_t n_slots, uint32_t *slot) {
+  const uint32_t b = t[j], nb = (uint32_t)(((uint64_t)seq_tokens + OKV_BLOCK_TOKENS - 1u) / OKV_BLOCK_TOKENS);
+  if (b == OKV_SLOT_FREE || b >= nb || pool_slot[j] >= n_slots) return 0;
+  uint32_t n = b + 1u == nb ? seq_tokens - b * OKV_BLOCK_TOKENS : t[2u * R + j];
+  *slot = pool_slot[j];
+  return n < OKV_BLOCK_TOKENS ? n : OKV_BLOCK_TOKENS;
+}
+
 #endif

@@ -73,7 +73,7 @@ struct okv_cpu_op_t {
   okv_cpu_op_t *next;
   okv_cpu_op_kind_t kind;
   uint64_t seq;              /* position in its stream, from 1 */
-  okv_hal_buffer_t *bufs[5]; /* retained until reclaimed */
+  okv_hal_buffer_t *bufs[7]; /* retained until reclaimed */
   int n_bufs;
   okv_hal_event_t *event; /* retained (RECORD, WAIT) */
   uint64_t gen;           /* event generation recorded / waited for */
@@ -810,13 +810,36 @@ static okv_status_t cpu_kernel_enqueue(okv_hal_stream_t *stream, const char *wha
     return cpu_kernel_enqueue(stream, what, c, cpu_run_##kind, cpu_free_##kind, bufs, n_bufs);                 \
   }
 
+/* The stream's scratch grown to `need` bytes (only its worker touches it); false with the stream's error set
+ * when the host allocator fails. */
+static bool cpu_stream_scratch(okv_cpu_stream_t *s, size_t need, const char *what) {
+  if (need <= s->scratch_bytes) return true;
+  const okv_allocator_t *a = &s->base.device->allocator;
+  okv_free(a, s->scratch);
+  s->scratch = okv_malloc(a, need);
+  s->scratch_bytes = s->scratch ? need : 0;
+  if (s->scratch != NULL) return true;
+  pthread_mutex_lock(&s->mutex);
+  cpu_stream_set_error_locked(s, okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: %zu bytes of %s scratch", need, what));
+  pthread_mutex_unlock(&s->mutex);
+  return false;
+}
+
 static void cpu_run_attention(okv_cpu_op_t *op, int n_threads) {
   const okv_attention_desc_t *d = op->payload;
+  okv_attention_desc_t wd;
+  if (d->tables != NULL) { /* table mode: the working sets read from the tables here, on the device */
+    if (!cpu_stream_scratch(op->stream, okv_cpu_attention_tables_scratch_bytes(d), "attention working set")) return;
+    okv_cpu_attention_tables_ws(d, cpu_ptr(d->tables, d->tables_offset),
+                                (const uint32_t *)cpu_ptr(d->slot_map, d->slot_map_offset), op->stream->scratch, &wd);
+    d = &wd;
+  }
   okv_cpu_attention(d, cpu_ptr(d->kv_pool, 0), (const float *)cpu_ptr(d->q, d->q_offset),
                     (const float *)cpu_ptr(d->inflight_kv, d->inflight_offset), (float *)cpu_ptr(d->out, d->out_offset),
                     (float *)cpu_ptr(d->block_mass, d->mass_offset), n_threads);
 }
-OKV_CPU_DESC_KERNEL(attention, "attention", 5, c->kv_pool, c->q, c->inflight_kv, c->out, c->block_mass)
+OKV_CPU_DESC_KERNEL(attention, "attention", 7, c->kv_pool, c->q, c->inflight_kv, c->out, c->block_mass, c->tables,
+                    c->slot_map)
 
 static void cpu_run_summary(okv_cpu_op_t *op, int n_threads) {
   const okv_summary_desc_t *d = op->payload;
@@ -835,20 +858,7 @@ static void cpu_run_score(okv_cpu_op_t *op, int n_threads) {
   /* Candidate lists: read on the device (here), turned into ranges of contiguous summaries, scored as such.
    * The ranges live in the stream's scratch (only this worker touches it), so no call allocates. */
   okv_cpu_stream_t *s = op->stream;
-  size_t need = okv_cpu_score_list_scratch_bytes(d);
-  if (need > s->scratch_bytes) {
-    const okv_allocator_t *a = &s->base.device->allocator;
-    okv_free(a, s->scratch);
-    s->scratch = okv_malloc(a, need);
-    s->scratch_bytes = s->scratch ? need : 0;
-    if (s->scratch == NULL) {
-      pthread_mutex_lock(&s->mutex);
-      cpu_stream_set_error_locked(
-          s, okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: %zu bytes of scoring list scratch", need));
-      pthread_mutex_unlock(&s->mutex);
-      return;
-    }
-  }
+  if (!cpu_stream_scratch(s, okv_cpu_score_list_scratch_bytes(d), "scoring list")) return;
   okv_score_desc_t rd;
   okv_cpu_score_list_ranges(d, (const uint32_t *)cpu_ptr(d->list_blocks, d->list_offset), scores, s->scratch, &rd);
   if (rd.n_ranges > 0) okv_cpu_score_blocks(&rd, q, cpu_ptr(d->summaries, 0), scores, n_threads);

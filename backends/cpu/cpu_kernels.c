@@ -254,6 +254,41 @@ static void store_rows(const okv_attention_desc_t *d, float *out, uint32_t s, ui
   }
 }
 
+size_t okv_cpu_attention_tables_scratch_bytes(const okv_attention_desc_t *d) {
+  size_t U = (size_t)d->n_seqs * d->n_kv_heads, R = d->table_slots;
+  return (U + 1u) * 4u + U * R * 4u + U * R;
+}
+
+void okv_cpu_attention_tables_ws(const okv_attention_desc_t *d, const void *tables, const uint32_t *slot_map,
+                                 void *scratch, okv_attention_desc_t *out) {
+  const uint32_t H = d->n_kv_heads, R = d->table_slots;
+  const size_t U = (size_t)d->n_seqs * H;
+  const uint64_t tb = okv_slot_table_bytes(R, d->table_words);
+  uint32_t *off = scratch, *slots = off + U + 1u;
+  uint8_t *valid = (uint8_t *)(slots + U * R);
+  uint32_t k = 0;
+  for (uint32_t s = 0; s < d->n_seqs; s++)
+    for (uint32_t h = 0; h < H; h++) {
+      off[(size_t)s * H + h] = k;
+      const uint64_t i = (uint64_t)d->table_index[s] * H + h;
+      const uint32_t *t = (const uint32_t *)(const void *)((const char *)tables + i * tb), *ps = slot_map + i * R;
+      for (uint32_t j = 0; j < R; j++) {
+        uint32_t slot = 0, n = okv_table_ws_entry(t, R, ps, j, d->seq_tokens[s], d->n_slots, &slot);
+        if (n == 0) continue;
+        slots[k] = slot;
+        valid[k] = (uint8_t)n;
+        k++;
+      }
+    }
+  off[U] = k;
+  *out = *d;
+  out->ws_offsets = off;
+  out->ws_slots = slots;
+  out->ws_valid = valid;
+  out->tables = NULL;
+  out->slot_map = NULL;
+}
+
 void okv_cpu_attention(const okv_attention_desc_t *d, const void *kv_pool, const float *q, const float *inflight_kv,
                        float *out, float *block_mass, int n_threads) {
   const uint32_t U = d->n_seqs * d->n_kv_heads, T = d->n_query_tokens, R = T * d->group_size;

@@ -13,6 +13,13 @@ extern "C" {
 
 /* kv_pool: slot base; q/inflight/out/mass at their offsets (inflight, mass may be NULL).
  * n_threads: OpenMP threads (0 = runtime default). */
+/* Attention's table mode (okv_attention_desc_t.tables): the bytes of the CSR okv_cpu_attention_tables_ws
+ * builds, and the build: *out = *d with the working sets read from `tables` / `slot_map` (the host
+ * addresses of the two regions at their offsets) into `scratch` as a CSR (kernels/okv_select_rule.h,
+ * okv_table_ws_entry), tables NULL. What a GPU does per thread block on its own table. */
+size_t okv_cpu_attention_tables_scratch_bytes(const okv_attention_desc_t *d);
+void okv_cpu_attention_tables_ws(const okv_attention_desc_t *d, const void *tables, const uint32_t *slot_map,
+                                 void *scratch, okv_attention_desc_t *out);
 void okv_cpu_attention(const okv_attention_desc_t *d, const void *kv_pool, const float *q, const float *inflight_kv,
                        float *out, float *block_mass, int n_threads);
 /* summaries: d->summary_dtype [*][2][head_dim]. */

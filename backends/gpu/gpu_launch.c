@@ -92,20 +92,35 @@ okv_status_t okv_gpu_attention(okv_hal_stream_t *stream, const okv_attention_des
                            G);
   const uint32_t smem = (uint32_t)(4u * (R * row_f + fixed_f));
 
-  const size_t n_ws = d->ws_offsets[U];
-  const size_t off_bytes = (size_t)(U + 1) * 4u, slot_bytes = n_ws * 4u, valid_bytes = n_ws;
+  /* Table mode: the kernel reads each head's working set from its table; only the two per-sequence
+   * arrays travel with the launch. */
+  const bool tables = d->tables != NULL;
+  const size_t n_ws = tables ? 0 : d->ws_offsets[U];
+  const size_t off_bytes = tables ? 0 : (size_t)(U + 1) * 4u, slot_bytes = n_ws * 4u, valid_bytes = n_ws;
+  const size_t seq_bytes = tables ? (size_t)d->n_seqs * 4u : 0;
   const bool mass = d->block_mass != NULL && n_ws > 0;
   const size_t lse_bytes = mass ? (size_t)d->n_seqs * T * d->n_kv_heads * G * 4u : 0;
-  const size_t upload = okv_gpu_align(off_bytes) + okv_gpu_align(slot_bytes) + okv_gpu_align(valid_bytes);
+  const size_t upload = okv_gpu_align(off_bytes) + okv_gpu_align(slot_bytes) + okv_gpu_align(valid_bytes) +
+                        2u * okv_gpu_align(seq_bytes);
 
   okv_gpu_pack_t p = {0};
   OKV_RETURN_IF_ERROR(okv_gpu_op_begin(s, upload + okv_gpu_align(lse_bytes), &p));
   okv_gpu_attention_args_t a = {0};
   a.kv_pool = okv_gpu_addr(d->kv_pool, 0);
   a.block_bytes = okv_block_bytes(d->kv_dtype, D);
-  a.ws_offsets = okv_gpu_pack(&p, d->ws_offsets, off_bytes);
-  a.ws_slots = okv_gpu_pack(&p, d->ws_slots, slot_bytes);
-  a.ws_valid = okv_gpu_pack(&p, d->ws_valid, valid_bytes);
+  if (tables) {
+    a.table_slots = d->table_slots;
+    a.tables = okv_gpu_addr(d->tables, d->tables_offset);
+    a.slot_map = okv_gpu_addr(d->slot_map, d->slot_map_offset);
+    a.table_index = okv_gpu_pack(&p, d->table_index, seq_bytes);
+    a.seq_tokens = okv_gpu_pack(&p, d->seq_tokens, seq_bytes);
+    a.table_bytes = okv_slot_table_bytes(d->table_slots, d->table_words);
+  } else {
+    a.ws_offsets = okv_gpu_pack(&p, d->ws_offsets, off_bytes);
+    a.ws_slots = okv_gpu_pack(&p, d->ws_slots, slot_bytes);
+    a.ws_valid = okv_gpu_pack(&p, d->ws_valid, valid_bytes);
+  }
+  a.n_slots = d->n_slots;
   a.lse = mass ? okv_gpu_pack(&p, NULL, lse_bytes) : 0;
   a.q = okv_gpu_addr(d->q, d->q_offset);
   a.inflight_kv = d->n_inflight > 0 ? okv_gpu_addr(d->inflight_kv, d->inflight_offset) : 0;
@@ -125,9 +140,9 @@ okv_status_t okv_gpu_attention(okv_hal_stream_t *stream, const okv_attention_des
     st = okv_gpu_launch(s, OKV_GPU_FN_ATTENTION, (uint32_t)U, (uint32_t)n_chunks, OKV_GPU_ATTENTION_THREADS, smem, &a);
   if (st == OKV_OK && mass)
     st = okv_gpu_launch(s, OKV_GPU_FN_ATTENTION_MASS, (uint32_t)U, T, OKV_GPU_MASS_THREADS, 0, &a);
-  okv_hal_buffer_t *bufs[5] = {d->kv_pool, d->q, d->n_inflight > 0 ? d->inflight_kv : NULL, d->out,
-                               mass ? d->block_mass : NULL};
-  return okv_gpu_op_end(s, st, p.st, bufs, 5);
+  okv_hal_buffer_t *bufs[7] = {d->kv_pool, d->q, d->n_inflight > 0 ? d->inflight_kv : NULL, d->out,
+                               mass ? d->block_mass : NULL, tables ? d->tables : NULL, tables ? d->slot_map : NULL};
+  return okv_gpu_op_end(s, st, p.st, bufs, 7);
 }
 
 okv_status_t okv_gpu_summarize_blocks(okv_hal_stream_t *stream, const okv_summary_desc_t *d) {

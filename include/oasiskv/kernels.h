@@ -112,6 +112,24 @@ typedef struct okv_attention_desc_t {
   uint64_t mass_offset; /* optional (NULL): f32 [ws_offsets[last]][T]:
                                                           attention probability of each working-set
                                                           block, averaged over the G query heads */
+  /* Table mode (`tables` not NULL): the working sets are read on the device from the slot tables of
+   * section 6 (okv_select_desc_t's layout) instead of the CSR, so that the host lists no block per head
+   * (docs/architecture.md "Host bookkeeping per KV head"). ws_offsets, ws_slots, ws_valid and block_mass
+   * must then be NULL. Unit u = s * n_kv_heads + h reads table i = table_index[s] * n_kv_heads + h at byte
+   * tables_offset + i * okv_slot_table_bytes(table_slots, table_words) of `tables`, and the pool slot of
+   * each of its entries at byte slot_map_offset + (i * table_slots + j) * 4 of `slot_map`. Entry j is read,
+   * in order j = 0 .. table_slots - 1, iff block[j] != OKV_SLOT_FREE, block[j] < nb = ceil(seq_tokens[s] /
+   * 16) and its pool slot < n_slots; its valid tokens are seq_tokens[s] - 16 block[j] for the sequence's last
+   * block (the active block: the caller made it current for that many tokens) and min(tokens[j], 16) for
+   * any other (0: pending or unreadable, skipped). seq_tokens[s] = 0 gives an empty working set. */
+  okv_hal_buffer_t *tables;    /* slot tables (DEVICE for speed), read */
+  uint64_t tables_offset;      /* bytes, a multiple of 8 */
+  uint32_t table_slots;        /* R per table, 1..OKV_SELECT_MAX_SLOTS */
+  uint32_t table_words;        /* W per table, 1..OKV_SELECT_MAX_WORDS */
+  okv_hal_buffer_t *slot_map;  /* u32 [tables][table_slots]: pool slot of each table entry, read */
+  uint64_t slot_map_offset;    /* bytes, a multiple of 4 */
+  const uint32_t *table_index; /* host [n_seqs]: table row of sequence s (copied at enqueue) */
+  const uint32_t *seq_tokens;  /* host [n_seqs]: tokens of sequence s, 0 .. 64 * 16 * table_words (copied) */
 } okv_attention_desc_t;
 
 OKV_API okv_status_t okv_hal_attention_async(okv_hal_stream_t *stream, const okv_attention_desc_t *desc);
