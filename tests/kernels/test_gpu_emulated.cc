@@ -149,6 +149,7 @@ void test_gather(void **state) {
 struct AttnCase {
   uint32_t n_seqs, n_kv, G, D, T, NI, dtype, rows_per_cta;
   bool mass;
+  bool tables; /* table mode: the same working sets read from slot tables (mass must be false) */
 };
 
 void run_attention(const AttnCase &c, uint64_t seed) {
@@ -180,6 +181,48 @@ void run_attention(const AttnCase &c, uint64_t seed) {
   a.ws_offsets = addr(ws_off.data());
   a.ws_slots = addr(ws_slots.data());
   a.ws_valid = addr(ws_valid.data());
+  /* Table mode: unit u's blocks at shuffled entries of table row (n_seqs - 1 - s) * n_kv + h, block 2i + 1
+   * with its token count, except the first one, which is the sequence's last (active) block with count 0 in
+   * the table (the sequence's 16 nb tokens give it 16); plus a free, a pending (count 0), a past-the-end and
+   * an out-of-range-slot entry, all but the last on slot 0 (which some working set may use: a wrong read
+   * shows in the values). */
+  const uint32_t TR = 12, TW = 1, NB = 40;
+  const uint64_t tbytes = okv_slot_table_bytes(TR, TW);
+  std::vector<uint32_t> tab((size_t)U * tbytes / 4, 0), tmap((size_t)U * TR, 0), trow(c.n_seqs), ttok(c.n_seqs);
+  if (c.tables) {
+    for (uint32_t s = 0; s < c.n_seqs; ++s) {
+      trow[s] = c.n_seqs - 1 - s;
+      ttok[s] = 16 * NB;
+    }
+    for (uint32_t s = 0; s < c.n_seqs; ++s)
+      for (uint32_t h = 0; h < c.n_kv; ++h) {
+        const uint32_t u = s * c.n_kv + h, row = trow[s] * c.n_kv + h;
+        uint32_t *t = &tab[(size_t)row * tbytes / 4], *m = &tmap[(size_t)row * TR];
+        std::vector<uint32_t> pos(TR);
+        for (uint32_t j = 0; j < TR; ++j) pos[j] = j;
+        for (uint32_t j = TR; j > 1; --j) std::swap(pos[j - 1], pos[r.below(j)]);
+        for (uint32_t j = 0; j < TR; ++j) t[j] = OKV_SLOT_FREE;
+        uint32_t e = 0;
+        for (uint32_t i = ws_off[u]; i < ws_off[u + 1]; ++i, ++e) {
+          const bool active = i == ws_off[u]; /* its valid count is 16 (the case makes the first one full) */
+          t[pos[e]] = active ? NB - 1 : 2 * (i - ws_off[u]) + 1;
+          t[2 * TR + pos[e]] = active ? 0 : ws_valid[i];
+          m[pos[e]] = ws_slots[i];
+        }
+        t[pos[e]] = 2, t[2 * TR + pos[e]] = 0, m[pos[e++]] = 0;        /* pending */
+        t[pos[e]] = NB + 1, t[2 * TR + pos[e]] = 16, m[pos[e++]] = 0;  /* past the end */
+        t[pos[e]] = 4, t[2 * TR + pos[e]] = 16, m[pos[e++]] = n_slots; /* slot out of range */
+        assert_true(e <= TR);
+      }
+    a.ws_offsets = a.ws_slots = a.ws_valid = 0;
+    a.table_slots = TR;
+    a.tables = addr(tab.data());
+    a.slot_map = addr(tmap.data());
+    a.table_index = addr(trow.data());
+    a.seq_tokens = addr(ttok.data());
+    a.table_bytes = tbytes;
+  }
+  a.n_slots = n_slots;
   a.q = addr(q.data());
   a.inflight_kv = c.NI ? addr(infl.data()) : 0;
   a.out = addr(out.data());
@@ -272,19 +315,24 @@ void run_attention(const AttnCase &c, uint64_t seed) {
 
 void test_attention_f32_multi_chunk(void **state) {
   (void)state;
-  run_attention({2, 3, 3, 40, 2, 2, 0, 4, true}, 11); /* 6 rows in 2 tiles, draft + real in flight */
+  run_attention({2, 3, 3, 40, 2, 2, 0, 4, true, false}, 11); /* 6 rows in 2 tiles, draft + real in flight */
 }
 void test_attention_bf16(void **state) {
   (void)state;
-  run_attention({1, 4, 2, 64, 1, 1, 2, 32, true}, 12);
+  run_attention({1, 4, 2, 64, 1, 1, 2, 32, true, false}, 12);
 }
 void test_attention_f16_no_inflight(void **state) {
   (void)state;
-  run_attention({2, 2, 4, 33, 2, 0, 1, 3, false}, 13); /* empty working sets give zero rows */
+  run_attention({2, 2, 4, 33, 2, 0, 1, 3, false, false}, 13); /* empty working sets give zero rows */
+}
+void test_attention_tables(void **state) {
+  (void)state;
+  run_attention({2, 3, 2, 40, 2, 1, 2, 4, false, true}, 15);  /* bf16, 4 rows in 1 tile */
+  run_attention({3, 2, 4, 16, 1, 0, 0, 2, false, true}, 16); /* f32, 4 rows in 2 tiles, nothing in flight */
 }
 void test_attention_inflight_subset(void **state) {
   (void)state;
-  run_attention({1, 2, 2, 16, 3, 1, 0, 2, true}, 14); /* only the last query token owns one in-flight token */
+  run_attention({1, 2, 2, 16, 3, 1, 0, 2, true, false}, 14); /* only the last query token owns one in-flight token */
 }
 
 /* ---- 3. Summaries ---- */
@@ -1100,6 +1148,7 @@ int main(void) {
       cmocka_unit_test(test_attention_bf16),
       cmocka_unit_test(test_attention_f16_no_inflight),
       cmocka_unit_test(test_attention_inflight_subset),
+      cmocka_unit_test(test_attention_tables),
       cmocka_unit_test(test_summaries),
       cmocka_unit_test(test_summary_append),
       cmocka_unit_test(test_kv_write),

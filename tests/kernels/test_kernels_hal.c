@@ -1453,6 +1453,168 @@ static void test_select_invalid(void **state) {
   release(b.io);
 }
 
+/* ---- attention's table mode ---- */
+
+/* Attention reading its working sets from slot tables (okv_attention_desc_t.tables) against the same kernel
+ * over a CSR this test builds from the tables by the documented rule, bit for bit (same blocks, same order),
+ * on both devices. The tables hold, at shuffled entries, each unit's blocks with full and partial token
+ * counts, its last block (the sequence's active block, token count 0 in the table: the sequence's length
+ * decides) and entries that must be skipped: free, pending (tokens 0), past the sequence's end, and a pool
+ * slot out of range; skipped entries point at NaN-filled slots, so reading one shows. Table rows are not the
+ * sequence order and the regions sit at nonzero offsets. Then the refusals of table mode. */
+enum { TAB_R = 16, TAB_W = 1, TAB_NB = 20, TAB_OFF = 64, MAP_OFF = 12 };
+
+static void test_attention_tables(void **state) {
+  fixture_t *f = *state;
+  okv_kcase_params_t p = okv_kcase_params(3, 2, 4, 64, 2, 1, OKV_DTYPE_BF16, 9);
+  p.vary_blocks = true;
+  p.partial_last = false;
+  okv_kcase_t c;
+  okv_kcase_build(&c, &p, 4242);
+  okv_test_rng_t rng;
+  okv_test_rng_seed(&rng, 99);
+  const uint32_t H = p.n_kv_heads, S = p.n_seqs, U = c.n_units, rows = S + 1;
+  const uint64_t tb = okv_slot_table_bytes(TAB_R, TAB_W);
+  uint32_t *tables = test_calloc((size_t)rows * H, tb);
+  uint32_t *map = test_calloc((size_t)rows * H * TAB_R, sizeof(uint32_t));
+  uint32_t table_index[3], seq_tokens[3];
+  /* a slot no working set uses (NaN-filled by the case) */
+  uint32_t nan_slot = 0;
+  for (uint32_t sl = 0; sl < c.desc.n_slots; sl++) {
+    bool used = false;
+    for (uint32_t w = 0; w < c.ws_total; w++) used |= c.ws_slots[w] == sl;
+    if (!used) nan_slot = sl;
+  }
+  for (uint32_t s = 0; s < S; s++) {
+    table_index[s] = S - s; /* rows 3, 2, 1; row 0 unused */
+    seq_tokens[s] = (TAB_NB - 1u) * 16u + 1u + 5u * s; /* the active block (19) holds 1, 6 or 11 tokens */
+  }
+  for (uint32_t i = 0; i < rows * H; i++) {
+    uint32_t *t = tables + i * tb / 4u;
+    for (uint32_t j = 0; j < TAB_R; j++) t[j] = OKV_SLOT_FREE;
+    for (uint32_t j = 0; j < TAB_R; j++) map[i * TAB_R + j] = nan_slot;
+  }
+  /* expected CSR: built below in entry order */
+  uint32_t *e_off = test_calloc(U + 1, sizeof(uint32_t)), *e_slots = test_calloc((size_t)U * TAB_R, sizeof(uint32_t));
+  uint8_t *e_valid = test_calloc((size_t)U * TAB_R, 1);
+  uint32_t k = 0;
+  for (uint32_t s = 0; s < S; s++)
+    for (uint32_t h = 0; h < H; h++) {
+      uint32_t u = s * H + h, row = table_index[s] * H + h, n = c.ws_offsets[u + 1] - c.ws_offsets[u];
+      uint32_t *t = tables + (size_t)row * tb / 4u, *m = map + (size_t)row * TAB_R;
+      /* entry contents before shuffling: n real blocks, then the distractors */
+      uint32_t blk[TAB_R], tok[TAB_R], slot[TAB_R], m_n = 0;
+      for (uint32_t i = 0; i < n; i++, m_n++) {
+        blk[m_n] = i + 1u == n ? TAB_NB - 1u : 2u * i + 1u; /* the last real one is the active block */
+        tok[m_n] = i + 1u == n ? 0u : (i % 3u == 1u ? 7u : 16u);
+        slot[m_n] = c.ws_slots[c.ws_offsets[u] + i];
+      }
+      blk[m_n] = 2u, tok[m_n] = 0u, slot[m_n++] = nan_slot;                /* pending admission */
+      blk[m_n] = TAB_NB + 3u, tok[m_n] = 16u, slot[m_n++] = nan_slot;      /* past the sequence's end */
+      blk[m_n] = 4u, tok[m_n] = 16u, slot[m_n++] = (uint32_t)c.desc.n_slots; /* pool slot out of range */
+      /* shuffle into the R entries (the rest stay free) */
+      uint32_t pos[TAB_R];
+      for (uint32_t j = 0; j < TAB_R; j++) pos[j] = j;
+      for (uint32_t j = TAB_R; j > 1; j--) {
+        uint32_t r = okv_test_rng_below(&rng, j), x = pos[j - 1];
+        pos[j - 1] = pos[r];
+        pos[r] = x;
+      }
+      for (uint32_t i = 0; i < m_n; i++) {
+        t[pos[i]] = blk[i];
+        t[2u * TAB_R + pos[i]] = tok[i];
+        m[pos[i]] = slot[i];
+      }
+      e_off[u] = k;
+      for (uint32_t j = 0; j < TAB_R; j++) {
+        uint32_t b = t[j];
+        if (b == OKV_SLOT_FREE || b >= TAB_NB || m[j] >= c.desc.n_slots) continue;
+        uint32_t v = b == TAB_NB - 1u ? seq_tokens[s] - b * 16u : t[2u * TAB_R + j];
+        if (v == 0) continue;
+        e_slots[k] = m[j];
+        e_valid[k] = (uint8_t)v;
+        k++;
+      }
+    }
+  e_off[U] = k;
+  assert_true(k > 10);
+  float *want = test_malloc(sizeof(float) * c.q_floats), *got = test_malloc(sizeof(float) * c.q_floats);
+  okv_hal_device_t *devs[2] = {f->dev, f->dev1};
+  okv_hal_stream_t *streams[2] = {f->stream, f->stream1};
+  for (int di = 0; di < 2; di++) {
+    attn_bufs_t b;
+    okv_attention_desc_t csr, td;
+    attn_bufs_make(devs[di], &c, &b, &csr);
+    csr.block_mass = NULL;
+    csr.ws_offsets = e_off;
+    csr.ws_slots = e_slots;
+    csr.ws_valid = e_valid;
+    okv_hal_buffer_t *tb_buf = buf_with(devs[di], OKV_TIER_DEVICE, NULL, TAB_OFF + (uint64_t)rows * H * tb);
+    okv_hal_buffer_t *map_buf = buf_with(devs[di], OKV_TIER_DEVICE, NULL, MAP_OFF + (uint64_t)rows * H * TAB_R * 4u);
+    OKV_ASSERT_OK(okv_hal_buffer_write(tb_buf, TAB_OFF, tables, (uint64_t)rows * H * tb));
+    OKV_ASSERT_OK(okv_hal_buffer_write(map_buf, MAP_OFF, map, (uint64_t)rows * H * TAB_R * 4u));
+    buf_fill_sentinel(b.out);
+    OKV_ASSERT_OK(okv_hal_attention_async(streams[di], &csr));
+    OKV_ASSERT_OK(okv_hal_stream_synchronize(streams[di]));
+    OKV_ASSERT_OK(okv_hal_buffer_read(b.out, ATTN_OUT_OFF, want, c.q_floats * 4));
+    td = csr;
+    td.ws_offsets = NULL;
+    td.ws_slots = NULL;
+    td.ws_valid = NULL;
+    td.tables = tb_buf;
+    td.tables_offset = TAB_OFF;
+    td.table_slots = TAB_R;
+    td.table_words = TAB_W;
+    td.slot_map = map_buf;
+    td.slot_map_offset = MAP_OFF;
+    td.table_index = table_index;
+    td.seq_tokens = seq_tokens;
+    buf_fill_sentinel(b.out);
+    OKV_ASSERT_OK(okv_hal_attention_async(streams[di], &td));
+    OKV_ASSERT_OK(okv_hal_stream_synchronize(streams[di]));
+    OKV_ASSERT_OK(okv_hal_buffer_read(b.out, ATTN_OUT_OFF, got, c.q_floats * 4));
+    for (size_t i = 0; i < c.q_floats; i++) {
+      assert_false(isnan(got[i]));
+      if (memcmp(&got[i], &want[i], 4) != 0) {
+        print_error("output %zu: table mode %.9g, CSR %.9g\n", i, got[i], want[i]);
+        fail();
+      }
+    }
+    if (di == 0) { /* refusals, each before anything is enqueued */
+      uint32_t big[3] = {seq_tokens[0], 64u * 16u * TAB_W + 1u, seq_tokens[2]}, far[3] = {0, 7, 1};
+      okv_attention_desc_t d;
+      buf_fill_sentinel(b.out);
+#define TMUT(stmt) EXPECT_INVALID(okv_hal_attention_async, d, td, stmt)
+      TMUT(d.ws_offsets = e_off);
+      TMUT(d.block_mass = b.mass);
+      TMUT(d.table_slots = 0);
+      TMUT(d.table_words = OKV_SELECT_MAX_WORDS + 1u);
+      TMUT(d.tables_offset = TAB_OFF + 4u);
+      TMUT(d.slot_map_offset = MAP_OFF + 2u);
+      TMUT(d.table_index = NULL);
+      TMUT(d.seq_tokens = NULL);
+      TMUT(d.slot_map = NULL);
+      TMUT(d.seq_tokens = big);
+      TMUT(d.table_index = far); /* row 7: past both buffers */
+      TMUT(d.tables_offset = TAB_OFF + 8u); /* the last table crosses the buffer's end */
+#undef TMUT
+      OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+      buf_assert_sentinel(b.out);
+    }
+    release(tb_buf);
+    release(map_buf);
+    attn_bufs_free(&b);
+  }
+  test_free(want);
+  test_free(got);
+  test_free(e_off);
+  test_free(e_slots);
+  test_free(e_valid);
+  test_free(tables);
+  test_free(map);
+  okv_kcase_free(&c);
+}
+
 int main(int argc, char **argv) {
   g_backend = okv_test_backend_or_skip(argc, argv);
   const struct CMUnitTest tests[] = {
@@ -1461,6 +1623,7 @@ int main(int argc, char **argv) {
       OKV_FIXTURE_TEST(test_summaries),
       OKV_FIXTURE_TEST(test_score_topk),
       OKV_FIXTURE_TEST(test_invalid_attention),
+      OKV_FIXTURE_TEST(test_attention_tables),
       OKV_FIXTURE_TEST(test_invalid_others),
       OKV_FIXTURE_TEST(test_summaries_narrow),
       OKV_FIXTURE_TEST(test_ranges_index_map),
