@@ -281,7 +281,8 @@ static void test_sparse_close_to_dense(void **state) {
 }
 
 /* Selection on the device (okv_runtime_config_t.device_selection) makes the host's decisions on a real model:
- * oasis (self drafter) and proxy at K = 8 give the host selection's NLL, recall and moved blocks exactly. */
+ * oasis (self drafter) and proxy at K = 8 give the host selection's recall and moved blocks exactly, and its NLL to
+ * float rounding. */
 static void test_device_selection_same_nll(void **state) {
   fixture_t *f = *state;
   eval_case_t x;
@@ -300,7 +301,9 @@ static void test_device_selection_same_nll(void **state) {
                   (unsigned long long)dev.blocks_moved);
     assert_true(host.mean_nll != x.dense.mean_nll); /* really sparse */
     assert_true(host.blocks_moved > 0);
-    assert_true(dev.mean_nll == host.mean_nll);
+    /* The same blocks every step; attention sums a head's blocks in table order on the device and in the
+     * maps' order on the host, so the NLL agrees to float rounding, not bit for bit. */
+    assert_true(fabs(dev.mean_nll - host.mean_nll) <= 1e-6 * fabs(host.mean_nll));
     assert_true(dev.recall == host.recall);
     assert_int_equal(dev.blocks_moved, host.blocks_moved);
   }
