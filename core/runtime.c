@@ -150,7 +150,7 @@ void okv_runtime_destroy(okv_runtime_t *rt) {
                   rt->copy_start_events, rt->last_use_s,   rt->wr_map,         rt->wr_block,    rt->wr_tokens,
                   rt->tok_block,         rt->reb_index,    rt->reb_valid,      rt->reb_map,     rt->reb_block,
                   rt->tw_slot,           rt->tw_pos,       rt->tw_keys,        rt->tw_values,   rt->tw_map,
-                  rt->tw_block,          rt->mass_host,    rt->mass_seq_pos};
+                  rt->tw_block,          rt->mass_host,    rt->mass_seq_pos,   rt->tw_src};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) okv_rt_free(&rt->alloc, arrs[i]);
   pthread_mutex_destroy(&rt->mutex);
   pthread_cond_destroy(&rt->work_cv);
@@ -317,6 +317,7 @@ okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_conf
   ALLOC_ARR(rt->tw_values, n_seg * c->head_dim);
   ALLOC_ARR(rt->tw_map, n_seg);
   ALLOC_ARR(rt->tw_block, n_seg);
+  ALLOC_ARR(rt->tw_src, n_seg);
   ALLOC_ARR(rt->reb_index, rt->reb_capacity);
   ALLOC_ARR(rt->reb_valid, rt->reb_capacity);
   ALLOC_ARR(rt->reb_map, rt->reb_capacity);

@@ -211,9 +211,11 @@ struct okv_runtime_t {
   /* Token writes into active slots (okv_hal_kv_write_tokens_async), [max_seqs * n_kv_heads] each. */
   uint64_t *tw_slot;
   uint8_t *tw_pos;
-  float *tw_keys, *tw_values; /* [max_seqs * n_kv_heads][head_dim] */
+  float *tw_keys, *tw_values; /* [max_seqs * n_kv_heads][head_dim]: rows gathered when not in k_new's order */
   okv_block_map_t **tw_map;
   uint32_t *tw_block;
+  uint32_t *tw_src;                       /* k_new / v_new row of each token write */
+  const float *app_tw_keys, *app_tw_values; /* the batch's token-write rows: k_new / v_new, or tw_keys / _values */
   /* The layer's append batch (step_append.c): entry counts, the keys of its summary updates, and whether
    * it was enqueued without a wait (okv_rt_layer_append_finish checks it after attention). */
   uint32_t app_n_tw, app_n_cp, app_n_app, app_n_reb;

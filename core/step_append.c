@@ -82,8 +82,8 @@ static okv_status_t append_enqueue(okv_runtime_t *rt, uint32_t layer) {
                               .n = n_tw,
                               .slot_index = rt->tw_slot,
                               .pos = rt->tw_pos,
-                              .keys = rt->tw_keys,
-                              .values = rt->tw_values};
+                              .keys = rt->app_tw_keys,
+                              .values = rt->app_tw_values};
     st = okv_hal_kv_write_tokens_async(rt->compute, &wd);
   }
   if (st == OKV_OK && n_cp > 0)
@@ -179,6 +179,7 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
   uint32_t n_app = 0;        /* incremental summary updates */
   uint32_t n_reb = 0;        /* summaries rebuilt from the HOST tier */
   bool keys_in_place = true; /* the updates' keys are k_new's first n_app rows, in order */
+  bool tw_in_place = true;   /* the token writes' rows are k_new's / v_new's first n_tw rows, in order */
   uint32_t cap_cp = rt->wr_capacity, cap_reb = rt->reb_capacity;
   okv_step_stats_t *ls = &rt->layer_step[layer];
   if (rt->dev_sel && !rt->sel_dirty[layer]) /* a new active block may evict: the maps' LRU from the tables first */
@@ -231,11 +232,11 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
       }
       uint64_t hb = host_block_of(rt, head, b);
       if (okv_block_map_tokens(m, b) == off) { /* the slot holds tokens 0..off-1: write the new one only */
-        const size_t row = ((size_t)i * H + h) * hd;
         rt->tw_slot[n_tw] = m->loc[b].slot;
         rt->tw_pos[n_tw] = (uint8_t)off;
-        memcpy(rt->tw_keys + (size_t)n_tw * hd, k_new + row, hd * sizeof(float));
-        memcpy(rt->tw_values + (size_t)n_tw * hd, v_new + row, hd * sizeof(float));
+        /* The token's K / V are k_new's / v_new's row i * H + h; gathered below only when some are skipped. */
+        tw_in_place &= n_tw == i * H + h;
+        rt->tw_src[n_tw] = i * H + h;
         rt->tw_map[n_tw] = m;
         rt->tw_block[n_tw] = b;
         n_tw++;
@@ -312,6 +313,16 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
         break;
       }
     }
+  rt->app_tw_keys = k_new;
+  rt->app_tw_values = v_new;
+  if (!tw_in_place) {
+    for (uint32_t k = 0; k < n_tw; k++) {
+      memcpy(rt->tw_keys + (size_t)k * hd, k_new + (size_t)rt->tw_src[k] * hd, hd * sizeof(float));
+      memcpy(rt->tw_values + (size_t)k * hd, v_new + (size_t)rt->tw_src[k] * hd, hd * sizeof(float));
+    }
+    rt->app_tw_keys = rt->tw_keys;
+    rt->app_tw_values = rt->tw_values;
+  }
   const float *keys = k_new;
   if (!keys_in_place) {
     for (uint32_t k = 0; k < n_app; k++)
