@@ -477,7 +477,13 @@ void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
   bool ok = st == OKV_OK;
   if (!ok && job->n_plan > 0) {
     /* The copy stream may still be writing into the planned slots (or hold the
-     * error): let it finish before those slots go back to the free stacks. */
+     * error): let it finish before those slots go back to the free stacks. The
+     * worker first: a synchronize reports (and clears) any failure on the stream,
+     * so it must not run while another layer's batch has failed but its event is
+     * not recorded yet, or that event would report success for blocks that never
+     * landed. Once the worker is idle every batch's event is enqueued before this
+     * wait and takes its own batch's failure. */
+    okv_rt_jobs_drain(rt);
     OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->copy));
   }
   /* The maps are cold: request the heads' structs, then each entry's block and victim lines, before the

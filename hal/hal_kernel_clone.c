@@ -57,7 +57,8 @@ okv_status_t okv_attention_desc_clone(const okv_allocator_t *a, const okv_attent
   size_t n_seqs = d && d->tables ? d->n_seqs : 0; /* table mode: the two per-sequence arrays */
   okv_attention_desc_t *c =
       clone_start(a, d, out, sizeof *d,
-                  round8((n_units + 1) * 4u) + round8(n_ws * 4u) + round8(n_ws) + 2u * round8(n_seqs * 4u),
+                  (d && d->ws_offsets ? round8((n_units + 1) * 4u) : 0) + round8(n_ws * 4u) + round8(n_ws) +
+                      2u * round8(n_seqs * 4u),
                   "attention", &ar, &st);
   if (c == NULL) return st;
   c->ws_offsets = arena_copy(&ar, d->ws_offsets, (n_units + 1) * 4u);

@@ -114,7 +114,7 @@ static okv_status_t check_csr(const uint32_t *offsets, uint64_t n, const char *f
  * map regions of the highest table row inside their buffers, every sequence's tokens within the tables'
  * blocks. */
 static okv_status_t check_attention_tables(const okv_hal_stream_t *stream, const okv_attention_desc_t *d,
-                                           const char *fn) {
+                                           uint64_t out_bytes, const char *fn) {
   if (d->ws_offsets != NULL || d->ws_slots != NULL || d->ws_valid != NULL)
     return INVALID("%s: ws_offsets, ws_slots and ws_valid must be NULL with tables (table mode)", fn);
   if (d->block_mass != NULL) return INVALID("%s: block_mass is not available with tables (table mode)", fn);
@@ -127,6 +127,8 @@ static okv_status_t check_attention_tables(const okv_hal_stream_t *stream, const
   REQUIRE_NONNULL(d->table_index, "table_index");
   REQUIRE_NONNULL(d->seq_tokens, "seq_tokens");
   REQUIRE_NONNULL(d->slot_map, "slot_map");
+  if ((uint64_t)d->n_seqs * d->n_kv_heads * d->table_slots > UINT32_MAX) /* the working sets' entries: u32 */
+    return INVALID("%s: n_seqs * n_kv_heads * table_slots exceeds %u entries", fn, UINT32_MAX);
   uint64_t rows = 0, max_tokens = (uint64_t)d->table_words * 64u * OKV_BLOCK_TOKENS;
   for (uint32_t s = 0; s < d->n_seqs; s++) {
     if (d->seq_tokens[s] > max_tokens)
@@ -139,6 +141,10 @@ static okv_status_t check_attention_tables(const okv_hal_stream_t *stream, const
     return INVALID("%s: table_index too large", fn);
   OKV_RETURN_IF_ERROR(check_range(stream, d->tables, d->tables_offset, table_bytes, false, fn, "tables"));
   OKV_RETURN_IF_ERROR(check_range(stream, d->slot_map, d->slot_map_offset, map_bytes, true, fn, "slot_map"));
+  /* Read while other thread blocks write out (a GPU): no byte in common. */
+  if (overlaps(d->tables, d->tables_offset, table_bytes, d->out, d->out_offset, out_bytes) ||
+      overlaps(d->slot_map, d->slot_map_offset, map_bytes, d->out, d->out_offset, out_bytes))
+    return INVALID("%s: tables or slot_map overlaps out", fn);
   return OKV_OK;
 }
 
@@ -169,7 +175,8 @@ okv_status_t okv_hal_validate_attention(const okv_hal_stream_t *stream, const ok
   /* Working sets: from slot tables, or the CSR. */
   uint64_t n_ws = 0;
   if (d->tables != NULL) {
-    OKV_RETURN_IF_ERROR(check_attention_tables(stream, d, fn));
+    OKV_RETURN_IF_ERROR(check_range(stream, d->out, d->out_offset, q_bytes, true, fn, "out"));
+    OKV_RETURN_IF_ERROR(check_attention_tables(stream, d, q_bytes, fn));
   } else {
     OKV_RETURN_IF_ERROR(check_csr(d->ws_offsets, n_units, fn, "ws_offsets"));
     n_ws = d->ws_offsets[n_units];

@@ -121,7 +121,12 @@ typedef struct okv_attention_desc_t {
    * in order j = 0 .. table_slots - 1, iff block[j] != OKV_SLOT_FREE, block[j] < nb = ceil(seq_tokens[s] /
    * 16) and its pool slot < n_slots; its valid tokens are seq_tokens[s] - 16 block[j] for the sequence's last
    * block (the active block: the caller made it current for that many tokens) and min(tokens[j], 16) for
-   * any other (0: pending or unreadable, skipped). seq_tokens[s] = 0 gives an empty working set. */
+   * any other (0: pending or unreadable, skipped). seq_tokens[s] = 0 gives an empty working set.
+   * Errors (INVALID_ARGUMENT, nothing enqueued): a CSR field or block_mass set, table_slots / table_words out
+   * of range, tables_offset not a multiple of 8 or slot_map_offset of 4, table_index, seq_tokens or
+   * slot_map NULL, a seq_tokens entry past the tables' blocks, n_seqs * n_kv_heads * table_slots over
+   * 2^32 - 1, a table or slot-map region (rows up to the largest table_index) outside its buffer or
+   * overlapping out. */
   okv_hal_buffer_t *tables;    /* slot tables (DEVICE for speed), read */
   uint64_t tables_offset;      /* bytes, a multiple of 8 */
   uint32_t table_slots;        /* R per table, 1..OKV_SELECT_MAX_SLOTS */

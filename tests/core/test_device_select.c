@@ -13,6 +13,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "tests/core/rt_driver.h"
 
@@ -332,6 +333,93 @@ static void test_corrupt_tables(void **state) {
   test_free(d);
 }
 
+/* A failed transfer is committed as failed whatever the threads' timing (found by a review, and not specific to
+ * device selection): a layer's commit that found its own transfer failed synchronized the copy stream while
+ * the background thread had issued another layer's batch, which failed, without recording that batch's event
+ * yet; the synchronize took the failure, the event then reported success, and the layer's next commit mapped
+ * blocks that never landed, which attention read as current. Forced through the fault hooks: every background
+ * copy of step 5 fails (so each layer's commit at step 6 takes the failed-transfer path), and at step 6, after
+ * layer 0, the background thread's next copy fails and its event record waits until the engine thread enters
+ * a synchronize (at most 0.5 s) and 100 ms more. Every output of every step must equal the double-precision
+ * reference over what is readable; with host and with device selection. */
+typedef struct race_t {
+  int phase, copy_failed, in_record, engine_in_sync;
+  pthread_t engine;
+} race_t;
+
+static bool race_op(void *user, okv_hal_op_t op, okv_tier_t src, okv_tier_t dst) {
+  race_t *r = user;
+  (void)src;
+  (void)dst;
+  bool engine = pthread_equal(pthread_self(), r->engine);
+  int phase = __atomic_load_n(&r->phase, __ATOMIC_ACQUIRE);
+  if (phase == 1) return !engine && op == OKV_HAL_OP_COPY;
+  if (phase != 2) return false;
+  if (!engine && op == OKV_HAL_OP_COPY) return !__atomic_exchange_n(&r->copy_failed, 1, __ATOMIC_ACQ_REL);
+  if (!engine && op == OKV_HAL_OP_EVENT_RECORD && __atomic_load_n(&r->copy_failed, __ATOMIC_ACQUIRE) &&
+      !__atomic_exchange_n(&r->in_record, 1, __ATOMIC_ACQ_REL)) {
+    for (int i = 0; i < 500 && !__atomic_load_n(&r->engine_in_sync, __ATOMIC_ACQUIRE); i++) usleep(1000);
+    usleep(100000); /* the engine's synchronize runs meanwhile */
+    return false;
+  }
+  if (engine && op == OKV_HAL_OP_STREAM_SYNC && !__atomic_load_n(&r->engine_in_sync, __ATOMIC_ACQUIRE)) {
+    for (int i = 0; i < 500 && !__atomic_load_n(&r->in_record, __ATOMIC_ACQUIRE); i++) usleep(1000);
+    __atomic_store_n(&r->engine_in_sync, 1, __ATOMIC_RELEASE);
+  }
+  return false;
+}
+
+static void test_failed_transfer_race(void **state) {
+  (void)state;
+  for (int device = 0; device < 2; device++) {
+    okv_hal_device_params_t p = params();
+    race_t r;
+    memset(&r, 0, sizeof r);
+    r.engine = pthread_self();
+    okv_hal_fault_hooks_t hooks = {&r, NULL, NULL, race_op};
+    okv_runtime_config_t c;
+    config(&c, OKV_MODE_OASIS, OKV_SCORING_FLAT, device == 1);
+    drv_t *d = test_calloc(1, sizeof(drv_t));
+    drv_open(d, g_backend, &c, &p, 21, 1024);
+    OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(d->dev, &hooks));
+    drv_add(d, 260);
+    drv_add(d, 150);
+    size_t kvn = drv_kv_elems(d);
+    for (uint32_t s = 0; s < 12; s++) {
+      uint32_t ids[2] = {d->ids[0], d->ids[1]};
+      __atomic_store_n(&r.phase, s == 5 ? 1 : 0, __ATOMIC_RELEASE);
+      OKV_ASSERT_OK(okv_runtime_step_begin(d->rt, 2, ids, 2));
+      d->T = 2;
+      d->step_n = 2;
+      d->step_slot[0] = 0;
+      d->step_slot[1] = 1;
+      for (uint32_t l = 0; l < c.n_layers; l++) {
+        float *q = drv_q(d, l), *dr = drv_draft(d, l), *k = drv_k(d, l), *v = drv_v(d, l);
+        for (size_t i = 0; i < 2 * drv_q_elems(d); i++) q[i] = 3.0f * okv_test_rng_normal(&d->rng);
+        for (size_t i = 0; i < 2 * 2 * kvn; i++) dr[i] = okv_test_rng_normal(&d->rng);
+        for (size_t i = 0; i < 2 * kvn; i++) {
+          k[i] = okv_test_rng_normal(&d->rng);
+          v[i] = okv_test_rng_normal(&d->rng);
+        }
+        OKV_ASSERT_OK(okv_runtime_step_layer(d->rt, l, k, v, q, dr, drv_out(d, l)));
+        for (uint32_t i = 0; i < 2; i++) rt_hist_append(&d->hist[i], l, k + i * kvn, v + i * kvn);
+        if (s == 6 && l == 0) __atomic_store_n(&r.phase, 2, __ATOMIC_RELEASE);
+      }
+      OKV_ASSERT_OK(okv_runtime_step_end(d->rt, &d->last_stats));
+      double e = drv_check(d, false);
+      if (!(e < 3e-5)) {
+        print_error("%s selection, step %u: |out - reference| = %g\n", device ? "device" : "host", s, e);
+        fail();
+      }
+    }
+    assert_int_equal(r.copy_failed, 1); /* the race was set up */
+    assert_int_equal(r.in_record, 1);
+    OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(d->dev, NULL));
+    drv_close(d);
+    test_free(d);
+  }
+}
+
 static void test_refusals(void **state) {
   (void)state;
   okv_runtime_config_t c;
@@ -370,6 +458,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_kernel_faults),
       cmocka_unit_test(test_commit_kernel_fault),
       cmocka_unit_test(test_corrupt_tables),
+      cmocka_unit_test(test_failed_transfer_race),
       cmocka_unit_test(test_refusals),
   };
   return cmocka_run_group_tests_name("core_device_select", tests, NULL, NULL);

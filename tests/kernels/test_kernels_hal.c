@@ -1597,6 +1597,8 @@ static void test_attention_tables(void **state) {
       TMUT(d.seq_tokens = big);
       TMUT(d.table_index = far); /* row 7: past both buffers */
       TMUT(d.tables_offset = TAB_OFF + 8u); /* the last table crosses the buffer's end */
+      TMUT((d.tables = b.out, d.tables_offset = ATTN_OUT_OFF)); /* read while out is written */
+      TMUT((d.slot_map = b.out, d.slot_map_offset = ATTN_OUT_OFF + 4u));
 #undef TMUT
       OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
       buf_assert_sentinel(b.out);
