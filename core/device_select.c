@@ -95,7 +95,6 @@ okv_status_t okv_rt_dsel_init(okv_runtime_t *rt) {
     ALLOC_ARR(rt->jobs[l].sel_ran, c->max_seqs);
   }
   rt->dev_sel = true;
-  rt->wk.topk_on_device = true; /* the selection kernel reads the worker's top-K; one wait per layer */
   return OKV_OK;
 fail:
   return st;
@@ -251,11 +250,9 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
     st = okv_hal_select_async(rt->predict, &d);
     if (st != OKV_OK) goto out;
   }
-  /* One wait and two reads for the layer: the plans and results of the whole batch (entries u = s * H + h).
-   * The wait also reports the prediction's last top-K, which was not waited for (ctx->topk_on_device). */
+  /* One wait and two reads for the layer: the plans and results of the whole batch (entries u = s * H + h). */
   uint32_t n_seg = job->n_seqs * H;
   st = okv_hal_stream_synchronize(rt->predict);
-  job->sel_waited_s = okv_rt_wall_s();
   if (st == OKV_OK)
     st = okv_hal_buffer_read(rt->sel_result, result_offset(rt, layer, 0), rt->sel_result_host,
                              (uint64_t)n_seg * OKV_SELECT_RESULT_U32S * 4u);

@@ -135,8 +135,8 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
   uint32_t T = job->n_query_tokens;
   okv_status_t st = okv_hal_buffer_write(
       ctx->q, 0, job->q_host, (uint64_t)job->n_seqs * T * rt->cfg.n_q_heads * rt->cfg.head_dim * sizeof(float));
-  double tp = okv_rt_wall_s();
   if (st == OKV_OK) { /* the query copy above is a transfer, not bookkeeping */
+    double tp = okv_rt_wall_s();
     st = okv_rt_predict_topk(rt, ctx, rt->predict, job->n_seqs, layer, T, job->t_begin, job->t_end, &bk);
     job->stats.predict_seconds = okv_rt_wall_s() - tp;
   }
@@ -148,12 +148,8 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
   t0 = okv_rt_bk_s();
   job->sel_undo = false;
   if (rt->dev_sel) { /* the same rule on the device's slot tables (device_select.c) */
-    job->sel_waited_s = 0;
     st = okv_rt_dsel_select(rt, layer, job, ctx);
     if (st != OKV_OK) job->error = st;
-    /* Its one wait also ended the prediction, whose last top-K it did not wait for: the prediction's time
-     * runs to that wait (the selection kernel, a pass over R slots per head, inside it). */
-    if (job->sel_waited_s > tp) job->stats.predict_seconds = job->sel_waited_s - tp;
   }
   okv_select_params_t p = {.budget_blocks = K, .cap_blocks = job->cap, .step = job->step};
   for (uint32_t s = 0; s < job->n_seqs && !rt->dev_sel; s++) {

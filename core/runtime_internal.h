@@ -85,8 +85,6 @@ typedef struct okv_predict_ctx_t {
   uint64_t *seg_summary_first, *seg_score_first;
   uint32_t *seg_n, *seg_cursor, *topk_n, *excl_offsets, *excl_blocks;
   uint32_t *host_topk, *host_counts;
-  bool topk_on_device; /* the final top-K stays on the device, neither waited for nor read back: the
-                          worker's with device selection, whose kernel reads it in stream order */
   uint64_t *sel_scratch; /* selection's LRU keys, slots_per_head + 1 */
   uint32_t *sel_admitted, *sel_victims;
   okv_seq_t **seqs; /* [max_seqs] segment owners (NULL = skip) */
@@ -122,7 +120,6 @@ typedef struct okv_layer_job_t {
   float *q_host; /* [max_seqs][4][n_q_heads][head_dim] */
   /* Results of the background pipeline (read by the foreground once DONE). */
   uint32_t cap;           /* C this job admits at most per head (rt->cap_blocks, or the self-tuning choice) */
-  double sel_waited_s;    /* device selection: wall time its one wait returned (it also ended the prediction) */
   okv_plan_entry_t *plan; /* [max_seqs * n_kv_heads * C] */
   uint32_t n_plan;
   uint32_t n_fresh; /* plan[0..n_fresh) were mapped by the latest commit (the fetched-share measurement) */
@@ -411,8 +408,7 @@ okv_status_t okv_rt_score_units(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_h
 okv_score_desc_t okv_rt_pass_desc(const okv_runtime_t *rt, const okv_predict_ctx_t *ctx, uint32_t n_seqs, uint32_t T,
                                   uint32_t t_begin, uint32_t t_end, okv_hal_buffer_t *summaries, okv_dtype_t dtype);
 /* The final top-K of a prediction (K per segment into ctx->topk / ctx->counts): enqueued, waited for, read
- * back into ctx->host_topk / host_counts (only enqueued with ctx->topk_on_device: the caller's next wait on
- * the stream reports it); errors annotated "runtime: top-K of layer L". */
+ * back into ctx->host_topk / host_counts; errors annotated "runtime: top-K of layer L". */
 okv_status_t okv_rt_final_topk(okv_predict_ctx_t *ctx, okv_hal_stream_t *stream, const okv_topk_desc_t *td,
                                uint32_t layer);
 /* Flat scoring whatever cfg.scoring says (the reference of the recall pass); same contract. */
