@@ -104,9 +104,9 @@ void okv_rt_dsel_free(okv_runtime_t *rt) {
   okv_hal_buffer_t *bufs[] = {rt->sel_tables, rt->sel_plan, rt->sel_result, rt->sel_slot_map};
   for (int i = 0; i < 4; i++)
     if (bufs[i]) OKV_IGNORE_ERROR(okv_hal_buffer_release(bufs[i])); /* cleanup */
-  void *arrs[] = {rt->sel_slot_index, rt->sel_tab_host,      rt->sel_landed,       rt->sel_active,
-                  rt->sel_cap,        rt->sel_plan_host,     rt->sel_result_host,  rt->sel_dirty,
-                  rt->sel_tok_stale,  rt->sel_slot_map_host, rt->ws_table_index,   rt->ws_seq_tokens};
+  void *arrs[] = {rt->sel_slot_index, rt->sel_tab_host,      rt->sel_landed,      rt->sel_active,
+                  rt->sel_cap,        rt->sel_plan_host,     rt->sel_result_host, rt->sel_dirty,
+                  rt->sel_tok_stale,  rt->sel_slot_map_host, rt->ws_table_index,  rt->ws_seq_tokens};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) okv_rt_free(&rt->alloc, arrs[i]);
   for (uint32_t l = 0; rt->jobs && l < rt->cfg.n_layers; l++) okv_rt_free(&rt->alloc, rt->jobs[l].sel_ran);
 }

@@ -211,7 +211,7 @@ struct okv_runtime_t {
   float *tw_keys, *tw_values; /* [max_seqs * n_kv_heads][head_dim]: rows gathered when not in k_new's order */
   okv_block_map_t **tw_map;
   uint32_t *tw_block;
-  uint32_t *tw_src;                       /* k_new / v_new row of each token write */
+  uint32_t *tw_src;                         /* k_new / v_new row of each token write */
   const float *app_tw_keys, *app_tw_values; /* the batch's token-write rows: k_new / v_new, or tw_keys / _values */
   /* The layer's append batch (step_append.c): entry counts, the keys of its summary updates, and whether
    * it was enqueued without a wait (okv_rt_layer_append_finish checks it after attention). */
@@ -272,9 +272,9 @@ struct okv_runtime_t {
    * table entry, and per layer whether an append changed the write currency of a block other than the
    * active one (a failed batch, a repair copy), so that the tables' token counts must follow the maps
    * before attention reads them (okv_rt_dsel_ws_ready). */
-  okv_hal_buffer_t *sel_slot_map;   /* DEVICE u32 [n_layers][max_seqs][n_kv_heads][sel_R], like the tables */
-  uint32_t *sel_slot_map_host;      /* foreground: n_kv_heads rows of it (rewrite) */
-  uint8_t *sel_tok_stale;           /* [n_layers] */
+  okv_hal_buffer_t *sel_slot_map;           /* DEVICE u32 [n_layers][max_seqs][n_kv_heads][sel_R], like the tables */
+  uint32_t *sel_slot_map_host;              /* foreground: n_kv_heads rows of it (rewrite) */
+  uint8_t *sel_tok_stale;                   /* [n_layers] */
   uint32_t *ws_table_index, *ws_seq_tokens; /* foreground: [max_seqs], attention's table mode */
 
   /* Background pipeline */

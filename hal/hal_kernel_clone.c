@@ -55,11 +55,10 @@ okv_status_t okv_attention_desc_clone(const okv_allocator_t *a, const okv_attent
   clone_arena_t ar;
   okv_status_t st = OKV_OK;
   size_t n_seqs = d && d->tables ? d->n_seqs : 0; /* table mode: the two per-sequence arrays */
-  okv_attention_desc_t *c =
-      clone_start(a, d, out, sizeof *d,
-                  (d && d->ws_offsets ? round8((n_units + 1) * 4u) : 0) + round8(n_ws * 4u) + round8(n_ws) +
-                      2u * round8(n_seqs * 4u),
-                  "attention", &ar, &st);
+  okv_attention_desc_t *c = clone_start(a, d, out, sizeof *d,
+                                        (d && d->ws_offsets ? round8((n_units + 1) * 4u) : 0) + round8(n_ws * 4u) +
+                                            round8(n_ws) + 2u * round8(n_seqs * 4u),
+                                        "attention", &ar, &st);
   if (c == NULL) return st;
   c->ws_offsets = arena_copy(&ar, d->ws_offsets, (n_units + 1) * 4u);
   c->ws_slots = arena_copy(&ar, n_ws ? d->ws_slots : NULL, n_ws * 4u);

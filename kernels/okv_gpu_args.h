@@ -70,7 +70,7 @@ typedef struct okv_gpu_attention_args_t {
   uint64_t block_mass;  /* f32 [ws_offsets[last]][T] or 0 */
   uint32_t n_seqs, n_kv_heads, group_size, head_dim;
   uint32_t n_query_tokens, kv_dtype, n_inflight, rows_per_cta;
-  float scale; /* 1 / sqrt(head_dim) */
+  float scale;          /* 1 / sqrt(head_dim) */
   uint32_t table_slots; /* table mode (tables != 0): R per table; the ws_* fields are then 0 */
   uint64_t tables;      /* slot tables of table row 0 (okv_slot_table_bytes(R, W) each), or 0 */
   uint64_t slot_map;    /* u32 [tables][R]: pool slot of each entry */

@@ -820,7 +820,8 @@ static bool cpu_stream_scratch(okv_cpu_stream_t *s, size_t need, const char *wha
   s->scratch_bytes = s->scratch ? need : 0;
   if (s->scratch != NULL) return true;
   pthread_mutex_lock(&s->mutex);
-  cpu_stream_set_error_locked(s, okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: %zu bytes of %s scratch", need, what));
+  cpu_stream_set_error_locked(s,
+                              okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: %zu bytes of %s scratch", need, what));
   pthread_mutex_unlock(&s->mutex);
   return false;
 }

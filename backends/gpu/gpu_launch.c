@@ -100,8 +100,8 @@ okv_status_t okv_gpu_attention(okv_hal_stream_t *stream, const okv_attention_des
   const size_t seq_bytes = tables ? (size_t)d->n_seqs * 4u : 0;
   const bool mass = d->block_mass != NULL && n_ws > 0;
   const size_t lse_bytes = mass ? (size_t)d->n_seqs * T * d->n_kv_heads * G * 4u : 0;
-  const size_t upload = okv_gpu_align(off_bytes) + okv_gpu_align(slot_bytes) + okv_gpu_align(valid_bytes) +
-                        2u * okv_gpu_align(seq_bytes);
+  const size_t upload =
+      okv_gpu_align(off_bytes) + okv_gpu_align(slot_bytes) + okv_gpu_align(valid_bytes) + 2u * okv_gpu_align(seq_bytes);
 
   okv_gpu_pack_t p = {0};
   OKV_RETURN_IF_ERROR(okv_gpu_op_begin(s, upload + okv_gpu_align(lse_bytes), &p));
@@ -140,8 +140,13 @@ okv_status_t okv_gpu_attention(okv_hal_stream_t *stream, const okv_attention_des
     st = okv_gpu_launch(s, OKV_GPU_FN_ATTENTION, (uint32_t)U, (uint32_t)n_chunks, OKV_GPU_ATTENTION_THREADS, smem, &a);
   if (st == OKV_OK && mass)
     st = okv_gpu_launch(s, OKV_GPU_FN_ATTENTION_MASS, (uint32_t)U, T, OKV_GPU_MASS_THREADS, 0, &a);
-  okv_hal_buffer_t *bufs[7] = {d->kv_pool, d->q, d->n_inflight > 0 ? d->inflight_kv : NULL, d->out,
-                               mass ? d->block_mass : NULL, tables ? d->tables : NULL, tables ? d->slot_map : NULL};
+  okv_hal_buffer_t *bufs[7] = {d->kv_pool,
+                               d->q,
+                               d->n_inflight > 0 ? d->inflight_kv : NULL,
+                               d->out,
+                               mass ? d->block_mass : NULL,
+                               tables ? d->tables : NULL,
+                               tables ? d->slot_map : NULL};
   return okv_gpu_op_end(s, st, p.st, bufs, 7);
 }
 

@@ -452,14 +452,10 @@ static void test_refusals(void **state) {
 int main(int argc, char **argv) {
   g_backend = okv_test_backend_or_skip(argc, argv);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_equals_host_oasis),
-      cmocka_unit_test(test_equals_host_proxy_flat),
-      cmocka_unit_test(test_equals_host_copy_faults),
-      cmocka_unit_test(test_kernel_faults),
-      cmocka_unit_test(test_commit_kernel_fault),
-      cmocka_unit_test(test_corrupt_tables),
-      cmocka_unit_test(test_failed_transfer_race),
-      cmocka_unit_test(test_refusals),
+      cmocka_unit_test(test_equals_host_oasis),       cmocka_unit_test(test_equals_host_proxy_flat),
+      cmocka_unit_test(test_equals_host_copy_faults), cmocka_unit_test(test_kernel_faults),
+      cmocka_unit_test(test_commit_kernel_fault),     cmocka_unit_test(test_corrupt_tables),
+      cmocka_unit_test(test_failed_transfer_race),    cmocka_unit_test(test_refusals),
   };
   return cmocka_run_group_tests_name("core_device_select", tests, NULL, NULL);
 }

@@ -327,7 +327,7 @@ void test_attention_f16_no_inflight(void **state) {
 }
 void test_attention_tables(void **state) {
   (void)state;
-  run_attention({2, 3, 2, 40, 2, 1, 2, 4, false, true}, 15);  /* bf16, 4 rows in 1 tile */
+  run_attention({2, 3, 2, 40, 2, 1, 2, 4, false, true}, 15); /* bf16, 4 rows in 1 tile */
   run_attention({3, 2, 4, 16, 1, 0, 0, 2, false, true}, 16); /* f32, 4 rows in 2 tiles, nothing in flight */
 }
 void test_attention_inflight_subset(void **state) {

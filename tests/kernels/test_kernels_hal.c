@@ -1486,7 +1486,7 @@ static void test_attention_tables(void **state) {
     if (!used) nan_slot = sl;
   }
   for (uint32_t s = 0; s < S; s++) {
-    table_index[s] = S - s; /* rows 3, 2, 1; row 0 unused */
+    table_index[s] = S - s;                            /* rows 3, 2, 1; row 0 unused */
     seq_tokens[s] = (TAB_NB - 1u) * 16u + 1u + 5u * s; /* the active block (19) holds 1, 6 or 11 tokens */
   }
   for (uint32_t i = 0; i < rows * H; i++) {
@@ -1509,8 +1509,8 @@ static void test_attention_tables(void **state) {
         tok[m_n] = i + 1u == n ? 0u : (i % 3u == 1u ? 7u : 16u);
         slot[m_n] = c.ws_slots[c.ws_offsets[u] + i];
       }
-      blk[m_n] = 2u, tok[m_n] = 0u, slot[m_n++] = nan_slot;                /* pending admission */
-      blk[m_n] = TAB_NB + 3u, tok[m_n] = 16u, slot[m_n++] = nan_slot;      /* past the sequence's end */
+      blk[m_n] = 2u, tok[m_n] = 0u, slot[m_n++] = nan_slot;                  /* pending admission */
+      blk[m_n] = TAB_NB + 3u, tok[m_n] = 16u, slot[m_n++] = nan_slot;        /* past the sequence's end */
       blk[m_n] = 4u, tok[m_n] = 16u, slot[m_n++] = (uint32_t)c.desc.n_slots; /* pool slot out of range */
       /* shuffle into the R entries (the rest stay free) */
       uint32_t pos[TAB_R];
@@ -1595,8 +1595,8 @@ static void test_attention_tables(void **state) {
       TMUT(d.seq_tokens = NULL);
       TMUT(d.slot_map = NULL);
       TMUT(d.seq_tokens = big);
-      TMUT(d.table_index = far); /* row 7: past both buffers */
-      TMUT(d.tables_offset = TAB_OFF + 8u); /* the last table crosses the buffer's end */
+      TMUT(d.table_index = far);                                /* row 7: past both buffers */
+      TMUT(d.tables_offset = TAB_OFF + 8u);                     /* the last table crosses the buffer's end */
       TMUT((d.tables = b.out, d.tables_offset = ATTN_OUT_OFF)); /* read while out is written */
       TMUT((d.slot_map = b.out, d.slot_map_offset = ATTN_OUT_OFF + 4u));
 #undef TMUT
@@ -1620,20 +1620,13 @@ static void test_attention_tables(void **state) {
 int main(int argc, char **argv) {
   g_backend = okv_test_backend_or_skip(argc, argv);
   const struct CMUnitTest tests[] = {
-      OKV_FIXTURE_TEST(test_attention),
-      OKV_FIXTURE_TEST(test_attention_dtypes_and_magnitude),
-      OKV_FIXTURE_TEST(test_summaries),
-      OKV_FIXTURE_TEST(test_score_topk),
-      OKV_FIXTURE_TEST(test_invalid_attention),
-      OKV_FIXTURE_TEST(test_attention_tables),
-      OKV_FIXTURE_TEST(test_invalid_others),
-      OKV_FIXTURE_TEST(test_summaries_narrow),
-      OKV_FIXTURE_TEST(test_ranges_index_map),
-      OKV_FIXTURE_TEST(test_lists_device_map),
-      OKV_FIXTURE_TEST(test_summary_reduce_hal),
-      OKV_FIXTURE_TEST(test_q8_hal),
-      OKV_FIXTURE_TEST(test_select_rules),
-      OKV_FIXTURE_TEST(test_select_against_host),
+      OKV_FIXTURE_TEST(test_attention),          OKV_FIXTURE_TEST(test_attention_dtypes_and_magnitude),
+      OKV_FIXTURE_TEST(test_summaries),          OKV_FIXTURE_TEST(test_score_topk),
+      OKV_FIXTURE_TEST(test_invalid_attention),  OKV_FIXTURE_TEST(test_attention_tables),
+      OKV_FIXTURE_TEST(test_invalid_others),     OKV_FIXTURE_TEST(test_summaries_narrow),
+      OKV_FIXTURE_TEST(test_ranges_index_map),   OKV_FIXTURE_TEST(test_lists_device_map),
+      OKV_FIXTURE_TEST(test_summary_reduce_hal), OKV_FIXTURE_TEST(test_q8_hal),
+      OKV_FIXTURE_TEST(test_select_rules),       OKV_FIXTURE_TEST(test_select_against_host),
       OKV_FIXTURE_TEST(test_select_invalid),
   };
   return cmocka_run_group_tests_name(g_backend, tests, NULL, NULL);
