@@ -104,6 +104,20 @@ uint32_t okv_block_map_unmap(okv_block_map_t *map, uint32_t block) {
   return slot;
 }
 
+uint32_t okv_block_map_replace(okv_block_map_t *map, uint32_t victim, uint32_t block, uint32_t slot, uint32_t step) {
+  uint32_t old = map->loc[victim].slot, pos = map->loc[victim].pos;
+  map->loc[victim].slot = OKV_NO_SLOT;
+  map->res_bits[victim >> 6] &= ~(1ull << (victim & 63u));
+  map->loc[block].slot = slot;
+  map->loc[block].pos = pos;
+  map->resident[pos] = block;
+  map->res_last[pos] = step;
+  map->res_slot[pos] = slot;
+  map->res_tok[pos] = 0; /* unreadable until a write completes */
+  map->res_bits[block >> 6] |= 1ull << (block & 63u);
+  return old;
+}
+
 void okv_block_map_push_free(okv_block_map_t *map, uint32_t slot) {
   if (map->n_free < map->cap_free) map->free_slots[map->n_free++] = slot; /* full: a caller's bug, not a write past */
 }

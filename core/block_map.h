@@ -96,6 +96,10 @@ static inline void okv_block_map_touch(okv_block_map_t *map, uint32_t block, uin
 void okv_block_map_map(okv_block_map_t *map, uint32_t block, uint32_t slot, uint32_t step);
 /* Unmaps resident `block`; returns its slot. */
 uint32_t okv_block_map_unmap(okv_block_map_t *map, uint32_t block);
+/* Resident `victim` leaves and `block` (not resident) takes its place in resident[] (slot `slot`, last
+ * selected at `step`, unreadable until a write completes): unmap + map without moving the list's last entry
+ * (one loc[] line fewer per eviction, the commit's). Returns the victim's slot. */
+uint32_t okv_block_map_replace(okv_block_map_t *map, uint32_t victim, uint32_t block, uint32_t slot, uint32_t step);
 
 /* Records that the first `n_tokens` tokens of resident `block` are current in its slot. */
 static inline void okv_block_map_set_current(okv_block_map_t *map, uint32_t block, uint32_t n_tokens) {

@@ -518,11 +518,12 @@ void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
       continue;
     }
     if (ok) {
-      if (e->victim != OKV_NO_BLOCK) {
-        okv_block_map_push_free(m, okv_block_map_unmap(m, e->victim));
+      if (e->victim != OKV_NO_BLOCK) { /* the block takes the victim's place in the resident list */
+        okv_block_map_push_free(m, okv_block_map_replace(m, e->victim, e->block, e->slot, job->step));
         ls->evicted++;
+      } else {
+        okv_block_map_map(m, e->block, e->slot, job->step);
       }
-      okv_block_map_map(m, e->block, e->slot, job->step);
       okv_block_map_set_current(m, e->block, OKV_BLOCK_TOKENS); /* fetched blocks are never the active one */
       ls->blocks_moved++;
       ls->bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE] += rt->block_bytes;

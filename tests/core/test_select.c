@@ -66,6 +66,27 @@ static void test_map_basic(void **state) {
   okv_block_map_push_free(&f->map, 0);
   assert_int_equal(f->map.n_resident, 2);
   OKV_ASSERT_OK(okv_block_map_check(&f->map));
+  /* Replace: block 5 takes resident 7's place (its position, a new slot, unreadable), 7's slot comes back. */
+  okv_block_map_set_current(&f->map, 7, 16);
+  uint32_t pos7 = f->map.loc[7].pos, slot5;
+  assert_true(okv_block_map_pop_free(&f->map, &slot5));
+  assert_int_equal(okv_block_map_replace(&f->map, 7, 5, slot5, 9), 1);
+  okv_block_map_push_free(&f->map, 1);
+  assert_false(okv_block_map_is_resident(&f->map, 7));
+  assert_int_equal(f->map.loc[7].slot, OKV_NO_SLOT);
+  assert_true(okv_block_map_is_resident(&f->map, 5));
+  assert_int_equal(f->map.loc[5].slot, slot5);
+  assert_int_equal(f->map.loc[5].pos, pos7);
+  assert_int_equal(f->map.resident[pos7], 5);
+  assert_int_equal(f->map.res_last[pos7], 9);
+  assert_int_equal(okv_block_map_tokens(&f->map, 5), 0);
+  assert_int_equal(f->map.n_resident, 2);
+  OKV_ASSERT_OK(okv_block_map_check(&f->map));
+  assert_true(okv_block_map_pop_free(&f->map, &slot5) && slot5 == 1); /* and back, into slot 1 again */
+  assert_int_equal(okv_block_map_replace(&f->map, 5, 7, 1, 10), 0);
+  okv_block_map_push_free(&f->map, 0);
+  assert_int_equal(f->map.loc[7].pos, pos7);
+  OKV_ASSERT_OK(okv_block_map_check(&f->map));
   /* Growing keeps the mapping. */
   OKV_ASSERT_OK(okv_block_map_reserve(&f->map, &f->alloc, 1000));
   f->map.n_blocks = 1000;
