@@ -387,7 +387,7 @@ static void test_failed_transfer_race(void **state) {
     size_t kvn = drv_kv_elems(d);
     for (uint32_t s = 0; s < 12; s++) {
       uint32_t ids[2] = {d->ids[0], d->ids[1]};
-      __atomic_store_n(&r.phase, s == 5 ? 1 : 0, __ATOMIC_RELEASE);
+      if (s <= 6) __atomic_store_n(&r.phase, s == 5 ? 1 : 0, __ATOMIC_RELEASE); /* 2 from step 6, layer 1 on */
       OKV_ASSERT_OK(okv_runtime_step_begin(d->rt, 2, ids, 2));
       d->T = 2;
       d->step_n = 2;
@@ -412,7 +412,7 @@ static void test_failed_transfer_race(void **state) {
         fail();
       }
     }
-    assert_int_equal(r.copy_failed, 1); /* the race was set up */
+    assert_int_equal(r.copy_failed, 1); /* the race was set up (each hook acts once, whatever the timing) */
     assert_int_equal(r.in_record, 1);
     OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(d->dev, NULL));
     drv_close(d);
