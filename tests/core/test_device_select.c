@@ -144,6 +144,28 @@ static okv_step_stats_t run_pair(okv_mode_t mode, okv_scoring_t scoring, uint32_
   return cum;
 }
 
+/* A step over the driver's two sequences with the real token and one draft token (T = 2), driven layer by
+ * layer by the caller. */
+static void begin_two(drv_t *d) {
+  uint32_t ids[2] = {d->ids[0], d->ids[1]};
+  OKV_ASSERT_OK(okv_runtime_step_begin(d->rt, 2, ids, 2));
+  d->T = 2;
+  d->step_n = 2;
+  d->step_slot[0] = 0;
+  d->step_slot[1] = 1;
+}
+
+/* Random queries (scale 3), draft K/V and the real token's K/V of layer l for those two sequences. */
+static void fill_layer(drv_t *d, uint32_t l, size_t kvn, float **q, float **dr, float **k, float **v) {
+  *q = drv_q(d, l), *dr = drv_draft(d, l), *k = drv_k(d, l), *v = drv_v(d, l);
+  for (size_t i = 0; i < 2 * drv_q_elems(d); i++) (*q)[i] = 3.0f * okv_test_rng_normal(&d->rng);
+  for (size_t i = 0; i < 2 * 2 * kvn; i++) (*dr)[i] = okv_test_rng_normal(&d->rng);
+  for (size_t i = 0; i < 2 * kvn; i++) {
+    (*k)[i] = okv_test_rng_normal(&d->rng);
+    (*v)[i] = okv_test_rng_normal(&d->rng);
+  }
+}
+
 static void test_equals_host_oasis(void **state) {
   (void)state;
   okv_step_stats_t c = run_pair(OKV_MODE_OASIS, OKV_SCORING_Q8, 0);
@@ -186,20 +208,10 @@ static void test_kernel_faults(void **state) {
     /* Kernels fail from the middle of layer 1 on: the foreground's layers see failed attention (NaN out, an
      * error), the background's selections and commits fail and are absorbed. */
     bool faulty = s >= 10 && s < 14;
-    uint32_t ids[2] = {d->ids[0], d->ids[1]};
-    OKV_ASSERT_OK(okv_runtime_step_begin(d->rt, 2, ids, 2));
-    d->T = 2;
-    d->step_n = 2;
-    d->step_slot[0] = 0;
-    d->step_slot[1] = 1;
+    begin_two(d);
     for (uint32_t l = 0; l < c.n_layers; l++) {
-      float *q = drv_q(d, l), *dr = drv_draft(d, l), *k = drv_k(d, l), *v = drv_v(d, l);
-      for (size_t i = 0; i < 2 * drv_q_elems(d); i++) q[i] = 3.0f * okv_test_rng_normal(&d->rng);
-      for (size_t i = 0; i < 2 * 2 * kvn; i++) dr[i] = okv_test_rng_normal(&d->rng);
-      for (size_t i = 0; i < 2 * kvn; i++) {
-        k[i] = okv_test_rng_normal(&d->rng);
-        v[i] = okv_test_rng_normal(&d->rng);
-      }
+      float *q, *dr, *k, *v;
+      fill_layer(d, l, kvn, &q, &dr, &k, &v);
       __atomic_store_n(&f.fail_kernels, faulty && l >= 1 ? 1 : 0, __ATOMIC_RELEASE);
       okv_status_t st = okv_runtime_step_layer(d->rt, l, k, v, q, dr, drv_out(d, l));
       okv_status_code_t code = okv_status_code(st);
@@ -386,21 +398,11 @@ static void test_failed_transfer_race(void **state) {
     drv_add(d, 150);
     size_t kvn = drv_kv_elems(d);
     for (uint32_t s = 0; s < 12; s++) {
-      uint32_t ids[2] = {d->ids[0], d->ids[1]};
       if (s <= 6) __atomic_store_n(&r.phase, s == 5 ? 1 : 0, __ATOMIC_RELEASE); /* 2 from step 6, layer 1 on */
-      OKV_ASSERT_OK(okv_runtime_step_begin(d->rt, 2, ids, 2));
-      d->T = 2;
-      d->step_n = 2;
-      d->step_slot[0] = 0;
-      d->step_slot[1] = 1;
+      begin_two(d);
       for (uint32_t l = 0; l < c.n_layers; l++) {
-        float *q = drv_q(d, l), *dr = drv_draft(d, l), *k = drv_k(d, l), *v = drv_v(d, l);
-        for (size_t i = 0; i < 2 * drv_q_elems(d); i++) q[i] = 3.0f * okv_test_rng_normal(&d->rng);
-        for (size_t i = 0; i < 2 * 2 * kvn; i++) dr[i] = okv_test_rng_normal(&d->rng);
-        for (size_t i = 0; i < 2 * kvn; i++) {
-          k[i] = okv_test_rng_normal(&d->rng);
-          v[i] = okv_test_rng_normal(&d->rng);
-        }
+        float *q, *dr, *k, *v;
+        fill_layer(d, l, kvn, &q, &dr, &k, &v);
         OKV_ASSERT_OK(okv_runtime_step_layer(d->rt, l, k, v, q, dr, drv_out(d, l)));
         for (uint32_t i = 0; i < 2; i++) rt_hist_append(&d->hist[i], l, k + i * kvn, v + i * kvn);
         if (s == 6 && l == 0) __atomic_store_n(&r.phase, 2, __ATOMIC_RELEASE);
