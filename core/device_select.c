@@ -3,16 +3,20 @@
  * 2608.08097, "Select" (capped eviction per KV head), with the per-head state in slot tables on the device so
  * that the host's work per step is a launch per sequence and the plan's read-back, not a pass over every head.
  *
- * Table j of a head is its owned[j] slot (rt->sel_slot_index maps back). The tables own the selection's state:
- * residency, last-selected steps, free slots. The host maps keep what the foreground reads (slots, write
- * currency) and stay equal to the tables:
- *  - admission writes the tables from the maps (okv_rt_dsel_write);
- *  - the worker's selection reads its plan back, and the host applies it to the maps at the layer's commit
- *    while the commit kernel applies it to the tables (landed or undone alike);
- *  - a new active block (append) first copies the tables' last-selected steps into the maps' LRU (the host
- *    evicts a block there), then rewrites the layer's tables from the maps;
- *  - any failed device operation marks the layer dirty: its tables are rewritten from the maps at its next
- *    commit (their LRU from the maps' last refresh) and the worker does not select on it meanwhile.
+ * Table j of a head is its owned[j] slot (rt->sel_slot_index maps back). The tables are authoritative: they
+ * own residency, last-selected steps and free slots, and the host's per-step work is O(1) per KV head plus
+ * O(1) per admission (no map follows a plan):
+ *  - admission writes the tables from the maps (okv_rt_dsel_write) and records each table's signature;
+ *  - the worker's selection reads its plan back, checks each head's reported signature against the one the
+ *    host expects (a table changed behind the runtime's back must not drive a copy) and builds the copy pairs
+ *    from the head's owned slots and extents; the commit kernel applies the plan to the tables, the host
+ *    only updates the expected signatures, and the maps of every sequence that selected lag (sel_lag);
+ *  - where the host reads the maps (a new active block, which may evict; repairs; recall; attention over a
+ *    host-built working set; the API's readers) okv_rt_dsel_sync first rebuilds them from the tables, one
+ *    sequential pass per head; after it the host may change the maps and write the tables from them;
+ *  - any failed device operation marks the layer dirty: its maps are brought up to date (or cut to the
+ *    active block where a table cannot be trusted) and its tables rewritten from them at its next commit;
+ *    the worker does not select on it meanwhile.
  * The commit runs on the compute stream (the foreground's) and is waited for at once, so that its failure is
  * its own (a later wait would report it to whoever waits) and it has run before the layer's next job; table
  * reads and writes are synchronous. The worker's selection runs on the predict stream and is waited for
@@ -25,6 +29,12 @@
 /* Layer-major, so that a batch whose sequences sit in consecutive records selects with one launch per layer. */
 static inline uint64_t table_offset(const okv_runtime_t *rt, uint32_t seq_index, uint32_t layer, uint32_t h) {
   return (((uint64_t)layer * rt->cfg.max_seqs + seq_index) * rt->cfg.n_kv_heads + h) * rt->sel_table_bytes;
+}
+static inline uint64_t *sig_of(const okv_runtime_t *rt, uint32_t seq_index, uint32_t layer, uint32_t h) {
+  return &rt->sel_sig[((uint64_t)layer * rt->cfg.max_seqs + seq_index) * rt->cfg.n_kv_heads + h];
+}
+static inline uint8_t *lag_of(const okv_runtime_t *rt, uint32_t seq_index, uint32_t layer) {
+  return &rt->sel_lag[(uint64_t)layer * rt->cfg.max_seqs + seq_index];
 }
 
 /* The end of the run of batch entries from `s` that one launch covers: entries with sel[e] set whose records
@@ -87,6 +97,8 @@ okv_status_t okv_rt_dsel_init(okv_runtime_t *rt) {
   ALLOC_ARR(rt->sel_plan_host, n_seg * rt->cap_blocks * OKV_SELECT_PLAN_U32S);
   ALLOC_ARR(rt->sel_result_host, n_seg * OKV_SELECT_RESULT_U32S);
   ALLOC_ARR(rt->sel_dirty, c->n_layers);
+  ALLOC_ARR(rt->sel_lag, (uint64_t)c->n_layers * c->max_seqs);
+  ALLOC_ARR(rt->sel_sig, n_seg * c->n_layers);
   ALLOC_ARR(rt->sel_tok_stale, c->n_layers);
   ALLOC_ARR(rt->sel_slot_map_host, (uint64_t)c->n_kv_heads * rt->sel_R);
   ALLOC_ARR(rt->ws_table_index, c->max_seqs);
@@ -104,61 +116,153 @@ void okv_rt_dsel_free(okv_runtime_t *rt) {
   okv_hal_buffer_t *bufs[] = {rt->sel_tables, rt->sel_plan, rt->sel_result, rt->sel_slot_map};
   for (int i = 0; i < 4; i++)
     if (bufs[i]) OKV_IGNORE_ERROR(okv_hal_buffer_release(bufs[i])); /* cleanup */
-  void *arrs[] = {rt->sel_slot_index, rt->sel_tab_host,      rt->sel_landed,      rt->sel_active,
-                  rt->sel_cap,        rt->sel_plan_host,     rt->sel_result_host, rt->sel_dirty,
-                  rt->sel_tok_stale,  rt->sel_slot_map_host, rt->ws_table_index,  rt->ws_seq_tokens};
+  void *arrs[] = {rt->sel_slot_index, rt->sel_tab_host,    rt->sel_landed, rt->sel_active,    rt->sel_cap,
+                  rt->sel_plan_host,  rt->sel_result_host, rt->sel_dirty,  rt->sel_tok_stale, rt->sel_slot_map_host,
+                  rt->ws_table_index, rt->ws_seq_tokens,   rt->sel_lag,    rt->sel_sig};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) okv_rt_free(&rt->alloc, arrs[i]);
   for (uint32_t l = 0; rt->jobs && l < rt->cfg.n_layers; l++) okv_rt_free(&rt->alloc, rt->jobs[l].sel_ran);
 }
 
-void okv_rt_dsel_take_free(okv_block_map_t *m, uint32_t slot) {
-  for (uint32_t i = m->n_free; i-- > 0;)
-    if (m->free_slots[i] == slot) {
-      m->free_slots[i] = m->free_slots[--m->n_free];
-      return;
-    }
-}
-
-static bool map_slot_free(const okv_block_map_t *m, uint32_t slot) {
-  for (uint32_t i = 0; i < m->n_free; i++)
-    if (m->free_slots[i] == slot) return true;
-  return false;
-}
-
-/* Whether head `hd`'s plan entries p[0..n) fit its map: each admits a block that is not resident into a slot
- * the map has free, evicts a resident block (or none), and no block, victim or slot comes twice. The copy
- * engine writes where the plan says, so a plan from tables that disagree with the maps (a failure this
- * runtime did not see, a stray write) must not reach it: a slot the map uses would be overwritten. */
-static bool plan_fits(const okv_head_t *hd, const uint32_t *p, uint32_t n) {
-  const okv_block_map_t *m = &hd->map;
-  for (uint32_t i = 0; i < n; i++) {
-    const uint32_t *e = p + (size_t)i * OKV_SELECT_PLAN_U32S;
-    if (e[1] >= hd->n_owned || e[0] >= m->n_blocks || okv_block_map_is_resident(m, e[0])) return false;
-    if (e[2] != OKV_SLOT_FREE && !okv_block_map_is_resident(m, e[2])) return false;
-    if (!map_slot_free(m, hd->owned[e[1]])) return false;
-    for (uint32_t j = 0; j < i; j++) {
-      const uint32_t *f = p + (size_t)j * OKV_SELECT_PLAN_U32S;
-      if (f[0] == e[0] || f[1] == e[1] || (e[2] != OKV_SLOT_FREE && f[2] == e[2])) return false;
-    }
-  }
-  return true;
-}
-
-/* The table image of one head from its map (t: sel_table_bytes / 4 words, overwritten). */
-static void table_from_map(const okv_runtime_t *rt, const okv_head_t *hd, uint32_t *t) {
+/* The table image of one head from its map (t: sel_table_bytes / 4 words, overwritten); returns its signature. */
+static uint64_t table_from_map(const okv_runtime_t *rt, const okv_head_t *hd, uint32_t *t) {
   const uint32_t R = rt->sel_R, W = rt->sel_W;
   uint32_t *blk = t, *last = t + R, *tok = t + 2u * R;
   memset(t, 0, rt->sel_table_bytes);
   for (uint32_t j = 0; j < R; j++) blk[j] = OKV_SLOT_FREE;
   uint64_t *res = (uint64_t *)(void *)(t + 4u * R);
   const okv_block_map_t *m = &hd->map;
+  uint64_t sig = 0;
   for (uint32_t i = 0; i < m->n_resident; i++) {
     uint32_t b = m->resident[i], j = rt->sel_slot_index[m->res_slot[i]];
     blk[j] = b;
     last[j] = okv_block_map_res_last(m, i);
     tok[j] = m->res_tok[i];
     if (b < 64u * W) res[b >> 6] |= 1ull << (b & 63u);
+    sig += okv_slot_table_sig_term(j, b);
   }
+  return sig;
+}
+
+/* The active block of a head's map as the host keeps it (appends advance it without the tables). */
+typedef struct active_t {
+  uint32_t block, slot, tokens, last;
+} active_t;
+
+static active_t active_of(const okv_block_map_t *m) {
+  active_t a = {m->n_blocks > 0 ? m->n_blocks - 1u : OKV_NO_BLOCK, OKV_NO_SLOT, 0, 0};
+  if (okv_block_map_is_resident(m, a.block)) {
+    a.slot = m->loc[a.block].slot;
+    a.tokens = okv_block_map_tokens(m, a.block);
+    a.last = okv_block_map_last(m, a.block);
+  }
+  return a;
+}
+
+/* Takes every block off the map and empties its free stack. */
+static void map_clear(okv_block_map_t *m) {
+  while (m->n_resident > 0) (void)okv_block_map_unmap(m, m->resident[m->n_resident - 1u]);
+  m->n_free = 0;
+  m->has_prev = false;
+}
+
+/* The head keeps its active block `a` only; every other owned slot is free. */
+static void map_cut(okv_head_t *hd, const active_t *a) {
+  okv_block_map_t *m = &hd->map;
+  map_clear(m);
+  for (uint32_t j = 0; j < hd->n_owned; j++) {
+    if (hd->owned[j] != a->slot) {
+      okv_block_map_push_free(m, hd->owned[j]);
+      continue;
+    }
+    okv_block_map_map(m, a->block, a->slot, a->last);
+    okv_block_map_set_current(m, a->block, a->tokens);
+  }
+}
+
+/* Head hd's map rebuilt from its table t: committed entries resident (their last-selected steps and token
+ * counts; the active block keeps the host's count), pending and free entries free (a pending admission's
+ * transfer has landed or failed by the time the host reads the maps; its block is not readable either way).
+ * Returns false, with the head cut to its active block, when the table is not the one the host expects:
+ * signature `want` differs, a block is out of range or held twice, the active block moved, an entry past the
+ * head's owned slots is used. */
+static bool map_from_table(const okv_runtime_t *rt, okv_head_t *hd, const uint32_t *t, uint64_t want) {
+  const uint32_t R = rt->sel_R, W = rt->sel_W;
+  const uint32_t *blk = t, *last = t + R, *tok = t + 2u * R;
+  const uint64_t *res = (const uint64_t *)(const void *)(t + 4u * R);
+  okv_block_map_t *m = &hd->map;
+  const active_t a = active_of(m);
+  map_clear(m);
+  uint64_t sig = 0;
+  bool ok = true;
+  for (uint32_t j = 0; j < R; j++) {
+    uint32_t b = blk[j];
+    if (b == OKV_SLOT_FREE) {
+      if (j < hd->n_owned) okv_block_map_push_free(m, hd->owned[j]);
+      continue;
+    }
+    bool committed = b < 64u * W && okv_block_map_bit(res, b);
+    if (committed) sig += okv_slot_table_sig_term(j, b);
+    if (j >= hd->n_owned) {
+      ok = false;
+      continue;
+    }
+    uint32_t slot = hd->owned[j];
+    if (!committed) {
+      okv_block_map_push_free(m, slot);
+      continue;
+    }
+    if (b >= m->n_blocks || m->loc[b].slot != OKV_NO_SLOT || (b == a.block) != (slot == a.slot)) {
+      ok = false;
+      continue;
+    }
+    okv_block_map_map(m, b, slot, last[j]);
+    okv_block_map_set_current(m, b, b == a.block ? a.tokens : (tok[j] < OKV_BLOCK_TOKENS ? tok[j] : OKV_BLOCK_TOKENS));
+  }
+  if (ok && sig == want) return true;
+  map_cut(hd, &a);
+  return false;
+}
+
+okv_status_t okv_rt_dsel_sync_or_fail(okv_runtime_t *rt, okv_seq_t *seq, uint32_t layer, bool cut) {
+  const uint32_t H = rt->cfg.n_kv_heads, si = (uint32_t)(seq - rt->seqs);
+  uint8_t *lag = lag_of(rt, si, layer);
+  if (!*lag) return OKV_OK;
+  okv_status_t st = okv_hal_stream_synchronize(rt->compute); /* the layer's commit kernel */
+  if (st == OKV_OK)
+    st = okv_hal_buffer_read(rt->sel_tables, table_offset(rt, si, layer, 0), rt->sel_tab_host,
+                             (uint64_t)H * rt->sel_table_bytes);
+  if (st != OKV_OK) {
+    OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->compute)); /* drained: no pending error */
+    if (!cut)
+      return okv_status_annotate(st, "runtime: reading the slot tables of sequence %u, layer %u", seq->id,
+                                 layer); /* nothing changed: the maps still lag */
+    okv_status_free(st);
+    for (uint32_t h = 0; h < H; h++) { /* nothing read: the lagging maps' active block is still the host's own */
+      okv_head_t *hd = seq_head(rt, seq, layer, h);
+      const active_t a = active_of(&hd->map);
+      map_cut(hd, &a);
+    }
+  }
+  *lag = 0;
+  bool trusted = st == OKV_OK;
+  for (uint32_t h = 0; st == OKV_OK && h < H; h++)
+    trusted &= map_from_table(rt, seq_head(rt, seq, layer, h),
+                              rt->sel_tab_host + (uint64_t)h * rt->sel_table_bytes / 4u, *sig_of(rt, si, layer, h));
+  if (!trusted) {
+    rt->layer_step[layer].pipeline_errors++;
+    rt->sel_dirty[layer] = 1; /* the tables no longer hold what the maps do: rewritten at the next commit */
+  }
+  return OKV_OK;
+}
+
+void okv_rt_dsel_sync(okv_runtime_t *rt, okv_seq_t *seq, uint32_t layer) {
+  OKV_IGNORE_ERROR(okv_rt_dsel_sync_or_fail(rt, seq, layer, true)); /* cut: OK always */
+}
+
+void okv_rt_dsel_sig_commit(okv_runtime_t *rt, uint32_t layer, const okv_plan_entry_t *e) {
+  uint64_t *sig = sig_of(rt, e->seq_index, layer, e->kv_head);
+  *sig += okv_slot_table_sig_term(e->table_slot, e->block);
+  if (e->victim != OKV_NO_BLOCK) *sig -= okv_slot_table_sig_term(e->table_victim_slot, e->victim);
 }
 
 okv_status_t okv_rt_dsel_write(okv_runtime_t *rt, const okv_seq_t *seq, uint32_t l0, uint32_t l1) {
@@ -168,9 +272,10 @@ okv_status_t okv_rt_dsel_write(okv_runtime_t *rt, const okv_seq_t *seq, uint32_t
   okv_status_t st = okv_hal_stream_synchronize(rt->compute);
   const uint32_t R = rt->sel_R;
   for (uint32_t l = l0; st == OKV_OK && l < l1; l++) {
+    *lag_of(rt, si, l) = 0; /* the maps are current: the tables follow them */
     for (uint32_t h = 0; h < H; h++) {
       const okv_head_t *hd = seq_head(rt, seq, l, h);
-      table_from_map(rt, hd, rt->sel_tab_host + (uint64_t)h * rt->sel_table_bytes / 4u);
+      *sig_of(rt, si, l, h) = table_from_map(rt, hd, rt->sel_tab_host + (uint64_t)h * rt->sel_table_bytes / 4u);
       uint32_t *row = rt->sel_slot_map_host + (uint64_t)h * R; /* table j <-> owned[j]; none: out of range */
       for (uint32_t j = 0; j < R; j++) row[j] = j < hd->n_owned ? hd->owned[j] : UINT32_MAX;
     }
@@ -181,26 +286,6 @@ okv_status_t okv_rt_dsel_write(okv_runtime_t *rt, const okv_seq_t *seq, uint32_t
                                 (uint64_t)H * R * 4u);
   }
   return st;
-}
-
-okv_status_t okv_rt_dsel_refresh_lru(okv_runtime_t *rt, okv_seq_t *seq, uint32_t layer) {
-  const uint32_t H = rt->cfg.n_kv_heads, R = rt->sel_R;
-  uint32_t si = (uint32_t)(seq - rt->seqs);
-  okv_status_t st = okv_hal_stream_synchronize(rt->compute); /* the layer's commit kernel */
-  if (st == OKV_OK)
-    st = okv_hal_buffer_read(rt->sel_tables, table_offset(rt, si, layer, 0), rt->sel_tab_host,
-                             (uint64_t)H * rt->sel_table_bytes);
-  if (st != OKV_OK) return st;
-  for (uint32_t h = 0; h < H; h++) {
-    const uint32_t *t = rt->sel_tab_host + (uint64_t)h * rt->sel_table_bytes / 4u;
-    okv_block_map_t *m = &seq_head(rt, seq, layer, h)->map;
-    for (uint32_t i = 0; i < m->n_resident; i++) {
-      uint32_t j = rt->sel_slot_index[m->res_slot[i]];
-      if (j < R && t[j] == m->resident[i]) m->res_last[i] = t[R + j];
-    }
-    m->has_prev = false; /* the tables' steps include every hit */
-  }
-  return OKV_OK;
 }
 
 okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job, okv_predict_ctx_t *ctx) {
@@ -260,10 +345,9 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
     st = okv_hal_buffer_read(rt->sel_plan, plan_offset(rt, layer, 0), rt->sel_plan_host,
                              (uint64_t)n_seg * C * OKV_SELECT_PLAN_U32S * 4u);
   if (st != OKV_OK) goto out;
-  /* The loop below reads, per admission, lines that are cold (the step streamed KV and scores through the
-   * caches since): the head's struct, its owned slot, its extent, its free stack, its block's and victim's
-   * loc[] lines. Request them in two passes
-   * of prefetches first (the structs, then what they point at), so that the misses overlap. */
+  /* The loop below reads, per head, its struct and expected signature, and per admission the head's owned
+   * slot and extent: lines that are cold (the step streamed KV and scores through the caches since). Request
+   * them in two passes of prefetches first (the structs, then what they point at), so that the misses overlap. */
   const uint32_t E = rt->extent_blocks;
   for (uint32_t pass = 0; pass < 2; pass++)
     for (uint32_t s = 0; s < job->n_seqs; s++) {
@@ -276,24 +360,29 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
         }
         uint32_t u = s * H + h, n_adm = rt->sel_result_host[(size_t)u * OKV_SELECT_RESULT_U32S];
         const uint32_t *p = &rt->sel_plan_host[(size_t)u * C * OKV_SELECT_PLAN_U32S];
-        if (n_adm > 0 && hd->map.n_free > 0) __builtin_prefetch(&hd->map.free_slots[hd->map.n_free - 1u]);
         for (uint32_t i = 0; i < n_adm && i < C; i++, p += OKV_SELECT_PLAN_U32S) {
           if (p[1] < hd->n_owned) __builtin_prefetch(&hd->owned[p[1]]);
           if (p[0] / E < hd->n_extents) __builtin_prefetch(&hd->extents[p[0] / E]);
-          if (p[0] < hd->map.cap_blocks) __builtin_prefetch(&hd->map.loc[p[0]]); /* plan_fits' residency checks */
-          if (p[2] < hd->map.cap_blocks) __builtin_prefetch(&hd->map.loc[p[2]]);
         }
       }
     }
-  for (uint32_t s = 0; s < job->n_seqs && st == OKV_OK; s++) { /* every entry checked before any is taken */
+  /* Every head checked before any entry is taken: its table is the one the host expects (the signature the
+   * selection found), and every entry names one of the head's own slots and a block of its context (the copy
+   * engine writes where the plan says). */
+  for (uint32_t s = 0; s < job->n_seqs && st == OKV_OK; s++) {
     const okv_seq_t *seq = ctx->seqs[s];
     for (uint32_t h = 0; seq != NULL && h < H && st == OKV_OK; h++) {
-      uint32_t u = s * H + h, n_adm = rt->sel_result_host[(size_t)u * OKV_SELECT_RESULT_U32S];
-      if (n_adm > C ||
-          !plan_fits(seq_head(rt, seq, layer, h), &rt->sel_plan_host[(size_t)u * C * OKV_SELECT_PLAN_U32S], n_adm))
+      uint32_t u = s * H + h;
+      const uint32_t *r = &rt->sel_result_host[(size_t)u * OKV_SELECT_RESULT_U32S];
+      const okv_head_t *hd = seq_head(rt, seq, layer, h);
+      bool fits = r[0] <= C && ((uint64_t)r[5] << 32 | r[4]) == *sig_of(rt, job->seq_index[s], layer, h);
+      const uint32_t *p = &rt->sel_plan_host[(size_t)u * C * OKV_SELECT_PLAN_U32S];
+      for (uint32_t i = 0; fits && i < r[0]; i++, p += OKV_SELECT_PLAN_U32S)
+        fits = p[1] < hd->n_owned && p[0] < hd->map.n_blocks && (p[2] == OKV_SLOT_FREE || p[3] < hd->n_owned);
+      if (!fits)
         st = okv_status_make(OKV_STATUS_INTERNAL,
-                             "runtime: the plan of sequence %u, KV head %u does not fit its block table (the slot "
-                             "tables disagree with it); the layer's plan is dropped and its tables rewritten",
+                             "runtime: the slot table of sequence %u, KV head %u is not the one the runtime wrote "
+                             "(signature or plan out of range); the layer's plan is dropped and its tables rewritten",
                              seq->id, h);
     }
   }
@@ -313,7 +402,6 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
       const uint32_t *p = &rt->sel_plan_host[(size_t)u * C * OKV_SELECT_PLAN_U32S];
       for (uint32_t i = 0; i < n_adm; i++, p += OKV_SELECT_PLAN_U32S) {
         uint32_t slot = hd->owned[p[1]];
-        okv_rt_dsel_take_free(&hd->map, slot);
         okv_plan_entry_t *e = &job->plan[job->n_plan];
         e->seq_index = job->seq_index[s];
         e->seq_id = seq->id;
@@ -321,6 +409,8 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
         e->block = p[0];
         e->slot = slot;
         e->victim = p[2] == OKV_SLOT_FREE ? OKV_NO_BLOCK : p[2];
+        e->table_slot = p[1];
+        e->table_victim_slot = p[3];
         job->pairs[job->n_plan].src_offset = host_block_of(rt, hd, e->block) * rt->block_bytes;
         job->pairs[job->n_plan].dst_offset = (uint64_t)slot * rt->block_bytes;
         job->n_plan++;
@@ -342,8 +432,9 @@ out:
 /* Rewrites the layer's tables of every live sequence from the maps; clears the dirty mark when all landed. */
 static okv_status_t rewrite_layer(okv_runtime_t *rt, uint32_t layer) {
   for (uint32_t i = 0; i < rt->cfg.max_seqs; i++) {
-    const okv_seq_t *s = &rt->seqs[i];
+    okv_seq_t *s = &rt->seqs[i];
     if (!s->live) continue;
+    okv_rt_dsel_sync(rt, s, layer); /* the maps first take what the tables committed (or what can be trusted) */
     OKV_RETURN_IF_ERROR(okv_rt_dsel_write(rt, s, layer, layer + 1u));
   }
   rt->sel_dirty[layer] = 0;
@@ -359,6 +450,7 @@ void okv_rt_dsel_commit(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job,
     for (uint32_t s = 0; s < job->n_seqs; s++) { /* a removed sequence's tables are rewritten when reused */
       const okv_seq_t *seq = &rt->seqs[job->seq_index[s]];
       if (!seq->live || seq->id != job->seq_id[s]) job->sel_ran[s] = 0;
+      if (job->sel_ran[s]) *lag_of(rt, job->seq_index[s], layer) = 1; /* hits stamped, plan applied: maps behind */
     }
     for (uint32_t s = 0, e; s < job->n_seqs && st == OKV_OK; s = e) {
       if (!job->sel_ran[s]) {
@@ -414,6 +506,9 @@ okv_status_t okv_runtime_debug_check_tables(okv_runtime_t *rt) {
     if (!s->live) continue;
     for (uint32_t l = 0; l < rt->cfg.n_layers; l++) {
       if (rt->sel_dirty[l] || rt->jobs[l].sel_undo) continue; /* mended by the layer's next commit */
+      okv_rt_dsel_sync(rt, s, l);
+      if (rt->sel_dirty[l])
+        return okv_status_make(OKV_STATUS_INTERNAL, "seq %u layer %u: a table failed its check", s->id, l);
       OKV_RETURN_IF_ERROR(okv_hal_buffer_read(rt->sel_tables, table_offset(rt, i, l, 0), rt->sel_tab_host,
                                               (uint64_t)H * rt->sel_table_bytes));
       for (uint32_t h = 0; h < H; h++) {
@@ -432,8 +527,8 @@ okv_status_t okv_runtime_debug_check_tables(okv_runtime_t *rt) {
                                      "seq %u layer %u head %u: table slot %u free, map's slot busy", s->id, l, h, j);
             continue;
           }
-          if (!okv_block_map_bit(res, b)) { /* a pending admission: the map took its slot off the free stack */
-            if (own_free || (b < m->n_blocks && m->loc[b].slot != OKV_NO_SLOT))
+          if (!okv_block_map_bit(res, b)) { /* a pending admission: its slot free in the map, its block absent */
+            if (!own_free || (b < m->n_blocks && m->loc[b].slot != OKV_NO_SLOT))
               return okv_status_make(OKV_STATUS_INTERNAL,
                                      "seq %u layer %u head %u: table slot %u pending block %u, the map disagrees",
                                      s->id, l, h, j, b);
@@ -467,8 +562,8 @@ bool okv_rt_dsel_ws_ready(okv_runtime_t *rt, uint32_t layer) {
   for (uint32_t i = 0; i < rt->cfg.max_seqs && st == OKV_OK; i++) {
     okv_seq_t *s = &rt->seqs[i];
     if (!s->live) continue;
-    st = okv_rt_dsel_refresh_lru(rt, s, layer); /* the rewrite keeps the tables' last-selected steps */
-    if (st == OKV_OK) st = okv_rt_dsel_write(rt, s, layer, layer + 1u);
+    okv_rt_dsel_sync(rt, s, layer); /* the rewrite keeps what the tables committed and their last-selected steps */
+    st = okv_rt_dsel_write(rt, s, layer, layer + 1u);
   }
   if (st != OKV_OK) { /* rewritten from the maps at the layer's next commit; attention reads the maps' list */
     rt->layer_step[layer].pipeline_errors++;
@@ -478,5 +573,5 @@ bool okv_rt_dsel_ws_ready(okv_runtime_t *rt, uint32_t layer) {
     return false;
   }
   rt->sel_tok_stale[layer] = 0;
-  return true;
+  return !rt->sel_dirty[layer]; /* a table the sync could not trust: the maps' list until the next commit */
 }

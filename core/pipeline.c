@@ -225,7 +225,7 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
       /* Nothing we can wait for was issued: let the copy stream finish whatever
        * it took, then give the slots back. */
       OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->copy));
-      for (uint32_t i = 0; i < job->n_plan; i++) {
+      for (uint32_t i = 0; i < job->n_plan && !rt->dev_sel; i++) { /* device selection: the maps kept them */
         okv_plan_entry_t *e = &job->plan[i];
         okv_block_map_push_free(&seq_head(rt, &rt->seqs[e->seq_index], layer, e->kv_head)->map, e->slot);
       }
@@ -482,9 +482,27 @@ void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
     okv_rt_jobs_drain(rt);
     OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->copy));
   }
+  if (rt->dev_sel) { /* the tables are authoritative: the commit kernel applies the plan (device_select.c) */
+    bool sig = !rt->sel_dirty[layer]; /* else the tables are rewritten below, their signatures with them */
+    uint64_t moved = 0;
+    for (uint32_t i = 0; i < job->n_plan; i++) {
+      const okv_plan_entry_t *e = &job->plan[i];
+      const okv_seq_t *seq = &rt->seqs[e->seq_index];
+      if (!seq->live || seq->id != e->seq_id) continue; /* removed: its tables are rewritten when reused */
+      if (!ok) {
+        ls->failed_blocks++;
+        continue;
+      }
+      if (sig) okv_rt_dsel_sig_commit(rt, layer, e);
+      ls->evicted += e->victim != OKV_NO_BLOCK;
+      moved++;
+    }
+    ls->blocks_moved += moved;
+    ls->bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE] += moved * rt->block_bytes;
+  }
   /* The maps are cold: request the heads' structs, then each entry's block and victim lines, before the
    * loop below, so that the misses overlap (two passes of prefetches; see docs/architecture.md). */
-  for (uint32_t pass = 0; pass < 2; pass++)
+  for (uint32_t pass = 0; pass < 2 && !rt->dev_sel; pass++)
     for (uint32_t i = 0; i < job->n_plan; i++) {
       const okv_plan_entry_t *e = &job->plan[i];
       const okv_seq_t *seq = &rt->seqs[e->seq_index];
@@ -499,24 +517,11 @@ void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
       if (e->victim < m->cap_blocks) __builtin_prefetch(&m->loc[e->victim]);
       __builtin_prefetch(&m->resident[m->n_resident]);
     }
-  for (uint32_t i = 0; i < job->n_plan; i++) {
+  for (uint32_t i = 0; i < job->n_plan && !rt->dev_sel; i++) {
     const okv_plan_entry_t *e = &job->plan[i];
     okv_seq_t *seq = &rt->seqs[e->seq_index];
     if (!seq->live || seq->id != e->seq_id) continue; /* removed: its slots went back already */
     okv_block_map_t *m = &seq_head(rt, seq, layer, e->kv_head)->map;
-    if (rt->dev_sel && (okv_block_map_is_resident(m, e->block) ||
-                        (e->victim != OKV_NO_BLOCK && !okv_block_map_is_resident(m, e->victim)))) {
-      /* A plan from tables that no longer match the maps (cannot happen while every device operation's
-       * failure is caught): the maps stay as they are, the slot goes back to the free stack unless a block
-       * holds it, and the tables are rewritten from the maps below. */
-      bool held = false;
-      for (uint32_t k = 0; k < m->n_resident && !held; k++) held = m->res_slot[k] == e->slot;
-      for (uint32_t k = 0; k < m->n_free && !held; k++) held = m->free_slots[k] == e->slot;
-      if (!held) okv_block_map_push_free(m, e->slot);
-      rt->sel_dirty[layer] = 1;
-      ls->pipeline_errors++;
-      continue;
-    }
     if (ok) {
       if (e->victim != OKV_NO_BLOCK) { /* the block takes the victim's place in the resident list */
         okv_block_map_push_free(m, okv_block_map_replace(m, e->victim, e->block, e->slot, job->step));

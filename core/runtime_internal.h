@@ -68,6 +68,7 @@ static inline bool okv_seq_is_lost(const okv_seq_t *s) { return __atomic_load_n(
 
 typedef struct okv_plan_entry_t {
   uint32_t seq_index, seq_id, kv_head, block, slot, victim;
+  uint32_t table_slot, table_victim_slot; /* device selection: the plan's slot and victim_slot (table entries) */
 } okv_plan_entry_t;
 
 /* One block to read through a KV source: its source index and its plan entry. */
@@ -268,6 +269,13 @@ struct okv_runtime_t {
   uint32_t *sel_plan_host, *sel_result_host; /* worker: read-back plan and result of a job */
   uint8_t *sel_dirty; /* [n_layers] the layer's tables may differ from the maps (a failed device operation):
                          rewritten from the maps at the layer's next commit; the worker does not select on them */
+  /* The tables are authoritative for residency: a commit applies a plan to them only, and the maps of a
+   * (layer, sequence) lag (sel_lag) until the host reads them, when okv_rt_dsel_sync rebuilds them from the
+   * tables. sel_sig: each table's signature as the host expects it (okv_slot_table_sig_term), from the tables
+   * it wrote and the plans it committed; a selection that finds another, or a rebuild that reads another,
+   * treats the table as corrupt. */
+  uint8_t *sel_lag;  /* [n_layers][max_seqs] */
+  uint64_t *sel_sig; /* [n_layers][max_seqs][n_kv_heads], like the tables */
   /* Attention reads the working sets from the tables (okv_attention_desc_t.tables): the pool slot of every
    * table entry, and per layer whether an append changed the write currency of a block other than the
    * active one (a failed batch, a repair copy), so that the tables' token counts must follow the maps
@@ -363,8 +371,17 @@ okv_status_t okv_rt_dsel_init(okv_runtime_t *rt);
 void okv_rt_dsel_free(okv_runtime_t *rt);
 /* Writes the tables of `seq`'s layers [l0, l1) from its maps (admission, after a new active block, repair). */
 okv_status_t okv_rt_dsel_write(okv_runtime_t *rt, const okv_seq_t *seq, uint32_t l0, uint32_t l1);
-/* Copies the tables' last-selected steps of (seq, layer) into the maps' LRU (before the host evicts). */
-okv_status_t okv_rt_dsel_refresh_lru(okv_runtime_t *rt, okv_seq_t *seq, uint32_t layer);
+/* Rebuilds the maps of (seq, layer) from its tables when they lag (every read of the maps beyond the active
+ * block goes through it): residency, free slots, last-selected steps and token counts (the active block's
+ * count stays the host's). A table whose signature or structure is not what the host expects, or a failed
+ * read, leaves the head with its active block only (always safe: the host tier is authoritative), marks the
+ * layer dirty and counts a pipeline error. The maps are usable afterwards in every case. */
+void okv_rt_dsel_sync(okv_runtime_t *rt, okv_seq_t *seq, uint32_t layer);
+/* The same for a reader that may fail instead (`cut` false: a failed read returns its error, the maps still
+ * lag and nothing changed; `cut` true: as okv_rt_dsel_sync, OK always). */
+okv_status_t okv_rt_dsel_sync_or_fail(okv_runtime_t *rt, okv_seq_t *seq, uint32_t layer, bool cut);
+/* The commit of a landed plan entry on the host's side: the head's expected signature follows the table. */
+void okv_rt_dsel_sig_commit(okv_runtime_t *rt, uint32_t layer, const okv_plan_entry_t *e);
 /* The job's selection on the device: fills job->plan / pairs and the stats. Returns the first error (then the
  * layer is marked dirty). */
 okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job, okv_predict_ctx_t *ctx);
@@ -377,8 +394,6 @@ bool okv_rt_dsel_ws_ready(okv_runtime_t *rt, uint32_t layer);
 /* Byte offsets of layer `layer`'s tables and slot-map rows of table row 0 (attention's table mode). */
 uint64_t okv_rt_dsel_tables_offset(const okv_runtime_t *rt, uint32_t layer);
 uint64_t okv_rt_dsel_slot_map_offset(const okv_runtime_t *rt, uint32_t layer);
-/* Takes `slot` off the map's free stack (it holds it). */
-void okv_rt_dsel_take_free(okv_block_map_t *m, uint32_t slot);
 
 /* runtime_config.c */
 void okv_rt_stats_add(okv_step_stats_t *dst, const okv_step_stats_t *src);

@@ -413,6 +413,8 @@ okv_status_t okv_runtime_seq_resident(const okv_runtime_t *rt, uint32_t seq_id, 
   if (s == NULL) return okv_status_make(OKV_STATUS_NOT_FOUND, "okv_runtime_seq_resident: no sequence %u", seq_id);
   /* The worker may be selecting this layer: wait until it is done (read-only otherwise). */
   okv_rt_job_wait_selected((okv_runtime_t *)rt, layer);
+  if (rt->dev_sel) /* the maps lag the tables: rebuilt from them first */
+    OKV_RETURN_IF_ERROR(okv_rt_dsel_sync_or_fail((okv_runtime_t *)rt, (okv_seq_t *)s, layer, false));
   const okv_block_map_t *m = &seq_head(rt, s, layer, kv_head)->map;
   uint32_t n = 0;
   for (uint32_t b = 0; b < m->n_blocks; b++)
@@ -429,6 +431,7 @@ const okv_block_map_t *okv_runtime_debug_map(const okv_runtime_t *rt, uint32_t s
   if (rt && has_pipeline(rt)) okv_rt_jobs_drain((okv_runtime_t *)rt); /* the worker may be selecting the layer */
   const okv_seq_t *s = rt ? okv_rt_seq_find(rt, seq_id) : NULL;
   if (s == NULL || layer >= rt->cfg.n_layers || kv_head >= rt->cfg.n_kv_heads) return NULL;
+  if (rt->dev_sel) okv_rt_dsel_sync((okv_runtime_t *)rt, (okv_seq_t *)s, layer); /* the maps lag the tables */
   return &seq_head(rt, s, layer, kv_head)->map;
 }
 

@@ -96,6 +96,8 @@ static okv_status_t run_attention(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t 
   const okv_runtime_config_t *c = &rt->cfg;
   double t0 = okv_rt_bk_s();
   bool tables = rt->dev_sel && !mass && okv_rt_dsel_ws_ready(rt, layer);
+  for (uint32_t s = 0; rt->dev_sel && !tables && s < n_seqs; s++) /* the list below reads the maps */
+    if (seqs[s] != NULL) okv_rt_dsel_sync(rt, seqs[s], layer);
   uint32_t stale = tables && !peek ? UINT32_MAX : build_ws(rt, n_seqs, seqs, layer);
   for (uint32_t s = 0; tables && s < n_seqs; s++) {
     rt->ws_table_index[s] = seqs[s] ? (uint32_t)(seqs[s] - rt->seqs) : 0u;
@@ -209,6 +211,8 @@ static void fg_predict_and_fetch(okv_runtime_t *rt, uint32_t layer, const float 
     }
   }
   double t0 = okv_rt_bk_s();
+  for (uint32_t s = 0; rt->dev_sel && s < n_seqs; s++) /* recall reads the maps */
+    if (ctx->seqs[s] != NULL) okv_rt_dsel_sync(rt, ctx->seqs[s], layer);
   bool ondemand = c->mode == OKV_MODE_ONDEMAND;
   uint32_t n_plan = 0;
   for (uint32_t s = 0; s < n_seqs; s++) {

@@ -182,18 +182,16 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
   bool tw_in_place = true;   /* the token writes' rows are k_new's / v_new's first n_tw rows, in order */
   uint32_t cap_cp = rt->wr_capacity, cap_reb = rt->reb_capacity;
   okv_step_stats_t *ls = &rt->layer_step[layer];
-  if (rt->dev_sel && !rt->sel_dirty[layer]) /* a new active block may evict: the maps' LRU from the tables first */
-    for (uint32_t i = 0; i < rt->step_n_seqs; i++) {
-      okv_seq_t *s = step_seq(rt, i);
-      if (s == NULL || s->n_tokens[layer] % OKV_BLOCK_TOKENS != 0 || s->n_tokens[layer] == 0) continue;
-      okv_status_t rs = okv_rt_dsel_refresh_lru(rt, s, layer);
-      if (rs != OKV_OK) { /* the eviction uses the maps' older steps; the tables are rewritten at the next commit */
-        ls->pipeline_errors++;
-        rt->sel_dirty[layer] = 1;
-        okv_status_free(rs);
-        break;
-      }
-    }
+  /* Device selection: the maps lag the tables (device_select.c). A new active block may evict and takes a
+   * free slot, and a repair reads every block's slot: those sequences' maps are rebuilt from the tables first.
+   * Otherwise the append touches only the active block, whose map entry is the host's own. */
+  for (uint32_t i = 0; rt->dev_sel && i < rt->step_n_seqs; i++) {
+    okv_seq_t *s = step_seq(rt, i);
+    if (s == NULL) continue;
+    bool sync = s->n_tokens[layer] % OKV_BLOCK_TOKENS == 0;
+    for (uint32_t h = 0; h < H && !sync; h++) sync = seq_head(rt, s, layer, h)->map.needs_repair;
+    if (sync) okv_rt_dsel_sync(rt, s, layer);
+  }
   for (uint32_t i = 0; i < rt->step_n_seqs; i++) {
     okv_seq_t *s = step_seq(rt, i);
     if (s == NULL) continue;

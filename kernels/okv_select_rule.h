@@ -74,12 +74,14 @@ OKV_SELECT_RULE_FN void okv_select_rule_head(uint32_t *t, uint32_t R, uint32_t W
   }
   /* 2. One pass over the slots: free slots, blocks held besides the active one, hits stamped, victim candidates. */
   uint32_t n_cand = 0, n_free = 0, held = 0;
+  uint64_t sig = 0; /* over committed slots (okv_slot_table_sig_term) */
   for (uint32_t j = 0; j < R; j++) {
     uint32_t b = blk[j];
     if (b == OKV_SLOT_FREE) {
       n_free++;
       continue;
     }
+    if (b < nb && ((res[b >> 6] >> (b & 63u)) & 1u)) sig += okv_slot_table_sig_term(j, b);
     if (b == active) continue;
     held++;
     if (b < nb && ((pb[b >> 6] >> (b & 63u)) & 1u)) {
@@ -129,6 +131,8 @@ OKV_SELECT_RULE_FN void okv_select_rule_head(uint32_t *t, uint32_t R, uint32_t W
   result[1] = hits;
   result[2] = misses;
   result[3] = victims;
+  result[4] = (uint32_t)sig;
+  result[5] = (uint32_t)(sig >> 32);
 }
 
 /* Commit of one head's plan (okv_slot_commit_desc_t): n_plan entries; landed:

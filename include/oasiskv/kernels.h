@@ -417,8 +417,28 @@ OKV_API okv_status_t okv_hal_kv_write_tokens_async(okv_hal_stream_t *stream, con
 #define OKV_SLOT_FREE          UINT32_MAX
 #define OKV_SELECT_MAX_SLOTS   4096u
 #define OKV_SELECT_MAX_WORDS   65536u /* 4,194,304 blocks (64M tokens) per head */
-#define OKV_SELECT_RESULT_U32S 4u     /* n_admitted, n_hits, n_misses, n_victims */
+#define OKV_SELECT_RESULT_U32S 6u     /* n_admitted, n_hits, n_misses, n_victims, signature (lo, hi) */
 #define OKV_SELECT_PLAN_U32S   4u     /* block, slot, victim, victim_slot */
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define OKV_HOST_DEVICE __host__ __device__
+#else
+#define OKV_HOST_DEVICE
+#endif
+
+/* Signature of a slot table: the sum modulo 2^64 of okv_slot_table_sig_term(j, block[j]) over its committed
+ * slots (block[j] not OKV_SLOT_FREE and block[j]'s resident bit set; pending admissions do not count). The
+ * selection reports the signature of the table it read, so that a caller that keeps its own (from the tables
+ * it wrote and the plans it committed: + term(slot, block), - term(victim_slot, victim) per landed entry)
+ * finds a table that changed behind its back before a plan drives a copy. A term mixes (j, block) with the
+ * SplitMix64 finalizer (Steele, Lea, Flood, "Fast splittable pseudorandom number generators", 2014), so that
+ * moved, swapped or rewritten entries change the sum with probability about 1 - 2^-64. Pure; any thread. */
+static inline OKV_HOST_DEVICE uint64_t okv_slot_table_sig_term(uint32_t slot, uint32_t block) {
+  uint64_t z = ((uint64_t)slot << 32 | block) + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
 
 /* Bytes of one slot table (layout above); 0 when R or W is 0 or over the limits. */
 static inline uint64_t okv_slot_table_bytes(uint32_t n_slots, uint32_t bitmap_words) {
@@ -447,10 +467,12 @@ static inline uint64_t okv_slot_table_bytes(uint32_t n_slots, uint32_t bitmap_wo
  *  Plan entry e < n_adm of head h at plan[h][e] (OKV_SELECT_PLAN_U32S u32s):
  *  {block, slot, victim, victim_slot} (victim and victim_slot OKV_SLOT_FREE
  *  for free room); the victims stay resident until the commit. Result of head h
- *  at result[h] (OKV_SELECT_RESULT_U32S u32s): {n_adm, hits, misses, victims}
- *  with misses counting every valid predicted block not resident (admitted or
- *  deferred) and victims the admissions that evict (n_adm minus those taking
- *  free room).
+ *  at result[h] (OKV_SELECT_RESULT_U32S u32s): {n_adm, hits, misses, victims,
+ *  sig_lo, sig_hi} with misses counting every valid predicted block not
+ *  resident (admitted or deferred), victims the admissions that evict (n_adm
+ *  minus those taking free room) and sig the table's signature as the
+ *  selection found it (okv_slot_table_sig_term; before its admissions, which
+ *  are pending and do not count).
  * The same rule as the host's selection, so a step selects the same blocks and
  * victims either way (test_select_against_host in tests/kernels/test_kernels_hal.c
  * compares them step by step). */

@@ -185,7 +185,10 @@ OKV_API okv_status_t okv_runtime_seq_length(const okv_runtime_t *runtime, uint32
 
 /* Lists the logical blocks resident and readable for (seq, layer, kv_head),
  * ascending, active block included (unless its last write failed); writes up to
- * `capacity` and the count. For tests and analysis. Errors: NOT_FOUND, INVALID_ARGUMENT. */
+ * `capacity` and the count. For tests and analysis. With device selection the slot tables are the record
+ * (docs/api.md "Selection on the device"): the call reads the layer's tables back when a selection changed
+ * them since the last read (a device synchronization and read). Errors: NOT_FOUND, INVALID_ARGUMENT; with
+ * device selection, a failed read's error (nothing changed: a later call reads again). */
 OKV_API okv_status_t okv_runtime_seq_resident(const okv_runtime_t *runtime, uint32_t seq_id, uint32_t layer,
                                               uint32_t kv_head, uint32_t *out_blocks, uint32_t capacity,
                                               uint32_t *out_count);

@@ -1226,7 +1226,13 @@ static void test_select_rules(void **state) {
   uint32_t plan[2 * SEL_PLAN], res[SEL_RES], got[6 * 4];
   OKV_ASSERT_OK(okv_hal_buffer_read(b.io, b.plan_off, plan, sizeof plan));
   OKV_ASSERT_OK(okv_hal_buffer_read(b.io, b.result_off, res, sizeof res));
-  const uint32_t want_res[SEL_RES] = {2, 1, 3, 2}, want_plan[2 * SEL_PLAN] = {9, 4, 1, 3, 5, 5, 7, 2};
+  /* The signature of the table as found: its four committed slots (the published term: SplitMix64's first
+   * output for seed 0 is term(0, 0)). */
+  assert_true(okv_slot_table_sig_term(0, 0) == 0xE220A8397B1DCDAFull);
+  uint64_t sig = okv_slot_table_sig_term(0, 10) + okv_slot_table_sig_term(1, 3) + okv_slot_table_sig_term(2, 7) +
+                 okv_slot_table_sig_term(3, 1);
+  const uint32_t want_res[SEL_RES] = {2, 1, 3, 2, (uint32_t)sig, (uint32_t)(sig >> 32)},
+                 want_plan[2 * SEL_PLAN] = {9, 4, 1, 3, 5, 5, 7, 2};
   assert_memory_equal(res, want_res, sizeof res);
   assert_memory_equal(plan, want_plan, sizeof plan);
   OKV_ASSERT_OK(okv_hal_buffer_read(b.tables, b.off, got, sizeof got));
@@ -1277,7 +1283,9 @@ static void run_select_against_host(fixture_t *f, uint32_t H, uint32_t n_steps, 
   uint32_t *active = test_malloc(H * 4u), *cap = test_malloc(H * 4u), adm[16], vic[16];
   uint64_t scratch[64];
   uint8_t *landed = test_malloc(H);
-  for (uint32_t h = 0; h < H; h++) { /* the active block resident in slot 0 on both sides */
+  uint64_t *sig = test_malloc(H * sizeof(uint64_t)); /* each head's signature, kept as the runtime keeps it */
+  for (uint32_t h = 0; h < H; h++) {                 /* the active block resident in slot 0 on both sides */
+    sig[h] = okv_slot_table_sig_term(0, active_block);
     OKV_ASSERT_OK(okv_block_map_init(&maps[h], &a, R));
     OKV_ASSERT_OK(okv_block_map_reserve(&maps[h], &a, NB));
     maps[h].n_blocks = NB;
@@ -1331,11 +1339,18 @@ static void run_select_against_host(fixture_t *f, uint32_t H, uint32_t n_steps, 
                     r.n_admitted, r.n_hits, r.n_misses, r.n_victims);
         fail();
       }
+      if (rh[4] != (uint32_t)sig[h] || rh[5] != (uint32_t)(sig[h] >> 32)) {
+        print_error("step %u head %u: signature %08x%08x, kept %016llx\n", step, h, rh[5], rh[4],
+                    (unsigned long long)sig[h]);
+        fail();
+      }
       for (uint32_t i = 0; i < r.n_admitted; i++) {
         const uint32_t *e = ph + (size_t)i * SEL_PLAN;
         assert_int_equal(e[0], adm[i]);
         assert_int_equal(e[2], vic[i] == OKV_NO_BLOCK ? OKV_SLOT_FREE : vic[i]);
         assert_true(e[1] < R);
+        if (landed[h]) sig[h] += okv_slot_table_sig_term(e[1], e[0]);
+        if (landed[h] && e[2] != OKV_SLOT_FREE) sig[h] -= okv_slot_table_sig_term(e[3], e[2]);
       }
       admitted += r.n_admitted;
       victims += r.n_victims;
@@ -1393,6 +1408,7 @@ static void run_select_against_host(fixture_t *f, uint32_t H, uint32_t n_steps, 
   test_free(active);
   test_free(cap);
   test_free(landed);
+  test_free(sig);
   release(b.tables);
   release(b.io);
 }
