@@ -29,8 +29,9 @@ typedef struct bench_opts_t {
   uint32_t n_seqs, context_tokens, n_layers, budget_blocks, steps, warmup;
   double host_gib, fetch_ratio, noise;
   bool json, recall;
-  bool device_selection; /* --selection device */
-  const char *project;   /* --project SHAPE: project the measured cost onto a model's shape */
+  bool device_selection; /* --selection device (the default; host with --fetch-ratio auto unless asked) */
+  bool selection_given;
+  const char *project; /* --project SHAPE: project the measured cost onto a model's shape */
   okv_scoring_t scoring;
   okv_dtype_t summary_dtype;
   uint32_t groups;
@@ -65,8 +66,9 @@ static void usage(FILE *f) {
       "  --layers N: 1..128. --host-gib G (default 4) bounds the HOST tier that N sequences x layers x\n"
       "  context need, and also the DEVICE tier (slot pool, summaries) and the f32 prefill: a run that\n"
       "  needs more of any is refused.\n"
-      "  --selection device: selection and its commit run as kernels on DEVICE slot tables\n"
-      "  (okv_runtime_config_t.device_selection); host (default) runs them on the host's maps.\n");
+      "  --selection device (default): selection and its commit run as kernels on DEVICE slot tables\n"
+      "  (okv_runtime_config_t.device_selection); host runs them on the host's maps (the default with\n"
+      "  --fetch-ratio auto, whose spare slots device selection does not support).\n");
 }
 
 static bool parse_u32(const char *s, uint32_t *out) {
@@ -98,7 +100,8 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
   o->noise = 0.5;
   o->json = false;
   o->recall = false;
-  o->device_selection = false;
+  o->device_selection = true;
+  o->selection_given = false;
   okv_runtime_config_t defaults;
   okv_runtime_config_init(&defaults);
   o->scoring = defaults.scoring;             /* the runtime's default */
@@ -184,6 +187,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
     else if (strcmp(a, "--selection") == 0) {
       ok = strcmp(v, "host") == 0 || strcmp(v, "device") == 0;
       o->device_selection = strcmp(v, "device") == 0;
+      o->selection_given = true;
     } else if (strcmp(a, "--noise") == 0)
       ok = parse_f64(v, &o->noise) && o->noise >= 0;
     else {
@@ -196,6 +200,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
     }
     i++;
   }
+  if (o->fetch_ratio < 0 && !o->selection_given) o->device_selection = false; /* the self-tuning cap: host */
   return 0;
 }
 
