@@ -29,6 +29,7 @@ typedef struct faults_t {
   int fail_copies;
   int fail_kernels;
   int fail_next_fg_kernel; /* the next kernel launched on the engine thread (then disarmed) */
+  int fail_fg_reads;       /* every buffer read on the engine thread */
   pthread_t engine;
   uint64_t injected;
 } faults_t;
@@ -40,6 +41,8 @@ static bool fail_op(void *user, okv_hal_op_t op, okv_tier_t src, okv_tier_t dst)
   bool next = op == OKV_HAL_OP_KERNEL && pthread_equal(pthread_self(), f->engine) &&
               __atomic_exchange_n(&f->fail_next_fg_kernel, 0, __ATOMIC_ACQ_REL);
   bool hit = next || (op == OKV_HAL_OP_COPY && __atomic_load_n(&f->fail_copies, __ATOMIC_ACQUIRE)) ||
+             (op == OKV_HAL_OP_BUFFER_READ && pthread_equal(pthread_self(), f->engine) &&
+              __atomic_load_n(&f->fail_fg_reads, __ATOMIC_ACQUIRE)) ||
              (op == OKV_HAL_OP_KERNEL && __atomic_load_n(&f->fail_kernels, __ATOMIC_ACQUIRE));
   if (hit) __atomic_add_fetch(&f->injected, 1, __ATOMIC_RELAXED);
   return hit;
@@ -345,6 +348,94 @@ static void test_corrupt_tables(void **state) {
   test_free(d);
 }
 
+/* The maps lag the tables (docs/api.md "Selection on the device"): a reader rebuilds them first.
+ *  - okv_runtime_seq_resident whose table read fails returns the read's error and changes nothing; the next
+ *    call reads the tables and lists exactly their committed, readable blocks;
+ *  - a read that fails inside a step (the rebuild before a new active block) leaves each of the sequence's
+ *    heads of that layer with its active block only (then the new one), counted as a pipeline error; the layer's tables are
+ *    rewritten at its next commit, every later output is exact over what is readable, and selection fills
+ *    the working set again. */
+static void test_lagging_maps(void **state) {
+  (void)state;
+  okv_hal_device_params_t p = params();
+  faults_t f;
+  memset(&f, 0, sizeof f);
+  f.engine = pthread_self();
+  okv_hal_fault_hooks_t hooks = {&f, NULL, NULL, fail_op};
+  okv_runtime_config_t c;
+  config(&c, OKV_MODE_OASIS, OKV_SCORING_FLAT, true);
+  drv_t *d = test_calloc(1, sizeof(drv_t));
+  drv_open(d, g_backend, &c, &p, 17, 1024);
+  OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(d->dev, &hooks));
+  d->track_jobs = true;
+  drv_add(d, 250); /* 250 tokens: the step that appends token 256 starts block 16 */
+  drv_add(d, 180);
+  okv_runtime_t *rt = d->rt;
+  for (uint32_t s = 0; s < 5; s++) drv_step(d, 2, 3.0f);
+  uint32_t blocks[64], nb = 0, nb2 = 0;
+  __atomic_store_n(&f.fail_fg_reads, 1, __ATOMIC_RELEASE);
+  okv_status_t st = okv_runtime_seq_resident(rt, d->ids[0], 1, 0, blocks, 64, &nb);
+  __atomic_store_n(&f.fail_fg_reads, 0, __ATOMIC_RELEASE);
+  assert_int_equal(okv_status_code(st), OKV_STATUS_COPY_FAILED);
+  okv_status_free(st);
+  assert_int_equal(rt->sel_dirty[1], 0);
+  assert_int_equal(rt->sel_lag[1 * c.max_seqs + 0], 1); /* still behind: nothing changed */
+  OKV_ASSERT_OK(okv_runtime_seq_resident(rt, d->ids[0], 1, 0, blocks, 64, &nb));
+  /* Exactly the table's committed blocks with readable tokens. */
+  uint64_t tb = rt->sel_table_bytes;
+  uint32_t *t = test_malloc(tb);
+  OKV_ASSERT_OK(okv_hal_buffer_read(rt->sel_tables, (uint64_t)(1 * c.max_seqs + 0) * c.n_kv_heads * tb, t, tb));
+  const uint32_t R = rt->sel_R, active = (250u + 5u - 1u) / 16u;
+  const uint64_t *bits = (const uint64_t *)(const void *)(t + 4u * R);
+  uint32_t want = 0;
+  for (uint32_t j = 0; j < R; j++) {
+    uint32_t b = t[j];
+    if (b == OKV_SLOT_FREE || !((bits[b >> 6] >> (b & 63u)) & 1u) || (b != active && t[2u * R + j] == 0)) continue;
+    bool listed = false;
+    for (uint32_t i = 0; i < nb; i++) listed |= blocks[i] == b;
+    assert_true(listed);
+    want++;
+  }
+  assert_int_equal(nb, want);
+  assert_true(nb > 1);
+  test_free(t);
+  OKV_ASSERT_OK(okv_runtime_debug_check_tables(rt));
+  /* Token 256 of sequence 0 starts block 16 at the step after the next: every engine-thread read of that step
+   * fails, the rebuild before the new active block among them. */
+  drv_step(d, 2, 3.0f);
+  __atomic_store_n(&f.fail_fg_reads, 1, __ATOMIC_RELEASE);
+  drv_step(d, 2, 3.0f);
+  __atomic_store_n(&f.fail_fg_reads, 0, __ATOMIC_RELEASE);
+  assert_int_equal(d->last_layer_code, OKV_STATUS_COPY_FAILED); /* attention's output reads failed too */
+  assert_true(d->last_stats.pipeline_errors > 0);
+  /* Every layer's rebuild failed before the new block: the then active block 15 only, and the new one. */
+  for (uint32_t l = 0; l < c.n_layers; l++) {
+    OKV_ASSERT_OK(okv_runtime_seq_resident(rt, d->ids[0], l, 0, blocks, 64, &nb));
+    assert_int_equal(nb, 2);
+    assert_int_equal(blocks[0], 15);
+    assert_int_equal(blocks[1], 16);
+    assert_int_equal(rt->sel_dirty[l], 1);
+  }
+  OKV_ASSERT_OK(okv_runtime_seq_resident(rt, d->ids[1], 1, 0, blocks, 64, &nb2));
+  assert_true(nb2 >= 1);
+  for (uint32_t s = 0; s < 12; s++) {
+    drv_step(d, 2, 3.0f);
+    double e = drv_check(d, false);
+    if (!(e < 3e-5)) {
+      print_error("step %u after the failed rebuild: |out - reference| = %g\n", s, e);
+      fail();
+    }
+    assert_int_equal(d->last_layer_code, OKV_STATUS_OK);
+  }
+  OKV_ASSERT_OK(okv_runtime_debug_check_tables(rt));
+  for (uint32_t l = 0; l < c.n_layers; l++) assert_int_equal(rt->sel_dirty[l], 0);
+  OKV_ASSERT_OK(okv_runtime_seq_resident(rt, d->ids[0], 1, 0, blocks, 64, &nb));
+  assert_true(nb > 1); /* selection admitted again */
+  OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(d->dev, NULL));
+  drv_close(d);
+  test_free(d);
+}
+
 /* A failed transfer is committed as failed whatever the threads' timing (found by a review, and not specific to
  * device selection): a layer's commit that found its own transfer failed synchronized the copy stream while
  * the background thread had issued another layer's batch, which failed, without recording that batch's event
@@ -454,10 +545,15 @@ static void test_refusals(void **state) {
 int main(int argc, char **argv) {
   g_backend = okv_test_backend_or_skip(argc, argv);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_equals_host_oasis),       cmocka_unit_test(test_equals_host_proxy_flat),
-      cmocka_unit_test(test_equals_host_copy_faults), cmocka_unit_test(test_kernel_faults),
-      cmocka_unit_test(test_commit_kernel_fault),     cmocka_unit_test(test_corrupt_tables),
-      cmocka_unit_test(test_failed_transfer_race),    cmocka_unit_test(test_refusals),
+      cmocka_unit_test(test_equals_host_oasis),
+      cmocka_unit_test(test_equals_host_proxy_flat),
+      cmocka_unit_test(test_equals_host_copy_faults),
+      cmocka_unit_test(test_kernel_faults),
+      cmocka_unit_test(test_commit_kernel_fault),
+      cmocka_unit_test(test_corrupt_tables),
+      cmocka_unit_test(test_lagging_maps),
+      cmocka_unit_test(test_failed_transfer_race),
+      cmocka_unit_test(test_refusals),
   };
   return cmocka_run_group_tests_name("core_device_select", tests, NULL, NULL);
 }
