@@ -352,9 +352,9 @@ static void test_corrupt_tables(void **state) {
  *  - okv_runtime_seq_resident whose table read fails returns the read's error and changes nothing; the next
  *    call reads the tables and lists exactly their committed, readable blocks;
  *  - a read that fails inside a step (the rebuild before a new active block) leaves each of the sequence's
- *    heads of that layer with its active block only (then the new one), counted as a pipeline error; the layer's tables are
- *    rewritten at its next commit, every later output is exact over what is readable, and selection fills
- *    the working set again. */
+ *    heads of that layer with its active block only (then the new one), counted as a pipeline error; the
+ *    layer's tables are rewritten at its next commit, every later output is exact over what is readable, and
+ *    selection fills the working set again. */
 static void test_lagging_maps(void **state) {
   (void)state;
   okv_hal_device_params_t p = params();
