@@ -179,18 +179,28 @@ static void map_cut(okv_head_t *hd, const active_t *a) {
   }
 }
 
-/* Head hd's map rebuilt from its table t: committed entries resident (their last-selected steps and token
- * counts; the active block keeps the host's count), pending and free entries free (a pending admission's
- * transfer has landed or failed by the time the host reads the maps; its block is not readable either way).
+/* Head hd's map rebuilt from its table t (the host's image of it; its scratch words are overwritten):
+ * committed entries resident with the table's last-selected steps, pending and free entries free (a pending
+ * admission's transfer has landed or failed by the time the host reads the maps; its block is not readable
+ * either way). Token counts: the host is the record of write currency, so a block the map already held in
+ * the same slot keeps the map's count (the table's may predate a repair, or come from the provisional marks
+ * of a deferred append batch that failed since), the active block included; a block admitted since the last
+ * rebuild takes the commit's.
  * Returns false, with the head cut to its active block, when the table is not the one the host expects:
  * signature `want` differs, a block is out of range or held twice, the active block moved, an entry past the
  * head's owned slots is used. */
-static bool map_from_table(const okv_runtime_t *rt, okv_head_t *hd, const uint32_t *t, uint64_t want) {
+static bool map_from_table(const okv_runtime_t *rt, okv_head_t *hd, uint32_t *t, uint64_t want) {
   const uint32_t R = rt->sel_R, W = rt->sel_W;
   const uint32_t *blk = t, *last = t + R, *tok = t + 2u * R;
+  uint32_t *host_tok = t + 3u * R; /* the scratch words: the map's count where it held the same block there */
   const uint64_t *res = (const uint64_t *)(const void *)(t + 4u * R);
   okv_block_map_t *m = &hd->map;
   const active_t a = active_of(m);
+  for (uint32_t j = 0; j < R; j++) {
+    uint32_t b = blk[j];
+    bool held = j < hd->n_owned && b < m->n_blocks && m->loc[b].slot == hd->owned[j];
+    host_tok[j] = held ? okv_block_map_tokens(m, b) : UINT32_MAX;
+  }
   map_clear(m);
   uint64_t sig = 0;
   bool ok = true;
@@ -216,7 +226,8 @@ static bool map_from_table(const okv_runtime_t *rt, okv_head_t *hd, const uint32
       continue;
     }
     okv_block_map_map(m, b, slot, last[j]);
-    okv_block_map_set_current(m, b, b == a.block ? a.tokens : (tok[j] < OKV_BLOCK_TOKENS ? tok[j] : OKV_BLOCK_TOKENS));
+    uint32_t n = host_tok[j] != UINT32_MAX ? host_tok[j] : (tok[j] < OKV_BLOCK_TOKENS ? tok[j] : OKV_BLOCK_TOKENS);
+    okv_block_map_set_current(m, b, b == a.block ? a.tokens : n);
   }
   if (ok && sig == want) return true;
   map_cut(hd, &a);

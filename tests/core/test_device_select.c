@@ -30,6 +30,7 @@ typedef struct faults_t {
   int fail_kernels;
   int fail_next_fg_kernel; /* the next kernel launched on the engine thread (then disarmed) */
   int fail_fg_reads;       /* every buffer read on the engine thread */
+  int fail_fg_writes;      /* token-write kernels (source HOST) and copies launched on the engine thread */
   pthread_t engine;
   uint64_t injected;
 } faults_t;
@@ -43,6 +44,8 @@ static bool fail_op(void *user, okv_hal_op_t op, okv_tier_t src, okv_tier_t dst)
   bool hit = next || (op == OKV_HAL_OP_COPY && __atomic_load_n(&f->fail_copies, __ATOMIC_ACQUIRE)) ||
              (op == OKV_HAL_OP_BUFFER_READ && pthread_equal(pthread_self(), f->engine) &&
               __atomic_load_n(&f->fail_fg_reads, __ATOMIC_ACQUIRE)) ||
+             (((op == OKV_HAL_OP_KERNEL && src == OKV_TIER_HOST) || op == OKV_HAL_OP_COPY) &&
+              pthread_equal(pthread_self(), f->engine) && __atomic_load_n(&f->fail_fg_writes, __ATOMIC_ACQUIRE)) ||
              (op == OKV_HAL_OP_KERNEL && __atomic_load_n(&f->fail_kernels, __ATOMIC_ACQUIRE));
   if (hit) __atomic_add_fetch(&f->injected, 1, __ATOMIC_RELAXED);
   return hit;
@@ -436,6 +439,94 @@ static void test_lagging_maps(void **state) {
   test_free(d);
 }
 
+/* One step of every sequence with T = 2 whose layers may fail with any code but INVALID_ARGUMENT (drv_step
+ * accepts COPY_FAILED only; a failed kernel reports INTERNAL); the first failure in last_layer_code. */
+static void step_any(drv_t *d) {
+  const uint32_t T = 2, n = d->n_seqs;
+  uint32_t ids[DRV_MAX_SEQS];
+  d->T = T;
+  d->step_n = n;
+  d->last_layer_code = OKV_STATUS_OK;
+  for (uint32_t i = 0; i < n; i++) {
+    d->step_slot[i] = i;
+    ids[i] = d->ids[i];
+  }
+  OKV_ASSERT_OK(okv_runtime_step_begin(d->rt, n, ids, T));
+  size_t kvn = drv_kv_elems(d);
+  for (uint32_t l = 0; l < d->cfg.n_layers; l++) {
+    float *q, *dr, *k, *v;
+    fill_layer(d, l, kvn, &q, &dr, &k, &v);
+    okv_status_t st = okv_runtime_step_layer(d->rt, l, k, v, q, dr, drv_out(d, l));
+    okv_status_code_t code = okv_status_code(st);
+    okv_status_free(st);
+    assert_true(code != OKV_STATUS_INVALID_ARGUMENT);
+    if (code != OKV_STATUS_OK && d->last_layer_code == OKV_STATUS_OK) d->last_layer_code = code;
+    for (uint32_t i = 0; i < n; i++) rt_hist_append(&d->hist[i], l, k + i * kvn, v + i * kvn);
+  }
+  OKV_ASSERT_OK(okv_runtime_step_end(d->rt, &d->last_stats));
+}
+
+/* Write currency survives a rebuild (found by a review of the lagging maps): the host is the record of which
+ * slots a completed write made readable, the tables only of what the commits admitted. Step 5 fails the
+ * token writes, so block 15 of sequence 0 misses its last token; at step 6 block 16 starts and block 15's
+ * repair copy fails too, after attention ran with the deferred batch's marks provisional (which the tables
+ * took). With `share` (track_fetch_share: attention at the share layer reads the maps' list, so the tables
+ * keep their older count) step 6 runs clean instead and the repair lands. Either way a rebuild must keep
+ * the map's count: afterwards no head holds block 15 short of its tokens without a repair pending, and
+ * every output is exact over what is readable, as with host selection. */
+static void run_repair_case(bool share, bool device) {
+  okv_hal_device_params_t p = params();
+  faults_t f;
+  memset(&f, 0, sizeof f);
+  f.engine = pthread_self();
+  okv_hal_fault_hooks_t hooks = {&f, NULL, NULL, fail_op};
+  okv_runtime_config_t c;
+  config(&c, OKV_MODE_OASIS, OKV_SCORING_FLAT, device);
+  c.track_fetch_share = share;
+  drv_t *d = test_calloc(1, sizeof(drv_t));
+  drv_open(d, g_backend, &c, &p, 17, 1024);
+  OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(d->dev, &hooks));
+  drv_add(d, 250); /* step 5 appends token 255 (block 15's last), step 6 token 256 (block 16's first) */
+  drv_add(d, 180);
+  for (uint32_t s = 0; s < 5; s++) drv_step(d, 2, 3.0f);
+  __atomic_store_n(&f.fail_fg_writes, 1, __ATOMIC_RELEASE);
+  step_any(d);
+  if (share) __atomic_store_n(&f.fail_fg_writes, 0, __ATOMIC_RELEASE);
+  assert_int_not_equal(d->last_layer_code, OKV_STATUS_OK);
+  step_any(d);
+  __atomic_store_n(&f.fail_fg_writes, 0, __ATOMIC_RELEASE);
+  assert_true(f.injected > 0);
+  for (uint32_t s = 0; s < 4; s++) {
+    drv_step(d, 2, 3.0f);
+    assert_int_equal(d->last_layer_code, OKV_STATUS_OK);
+    double e = drv_check(d, false);
+    if (!(e < 3e-5)) {
+      print_error("share %d device %d, step %u after the repair: |out - reference| = %g\n", share, device, s, e);
+      fail();
+    }
+    for (uint32_t l = 0; l < c.n_layers; l++)
+      for (uint32_t h = 0; h < c.n_kv_heads; h++) {
+        const okv_block_map_t *m = okv_runtime_debug_map(d->rt, d->ids[0], l, h);
+        if (okv_block_map_is_resident(m, 15) && okv_block_map_tokens(m, 15) < 16 && !m->needs_repair) {
+          print_error("share %d device %d, layer %u head %u: block 15 short of its tokens, no repair pending\n", share,
+                      device, l, h);
+          fail();
+        }
+      }
+  }
+  OKV_ASSERT_OK(okv_hal_device_set_fault_hooks(d->dev, NULL));
+  drv_close(d);
+  test_free(d);
+}
+
+static void test_write_currency_rebuild(void **state) {
+  (void)state;
+  for (int device = 0; device < 2; device++) {
+    run_repair_case(false, device != 0);
+    run_repair_case(true, device != 0);
+  }
+}
+
 /* A failed transfer is committed as failed whatever the threads' timing (found by a review, and not specific to
  * device selection): a layer's commit that found its own transfer failed synchronized the copy stream while
  * the background thread had issued another layer's batch, which failed, without recording that batch's event
@@ -552,6 +643,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_commit_kernel_fault),
       cmocka_unit_test(test_corrupt_tables),
       cmocka_unit_test(test_lagging_maps),
+      cmocka_unit_test(test_write_currency_rebuild),
       cmocka_unit_test(test_failed_transfer_race),
       cmocka_unit_test(test_refusals),
   };
