@@ -25,6 +25,17 @@ okv_status_t okv_rt_score_units(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_h
   double t0 = okv_rt_bk_s();
   uint32_t H = rt->cfg.n_kv_heads, UE = rt->extent_blocks / unit_blocks; /* units per extent */
   for (uint32_t u = 0; u < n_seqs * H; u++) ctx->seg_cursor[u] = 0;
+  /* Each head's struct and first extent are cold: two whole passes of prefetches first (the structs, then
+   * the extents they point at), so that the listing below does not wait on one miss after another. */
+  for (uint32_t pass = 0; pass < 2; pass++)
+    for (uint32_t s = 0; s < n_seqs; s++)
+      for (uint32_t h = 0; ctx->seqs[s] != NULL && h < H; h++) {
+        const okv_head_t *hd = seq_head(rt, ctx->seqs[s], layer, h);
+        if (pass == 0)
+          __builtin_prefetch(&hd->extents);
+        else if (hd->n_extents > 0)
+          __builtin_prefetch(hd->extents);
+      }
   for (;;) {
     bool any = false;
     for (uint32_t s = 0; s < n_seqs; s++) {

@@ -165,6 +165,28 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
     return okv_status_make(OKV_STATUS_OUT_OF_MEMORY,
                            "runtime: the slot pool (device tier) is full (%llu free slots, %u needed)",
                            (unsigned long long)rt->n_free_slots, need_slots);
+  /* The heads' state is cold (the step streamed KV and scores through the caches since the last append):
+   * request it in two whole passes of prefetches before the loops below read it (each head's struct, then
+   * its active block's loc[], summary_stale[] and extent lines), so that the misses overlap. */
+  for (uint32_t pass = 0; pass < 2; pass++)
+    for (uint32_t i = 0; i < rt->step_n_seqs; i++) {
+      const okv_seq_t *s = step_seq(rt, i);
+      if (s == NULL) continue;
+      uint32_t b = s->n_tokens[layer] / OKV_BLOCK_TOKENS;
+      for (uint32_t h = 0; h < H; h++) {
+        const okv_head_t *head = seq_head(rt, s, layer, h);
+        if (pass == 0) {
+          for (size_t o = 0; o < sizeof *head; o += 64) __builtin_prefetch((const char *)head + o);
+          continue;
+        }
+        const okv_block_map_t *m = &head->map;
+        if (b < m->cap_blocks) {
+          __builtin_prefetch(&m->loc[b]);
+          __builtin_prefetch(&m->summary_stale[b]);
+        }
+        if (b / E < head->n_extents) __builtin_prefetch(&head->extents[b / E]);
+      }
+    }
   /* Grow the per-block arrays first (host allocator failures leave nothing changed). */
   for (uint32_t i = 0; i < rt->step_n_seqs; i++) {
     okv_seq_t *s = step_seq(rt, i);
