@@ -372,8 +372,9 @@ void okv_rt_dsel_free(okv_runtime_t *rt);
 /* Writes the tables of `seq`'s layers [l0, l1) from its maps (admission, after a new active block, repair). */
 okv_status_t okv_rt_dsel_write(okv_runtime_t *rt, const okv_seq_t *seq, uint32_t l0, uint32_t l1);
 /* Rebuilds the maps of (seq, layer) from its tables when they lag (every read of the maps beyond the active
- * block goes through it): residency, free slots, last-selected steps and token counts (the active block's
- * count stays the host's). A table whose signature or structure is not what the host expects, or a failed
+ * block goes through it): residency, free slots, last-selected steps; token counts stay the host's for blocks
+ * the map held in the same slot (the active one included), a block admitted since takes the commit's. A
+ * table whose signature or structure is not what the host expects, or a failed
  * read, leaves the head with its active block only (always safe: the host tier is authoritative), marks the
  * layer dirty and counts a pipeline error. The maps are usable afterwards in every case. */
 void okv_rt_dsel_sync(okv_runtime_t *rt, okv_seq_t *seq, uint32_t layer);
