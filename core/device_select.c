@@ -103,6 +103,10 @@ okv_status_t okv_rt_dsel_init(okv_runtime_t *rt) {
   ALLOC_ARR(rt->sel_slot_map_host, (uint64_t)c->n_kv_heads * rt->sel_R);
   ALLOC_ARR(rt->ws_table_index, c->max_seqs);
   ALLOC_ARR(rt->ws_seq_tokens, c->max_seqs);
+  ALLOC_ARR(rt->act_done, c->max_seqs);
+  ALLOC_ARR(rt->act_slot, n_seg);
+  ALLOC_ARR(rt->act_evicted, c->max_seqs);
+  ALLOC_ARR(rt->act_sig, c->n_kv_heads);
   for (uint32_t l = 0; l < c->n_layers; l++) {
     ALLOC_ARR(rt->jobs[l].sel_ran, c->max_seqs);
   }
@@ -118,7 +122,8 @@ void okv_rt_dsel_free(okv_runtime_t *rt) {
     if (bufs[i]) OKV_IGNORE_ERROR(okv_hal_buffer_release(bufs[i])); /* cleanup */
   void *arrs[] = {rt->sel_slot_index, rt->sel_tab_host,    rt->sel_landed, rt->sel_active,    rt->sel_cap,
                   rt->sel_plan_host,  rt->sel_result_host, rt->sel_dirty,  rt->sel_tok_stale, rt->sel_slot_map_host,
-                  rt->ws_table_index, rt->ws_seq_tokens,   rt->sel_lag,    rt->sel_sig};
+                  rt->ws_table_index, rt->ws_seq_tokens,   rt->sel_lag,    rt->sel_sig,       rt->act_done,
+                  rt->act_slot,       rt->act_evicted,     rt->act_sig};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) okv_rt_free(&rt->alloc, arrs[i]);
   for (uint32_t l = 0; rt->jobs && l < rt->cfg.n_layers; l++) okv_rt_free(&rt->alloc, rt->jobs[l].sel_ran);
 }
@@ -268,6 +273,113 @@ okv_status_t okv_rt_dsel_sync_or_fail(okv_runtime_t *rt, okv_seq_t *seq, uint32_
 
 void okv_rt_dsel_sync(okv_runtime_t *rt, okv_seq_t *seq, uint32_t layer) {
   OKV_IGNORE_ERROR(okv_rt_dsel_sync_or_fail(rt, seq, layer, true)); /* cut: OK always */
+}
+
+/* Table image t of head hd after placing `block` (see okv_rt_dsel_activate); sig: the expected signature, updated.
+ * Returns the table entry the block took, or UINT32_MAX (the image is then scratch, *sig unchanged) when the
+ * table is not the expected one or has no free entry. */
+static uint32_t activate_head(const okv_runtime_t *rt, const okv_head_t *hd, uint32_t *t, uint64_t *sig, uint32_t block,
+                              bool sparse, uint32_t step, uint32_t *evicted) {
+  const uint32_t R = rt->sel_R, W = rt->sel_W, K = rt->cfg.budget_blocks;
+  const uint32_t n = hd->n_owned < R ? hd->n_owned : R;
+  uint32_t *blk = t, *last = t + R, *tok = t + 2u * R;
+  uint64_t *res = (uint64_t *)(void *)(t + 4u * R);
+  const okv_block_map_t *m = &hd->map;
+  if (block >= 64u * W) return UINT32_MAX;
+  /* The expected table: its signature, no committed entry past the owned slots or at the new block. */
+  uint64_t have = 0;
+  uint32_t held = 0, prev = UINT32_MAX;
+  for (uint32_t j = 0; j < R; j++) {
+    uint32_t b = blk[j];
+    if (b == OKV_SLOT_FREE || b >= 64u * W || !okv_block_map_bit(res, b)) continue;
+    if (j >= n || b >= block) return UINT32_MAX;
+    have += okv_slot_table_sig_term(j, b);
+    held++;
+    if (b + 1u == block) prev = j;
+  }
+  if (have != *sig) return UINT32_MAX;
+  /* The previous active block: the host's write count (appends keep the map's entry current). */
+  uint32_t prev_tok = 0;
+  if (prev != UINT32_MAX) {
+    if (!okv_block_map_is_resident(m, block - 1u) || m->loc[block - 1u].slot != hd->owned[prev]) return UINT32_MAX;
+    prev_tok = okv_block_map_tokens(m, block - 1u);
+  }
+  uint32_t victims[OKV_SELECT_MAX_SLOTS], n_victims = 0;
+  if (prev != UINT32_MAX) last[prev] = step; /* touched: lasts below see it, as the map path's LRU does */
+  while (sparse && held - n_victims > K) {
+    uint32_t best = UINT32_MAX;
+    for (uint32_t j = 0; j < n; j++) {
+      uint32_t b = blk[j];
+      if (b == OKV_SLOT_FREE || !okv_block_map_bit(res, b)) continue;
+      if (best == UINT32_MAX || last[j] < last[best] || (last[j] == last[best] && b < blk[best])) best = j;
+    }
+    if (best == UINT32_MAX) break;
+    victims[n_victims++] = best;
+    res[blk[best] >> 6] &= ~(1ull << (blk[best] & 63u)); /* out of the scan; restored below on failure */
+  }
+  uint32_t take = UINT32_MAX;
+  if (n_victims > 0) {
+    take = victims[n_victims - 1u];
+  } else {
+    for (uint32_t j = n; j-- > 0 && take == UINT32_MAX;)
+      if (blk[j] == OKV_SLOT_FREE || !okv_block_map_bit(res, blk[j])) take = j;
+  }
+  if (take == UINT32_MAX) return UINT32_MAX; /* nothing evicted: the image is as read but for prev's last */
+  if (prev != UINT32_MAX) tok[prev] = prev_tok;
+  for (uint32_t v = 0; v < n_victims; v++) {
+    uint32_t j = victims[v];
+    *sig -= okv_slot_table_sig_term(j, blk[j]);
+    blk[j] = OKV_SLOT_FREE;
+    last[j] = 0;
+    tok[j] = 0;
+  }
+  blk[take] = block;
+  last[take] = step;
+  tok[take] = 0;
+  res[block >> 6] |= 1ull << (block & 63u);
+  *sig += okv_slot_table_sig_term(take, block);
+  *evicted += n_victims;
+  return take;
+}
+
+bool okv_rt_dsel_activate(okv_runtime_t *rt, okv_seq_t *seq, uint32_t layer, uint32_t block, bool sparse, uint32_t i) {
+  const uint32_t H = rt->cfg.n_kv_heads, si = (uint32_t)(seq - rt->seqs);
+  const uint64_t words = rt->sel_table_bytes / 4u;
+  if (rt->sel_dirty[layer]) return false;
+  okv_status_t st = okv_hal_stream_synchronize(rt->compute); /* the layer's commit kernel */
+  if (st == OKV_OK)
+    st = okv_hal_buffer_read(rt->sel_tables, table_offset(rt, si, layer, 0), rt->sel_tab_host,
+                             (uint64_t)H * rt->sel_table_bytes);
+  if (st != OKV_OK) { /* absorbed: the map path reads again (and cuts what it cannot read) */
+    okv_status_free(st);
+    OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->compute)); /* drained: no pending error */
+    rt->layer_step[layer].pipeline_errors++;
+    return false;
+  }
+  uint64_t *sig = rt->act_sig;
+  uint32_t evicted = 0;
+  for (uint32_t h = 0; h < H; h++) {
+    sig[h] = *sig_of(rt, si, layer, h);
+    uint32_t j = activate_head(rt, seq_head(rt, seq, layer, h), rt->sel_tab_host + h * words, &sig[h], block, sparse,
+                               rt->step, &evicted);
+    if (j == UINT32_MAX) return false; /* nothing written: the map path rebuilds (and checks) from the tables */
+    rt->act_slot[(uint64_t)i * H + h] = seq_head(rt, seq, layer, h)->owned[j];
+  }
+  st = okv_hal_buffer_write(rt->sel_tables, table_offset(rt, si, layer, 0), rt->sel_tab_host,
+                            (uint64_t)H * rt->sel_table_bytes);
+  if (st != OKV_OK) {
+    /* Absorbed: the map path takes over. Lagging maps are rebuilt from what the tables hold now (the write may
+     * have landed in part: a table the expected signature does not describe is cut), current ones stay, and
+     * the tables are written from the maps after the append. */
+    okv_status_free(st);
+    OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->compute)); /* drained: no pending error */
+    rt->layer_step[layer].pipeline_errors++;
+    return false;
+  }
+  for (uint32_t h = 0; h < H; h++) *sig_of(rt, si, layer, h) = sig[h];
+  *lag_of(rt, si, layer) = 1; /* the maps hold the new active block only */
+  rt->act_evicted[i] = evicted;
+  return true;
 }
 
 void okv_rt_dsel_sig_commit(okv_runtime_t *rt, uint32_t layer, const okv_plan_entry_t *e) {

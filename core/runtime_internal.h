@@ -276,6 +276,12 @@ struct okv_runtime_t {
    * treats the table as corrupt. */
   uint8_t *sel_lag;  /* [n_layers][max_seqs] */
   uint64_t *sel_sig; /* [n_layers][max_seqs][n_kv_heads], like the tables */
+  /* Append: new active blocks placed on the tables' images (okv_rt_dsel_activate) without rebuilding the maps:
+   * per step entry i, whether it was (act_done[i]) and the pool slot of each KV head's new block. */
+  uint8_t *act_done;     /* [max_seqs] */
+  uint32_t *act_slot;    /* [max_seqs * n_kv_heads] */
+  uint32_t *act_evicted; /* [max_seqs] blocks the placement evicted (counted in the layer's evicted) */
+  uint64_t *act_sig;     /* [n_kv_heads] scratch: the tables' signatures after the placement */
   /* Attention reads the working sets from the tables (okv_attention_desc_t.tables): the pool slot of every
    * table entry, and per layer whether an append changed the write currency of a block other than the
    * active one (a failed batch, a repair copy), so that the tables' token counts must follow the maps
@@ -378,6 +384,17 @@ okv_status_t okv_rt_dsel_write(okv_runtime_t *rt, const okv_seq_t *seq, uint32_t
  * read, leaves the head with its active block only (always safe: the host tier is authoritative), marks the
  * layer dirty and counts a pipeline error. The maps are usable afterwards in every case. */
 void okv_rt_dsel_sync(okv_runtime_t *rt, okv_seq_t *seq, uint32_t layer);
+/* Places block `block` (the new active block of every KV head of `seq` at `layer`, its first token about to be
+ * appended) on the slot tables themselves, as the append does on current maps: the previous active block is
+ * stamped with this step and its write count, and with `sparse` the least recently selected blocks beyond the
+ * budget are evicted (ties: lowest block); the new block takes the slot of the last one evicted, else the
+ * highest free table entry. The tables are read, checked against their expected signatures and written back
+ * whole; the maps are left behind (sel_lag) but for the new block, which the caller maps into
+ * rt->act_slot[i * H + h]. Returns false where the caller must take the map path: a dirty layer, a table that
+ * is not the expected one (the map path's rebuild finds and counts it), no free entry, or a failed read or
+ * write-back (counted in pipeline_errors; after a write-back that landed in part, the rebuild cuts what the
+ * expected signatures do not describe). */
+bool okv_rt_dsel_activate(okv_runtime_t *rt, okv_seq_t *seq, uint32_t layer, uint32_t block, bool sparse, uint32_t i);
 /* The same for a reader that may fail instead (`cut` false: a failed read returns its error, the maps still
  * lag and nothing changed; `cut` true: as okv_rt_dsel_sync, OK always). */
 okv_status_t okv_rt_dsel_sync_or_fail(okv_runtime_t *rt, okv_seq_t *seq, uint32_t layer, bool cut);

@@ -205,14 +205,26 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
   uint32_t cap_cp = rt->wr_capacity, cap_reb = rt->reb_capacity;
   okv_step_stats_t *ls = &rt->layer_step[layer];
   /* Device selection: the maps lag the tables (device_select.c). A new active block may evict and takes a
-   * free slot, and a repair reads every block's slot: those sequences' maps are rebuilt from the tables first.
-   * Otherwise the append touches only the active block, whose map entry is the host's own. */
+   * free slot: placed on the tables themselves (okv_rt_dsel_activate), the maps staying behind. A repair reads
+   * every block's slot, and a placement the tables refuse takes the map path: those sequences' maps are rebuilt
+   * from the tables first. Otherwise the append touches only the active block, whose map entry is the host's
+   * own. */
   for (uint32_t i = 0; rt->dev_sel && i < rt->step_n_seqs; i++) {
     okv_seq_t *s = step_seq(rt, i);
+    rt->act_done[i] = 0;
     if (s == NULL) continue;
-    bool sync = s->n_tokens[layer] % OKV_BLOCK_TOKENS == 0;
-    for (uint32_t h = 0; h < H && !sync; h++) sync = seq_head(rt, s, layer, h)->map.needs_repair;
-    if (sync) okv_rt_dsel_sync(rt, s, layer);
+    uint32_t pos = s->n_tokens[layer];
+    bool repair = false;
+    for (uint32_t h = 0; h < H && !repair; h++) repair = seq_head(rt, s, layer, h)->map.needs_repair;
+    if (pos % OKV_BLOCK_TOKENS == 0 && !repair && is_sparse_mode(rt)) {
+      uint32_t b = pos / OKV_BLOCK_TOKENS;
+      if (okv_rt_dsel_activate(rt, s, layer, b, b + 1u > c->dense_threshold_blocks, i)) {
+        rt->act_done[i] = 1;
+        ls->evicted += rt->act_evicted[i];
+        continue;
+      }
+    }
+    if (pos % OKV_BLOCK_TOKENS == 0 || repair) okv_rt_dsel_sync(rt, s, layer);
   }
   for (uint32_t i = 0; i < rt->step_n_seqs; i++) {
     okv_seq_t *s = step_seq(rt, i);
@@ -233,6 +245,8 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
         uint32_t slot;
         if (!is_sparse_mode(rt)) {
           slot = rt->free_slots[--rt->n_free_slots];
+        } else if (rt->dev_sel && rt->act_done[i]) { /* placed on the tables (evictions counted above) */
+          slot = rt->act_slot[(size_t)i * H + h];
         } else {
           if (b > 0 && okv_block_map_is_resident(m, b - 1u)) okv_block_map_touch(m, b - 1u, rt->step);
           if (sparse_after) {
@@ -324,7 +338,7 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
   if (rt->dev_sel && !rt->sel_dirty[layer]) /* new active blocks: the tables follow the maps (before the batch below) */
     for (uint32_t i = 0; i < rt->step_n_seqs; i++) {
       const okv_seq_t *s = step_seq(rt, i);
-      if (s == NULL || (s->n_tokens[layer] - 1u) % OKV_BLOCK_TOKENS != 0) continue;
+      if (s == NULL || (s->n_tokens[layer] - 1u) % OKV_BLOCK_TOKENS != 0 || rt->act_done[i]) continue;
       okv_status_t ws = okv_rt_dsel_write(rt, s, layer, layer + 1u);
       if (ws != OKV_OK) {
         ls->pipeline_errors++;
