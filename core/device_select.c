@@ -411,7 +411,8 @@ okv_status_t okv_rt_dsel_write(okv_runtime_t *rt, const okv_seq_t *seq, uint32_t
   return st;
 }
 
-okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job, okv_predict_ctx_t *ctx) {
+okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job, okv_predict_ctx_t *ctx,
+                                double *t_ready) {
   const uint32_t H = rt->cfg.n_kv_heads, K = rt->cfg.budget_blocks, C = rt->cap_blocks;
   okv_status_t st = OKV_OK;
   memset(job->sel_ran, 0, job->n_seqs);
@@ -461,6 +462,7 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
   /* One wait and two reads for the layer: the plans and results of the whole batch (entries u = s * H + h). */
   uint32_t n_seg = job->n_seqs * H;
   st = okv_hal_stream_synchronize(rt->predict);
+  *t_ready = okv_rt_wall_s();
   if (st == OKV_OK)
     st = okv_hal_buffer_read(rt->sel_result, result_offset(rt, layer, 0), rt->sel_result_host,
                              (uint64_t)n_seg * OKV_SELECT_RESULT_U32S * 4u);

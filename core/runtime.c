@@ -370,6 +370,7 @@ okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_conf
     if (c->device_selection) {
       st = okv_rt_dsel_init(rt);
       if (st) goto fail;
+      rt->wk.topk_on_device = true;
     }
     if (pthread_create(&rt->worker, NULL, okv_rt_worker_main, rt) != 0) {
       st = okv_status_make(OKV_STATUS_UNAVAILABLE, "okv_runtime_create: cannot start the background pipeline thread");

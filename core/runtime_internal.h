@@ -89,6 +89,9 @@ typedef struct okv_predict_ctx_t {
   uint64_t *sel_scratch; /* selection's LRU keys, slots_per_head + 1 */
   uint32_t *sel_admitted, *sel_victims;
   okv_seq_t **seqs; /* [max_seqs] segment owners (NULL = skip) */
+  /* The final top-K stays on the device, unread and not waited for (the worker's context with device selection:
+   * the selection kernel reads it behind it on the same stream, and its wait covers both). */
+  bool topk_on_device;
   /* Two-level scoring (core/scoring.c): ranges of the second level and the candidates' block ids. */
   uint32_t *r_seg, *r_n;         /* [n_seg * groups_kept] */
   uint64_t *r_sfirst, *r_cfirst; /* [n_seg * groups_kept] */
@@ -400,9 +403,11 @@ bool okv_rt_dsel_activate(okv_runtime_t *rt, okv_seq_t *seq, uint32_t layer, uin
 okv_status_t okv_rt_dsel_sync_or_fail(okv_runtime_t *rt, okv_seq_t *seq, uint32_t layer, bool cut);
 /* The commit of a landed plan entry on the host's side: the head's expected signature follows the table. */
 void okv_rt_dsel_sig_commit(okv_runtime_t *rt, uint32_t layer, const okv_plan_entry_t *e);
-/* The job's selection on the device: fills job->plan / pairs and the stats. Returns the first error (then the
- * layer is marked dirty). */
-okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job, okv_predict_ctx_t *ctx);
+/* The job's selection on the device: fills job->plan / pairs and the stats; *t_ready: the wall time its wait on
+ * the predict stream returned (0 when it did not get there). Returns the first error (then the layer is marked
+ * dirty); a failure of the prediction's unwaited top-K reports here. */
+okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job, okv_predict_ctx_t *ctx,
+                                double *t_ready);
 /* The layer-local commit on the tables (landed: the layer's transfer ran), or their rewrite when dirty. */
 void okv_rt_dsel_commit(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job, bool landed);
 /* Whether attention of `layer` may read its working sets from the tables (not dirty; token counts brought
@@ -441,7 +446,8 @@ okv_status_t okv_rt_score_units(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_h
 okv_score_desc_t okv_rt_pass_desc(const okv_runtime_t *rt, const okv_predict_ctx_t *ctx, uint32_t n_seqs, uint32_t T,
                                   uint32_t t_begin, uint32_t t_end, okv_hal_buffer_t *summaries, okv_dtype_t dtype);
 /* The final top-K of a prediction (K per segment into ctx->topk / ctx->counts): enqueued, waited for, read
- * back into ctx->host_topk / host_counts; errors annotated "runtime: top-K of layer L". */
+ * back into ctx->host_topk / host_counts (with ctx->topk_on_device: enqueued only); errors annotated
+ * "runtime: top-K of layer L". */
 okv_status_t okv_rt_final_topk(okv_predict_ctx_t *ctx, okv_hal_stream_t *stream, const okv_topk_desc_t *td,
                                uint32_t layer);
 /* Flat scoring whatever cfg.scoring says (the reference of the recall pass); same contract. */

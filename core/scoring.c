@@ -181,6 +181,7 @@ okv_score_desc_t okv_rt_pass_desc(const okv_runtime_t *rt, const okv_predict_ctx
 okv_status_t okv_rt_final_topk(okv_predict_ctx_t *ctx, okv_hal_stream_t *stream, const okv_topk_desc_t *td,
                                uint32_t layer) {
   okv_status_t st = okv_hal_topk_async(stream, td);
+  if (st == OKV_OK && ctx->topk_on_device) return OKV_OK; /* a failure reports at the selection's wait */
   if (st == OKV_OK) st = okv_hal_stream_synchronize(stream);
   if (st == OKV_OK) st = okv_hal_buffer_read(ctx->topk, 0, ctx->host_topk, (uint64_t)td->n_segments * td->k * 4u);
   if (st == OKV_OK) st = okv_hal_buffer_read(ctx->counts, 0, ctx->host_counts, (uint64_t)td->n_segments * 4u);

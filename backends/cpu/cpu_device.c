@@ -108,6 +108,7 @@ typedef struct okv_cpu_stream_t {
   uint64_t id;                /* process-unique, tells a reused address from this stream */
   uint64_t n_enqueued;        /* seq of the newest op */
   uint64_t n_done;            /* seq of the newest finished op */
+  uint32_t seq_waiters;       /* threads waiting on idle_cond for an op (n_done) rather than for the queue to run dry */
   okv_status_t pending_error; /* first unreported error of the stream */
   pthread_t thread;
   /* Scratch of the kernels run by the worker (scoring's list mode), grown there, freed with the stream. */
@@ -450,7 +451,9 @@ static void *cpu_stream_main(void *arg) {
     pthread_mutex_lock(&s->mutex);
     s->next_run = op->next;
     s->n_done = op->seq;
-    pthread_cond_broadcast(&s->idle_cond);
+    /* Waking a synchronize for every finished op would cost it a wake-up per op (a system call and a context
+     * switch each): only when the queue ran dry, or when some thread waits for one op. */
+    if (!s->next_run || s->seq_waiters > 0) pthread_cond_broadcast(&s->idle_cond);
   }
   pthread_mutex_unlock(&s->mutex);
   return NULL;
@@ -690,7 +693,11 @@ static void cpu_event_reclaim(okv_cpu_event_t *ev) {
   /* The record op finishes right after stamping the event. The address may
    * belong to a newer stream by now: then there is nothing of ours to reclaim. */
   bool ours = s->id == id;
-  while (ours && s->n_done < seq) pthread_cond_wait(&s->idle_cond, &s->mutex);
+  if (ours && s->n_done < seq) {
+    s->seq_waiters++;
+    while (s->n_done < seq) pthread_cond_wait(&s->idle_cond, &s->mutex);
+    s->seq_waiters--;
+  }
   pthread_mutex_unlock(&s->mutex);
   cpu_stream_reclaim(s);
   OKV_IGNORE_ERROR(okv_hal_stream_release(stream));

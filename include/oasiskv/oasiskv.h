@@ -369,7 +369,9 @@ struct okv_step_stats_t {
                                  waits on them */
   double attention_seconds;   /* foreground time from enqueueing attention to its completion */
   double predict_seconds;     /* background time of the prediction: scoring and top-K from the first launch to the
-                                 indices read back (both levels with two-level scoring); the recall pass excluded */
+                                 indices read back (both levels with two-level scoring); with device selection, to
+                                 the return of the one wait that covers the top-K and the selection kernel behind
+                                 it (the indices stay on the device); the recall pass excluded */
   uint64_t append_bytes;      /* bytes written to keep active blocks' slots current: 2 * head_dim * element
                                  bytes per token write (okv_hal_kv_write_tokens_async), a block per whole-block
                                  HOST->DEVICE copy after a failed write (not in bytes_moved, which counts fetched
