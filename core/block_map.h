@@ -25,11 +25,18 @@ typedef struct okv_block_loc_t {
 } okv_block_loc_t;
 
 typedef struct okv_block_map_t {
+  /* What every step reads of a head (the append: its active block's entry and write currency) comes first, in
+   * the struct's first line, so that a head costs one cold line there. */
   uint32_t n_blocks;   /* logical blocks of the head's context */
   uint32_t cap_blocks; /* capacity of the per-block arrays */
+  bool needs_repair;   /* some block of the head has res_tok short of its tokens, or a stale summary */
   /* [cap] per block: its slot (OKV_NO_SLOT when not resident) and its index in resident[] (valid while
    * resident), side by side so that mapping or unmapping a block touches one line of this array, not two. */
   okv_block_loc_t *loc;
+  /* Slot currency (the COPY_FAILED contract, docs/api.md "Faults"): a slot is read by attention only for the
+   * leading tokens a successful write put there. */
+  uint8_t *res_tok;       /* [cap] res_tok[i]: tokens of resident[i] current in its slot, 0 = unreadable */
+  uint8_t *summary_stale; /* [cap] 1: the block's min/max summary missed a write; rebuild it from the HOST tier */
   /* Resident blocks, unordered, with their last-selected step (the LRU key of
    * capped eviction) side by side: selection scans these two short arrays
    * (K + 1 entries) instead of per-block arrays as long as the context. */
@@ -47,12 +54,7 @@ typedef struct okv_block_map_t {
   bool has_prev;
   uint32_t *free_slots; /* stack of the head's free slots */
   uint32_t n_free, cap_free;
-  /* Slot currency (the COPY_FAILED contract, docs/api.md "Faults"): a slot is
-   * read by attention only for the leading tokens a successful write put there. */
-  uint32_t *res_slot;     /* [cap] res_slot[i]: slot of resident[i] (attention reads these three in order) */
-  uint8_t *res_tok;       /* [cap] res_tok[i]: tokens of resident[i] current in its slot, 0 = unreadable */
-  uint8_t *summary_stale; /* [cap] 1: the block's min/max summary missed a write; rebuild it from the HOST tier */
-  bool needs_repair;      /* some block of the head has res_tok short of its tokens, or a stale summary */
+  uint32_t *res_slot; /* [cap] res_slot[i]: slot of resident[i] (attention reads it, res_tok and resident in order) */
 } okv_block_map_t;
 
 /* Zero-initialises `map` and reserves room for `cap_free_slots` free slots.

@@ -479,8 +479,9 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
       const okv_seq_t *seq = ctx->seqs[s];
       for (uint32_t h = 0; seq != NULL && h < H; h++) {
         const okv_head_t *hd = seq_head(rt, seq, layer, h);
-        if (pass == 0) {
+        if (pass == 0) { /* the head's leading fields: two lines (okv_head_t) */
           __builtin_prefetch(hd);
+          __builtin_prefetch((const char *)hd + 64);
           continue;
         }
         uint32_t u = s * H + h, n_adm = rt->sel_result_host[(size_t)u * OKV_SELECT_RESULT_U32S];

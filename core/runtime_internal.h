@@ -14,6 +14,7 @@
 #include <pthread.h>
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 #include <time.h>
 
@@ -34,11 +35,13 @@
 #define OKV_CORE_EXTENT_BLOCKS 64u
 
 typedef struct okv_head_t {
-  okv_block_map_t map;
+  /* First: what the per-step passes read of every head (the scoring's run listing and the selection's copy
+   * pairs: extents, owned; the append: the map's leading fields), two adjacent lines. */
   uint32_t *extents; /* [cap_extents] host extent of logical blocks [i*E, (i+1)*E) */
   uint32_t n_extents, cap_extents;
   uint32_t *owned; /* sparse modes: the slots this head owns, slots_min_per_head .. slots_per_head */
   uint32_t n_owned;
+  okv_block_map_t map;
   /* Remote sequences: bit b set = prefill block b (< seq->n_remote_blocks) is in the HOST tier (admitted or
    * read through the source). NULL for a local sequence: every block is present. Written by the thread that
    * reads the source (the worker for its layer's job, the engine thread in ONDEMAND). */
@@ -345,6 +348,11 @@ static inline bool has_pipeline(const okv_runtime_t *rt) {
   return rt->cfg.mode == OKV_MODE_OASIS || rt->cfg.mode == OKV_MODE_PROXY;
 }
 
+/* The head whose map is `m`. */
+static inline const okv_head_t *head_of_map(const okv_block_map_t *m) {
+  return (const okv_head_t *)(const void *)((const char *)m - offsetof(okv_head_t, map));
+}
+
 static inline okv_head_t *seq_head(const okv_runtime_t *rt, const okv_seq_t *s, uint32_t layer, uint32_t h) {
   return &s->heads[(size_t)layer * rt->cfg.n_kv_heads + h];
 }
@@ -476,7 +484,7 @@ okv_status_t okv_rt_predict_two_level(okv_runtime_t *rt, okv_predict_ctx_t *ctx,
                                       uint32_t n_seqs, uint32_t layer, uint32_t T, uint32_t t_begin, uint32_t t_end,
                                       double *bk_s);
 /* Enqueues on `stream` the rebuild of group summaries from block summaries: entry i is group groups[i] of the
- * head whose map is maps[i] (the map is the first member of okv_head_t), over its first map->n_blocks blocks.
+ * head whose map is maps[i] (head_of_map), over its first map->n_blocks blocks.
  * No-op in flat scoring. Errors: OUT_OF_MEMORY (host scratch), the kernel's enqueue error. */
 okv_status_t okv_rt_groups_rebuild(okv_runtime_t *rt, okv_hal_stream_t *stream, uint32_t n,
                                    okv_block_map_t *const *maps, const uint32_t *groups);

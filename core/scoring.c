@@ -111,7 +111,7 @@ okv_status_t okv_rt_groups_rebuild(okv_runtime_t *rt, okv_hal_stream_t *stream, 
   } else {
     uint32_t m = 0;
     for (uint32_t i = 0; i < n; i++) {
-      const okv_head_t *head = (const okv_head_t *)maps[i]; /* the map is okv_head_t's first member */
+      const okv_head_t *head = head_of_map(maps[i]);
       uint32_t nb = maps[i]->n_blocks, b0 = blocks[i] / GB * GB;
       if (b0 >= nb) continue;
       src_first[m] = okv_host_store_block(&rt->host, head->extents, b0);

@@ -176,7 +176,8 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
       for (uint32_t h = 0; h < H; h++) {
         const okv_head_t *head = seq_head(rt, s, layer, h);
         if (pass == 0) {
-          for (size_t o = 0; o < sizeof *head; o += 64) __builtin_prefetch((const char *)head + o);
+          __builtin_prefetch(head); /* the leading fields the loops read: two lines (okv_head_t) */
+          __builtin_prefetch((const char *)head + 64);
           continue;
         }
         const okv_block_map_t *m = &head->map;
