@@ -912,23 +912,6 @@ static void cpu_run_slot_commit(okv_cpu_op_t *op, int n_threads) {
 }
 OKV_CPU_DESC_KERNEL(slot_commit, "slot commit", 3, c->table, c->plan, c->result)
 
-/* The slot commit writes a few words per plan entry and its caller waits for it at once: on an idle stream it
- * runs on the calling thread, holding the stream's mutex (no op starts beside it, so stream order holds). On a
- * VM, waking the stream thread and sleeping until it finished cost the caller more CPU than the kernel itself
- * (a futex wake-up, a sleep and a context switch: 10-20 us against a few us). */
-static okv_status_t cpu_slot_commit_launch(okv_hal_stream_t *stream, const okv_slot_commit_desc_t *d) {
-  okv_cpu_stream_t *s = (okv_cpu_stream_t *)stream;
-  pthread_mutex_lock(&s->mutex);
-  if (s->next_run == NULL) {
-    okv_cpu_slot_commit(d, cpu_ptr(d->table, d->table_offset), (const uint32_t *)cpu_ptr(d->plan, d->plan_offset),
-                        (const uint32_t *)cpu_ptr(d->result, d->result_offset));
-    pthread_mutex_unlock(&s->mutex);
-    return OKV_OK;
-  }
-  pthread_mutex_unlock(&s->mutex);
-  return cpu_slot_commit_enqueue(stream, d);
-}
-
 /* Append with any summary dtype: the descriptor clone (keys included) runs on the worker. */
 static void cpu_run_summary_append_ex(okv_cpu_op_t *op, int n_threads) {
   (void)n_threads;
@@ -1007,6 +990,6 @@ static const okv_hal_device_vtable_t cpu_vtable = {
     .summary_reduce = cpu_summary_reduce_enqueue,
     .kv_write = cpu_kv_write_enqueue,
     .select = cpu_select_enqueue,
-    .slot_commit = cpu_slot_commit_launch,
+    .slot_commit = cpu_slot_commit_enqueue,
     .set_link = cpu_set_link,
 };
