@@ -37,7 +37,7 @@ okv_status_t okv_rt_score_units(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_h
           __builtin_prefetch(hd->extents);
       }
   for (;;) {
-    bool any = false;
+    bool any = false, more = false; /* more: some head has runs left for the next launch */
     for (uint32_t s = 0; s < n_seqs; s++) {
       const okv_seq_t *seq = ctx->seqs[s];
       uint32_t nb = seq ? n_blocks_of(seq->n_tokens[layer]) : 0;
@@ -49,8 +49,8 @@ okv_status_t okv_rt_score_units(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_h
         ctx->seg_score_first[u] = 0;
         if (cur >= need) continue;
         const okv_head_t *hd = seq_head(rt, seq, layer, h);
-        uint32_t start = hd->extents[cur], run = 1;
-        while (cur + run < need && hd->extents[cur + run] == start + run) run++;
+        uint32_t start = hd->extents[cur], run = okv_rt_head_run(hd, cur, need);
+        more |= cur + run < need;
         uint32_t first = cur * UE, n = run * UE;
         if (n > n_units - first) n = n_units - first;
         ctx->seg_summary_first[u] = (uint64_t)start * UE;
@@ -65,6 +65,7 @@ okv_status_t okv_rt_score_units(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_h
     okv_status_t st = okv_hal_score_blocks_async(stream, sd);
     t0 = okv_rt_bk_s();
     if (st != OKV_OK) return st;
+    if (!more) break;
   }
   *bk_s += okv_rt_bk_s() - t0;
   return OKV_OK;

@@ -39,6 +39,9 @@ typedef struct okv_head_t {
    * pairs: extents, owned; the append: the map's leading fields), two adjacent lines. */
   uint32_t *extents; /* [cap_extents] host extent of logical blocks [i*E, (i+1)*E) */
   uint32_t n_extents, cap_extents;
+  /* extents[0 .. ext_run) are contiguous (extents[i] == extents[0] + i): the scoring launches list a head's
+   * first ext_run extents as one run without reading them. Kept by whoever appends an extent (okv_rt_head_add_extent). */
+  uint32_t ext_run;
   uint32_t *owned; /* sparse modes: the slots this head owns, slots_min_per_head .. slots_per_head */
   uint32_t n_owned;
   okv_block_map_t map;
@@ -346,6 +349,27 @@ static inline bool has_spares(const okv_runtime_t *rt) {
 }
 static inline bool has_pipeline(const okv_runtime_t *rt) {
   return rt->cfg.mode == OKV_MODE_OASIS || rt->cfg.mode == OKV_MODE_PROXY;
+}
+
+/* Records that extent n - 1 of head hd (n = hd->n_extents) was just taken: the leading contiguous run grows
+ * when it reached it and the new extent follows it. */
+static inline void okv_rt_head_note_extent(okv_head_t *hd) {
+  uint32_t n = hd->n_extents;
+  if (n == 0) {
+    hd->ext_run = 0;
+  } else if (hd->ext_run == n - 1u && hd->extents[n - 1u] == hd->extents[0] + (n - 1u)) {
+    hd->ext_run = n;
+  }
+}
+
+/* The length of the run of contiguous extents from extents[cur] (cur < need <= n_extents), at most need - cur:
+ * the cached leading run without reading it, the rest by reading the extents. */
+static inline uint32_t okv_rt_head_run(const okv_head_t *hd, uint32_t cur, uint32_t need) {
+  const uint32_t start = hd->extents[cur];
+  uint32_t run = 1;
+  if (cur < hd->ext_run) run = (hd->ext_run < need ? hd->ext_run : need) - cur;
+  while (cur + run < need && hd->extents[cur + run] == start + run) run++;
+  return run;
 }
 
 /* The head whose map is `m`. */

@@ -219,8 +219,7 @@ static okv_status_t predict_q8(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_ha
       ctx->excl_blocks[n_excl++] = nb - 1u; /* the active block is never a candidate */
       const okv_head_t *hd = seq_head(rt, seq, layer, h);
       for (uint32_t e = 0; e < need;) { /* runs of contiguous extents */
-        uint32_t start = hd->extents[e], run = 1;
-        while (e + run < need && hd->extents[e + run] == start + run) run++;
+        uint32_t start = hd->extents[e], run = okv_rt_head_run(hd, e, need);
         uint32_t first = e * E;
         ctx->run_first[n_runs] = first;
         ctx->run_n[n_runs] = run * E < nb - first ? run * E : nb - first;

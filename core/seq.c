@@ -202,7 +202,10 @@ okv_status_t okv_rt_seq_reserve(okv_runtime_t *rt, uint32_t n_tokens, const char
     ALLOC_ARR(h->extents, cap_ext);
     h->cap_extents = cap_ext;
     okv_host_store_alloc_extents(&rt->host, n_ext, UINT32_MAX, h->extents); /* counted above: cannot fail */
-    h->n_extents = n_ext;
+    for (h->n_extents = 0; h->n_extents < n_ext;) {
+      h->n_extents++;
+      okv_rt_head_note_extent(h);
+    }
     if (is_sparse_mode(rt)) {
       ALLOC_ARR(h->owned, rt->slots_per_head);
       for (uint32_t j = 0; j < rt->slots_min_per_head; j++) h->owned[j] = rt->free_slots[--rt->n_free_slots];

@@ -241,6 +241,7 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
           uint32_t prefer = head->n_extents ? head->extents[head->n_extents - 1u] + 1u : UINT32_MAX;
           okv_host_store_alloc_extents(&rt->host, 1, prefer, &head->extents[head->n_extents]);
           head->n_extents++;
+          okv_rt_head_note_extent(head);
         }
         m->n_blocks = b + 1u;
         uint32_t slot;
