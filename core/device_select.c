@@ -301,7 +301,8 @@ static uint32_t activate_head(const okv_runtime_t *rt, const okv_head_t *hd, uin
   /* The previous active block: the host's write count (appends keep the map's entry current). */
   uint32_t prev_tok = 0;
   if (prev != UINT32_MAX) {
-    if (!okv_block_map_is_resident(m, block - 1u) || m->loc[block - 1u].slot != hd->owned[prev]) return UINT32_MAX;
+    if (!okv_block_map_is_resident(m, block - 1u) || m->loc[block - 1u].slot != okv_rt_owned_slot(hd, prev))
+      return UINT32_MAX;
     prev_tok = okv_block_map_tokens(m, block - 1u);
   }
   uint32_t victims[OKV_SELECT_MAX_SLOTS], n_victims = 0;
@@ -363,7 +364,7 @@ bool okv_rt_dsel_activate(okv_runtime_t *rt, okv_seq_t *seq, uint32_t layer, uin
     uint32_t j = activate_head(rt, seq_head(rt, seq, layer, h), rt->sel_tab_host + h * words, &sig[h], block, sparse,
                                rt->step, &evicted);
     if (j == UINT32_MAX) return false; /* nothing written: the map path rebuilds (and checks) from the tables */
-    rt->act_slot[(uint64_t)i * H + h] = seq_head(rt, seq, layer, h)->owned[j];
+    rt->act_slot[(uint64_t)i * H + h] = okv_rt_owned_slot(seq_head(rt, seq, layer, h), j);
   }
   st = okv_hal_buffer_write(rt->sel_tables, table_offset(rt, si, layer, 0), rt->sel_tab_host,
                             (uint64_t)H * rt->sel_table_bytes);
@@ -487,8 +488,8 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
         uint32_t u = s * H + h, n_adm = rt->sel_result_host[(size_t)u * OKV_SELECT_RESULT_U32S];
         const uint32_t *p = &rt->sel_plan_host[(size_t)u * C * OKV_SELECT_PLAN_U32S];
         for (uint32_t i = 0; i < n_adm && i < C; i++, p += OKV_SELECT_PLAN_U32S) {
-          if (p[1] < hd->n_owned) __builtin_prefetch(&hd->owned[p[1]]);
-          if (p[0] / E < hd->n_extents) __builtin_prefetch(&hd->extents[p[0] / E]);
+          if (hd->owned_step == 0 && p[1] < hd->n_owned) __builtin_prefetch(&hd->owned[p[1]]);
+          if (p[0] / E < hd->n_extents) __builtin_prefetch(&hd->extents[p[0] / E < hd->ext_run ? 0 : p[0] / E]);
         }
       }
     }
@@ -527,7 +528,7 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
       job->stats.deferred += r[2] - n_adm;
       const uint32_t *p = &rt->sel_plan_host[(size_t)u * C * OKV_SELECT_PLAN_U32S];
       for (uint32_t i = 0; i < n_adm; i++, p += OKV_SELECT_PLAN_U32S) {
-        uint32_t slot = hd->owned[p[1]];
+        uint32_t slot = okv_rt_owned_slot(hd, p[1]);
         okv_plan_entry_t *e = &job->plan[job->n_plan];
         e->seq_index = job->seq_index[s];
         e->seq_id = seq->id;

@@ -44,6 +44,11 @@ typedef struct okv_head_t {
   uint32_t ext_run;
   uint32_t *owned; /* sparse modes: the slots this head owns, slots_min_per_head .. slots_per_head */
   uint32_t n_owned;
+  /* owned[j] == owned_base + owned_step * j for every j < n_owned when owned_step is +1 or -1 (the pool hands
+   * out consecutive slots: the usual case), 0 otherwise; okv_rt_owned_slot reads owned[] only then. Kept by
+   * whoever changes owned (okv_rt_head_note_owned). */
+  int32_t owned_step;
+  uint32_t owned_base;
   okv_block_map_t map;
   /* Remote sequences: bit b set = prefill block b (< seq->n_remote_blocks) is in the HOST tier (admitted or
    * read through the source). NULL for a local sequence: every block is present. Written by the thread that
@@ -372,6 +377,24 @@ static inline uint32_t okv_rt_head_run(const okv_head_t *hd, uint32_t cur, uint3
   return run;
 }
 
+/* Recomputes owned_step / owned_base after hd->owned changed. */
+static inline void okv_rt_head_note_owned(okv_head_t *hd) {
+  hd->owned_step = 0;
+  hd->owned_base = hd->n_owned > 0 ? hd->owned[0] : 0;
+  if (hd->n_owned == 0) return;
+  int64_t step = hd->n_owned > 1 ? (int64_t)hd->owned[1] - (int64_t)hd->owned[0] : 1;
+  if (step != 1 && step != -1) return;
+  for (uint32_t j = 2; j < hd->n_owned; j++)
+    if ((int64_t)hd->owned[j] != (int64_t)hd->owned[0] + step * (int64_t)j) return;
+  hd->owned_step = (int32_t)step;
+}
+
+/* The head's owned slot j (j < n_owned). */
+static inline uint32_t okv_rt_owned_slot(const okv_head_t *hd, uint32_t j) {
+  if (hd->owned_step != 0) return (uint32_t)((int64_t)hd->owned_base + (int64_t)hd->owned_step * (int64_t)j);
+  return hd->owned[j];
+}
+
 /* The head whose map is `m`. */
 static inline const okv_head_t *head_of_map(const okv_block_map_t *m) {
   return (const okv_head_t *)(const void *)((const char *)m - offsetof(okv_head_t, map));
@@ -386,6 +409,8 @@ static inline bool seq_layer_sparse(const okv_runtime_t *rt, const okv_seq_t *s,
 }
 
 static inline uint64_t host_block_of(const okv_runtime_t *rt, const okv_head_t *h, uint32_t block) {
+  const uint32_t E = rt->host.extent_blocks;
+  if (block / E < h->ext_run) return (uint64_t)h->extents[0] * E + block; /* the leading contiguous run */
   return okv_host_store_block(&rt->host, h->extents, block);
 }
 

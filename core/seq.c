@@ -82,6 +82,7 @@ static void spares_reclaim(okv_runtime_t *rt, uint64_t want) {
         for (uint32_t k = 0; k < h->n_owned; k++)
           if (h->owned[k] == slot) {
             h->owned[k] = h->owned[--h->n_owned];
+            okv_rt_head_note_owned(h);
             break;
           }
         rt->free_slots[rt->n_free_slots++] = slot;
@@ -106,6 +107,7 @@ void okv_rt_spares_spread(okv_runtime_t *rt) {
         if (h->n_owned >= rt->slots_per_head) continue;
         uint32_t slot = rt->free_slots[--rt->n_free_slots];
         h->owned[h->n_owned++] = slot;
+        okv_rt_head_note_owned(h);
         okv_block_map_push_free(&h->map, slot);
         gave = true;
       }
@@ -210,6 +212,7 @@ okv_status_t okv_rt_seq_reserve(okv_runtime_t *rt, uint32_t n_tokens, const char
       ALLOC_ARR(h->owned, rt->slots_per_head);
       for (uint32_t j = 0; j < rt->slots_min_per_head; j++) h->owned[j] = rt->free_slots[--rt->n_free_slots];
       h->n_owned = rt->slots_min_per_head;
+      okv_rt_head_note_owned(h);
       for (uint32_t j = 0; rt->dev_sel && j < h->n_owned; j++) rt->sel_slot_index[h->owned[j]] = j;
       /* Pushed in reverse so that pops hand out owned[0], owned[1], ... */
       for (uint32_t j = rt->slots_min_per_head; j > 0; j--) okv_block_map_push_free(&h->map, h->owned[j - 1u]);
