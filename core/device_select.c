@@ -107,6 +107,11 @@ okv_status_t okv_rt_dsel_init(okv_runtime_t *rt) {
   ALLOC_ARR(rt->act_slot, n_seg);
   ALLOC_ARR(rt->act_evicted, c->max_seqs);
   ALLOC_ARR(rt->act_sig, c->n_kv_heads);
+  st = okv_hal_event_create(rt->device, &rt->commit_event);
+  if (st != OKV_OK) {
+    rt->commit_event = NULL;
+    goto fail;
+  }
   for (uint32_t l = 0; l < c->n_layers; l++) {
     ALLOC_ARR(rt->jobs[l].sel_ran, c->max_seqs);
   }
@@ -117,6 +122,7 @@ fail:
 }
 
 void okv_rt_dsel_free(okv_runtime_t *rt) {
+  if (rt->commit_event) OKV_IGNORE_ERROR(okv_hal_event_release(rt->commit_event)); /* cleanup */
   okv_hal_buffer_t *bufs[] = {rt->sel_tables, rt->sel_plan, rt->sel_result, rt->sel_slot_map};
   for (int i = 0; i < 4; i++)
     if (bufs[i]) OKV_IGNORE_ERROR(okv_hal_buffer_release(bufs[i])); /* cleanup */
@@ -568,10 +574,34 @@ static okv_status_t rewrite_layer(okv_runtime_t *rt, uint32_t layer) {
   return OKV_OK;
 }
 
+bool okv_rt_dsel_commit_finish(okv_runtime_t *rt) {
+  if (!rt->commit_pending) return false;
+  rt->commit_pending = false;
+  const uint32_t layer = rt->commit_layer;
+  okv_step_stats_t *ls = &rt->layer_step[layer];
+  okv_status_t st = okv_hal_event_wait(rt->commit_event); /* done already once attention ran: no sleep */
+  if (st == OKV_OK) return false;
+  /* The commit failed (the event took its error: no other wait saw it). Absorbed: the maps are rebuilt from
+   * what the tables can be trusted for (the plan's heads are cut to their active block: their signatures
+   * count the plan) and the tables rewritten from them. */
+  ls->pipeline_errors++;
+  okv_status_free(st);
+  rt->sel_dirty[layer] = 1;
+  st = rewrite_layer(rt, layer);
+  if (st != OKV_OK) { /* stays dirty: the next commit tries again */
+    ls->pipeline_errors++;
+    okv_status_free(st);
+    OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->compute));
+  }
+  return true;
+}
+
 void okv_rt_dsel_commit(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job, bool landed) {
   const uint32_t H = rt->cfg.n_kv_heads;
   okv_step_stats_t *ls = &rt->layer_step[layer];
   okv_status_t st = OKV_OK;
+  bool launched = false;
+  (void)okv_rt_dsel_commit_finish(rt); /* one not checked yet (a step_layer that stopped early) */
   if (!rt->sel_dirty[layer]) {
     memset(rt->sel_landed, landed ? 1 : 0, (size_t)job->n_seqs * H);
     for (uint32_t s = 0; s < job->n_seqs; s++) { /* a removed sequence's tables are rewritten when reused */
@@ -597,15 +627,22 @@ void okv_rt_dsel_commit(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job,
                                   .result_offset = result_offset(rt, layer, s * H),
                                   .landed = rt->sel_landed};
       st = okv_hal_slot_commit_async(rt->compute, &d);
+      launched |= st == OKV_OK;
     }
-    /* Waited for here: a kernel that failed while running reports on the stream, and the next wait on it
-     * (the append's) would take the error for its own. The tables are then rewritten from the maps. */
-    okv_status_t ws = okv_hal_stream_synchronize(rt->compute);
-    if (st == OKV_OK)
-      st = ws;
-    else
-      okv_status_free(ws);
-    if (st != OKV_OK) {
+    /* Not waited for: an event recorded behind the kernels takes their failure (an event captures the
+     * stream's error, so no later wait on the stream sees it), and okv_rt_dsel_commit_finish checks it once
+     * attention has run, which then runs again if the tables had to be repaired. Until then the tables are
+     * read before or after the commit; either state is consistent (before it, the admitted entries are
+     * pending and not read, the victims intact), and a new active block's placement that finds signatures
+     * counting a plan the tables lack takes the map path. */
+    if (st == OKV_OK && launched) {
+      st = okv_hal_event_record(rt->commit_event, rt->compute);
+      if (st == OKV_OK) {
+        rt->commit_pending = true;
+        rt->commit_layer = layer;
+      }
+    }
+    if (st != OKV_OK) { /* an enqueue failed: drained, the tables rewritten from the maps below */
       ls->pipeline_errors++;
       okv_status_free(st);
       OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->compute)); /* drained: no pending error */

@@ -296,6 +296,11 @@ struct okv_runtime_t {
   uint32_t *act_slot;    /* [max_seqs * n_kv_heads] */
   uint32_t *act_evicted; /* [max_seqs] blocks the placement evicted (counted in the layer's evicted) */
   uint64_t *act_sig;     /* [n_kv_heads] scratch: the tables' signatures after the placement */
+  /* The commit kernel is not waited for: commit_event, recorded behind it, is checked once attention ran
+   * (okv_rt_dsel_commit_finish); commit_pending: a commit of layer commit_layer awaits that check. */
+  okv_hal_event_t *commit_event;
+  bool commit_pending;
+  uint32_t commit_layer;
   /* Attention reads the working sets from the tables (okv_attention_desc_t.tables): the pool slot of every
    * table entry, and per layer whether an append changed the write currency of a block other than the
    * active one (a failed batch, a repair copy), so that the tables' token counts must follow the maps
@@ -465,8 +470,13 @@ void okv_rt_dsel_sig_commit(okv_runtime_t *rt, uint32_t layer, const okv_plan_en
  * dirty); a failure of the prediction's unwaited top-K reports here. */
 okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job, okv_predict_ctx_t *ctx,
                                 double *t_ready);
-/* The layer-local commit on the tables (landed: the layer's transfer ran), or their rewrite when dirty. */
+/* The layer-local commit on the tables (landed: the layer's transfer ran), or their rewrite when dirty. The
+ * commit kernel is enqueued on the compute stream, not waited for: okv_rt_dsel_commit_finish checks it. */
 void okv_rt_dsel_commit(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job, bool landed);
+/* Checks the last commit kernel if not checked yet (its event: done once attention of its layer ran). A
+ * failure is absorbed: counted in the layer's pipeline_errors, the layer's maps rebuilt and its tables
+ * rewritten. Returns true when that happened, so the caller runs attention again over what is readable now. */
+bool okv_rt_dsel_commit_finish(okv_runtime_t *rt);
 /* Whether attention of `layer` may read its working sets from the tables (not dirty; token counts brought
  * up to date from the maps first when an append changed them: LRU refresh and rewrite of every live
  * sequence's tables of the layer, a failure of which marks the layer dirty and answers false). */

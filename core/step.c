@@ -377,6 +377,7 @@ okv_status_t okv_runtime_step_layer(okv_runtime_t *rt, uint32_t layer, const flo
   bool defer = !rt->cfg.track_recall && rt->cfg.mode != OKV_MODE_ONDEMAND;
   okv_status_t append_st = okv_rt_layer_append(rt, layer, k_new, v_new, defer, &bk, &committed);
   if (!committed) {
+    if (rt->dev_sel) (void)okv_rt_dsel_commit_finish(rt);
     ls->bookkeeping_seconds += bk;
     fill_invalid(rt, rt->step_n_seqs, rt->step_T, out);
     return append_st;
@@ -393,6 +394,8 @@ okv_status_t okv_runtime_step_layer(okv_runtime_t *rt, uint32_t layer, const flo
                        false, &bk, &att);
     bool redo = false;
     okv_status_t fin = okv_rt_layer_append_finish(rt, layer, &bk, &redo);
+    /* A commit that failed is repaired now, after attention read the tables: read again. */
+    if (rt->dev_sel && okv_rt_dsel_commit_finish(rt)) redo = true;
     if (fin != OKV_OK) { /* the batch failed twice: attention's output is not valid */
       okv_status_free(st);
       st = OKV_OK;
@@ -418,6 +421,7 @@ okv_status_t okv_runtime_step_layer(okv_runtime_t *rt, uint32_t layer, const flo
   /* 5. Hand the layer to the background pipeline (the token is committed either way). */
   if (has_pipeline(rt)) {
     double t0 = okv_rt_bk_s(), q_s = 0;
+    if (rt->dev_sel) (void)okv_rt_dsel_commit_finish(rt); /* checked above unless the append failed */
     okv_rt_job_submit(rt, layer, q, &q_s);
     bk += okv_rt_bk_s() - t0 - q_s;
   }
@@ -484,6 +488,9 @@ okv_status_t okv_runtime_peek_layer(okv_runtime_t *rt, uint32_t n_seqs, const ui
   /* Do not read a slot that a pending transfer writes: commit it first (failures absorbed). */
   if (st == OKV_OK) okv_rt_layer_commit(rt, layer, &bk);
   if (st == OKV_OK)
+    st = run_attention(rt, n_seqs, seqs, layer, n_query_tokens, q, n_query_tokens, inflight_kv, out, false, NULL, true,
+                       &bk, &att);
+  if (rt->dev_sel && okv_rt_dsel_commit_finish(rt) && st == OKV_OK) /* repaired after attention read: again */
     st = run_attention(rt, n_seqs, seqs, layer, n_query_tokens, q, n_query_tokens, inflight_kv, out, false, NULL, true,
                        &bk, &att);
   rt->layer_step[layer].bookkeeping_seconds += bk;
