@@ -11,16 +11,19 @@
  *    host expects (a table changed behind the runtime's back must not drive a copy) and builds the copy pairs
  *    from the head's owned slots and extents; the commit kernel applies the plan to the tables, the host
  *    only updates the expected signatures, and the maps of every sequence that selected lag (sel_lag);
- *  - where the host reads the maps (a new active block, which may evict; repairs; recall; attention over a
- *    host-built working set; the API's readers) okv_rt_dsel_sync first rebuilds them from the tables, one
- *    sequential pass per head; after it the host may change the maps and write the tables from them;
+ *  - a new active block (which may evict) is placed on the tables themselves (okv_rt_dsel_activate: read,
+ *    check, place, write back), the maps staying behind but for the new block;
+ *  - where the host reads the maps (repairs; recall; attention over a host-built working set; the API's
+ *    readers) okv_rt_dsel_sync first rebuilds them from the tables, one sequential pass per head; after it
+ *    the host may change the maps and write the tables from them;
  *  - any failed device operation marks the layer dirty: its maps are brought up to date (or cut to the
  *    active block where a table cannot be trusted) and its tables rewritten from them at its next commit;
  *    the worker does not select on it meanwhile.
- * The commit runs on the compute stream (the foreground's) and is waited for at once, so that its failure is
- * its own (a later wait would report it to whoever waits) and it has run before the layer's next job; table
- * reads and writes are synchronous. The worker's selection runs on the predict stream and is waited for
- * before its plan is read. Uses only the public HAL. */
+ * The commit runs on the compute stream (the foreground's) and is not waited for: an event recorded behind it
+ * takes its failure (so that no later wait reports it to whoever waits), checked once attention has run and
+ * before the layer's next job (okv_rt_dsel_commit_finish); table reads and writes are synchronous. The
+ * worker's selection runs on the predict stream behind the prediction's top-K and one wait covers both before
+ * its plan is read. Uses only the public HAL. */
 #include "runtime_internal.h"
 
 #include <stdlib.h>

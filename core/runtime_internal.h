@@ -268,9 +268,9 @@ struct okv_runtime_t {
 
   /* Device selection (cfg.device_selection in OASIS / PROXY; device_select.c, docs/api.md "Selection on the
    * device"): one slot table per (sequence, layer, KV head) in the DEVICE tier, table j <-> the head's owned[j].
-   * The tables hold the selection's state (residency, last-selected steps, free slots); the host maps keep
-   * what the foreground reads (slots, write currency) and are kept equal to the tables: the host applies each
-   * read-back plan, and a new active block (append) refreshes the host's LRU from the tables and rewrites them. */
+   * The tables hold the selection's state (residency, last-selected steps, free slots) and are the record;
+   * the host maps lag them (sel_lag below) but for each head's active block, and a new active block is placed
+   * on the tables themselves (okv_rt_dsel_activate). */
   bool dev_sel;
   uint32_t sel_R, sel_W;                     /* slots (K + 1 + C) and bitmap words of a table */
   uint64_t sel_table_bytes;                  /* okv_slot_table_bytes(sel_R, sel_W) */
