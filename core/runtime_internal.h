@@ -40,7 +40,8 @@ typedef struct okv_head_t {
   uint32_t *extents; /* [cap_extents] host extent of logical blocks [i*E, (i+1)*E) */
   uint32_t n_extents, cap_extents;
   /* extents[0 .. ext_run) are contiguous (extents[i] == extents[0] + i): the scoring launches list a head's
-   * first ext_run extents as one run without reading them. Kept by whoever appends an extent (okv_rt_head_add_extent). */
+   * first ext_run extents as one run without reading them. Kept by whoever takes an extent
+   * (okv_rt_head_note_extent). */
   uint32_t ext_run;
   uint32_t *owned; /* sparse modes: the slots this head owns, slots_min_per_head .. slots_per_head */
   uint32_t n_owned;
