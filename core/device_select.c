@@ -325,7 +325,7 @@ static uint32_t activate_head(const okv_runtime_t *rt, const okv_head_t *hd, uin
     }
     if (best == UINT32_MAX) break;
     victims[n_victims++] = best;
-    res[blk[best] >> 6] &= ~(1ull << (blk[best] & 63u)); /* out of the scan; restored below on failure */
+    res[blk[best] >> 6] &= ~(1ull << (blk[best] & 63u)); /* out of the scan (the image is scratch if this fails) */
   }
   uint32_t take = UINT32_MAX;
   if (n_victims > 0) {
@@ -372,7 +372,10 @@ bool okv_rt_dsel_activate(okv_runtime_t *rt, okv_seq_t *seq, uint32_t layer, uin
     sig[h] = *sig_of(rt, si, layer, h);
     uint32_t j = activate_head(rt, seq_head(rt, seq, layer, h), rt->sel_tab_host + h * words, &sig[h], block, sparse,
                                rt->step, &evicted);
-    if (j == UINT32_MAX) return false; /* nothing written: the map path rebuilds (and checks) from the tables */
+    if (j == UINT32_MAX) { /* nothing written: counted, and the map path rebuilds (checks) or rewrites the tables */
+      rt->layer_step[layer].pipeline_errors++;
+      return false;
+    }
     rt->act_slot[(uint64_t)i * H + h] = okv_rt_owned_slot(seq_head(rt, seq, layer, h), j);
   }
   st = okv_hal_buffer_write(rt->sel_tables, table_offset(rt, si, layer, 0), rt->sel_tab_host,

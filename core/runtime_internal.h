@@ -456,10 +456,10 @@ void okv_rt_dsel_sync(okv_runtime_t *rt, okv_seq_t *seq, uint32_t layer);
  * budget are evicted (ties: lowest block); the new block takes the slot of the last one evicted, else the
  * highest free table entry. The tables are read, checked against their expected signatures and written back
  * whole; the maps are left behind (sel_lag) but for the new block, which the caller maps into
- * rt->act_slot[i * H + h]. Returns false where the caller must take the map path: a dirty layer, a table that
- * is not the expected one (the map path's rebuild finds and counts it), no free entry, or a failed read or
- * write-back (counted in pipeline_errors; after a write-back that landed in part, the rebuild cuts what the
- * expected signatures do not describe). */
+ * rt->act_slot[i * H + h]. Returns false where the caller must take the map path: a dirty layer, or (each
+ * counted in pipeline_errors) a table that is not the expected one or has no free entry, a failed read or a
+ * failed write-back (after one that landed in part, the map path's rebuild cuts what the expected signatures
+ * do not describe; with current maps the tables are rewritten from them). */
 bool okv_rt_dsel_activate(okv_runtime_t *rt, okv_seq_t *seq, uint32_t layer, uint32_t block, bool sparse, uint32_t i);
 /* The same for a reader that may fail instead (`cut` false: a failed read returns its error, the maps still
  * lag and nothing changed; `cut` true: as okv_rt_dsel_sync, OK always). */

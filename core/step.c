@@ -84,6 +84,24 @@ static uint32_t build_ws(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t *const *s
   return stale;
 }
 
+/* The first sequence (index) whose active block is not fully readable, or UINT32_MAX, from the active block's
+ * map entry alone: with device selection the maps lag the tables (their other entries may name blocks the
+ * tables evicted since, any number of them), but each head's active block entry is the host's own. */
+static uint32_t active_stale(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t *const *seqs, uint32_t layer) {
+  const uint32_t H = rt->cfg.n_kv_heads;
+  for (uint32_t s = 0; s < n_seqs; s++) {
+    const okv_seq_t *seq = seqs[s];
+    uint32_t n_tok = seq ? seq->n_tokens[layer] : 0;
+    if (n_tok == 0) continue;
+    uint32_t b = n_blocks_of(n_tok) - 1u, valid = n_tok - b * OKV_BLOCK_TOKENS;
+    for (uint32_t h = 0; h < H; h++) {
+      const okv_block_map_t *m = &seq_head(rt, seq, layer, h)->map;
+      if (!okv_block_map_is_resident(m, b) || okv_block_map_tokens(m, b) < valid) return s;
+    }
+  }
+  return UINT32_MAX;
+}
+
 /* Attention over the working sets of layer `layer`; with `mass`, also each working-set block's attention
  * probability (rt->fg_mass, read back into rt->mass_host; a failed read leaves mass_ok false). */
 /* With device selection and no mass, attention reads the working sets from the slot tables on the device
@@ -98,7 +116,8 @@ static okv_status_t run_attention(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t 
   bool tables = rt->dev_sel && !mass && okv_rt_dsel_ws_ready(rt, layer);
   for (uint32_t s = 0; rt->dev_sel && !tables && s < n_seqs; s++) /* the list below reads the maps */
     if (seqs[s] != NULL) okv_rt_dsel_sync(rt, seqs[s], layer);
-  uint32_t stale = tables && !peek ? UINT32_MAX : build_ws(rt, n_seqs, seqs, layer);
+  uint32_t stale =
+      tables ? (peek ? active_stale(rt, n_seqs, seqs, layer) : UINT32_MAX) : build_ws(rt, n_seqs, seqs, layer);
   for (uint32_t s = 0; tables && s < n_seqs; s++) {
     rt->ws_table_index[s] = seqs[s] ? (uint32_t)(seqs[s] - rt->seqs) : 0u;
     rt->ws_seq_tokens[s] = seqs[s] ? seqs[s]->n_tokens[layer] : 0u; /* 0: an empty working set */
