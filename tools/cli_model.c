@@ -243,7 +243,9 @@ void okv_cli_model_close(okv_cli_model_t *m) {
 
 /* Temporary output names still to be committed or aborted, removed by a signal that ends the process
  * (Ctrl-C, kill), so an interrupted run leaves no stray `.tmp.` file next to its outputs. The handler only
- * calls unlink(2) and raise(3), both async-signal-safe, on names that are complete before they are listed. */
+ * calls unlink(2) and raise(3), both async-signal-safe. A name is listed before its file exists: mkstemp(3)
+ * fills in the listed template itself, and the file exists only once the name is complete, so a signal at any
+ * point either finds no file yet or unlinks the right one. */
 #define OUTPUT_PENDING_MAX 8
 static char g_pending_path[OUTPUT_PENDING_MAX][sizeof(((okv_cli_output_t *)0)->tmp_path)];
 static volatile sig_atomic_t g_pending[OUTPUT_PENDING_MAX];
@@ -256,7 +258,9 @@ static void on_fatal_signal(int sig) {
   raise(sig);
 }
 
-static void pending_add(const char *tmp_path) {
+/* Lists `tmpl` (a mkstemp template) and creates its file in place; returns the open descriptor with the
+ * final name in tmpl, or -1 (errno set; nothing listed). */
+static int pending_create(char *tmpl) {
   static bool installed;
   if (!installed) {
     installed = true;
@@ -270,12 +274,21 @@ static void pending_add(const char *tmp_path) {
       sigaction(k_cleanup_signals[i], &sa, NULL);
     }
   }
-  for (int i = 0; i < OUTPUT_PENDING_MAX; i++)
-    if (!g_pending[i]) {
-      snprintf(g_pending_path[i], sizeof g_pending_path[i], "%s", tmp_path);
-      g_pending[i] = 1; /* listed only once the name is complete */
-      return;
+  for (int i = 0; i < OUTPUT_PENDING_MAX; i++) {
+    if (g_pending[i]) continue;
+    snprintf(g_pending_path[i], sizeof g_pending_path[i], "%s", tmpl);
+    g_pending[i] = 1; /* listed before the file exists */
+    int fd = mkstemp(g_pending_path[i]);
+    if (fd < 0) {
+      int e = errno;
+      g_pending[i] = 0;
+      errno = e;
+      return -1;
     }
+    strcpy(tmpl, g_pending_path[i]);
+    return fd;
+  }
+  return mkstemp(tmpl); /* more outputs than slots: created unlisted */
 }
 
 static void pending_remove(const char *tmp_path) {
@@ -297,7 +310,7 @@ bool okv_cli_output_reserve(const char *cmd, const char *path, okv_cli_output_t 
   }
   strcpy(o->path, path);
   snprintf(o->tmp_path, sizeof o->tmp_path, "%s.tmp.XXXXXX", path);
-  int fd = mkstemp(o->tmp_path);
+  int fd = pending_create(o->tmp_path);
   if (fd < 0) {
     fprintf(stderr, "%s: cannot create '%s': %s\n", cmd, o->tmp_path, strerror(errno));
     o->tmp_path[0] = '\0';
@@ -305,7 +318,6 @@ bool okv_cli_output_reserve(const char *cmd, const char *path, okv_cli_output_t 
   }
   (void)fchmod(fd, 0644);
   close(fd);
-  pending_add(o->tmp_path);
   return true;
 }
 
