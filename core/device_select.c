@@ -483,41 +483,27 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
     st = okv_hal_buffer_read(rt->sel_plan, plan_offset(rt, layer, 0), rt->sel_plan_host,
                              (uint64_t)n_seg * C * OKV_SELECT_PLAN_U32S * 4u);
   if (st != OKV_OK) goto out;
-  /* The loop below reads, per head, its struct and expected signature, and per admission the head's owned
-   * slot and extent: lines that are cold (the step streamed KV and scores through the caches since). Request
-   * them in two passes of prefetches first (the structs, then what they point at), so that the misses overlap. */
-  const uint32_t E = rt->extent_blocks;
-  for (uint32_t pass = 0; pass < 2; pass++)
-    for (uint32_t s = 0; s < job->n_seqs; s++) {
-      const okv_seq_t *seq = ctx->seqs[s];
-      for (uint32_t h = 0; seq != NULL && h < H; h++) {
-        const okv_head_t *hd = seq_head(rt, seq, layer, h);
-        if (pass == 0) { /* the head's leading fields: two lines (okv_head_t) */
-          __builtin_prefetch(hd);
-          __builtin_prefetch((const char *)hd + 64);
-          continue;
-        }
-        uint32_t u = s * H + h, n_adm = rt->sel_result_host[(size_t)u * OKV_SELECT_RESULT_U32S];
-        const uint32_t *p = &rt->sel_plan_host[(size_t)u * C * OKV_SELECT_PLAN_U32S];
-        for (uint32_t i = 0; i < n_adm && i < C; i++, p += OKV_SELECT_PLAN_U32S) {
-          if (hd->owned_step == 0 && p[1] < hd->n_owned) __builtin_prefetch(&hd->owned[p[1]]);
-          if (p[0] / E < hd->n_extents) __builtin_prefetch(&hd->extents[p[0] / E < hd->ext_run ? 0 : p[0] / E]);
-        }
-      }
-    }
   /* Every head checked before any entry is taken: its table is the one the host expects (the signature the
    * selection found), and every entry names one of the head's own slots and a block of its context (the copy
-   * engine writes where the plan says). */
+   * engine writes where the plan says). Per head this reads its hot mirror and signature (consecutive lines
+   * for the layer's batch, okv_head_hot_t), not the head's cold struct; both cold, prefetched first. */
+  for (uint32_t s = 0; s < job->n_seqs; s++)
+    if (ctx->seqs[s] != NULL) {
+      okv_rt_prefetch_range(head_hot(rt, job->seq_index[s], layer, 0), H * sizeof(okv_head_hot_t));
+      okv_rt_prefetch_range(sig_of(rt, job->seq_index[s], layer, 0), H * sizeof(uint64_t));
+    }
   for (uint32_t s = 0; s < job->n_seqs && st == OKV_OK; s++) {
     const okv_seq_t *seq = ctx->seqs[s];
-    for (uint32_t h = 0; seq != NULL && h < H && st == OKV_OK; h++) {
+    if (seq == NULL) continue;
+    const uint32_t nb = n_blocks_of(seq->n_tokens[layer]); /* every head's map.n_blocks */
+    for (uint32_t h = 0; h < H && st == OKV_OK; h++) {
       uint32_t u = s * H + h;
       const uint32_t *r = &rt->sel_result_host[(size_t)u * OKV_SELECT_RESULT_U32S];
-      const okv_head_t *hd = seq_head(rt, seq, layer, h);
+      const uint32_t n_owned = head_hot(rt, job->seq_index[s], layer, h)->n_owned;
       bool fits = r[0] <= C && ((uint64_t)r[5] << 32 | r[4]) == *sig_of(rt, job->seq_index[s], layer, h);
       const uint32_t *p = &rt->sel_plan_host[(size_t)u * C * OKV_SELECT_PLAN_U32S];
       for (uint32_t i = 0; fits && i < r[0]; i++, p += OKV_SELECT_PLAN_U32S)
-        fits = p[1] < hd->n_owned && p[0] < hd->map.n_blocks && (p[2] == OKV_SLOT_FREE || p[3] < hd->n_owned);
+        fits = p[1] < n_owned && p[0] < nb && (p[2] == OKV_SLOT_FREE || p[3] < n_owned);
       if (!fits)
         st = okv_status_make(OKV_STATUS_INTERNAL,
                              "runtime: the slot table of sequence %u, KV head %u is not the one the runtime wrote "
@@ -532,15 +518,16 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
     for (uint32_t h = 0; h < H; h++) {
       uint32_t u = s * H + h;
       const uint32_t *r = &rt->sel_result_host[(size_t)u * OKV_SELECT_RESULT_U32S];
-      okv_head_t *hd = seq_head(rt, seq, layer, h);
-      uint32_t n_adm = r[0]; /* <= C: checked above */
+      const okv_head_hot_t *k = head_hot(rt, job->seq_index[s], layer, h);
+      const okv_head_t *hd = seq_head(rt, seq, layer, h); /* read only for irregular owned slots or extents */
+      uint32_t n_adm = r[0];                              /* <= C: checked above */
       job->stats.hits += r[1];
       job->stats.misses += r[2];
       job->stats.admitted += n_adm;
       job->stats.deferred += r[2] - n_adm;
       const uint32_t *p = &rt->sel_plan_host[(size_t)u * C * OKV_SELECT_PLAN_U32S];
       for (uint32_t i = 0; i < n_adm; i++, p += OKV_SELECT_PLAN_U32S) {
-        uint32_t slot = okv_rt_owned_slot(hd, p[1]);
+        uint32_t slot = okv_rt_owned_slot_hot(k, hd, p[1]);
         okv_plan_entry_t *e = &job->plan[job->n_plan];
         e->seq_index = job->seq_index[s];
         e->seq_id = seq->id;
@@ -550,7 +537,7 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
         e->victim = p[2] == OKV_SLOT_FREE ? OKV_NO_BLOCK : p[2];
         e->table_slot = p[1];
         e->table_victim_slot = p[3];
-        job->pairs[job->n_plan].src_offset = host_block_of(rt, hd, e->block) * rt->block_bytes;
+        job->pairs[job->n_plan].src_offset = host_block_hot(rt, k, hd, e->block) * rt->block_bytes;
         job->pairs[job->n_plan].dst_offset = (uint64_t)slot * rt->block_bytes;
         job->n_plan++;
       }
@@ -666,8 +653,29 @@ void okv_rt_dsel_commit(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job,
   }
 }
 
+/* Every live sequence's hot mirrors (okv_head_hot_t) against its heads. */
+static okv_status_t check_head_hot(const okv_runtime_t *rt) {
+  const uint32_t H = rt->cfg.n_kv_heads;
+  for (uint32_t i = 0; i < rt->cfg.max_seqs; i++) {
+    const okv_seq_t *s = &rt->seqs[i];
+    for (uint32_t l = 0; s->live && l < rt->cfg.n_layers; l++)
+      for (uint32_t h = 0; h < H; h++) {
+        const okv_head_t *hd = seq_head(rt, s, l, h);
+        const okv_head_hot_t *k = head_hot(rt, i, l, h);
+        if (hd->hot != k || k->ext_run != hd->ext_run || k->ext0 != (hd->n_extents ? hd->extents[0] : 0u) ||
+            k->n_owned != hd->n_owned || k->owned_step != hd->owned_step || k->owned_base != hd->owned_base)
+          return okv_status_make(OKV_STATUS_INTERNAL,
+                                 "debug: the hot mirror of sequence %u, layer %u, KV head %u differs from the head",
+                                 s->id, l, h);
+      }
+  }
+  return OKV_OK;
+}
+
 okv_status_t okv_runtime_debug_check_tables(okv_runtime_t *rt) {
-  if (rt == NULL || !rt->dev_sel) return OKV_OK;
+  if (rt == NULL) return OKV_OK;
+  if (is_sparse_mode(rt)) OKV_RETURN_IF_ERROR(check_head_hot(rt));
+  if (!rt->dev_sel) return OKV_OK;
   okv_rt_jobs_drain(rt);
   OKV_RETURN_IF_ERROR(okv_hal_stream_synchronize(rt->compute));
   const uint32_t H = rt->cfg.n_kv_heads, R = rt->sel_R, W = rt->sel_W;

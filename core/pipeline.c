@@ -25,17 +25,10 @@ okv_status_t okv_rt_score_units(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_h
   double t0 = okv_rt_bk_s();
   uint32_t H = rt->cfg.n_kv_heads, UE = rt->extent_blocks / unit_blocks; /* units per extent */
   for (uint32_t u = 0; u < n_seqs * H; u++) ctx->seg_cursor[u] = 0;
-  /* Each head's struct and first extent are cold: two whole passes of prefetches first (the structs, then
-   * the extents they point at), so that the listing below does not wait on one miss after another. */
-  for (uint32_t pass = 0; pass < 2; pass++)
-    for (uint32_t s = 0; s < n_seqs; s++)
-      for (uint32_t h = 0; ctx->seqs[s] != NULL && h < H; h++) {
-        const okv_head_t *hd = seq_head(rt, ctx->seqs[s], layer, h);
-        if (pass == 0)
-          __builtin_prefetch(&hd->extents);
-        else if (hd->n_extents > 0)
-          __builtin_prefetch(hd->extents);
-      }
+  /* The heads' hot mirrors are cold: one pass of prefetches first, so that the misses overlap. */
+  for (uint32_t s = 0; s < n_seqs; s++)
+    if (ctx->seqs[s] != NULL)
+      okv_rt_prefetch_range(head_hot(rt, (uint32_t)(ctx->seqs[s] - rt->seqs), layer, 0), H * sizeof(okv_head_hot_t));
   for (;;) {
     bool any = false, more = false; /* more: some head has runs left for the next launch */
     for (uint32_t s = 0; s < n_seqs; s++) {
@@ -48,8 +41,18 @@ okv_status_t okv_rt_score_units(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_h
         ctx->seg_n[u] = 0;
         ctx->seg_score_first[u] = 0;
         if (cur >= need) continue;
-        const okv_head_t *hd = seq_head(rt, seq, layer, h);
-        uint32_t start = hd->extents[cur], run = okv_rt_head_run(hd, cur, need);
+        /* Inside the leading contiguous run the head's hot mirror says it all (okv_head_hot_t: the layer's
+         * heads in consecutive lines); past it, the head's extents are read. */
+        const okv_head_hot_t *k = head_hot(rt, (uint32_t)(seq - rt->seqs), layer, h);
+        uint32_t start, run;
+        if (cur < k->ext_run) {
+          start = k->ext0 + cur;
+          run = (k->ext_run < need ? k->ext_run : need) - cur;
+        } else {
+          const okv_head_t *hd = seq_head(rt, seq, layer, h);
+          start = hd->extents[cur];
+          run = okv_rt_head_run(hd, cur, need);
+        }
         more |= cur + run < need;
         uint32_t first = cur * UE, n = run * UE;
         if (n > n_units - first) n = n_units - first;
@@ -147,7 +150,7 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
   uint32_t T = job->n_query_tokens;
   okv_status_t st = okv_hal_buffer_write(
       ctx->q, 0, job->q_host, (uint64_t)job->n_seqs * T * rt->cfg.n_q_heads * rt->cfg.head_dim * sizeof(float));
-  double tp = okv_rt_wall_s();
+  double tp = 0;
   if (st == OKV_OK) { /* the query copy above is a transfer, not bookkeeping */
     tp = okv_rt_wall_s();
     st = okv_rt_predict_topk(rt, ctx, rt->predict, job->n_seqs, layer, T, job->t_begin, job->t_end, &bk);

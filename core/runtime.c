@@ -143,6 +143,7 @@ void okv_runtime_destroy(okv_runtime_t *rt) {
   okv_hal_buffer_t *bufs[] = {rt->summaries, rt->group_summaries, rt->pool, rt->fg_inflight, rt->fg_out, rt->fg_mass};
   for (int i = 0; i < 6; i++)
     if (bufs[i]) OKV_IGNORE_ERROR(okv_hal_buffer_release(bufs[i]));
+  okv_rt_free(&rt->alloc, rt->head_hot);
   void *arrs[] = {rt->free_slots,        rt->ws_offsets,   rt->ws_slots,       rt->ws_valid,    rt->append_pairs,
                   rt->append_index,      rt->append_first, rt->append_keys,    rt->append_src,  rt->od_pairs,
                   rt->od_plan,           rt->seqs,         rt->step_seq_index, rt->step_seq_id, rt->layer_step,
@@ -301,6 +302,7 @@ okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_conf
   rt->n_free_slots = rt->n_slots;
   rt->ws_capacity = n_seg * (is_sparse_mode(rt) ? (uint64_t)rt->slots_per_head : (uint64_t)rt->max_blocks);
   if (rt->ws_capacity > rt->n_slots) rt->ws_capacity = rt->n_slots;
+  ALLOC_ARR(rt->head_hot, n_seg * c->n_layers);
   ALLOC_ARR(rt->ws_offsets, n_seg + 1);
   ALLOC_ARR(rt->ws_slots, rt->ws_capacity);
   ALLOC_ARR(rt->ws_valid, rt->ws_capacity);

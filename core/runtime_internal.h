@@ -34,6 +34,19 @@
  * which the scoring kernel reads one run per launch. */
 #define OKV_CORE_EXTENT_BLOCKS 64u
 
+/* What the per-step passes read of every head, mirrored out of okv_head_t into one array laid out like the
+ * slot tables ([n_layers][max_seqs][n_kv_heads], rt->head_hot): a layer's batch reads it as consecutive lines
+ * the hardware prefetcher streams in, where the heads' structs and extents sit in one allocation per
+ * sequence and head and are cold by the time the background pipeline runs (the step streams the KV and the
+ * summaries through the caches). Written only by okv_rt_head_note_extent / okv_rt_head_note_owned. */
+typedef struct okv_head_hot_t {
+  uint32_t ext0;       /* extents[0] (0 when n_extents == 0) */
+  uint32_t ext_run;    /* okv_head_t.ext_run */
+  uint32_t owned_base; /* okv_head_t.owned_base */
+  int32_t owned_step;  /* okv_head_t.owned_step */
+  uint32_t n_owned;    /* okv_head_t.n_owned */
+} okv_head_hot_t;
+
 typedef struct okv_head_t {
   /* First: what the per-step passes read of every head (the scoring's run listing and the selection's copy
    * pairs: extents, owned; the append: the map's leading fields), two adjacent lines. */
@@ -51,6 +64,7 @@ typedef struct okv_head_t {
   int32_t owned_step;
   uint32_t owned_base;
   okv_block_map_t map;
+  okv_head_hot_t *hot; /* its mirror in rt->head_hot (set when the sequence is reserved) */
   /* Remote sequences: bit b set = prefill block b (< seq->n_remote_blocks) is in the HOST tier (admitted or
    * read through the source). NULL for a local sequence: every block is present. Written by the thread that
    * reads the source (the worker for its layer's job, the engine thread in ONDEMAND). */
@@ -211,6 +225,7 @@ struct okv_runtime_t {
   okv_hal_event_t *append_event;
 
   /* Foreground scratch */
+  okv_head_hot_t *head_hot; /* [n_layers][max_seqs][n_kv_heads]: the heads' hot mirrors (okv_head_hot_t) */
   uint32_t *ws_offsets, *ws_slots;
   uint8_t *ws_valid;
   uint64_t ws_capacity;
@@ -371,6 +386,8 @@ static inline void okv_rt_head_note_extent(okv_head_t *hd) {
   } else if (hd->ext_run == n - 1u && hd->extents[n - 1u] == hd->extents[0] + (n - 1u)) {
     hd->ext_run = n;
   }
+  hd->hot->ext0 = n > 0 ? hd->extents[0] : 0;
+  hd->hot->ext_run = hd->ext_run;
 }
 
 /* The length of the run of contiguous extents from extents[cur] (cur < need <= n_extents), at most need - cur:
@@ -387,17 +404,36 @@ static inline uint32_t okv_rt_head_run(const okv_head_t *hd, uint32_t cur, uint3
 static inline void okv_rt_head_note_owned(okv_head_t *hd) {
   hd->owned_step = 0;
   hd->owned_base = hd->n_owned > 0 ? hd->owned[0] : 0;
-  if (hd->n_owned == 0) return;
   int64_t step = hd->n_owned > 1 ? (int64_t)hd->owned[1] - (int64_t)hd->owned[0] : 1;
-  if (step != 1 && step != -1) return;
-  for (uint32_t j = 2; j < hd->n_owned; j++)
-    if ((int64_t)hd->owned[j] != (int64_t)hd->owned[0] + step * (int64_t)j) return;
-  hd->owned_step = (int32_t)step;
+  bool regular = hd->n_owned > 0 && (step == 1 || step == -1);
+  for (uint32_t j = 2; regular && j < hd->n_owned; j++)
+    regular = (int64_t)hd->owned[j] == (int64_t)hd->owned[0] + step * (int64_t)j;
+  if (regular) hd->owned_step = (int32_t)step;
+  hd->hot->owned_base = hd->owned_base;
+  hd->hot->owned_step = hd->owned_step;
+  hd->hot->n_owned = hd->n_owned;
 }
 
 /* The head's owned slot j (j < n_owned). */
 static inline uint32_t okv_rt_owned_slot(const okv_head_t *hd, uint32_t j) {
   if (hd->owned_step != 0) return (uint32_t)((int64_t)hd->owned_base + (int64_t)hd->owned_step * (int64_t)j);
+  return hd->owned[j];
+}
+
+/* The hot mirror (okv_head_hot_t) of KV head h of layer `layer` of rt->seqs[seq_index]. */
+static inline const okv_head_hot_t *head_hot(const okv_runtime_t *rt, uint32_t seq_index, uint32_t layer, uint32_t h) {
+  return &rt->head_hot[((size_t)layer * rt->cfg.max_seqs + seq_index) * rt->cfg.n_kv_heads + h];
+}
+
+/* Requests every cache line of [p, p + bytes) (a prefetch each: the misses overlap). */
+static inline void okv_rt_prefetch_range(const void *p, size_t bytes) {
+  const char *end = (const char *)p + bytes;
+  for (const char *c = (const char *)((uintptr_t)p & ~(uintptr_t)63); c < end; c += 64) __builtin_prefetch(c);
+}
+
+/* The head's owned slot j (j < n_owned) from its hot mirror; `hd` is read only for irregular owned lists. */
+static inline uint32_t okv_rt_owned_slot_hot(const okv_head_hot_t *k, const okv_head_t *hd, uint32_t j) {
+  if (k->owned_step != 0) return (uint32_t)((int64_t)k->owned_base + (int64_t)k->owned_step * (int64_t)j);
   return hd->owned[j];
 }
 
@@ -418,6 +454,14 @@ static inline uint64_t host_block_of(const okv_runtime_t *rt, const okv_head_t *
   const uint32_t E = rt->host.extent_blocks;
   if (block / E < h->ext_run) return (uint64_t)h->extents[0] * E + block; /* the leading contiguous run */
   return okv_host_store_block(&rt->host, h->extents, block);
+}
+
+/* host_block_of from the head's hot mirror: `hd` is read only beyond the leading contiguous run. */
+static inline uint64_t host_block_hot(const okv_runtime_t *rt, const okv_head_hot_t *k, const okv_head_t *hd,
+                                      uint32_t block) {
+  const uint32_t E = rt->host.extent_blocks;
+  if (block / E < k->ext_run) return (uint64_t)k->ext0 * E + block;
+  return okv_host_store_block(&rt->host, hd->extents, block);
 }
 
 /* Sequence i of the current step, NULL when it was removed during the step. */

@@ -196,6 +196,9 @@ okv_status_t okv_rt_seq_reserve(okv_runtime_t *rt, uint32_t n_tokens, const char
   uint32_t cap_ext = ceil_div_u32(rt->max_blocks, E);
   for (uint64_t i = 0; i < LH; i++) {
     okv_head_t *h = &s->heads[i];
+    /* heads[] is layer-major ([n_layers][n_kv_heads]); the mirrors are [n_layers][max_seqs][n_kv_heads]. */
+    h->hot = &rt->head_hot[((i / H) * rt->cfg.max_seqs + (uint64_t)(s - rt->seqs)) * H + i % H];
+    memset(h->hot, 0, sizeof *h->hot);
     st = okv_block_map_init(&h->map, &rt->alloc, is_sparse_mode(rt) ? rt->slots_per_head : 0);
     if (st) goto fail;
     st = okv_block_map_reserve(&h->map, &rt->alloc, nb > 0 ? nb : 1);

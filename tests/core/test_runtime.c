@@ -806,6 +806,7 @@ static void test_auto_cap_spares(void **state) {
       drv_remove(&d, 1); /* its slots become the others' spares: every head is full again */
       assert_int_equal(check_slots(&d, 13, 13, 0, &spares), 8 * 13);
       assert_int_equal(okv_runtime_debug_free_slots(d.rt), 125 - 8 * 13);
+      OKV_ASSERT_OK(okv_runtime_debug_check_tables(d.rt)); /* the heads' hot mirrors follow the spread */
       OKV_ASSERT_OK(okv_runtime_seq_capacity(d.rt, 300, &room));
       assert_true(room <= 1);
     }
@@ -813,6 +814,7 @@ static void test_auto_cap_spares(void **state) {
       OKV_ASSERT_OK(okv_runtime_seq_capacity(d.rt, 300, &room));
       if (room == 1) drv_add(&d, 280); /* takes free spares back (those in flight stay) */
       check_slots(&d, 10, 13, 0, &spares);
+      OKV_ASSERT_OK(okv_runtime_debug_check_tables(d.rt)); /* and the reclaim */
     }
   }
   assert_true(drv_check(&d, false) < 2e-5);
