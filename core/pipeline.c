@@ -137,7 +137,7 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
   memset(&job->stats, 0, sizeof job->stats);
   job->n_plan = 0;
   job->remote_t0 = job->remote_t1 = 0;
-  bool any = false;
+  bool any = false, batch = false;
   for (uint32_t s = 0; s < job->n_seqs; s++) {
     okv_seq_t *seq = &rt->seqs[job->seq_index[s]];
     if (!seq->live || seq->id != job->seq_id[s] || !seq_layer_sparse(rt, seq, layer) || okv_seq_is_lost(seq))
@@ -153,6 +153,9 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
   double tp = 0;
   if (st == OKV_OK) { /* the query copy above is a transfer, not bookkeeping */
     tp = okv_rt_wall_s();
+    /* The layer's launches (scoring, top-K, selection) start the predict stream once (docs/api.md "Batched
+     * submission"); the wait for their results starts it anyway. */
+    batch = okv_status_consume(okv_hal_stream_batch_begin(rt->predict)) == OKV_STATUS_OK;
     st = okv_rt_predict_topk(rt, ctx, rt->predict, job->n_seqs, layer, T, job->t_begin, job->t_end, &bk);
     job->stats.predict_seconds = okv_rt_wall_s() - tp;
   }
@@ -228,9 +231,12 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
   /* Remote sequences: blocks not in the HOST tier yet are read through their source first (remote_seq.c). */
   job->n_plan = okv_rt_remote_fill(rt, layer, ctx, job->plan, job->pairs, job->n_plan, &job->stats, &job->remote_t0,
                                    &job->remote_t1);
+  if (batch) OKV_IGNORE_ERROR(okv_hal_stream_batch_end(rt->predict));
+  batch = false;
   if (job->n_plan > 0) {
     st = OKV_OK;
     job->start_recorded = false;
+    batch = okv_status_consume(okv_hal_stream_batch_begin(rt->copy)) == OKV_STATUS_OK; /* the copy and its events */
     if (rt->cfg.fetch_ratio_auto) { /* the batch's duration measures the link */
       st = okv_hal_event_record(rt->copy_start_events[layer], rt->copy);
       job->start_recorded = st == OKV_OK;
@@ -238,6 +244,8 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
     if (st == OKV_OK)
       st = okv_hal_copy_blocks_async(rt->copy, rt->host.kv, rt->pool, rt->block_bytes, job->n_plan, job->pairs);
     if (st == OKV_OK) st = okv_hal_event_record(rt->layer_events[layer], rt->copy);
+    if (batch) OKV_IGNORE_ERROR(okv_hal_stream_batch_end(rt->copy));
+    batch = false;
     if (st == OKV_OK) {
       job->event_recorded = true;
       job->event_waited = false;
@@ -258,6 +266,7 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
     }
   }
 done:
+  if (batch) OKV_IGNORE_ERROR(okv_hal_stream_batch_end(rt->predict)); /* a failed prediction */
   job->stats.bookkeeping_seconds = bk;
 }
 

@@ -386,6 +386,9 @@ okv_status_t okv_runtime_step_layer(okv_runtime_t *rt, uint32_t layer, const flo
   double bk = 0, att = 0;
   okv_step_stats_t *ls = &rt->layer_step[layer];
   okv_rt_note_layer_use(rt, layer);
+  /* The commit, the append's batch and attention start the compute stream once (docs/api.md "Batched
+   * submission"); every wait on the stream in between starts it anyway. */
+  bool batch = okv_status_consume(okv_hal_stream_batch_begin(rt->compute)) == OKV_STATUS_OK;
   /* 1. Layer-local sync and commit of the previous step's transfer (before the
    * append so that the new active block finds >= C free slots). Failures are absorbed. */
   okv_rt_layer_commit(rt, layer, &bk);
@@ -396,6 +399,7 @@ okv_status_t okv_runtime_step_layer(okv_runtime_t *rt, uint32_t layer, const flo
   bool defer = !rt->cfg.track_recall && rt->cfg.mode != OKV_MODE_ONDEMAND;
   okv_status_t append_st = okv_rt_layer_append(rt, layer, k_new, v_new, defer, &bk, &committed);
   if (!committed) {
+    if (batch) OKV_IGNORE_ERROR(okv_hal_stream_batch_end(rt->compute));
     if (rt->dev_sel) (void)okv_rt_dsel_commit_finish(rt);
     ls->bookkeeping_seconds += bk;
     fill_invalid(rt, rt->step_n_seqs, rt->step_T, out);
@@ -437,6 +441,7 @@ okv_status_t okv_runtime_step_layer(okv_runtime_t *rt, uint32_t layer, const flo
       }
     }
   }
+  if (batch) OKV_IGNORE_ERROR(okv_hal_stream_batch_end(rt->compute));
   /* 5. Hand the layer to the background pipeline (the token is committed either way). */
   if (has_pipeline(rt)) {
     double t0 = okv_rt_bk_s(), q_s = 0;

@@ -55,6 +55,7 @@ struct okv_hal_buffer_t {
 struct okv_hal_stream_t {
   okv_hal_resource_t base;
   okv_hal_device_t *device; /* retained */
+  atomic_uint batch_depth;  /* okv_hal_stream_batch_begin calls not ended yet */
 };
 
 struct okv_hal_event_t {
@@ -79,6 +80,9 @@ struct okv_hal_device_vtable_t {
   okv_status_t (*stream_create)(okv_hal_device_t *device, okv_hal_stream_t **out_stream);
   void (*stream_destroy)(okv_hal_stream_t *stream); /* waits for queued work */
   okv_status_t (*stream_synchronize)(okv_hal_stream_t *stream);
+  /* Optional (NULL: batches change nothing): the stream's batch opened (true) or closed (false); called on the
+   * depth's 0 -> 1 and 1 -> 0 transitions (okv_hal_stream_batch_begin / _end). */
+  void (*stream_batch)(okv_hal_stream_t *stream, bool open);
 
   okv_status_t (*event_create)(okv_hal_device_t *device, okv_hal_event_t **out_event);
   void (*event_destroy)(okv_hal_event_t *event);

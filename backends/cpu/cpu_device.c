@@ -108,6 +108,9 @@ typedef struct okv_cpu_stream_t {
   uint64_t id;                /* process-unique, tells a reused address from this stream */
   uint64_t n_enqueued;        /* seq of the newest op */
   uint64_t n_done;            /* seq of the newest finished op */
+  bool sleeping;              /* the worker waits on work_cond: an enqueue wakes it (only then) */
+  bool batched;               /* a batch is open (okv_hal_stream_batch_begin): enqueues do not wake the worker */
+  bool wake_deferred;         /* an op was enqueued for the sleeping worker during the batch */
   uint32_t seq_waiters;       /* threads waiting on idle_cond for an op (n_done) rather than for the queue to run dry */
   okv_status_t pending_error; /* first unreported error of the stream */
   pthread_t thread;
@@ -443,7 +446,11 @@ static void *cpu_stream_main(void *arg) {
   okv_cpu_stream_t *s = arg;
   pthread_mutex_lock(&s->mutex);
   for (;;) {
-    while (!s->next_run && !s->stop) pthread_cond_wait(&s->work_cond, &s->mutex);
+    while (!s->next_run && !s->stop) {
+      s->sleeping = true;
+      pthread_cond_wait(&s->work_cond, &s->mutex);
+      s->sleeping = false;
+    }
     if (!s->next_run) break; /* stop requested and the queue is drained */
     okv_cpu_op_t *op = s->next_run;
     pthread_mutex_unlock(&s->mutex);
@@ -524,9 +531,46 @@ static uint64_t cpu_enqueue(okv_hal_stream_t *stream, okv_cpu_op_t *op) {
   s->last = op;
   if (!s->next_run) s->next_run = op;
   uint64_t seq = op->seq;
-  pthread_cond_signal(&s->work_cond);
+  /* Only a sleeping worker needs the signal, sent after the unlock (the woken worker does not at once block
+   * on the mutex); inside a batch it is deferred to the batch's end or the first wait (cpu_stream_start). */
+  bool wake = false;
+  if (s->sleeping) {
+    if (s->batched) {
+      s->wake_deferred = true;
+    } else {
+      s->sleeping = false;
+      wake = true;
+    }
+  }
   pthread_mutex_unlock(&s->mutex);
+  if (wake) pthread_cond_signal(&s->work_cond);
   return seq;
+}
+
+/* Starts the work a batch holds back (the caller holds s->mutex): returns whether the worker must be
+ * signalled (after the unlock). */
+static bool cpu_stream_start_locked(okv_cpu_stream_t *s) {
+  if (!s->wake_deferred) return false;
+  s->wake_deferred = false;
+  if (!s->sleeping) return false;
+  s->sleeping = false;
+  return true;
+}
+
+static void cpu_stream_start(okv_cpu_stream_t *s) {
+  pthread_mutex_lock(&s->mutex);
+  bool wake = cpu_stream_start_locked(s);
+  pthread_mutex_unlock(&s->mutex);
+  if (wake) pthread_cond_signal(&s->work_cond);
+}
+
+static void cpu_stream_batch(okv_hal_stream_t *stream, bool open) {
+  okv_cpu_stream_t *s = (okv_cpu_stream_t *)stream;
+  pthread_mutex_lock(&s->mutex);
+  s->batched = open;
+  bool wake = !open && cpu_stream_start_locked(s);
+  pthread_mutex_unlock(&s->mutex);
+  if (wake) pthread_cond_signal(&s->work_cond);
 }
 
 /* Holds every buffer listed (NULLs skipped) and enqueues op; when `s` (an
@@ -606,6 +650,7 @@ static void cpu_stream_destroy(okv_hal_stream_t *stream) {
 static okv_status_t cpu_stream_synchronize(okv_hal_stream_t *stream) {
   okv_cpu_stream_t *s = (okv_cpu_stream_t *)stream;
   pthread_mutex_lock(&s->mutex);
+  if (cpu_stream_start_locked(s)) pthread_cond_signal(&s->work_cond); /* a batch's work is waited for */
   while (s->next_run) pthread_cond_wait(&s->idle_cond, &s->mutex);
   okv_status_t err = s->pending_error;
   s->pending_error = OKV_OK;
@@ -659,15 +704,16 @@ static okv_status_t cpu_event_record(okv_hal_event_t *event, okv_hal_stream_t *s
   ev->has_time = false;
   okv_status_free(ev->error);
   ev->error = OKV_OK;
+  /* The stream is known before the op is enqueued, so that a wait in between starts it if a batch holds it
+   * (cpu_event_start_stream); its seq only after (0 until then: a reclaim waits for nothing). */
+  ev->last_stream = stream;
+  ev->last_stream_id = ((okv_cpu_stream_t *)stream)->id;
+  ev->last_seq = 0;
   pthread_mutex_unlock(&ev->mutex);
   uint64_t gen = op->gen;
   uint64_t seq = cpu_enqueue(stream, op); /* op may be reclaimed from here on */
   pthread_mutex_lock(&ev->mutex);
-  if (ev->recorded == gen) {
-    ev->last_stream = stream;
-    ev->last_stream_id = ((okv_cpu_stream_t *)stream)->id;
-    ev->last_seq = seq;
-  }
+  if (ev->recorded == gen) ev->last_seq = seq;
   pthread_mutex_unlock(&ev->mutex);
   return OKV_OK;
 }
@@ -703,8 +749,23 @@ static void cpu_event_reclaim(okv_cpu_event_t *ev) {
   OKV_IGNORE_ERROR(okv_hal_stream_release(stream));
 }
 
+/* Starts the work a batch holds back on the stream of the event's latest record (which may be gone by now:
+ * looked up through the registry as in cpu_event_reclaim), so that a wait for the event cannot wait for the
+ * batch's end. */
+static void cpu_event_start_stream(okv_cpu_event_t *ev) {
+  pthread_mutex_lock(&ev->mutex);
+  okv_hal_stream_t *stream = ev->completed < ev->recorded ? ev->last_stream : NULL;
+  uint64_t id = ev->last_stream_id;
+  pthread_mutex_unlock(&ev->mutex);
+  if (!stream || okv_status_consume(okv_hal_stream_retain(stream)) != OKV_STATUS_OK) return;
+  okv_cpu_stream_t *s = (okv_cpu_stream_t *)stream;
+  if (s->id == id) cpu_stream_start(s);
+  OKV_IGNORE_ERROR(okv_hal_stream_release(stream));
+}
+
 static okv_status_t cpu_event_query(okv_hal_event_t *event, bool *out_done) {
   okv_cpu_event_t *ev = (okv_cpu_event_t *)event;
+  cpu_event_start_stream(ev); /* a caller polling for the event gets it without ending the batch */
   pthread_mutex_lock(&ev->mutex);
   bool done = ev->completed >= ev->recorded;
   okv_status_t s = done ? cpu_event_error_locked(ev) : OKV_OK;
@@ -716,6 +777,7 @@ static okv_status_t cpu_event_query(okv_hal_event_t *event, bool *out_done) {
 
 static okv_status_t cpu_event_wait(okv_hal_event_t *event) {
   okv_cpu_event_t *ev = (okv_cpu_event_t *)event;
+  cpu_event_start_stream(ev);
   pthread_mutex_lock(&ev->mutex);
   while (ev->completed < ev->recorded) pthread_cond_wait(&ev->cond, &ev->mutex);
   okv_status_t s = cpu_event_error_locked(ev);
@@ -730,7 +792,8 @@ static okv_status_t cpu_stream_wait_event(okv_hal_stream_t *stream, okv_hal_even
   uint64_t gen = ev->recorded;
   bool done = ev->completed >= gen;
   pthread_mutex_unlock(&ev->mutex);
-  if (done) return OKV_OK; /* nothing to wait for */
+  if (done) return OKV_OK;    /* nothing to wait for */
+  cpu_event_start_stream(ev); /* this stream's worker would otherwise wait for the other stream's batch */
   okv_cpu_op_t *op = NULL;
   OKV_RETURN_IF_ERROR(cpu_event_op(stream, OKV_CPU_OP_WAIT, event, "stream wait", &op));
   op->gen = gen;
@@ -971,6 +1034,7 @@ static const okv_hal_device_vtable_t cpu_vtable = {
     .stream_create = cpu_stream_create,
     .stream_destroy = cpu_stream_destroy,
     .stream_synchronize = cpu_stream_synchronize,
+    .stream_batch = cpu_stream_batch,
     .event_create = cpu_event_create,
     .event_destroy = cpu_event_destroy,
     .event_record = cpu_event_record,

@@ -197,6 +197,20 @@ OKV_API okv_status_t okv_hal_stream_release(okv_hal_stream_t *stream);
  * INTERNAL (a kernel or the vendor runtime failed). */
 OKV_API okv_status_t okv_hal_stream_synchronize(okv_hal_stream_t *stream);
 
+/* Batched submission: between okv_hal_stream_batch_begin and the matching okv_hal_stream_batch_end, work
+ * enqueued on `stream` may wait to start until the batch ends, so that a group of launches costs one start of
+ * the stream instead of one each. Any wait that needs the work (okv_hal_stream_synchronize on the stream,
+ * okv_hal_event_wait / okv_hal_event_query of an event recorded on it, okv_hal_stream_wait_event on another
+ * stream) starts it at once: a batch never delays a result somebody waits for, and never deadlocks. Order,
+ * errors and results are as without the batch. Batches nest (a depth per stream); begin and end are meant for
+ * the thread that enqueues the batch's work (thread-safe, but a batch opened on one thread and used by another
+ * holds back both threads' work). The CPU backend's stream worker otherwise sleeps whenever its queue runs dry
+ * and each enqueue into it costs the caller a wake-up (a system call, a context switch on a loaded host); a
+ * GPU queue takes work with no such cost, so CUDA and HIP ignore batches.
+ * Errors: INVALID_ARGUMENT (dead handle; batch_end with no batch open on the stream). */
+OKV_API okv_status_t okv_hal_stream_batch_begin(okv_hal_stream_t *stream);
+OKV_API okv_status_t okv_hal_stream_batch_end(okv_hal_stream_t *stream);
+
 /* ---- Events ---- */
 /* Creates an event (never recorded: complete). The caller owns it.
  * Errors: INVALID_ARGUMENT (dead device, NULL out_event), UNAVAILABLE,

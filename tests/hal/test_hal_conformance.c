@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "oasiskv/fault.h"
 #include "hal/hal_impl.h"
@@ -427,6 +428,75 @@ static void test_cross_stream_event_wait(void **state) {
   OKV_ASSERT_OK(okv_hal_stream_release(s2));
 }
 
+/* Batched submission (okv_hal_stream_batch_begin / _end): results and order as without a batch, and every
+ * wait inside a batch returns: a synchronize, an event wait, a polled event query, another stream waiting on
+ * an event recorded in the batch. Batches nest; an end with no batch open is refused. */
+static void test_stream_batches(void **state) {
+  fixture_t *f = *state;
+  const uint64_t n = 1u << 20;
+  okv_hal_stream_t *s2 = NULL;
+  OKV_ASSERT_OK(okv_hal_stream_create(f->dev, &s2));
+  okv_hal_event_t *ev = NULL;
+  OKV_ASSERT_OK(okv_hal_event_create(f->dev, &ev));
+  okv_hal_buffer_t *a = buf_new(f, OKV_TIER_HOST, n), *b = buf_new(f, OKV_TIER_DEVICE, n),
+                   *c = buf_new(f, OKV_TIER_HOST, n), *d = buf_new(f, OKV_TIER_HOST, n);
+  assert_int_equal(okv_status_consume(okv_hal_stream_batch_end(f->stream)), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_OK(okv_hal_stream_batch_begin(f->stream));
+  OKV_ASSERT_OK(okv_hal_stream_batch_begin(f->stream)); /* nested */
+  for (int round = 0; round < 4; ++round) {
+    unsigned char *ha = buf_randomize(f, a);
+    OKV_ASSERT_OK(okv_hal_copy_async(f->stream, a, 0, b, 0, n));
+    if (round == 0) { /* a synchronize */
+      OKV_ASSERT_OK(okv_hal_copy_async(f->stream, b, 0, c, 0, n));
+      OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+      buf_expect(c, ha);
+    } else if (round == 1) { /* an event wait */
+      OKV_ASSERT_OK(okv_hal_copy_async(f->stream, b, 0, c, 0, n));
+      OKV_ASSERT_OK(okv_hal_event_record(ev, f->stream));
+      OKV_ASSERT_OK(okv_hal_event_wait(ev));
+      buf_expect(c, ha);
+    } else if (round == 2) { /* a polled query (bounded: 10 s) */
+      OKV_ASSERT_OK(okv_hal_copy_async(f->stream, b, 0, c, 0, n));
+      OKV_ASSERT_OK(okv_hal_event_record(ev, f->stream));
+      bool done = false;
+      for (int i = 0; i < 10000 && !done; ++i) {
+        OKV_ASSERT_OK(okv_hal_event_query(ev, &done));
+        if (!done) usleep(1000);
+      }
+      assert_true(done);
+      buf_expect(c, ha);
+    } else { /* another stream (not batched) waits for an event of the batched one */
+      OKV_ASSERT_OK(okv_hal_event_record(ev, f->stream));
+      OKV_ASSERT_OK(okv_hal_stream_wait_event(s2, ev));
+      OKV_ASSERT_OK(okv_hal_copy_async(s2, b, 0, d, 0, n));
+      OKV_ASSERT_OK(okv_hal_stream_synchronize(s2));
+      buf_expect(d, ha);
+    }
+    test_free(ha);
+  }
+  OKV_ASSERT_OK(okv_hal_stream_batch_end(f->stream));
+  /* Still in the outer batch: work enqueued now runs once it ends, without a wait in between. */
+  unsigned char *ha = buf_randomize(f, a);
+  OKV_ASSERT_OK(okv_hal_copy_async(f->stream, a, 0, c, 0, n));
+  OKV_ASSERT_OK(okv_hal_event_record(ev, f->stream));
+  OKV_ASSERT_OK(okv_hal_stream_batch_end(f->stream));
+  assert_int_equal(okv_status_consume(okv_hal_stream_batch_end(f->stream)), OKV_STATUS_INVALID_ARGUMENT);
+  bool done = false;
+  for (int i = 0; i < 10000 && !done; ++i) { /* bounded: 10 s */
+    OKV_ASSERT_OK(okv_hal_event_query(ev, &done));
+    if (!done) usleep(1000);
+  }
+  assert_true(done);
+  buf_expect(c, ha);
+  test_free(ha);
+  buf_free(a);
+  buf_free(b);
+  buf_free(c);
+  buf_free(d);
+  OKV_ASSERT_OK(okv_hal_event_release(ev));
+  OKV_ASSERT_OK(okv_hal_stream_release(s2));
+}
+
 static void test_event_states_and_elapsed(void **state) {
   fixture_t *f = *state;
   okv_hal_event_t *e[3] = {NULL, NULL, NULL};
@@ -518,6 +588,8 @@ static void test_invalid_handles(void **state) {
   OKV_ASSERT_CODE(okv_hal_stream_release((okv_hal_stream_t *)&fake), OKV_STATUS_INVALID_ARGUMENT);
   OKV_ASSERT_CODE(okv_hal_event_release((okv_hal_event_t *)h), OKV_STATUS_INVALID_ARGUMENT);
   OKV_ASSERT_CODE(okv_hal_stream_synchronize((okv_hal_stream_t *)h), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_hal_stream_batch_begin((okv_hal_stream_t *)h), OKV_STATUS_INVALID_ARGUMENT);
+  OKV_ASSERT_CODE(okv_hal_stream_batch_end(NULL), OKV_STATUS_INVALID_ARGUMENT);
   OKV_ASSERT_CODE(okv_hal_device_release((okv_hal_device_t *)f->stream), OKV_STATUS_INVALID_ARGUMENT);
   OKV_ASSERT_CODE(okv_hal_copy_async((okv_hal_stream_t *)h, h, 0, h, 0, 1), OKV_STATUS_INVALID_ARGUMENT);
 
@@ -1076,6 +1148,7 @@ int main(int argc, char **argv) {
       OKV_FIXTURE_TEST(test_copy_blocks_large_batch),
       OKV_FIXTURE_TEST(test_stream_order),
       OKV_FIXTURE_TEST(test_cross_stream_event_wait),
+      OKV_FIXTURE_TEST(test_stream_batches),
       OKV_FIXTURE_TEST(test_event_states_and_elapsed),
       OKV_FIXTURE_TEST(test_release_while_enqueued),
       OKV_FIXTURE_TEST(test_invalid_handles),
