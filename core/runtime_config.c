@@ -180,6 +180,17 @@ okv_status_t okv_runtime_stats(const okv_runtime_t *runtime, uint32_t layer, okv
 
 void okv_runtime_stats_reset(okv_runtime_t *runtime) {
   if (runtime == NULL) return;
+  /* Jobs issued before the reset do not count after it: the background thread finishes them (the drain
+   * orders its writes before these), and the stats no step has collected yet are dropped. */
+  if (has_pipeline(runtime) && runtime->jobs != NULL && !runtime->in_step) {
+    okv_rt_jobs_drain(runtime);
+    for (uint32_t l = 0; l < runtime->cfg.n_layers; l++) {
+      okv_layer_job_t *job = &runtime->jobs[l];
+      if (job->stats_pending && job->stats.deferred > 0 && job->step > runtime->deferred_step_mark)
+        runtime->deferred_step_mark = job->step; /* its step is not counted again by a later job */
+      job->stats_pending = false;
+    }
+  }
   memset(&runtime->total_cum, 0, sizeof runtime->total_cum);
   memset(runtime->layer_cum, 0, sizeof(okv_step_stats_t) * runtime->cfg.n_layers);
 }

@@ -418,7 +418,12 @@ struct okv_step_stats_t {
  * counts. Not thread-safe (the engine thread). Errors: INVALID_ARGUMENT (NULL pointers, layer >= n_layers
  * and not UINT32_MAX). */
 OKV_API okv_status_t okv_runtime_stats(const okv_runtime_t *runtime, uint32_t layer, okv_step_stats_t *out_stats);
-/* Clears cumulative stats (jobs not collected yet count in the step that collects them, after the reset). */
+/* Clears cumulative stats. Called between steps, it also waits for the background pipeline and drops the
+ * selection stats of jobs issued before it that no step has collected yet, so the stats after it count
+ * exactly the jobs issued after it (before 2026-12-03 those jobs counted in the step that collected them,
+ * and a benchmark that reset after its warm-up counted up to one job per layer too many). Called during a
+ * step (between okv_runtime_step_begin and okv_runtime_step_end) it clears only. Not thread-safe (the engine
+ * thread). Errors: none (NULL is ignored). */
 OKV_API void okv_runtime_stats_reset(okv_runtime_t *runtime);
 
 /* State of the cap (docs/api.md "Fetch ratio"). link_bytes_per_second and

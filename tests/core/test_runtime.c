@@ -755,6 +755,29 @@ static uint64_t check_slots(const drv_t *d, uint32_t lo, uint32_t hi, uint32_t l
  * K + 1 + C_max: it admits as many sequences as a cap of 1 would, where reserving C_max for every head would
  * admit fewer. A head admits at most its spares per step; a new sequence takes spares back; a removed one's
  * slots become spares. Attention stays exact throughout. */
+/* okv_runtime_stats_reset between steps drops the jobs issued before it: after a warm-up step, a reset and
+ * one step, the stats count exactly one job per layer (every head predicts K blocks: hits + misses =
+ * sequences x layers x KV heads x K) and the warm-up's jobs no longer land in the measured step. */
+static void test_stats_reset_drops_earlier_jobs(void **state) {
+  (void)state;
+  okv_runtime_config_t c;
+  budget_config(&c, 8, 0.25);
+  c.mode = OKV_MODE_OASIS;
+  okv_hal_device_params_t p = small_params();
+  drv_t d;
+  drv_open(&d, g_backend, &c, &p, 23, 1024);
+  drv_add(&d, 300); /* 19 blocks: more than K + 1 */
+  drv_add(&d, 260);
+  for (uint32_t warm = 0; warm < 2; warm++) drv_step(&d, 2, 2.0f);
+  okv_runtime_stats_reset(d.rt);
+  drv_step(&d, 2, 2.0f);
+  okv_step_stats_t cum;
+  OKV_ASSERT_OK(okv_runtime_stats(d.rt, UINT32_MAX, &cum));
+  assert_int_equal(cum.steps, 1);
+  assert_int_equal(cum.hits + cum.misses, 2ull * c.n_layers * c.n_kv_heads * 8u);
+  drv_close(&d);
+}
+
 static void test_auto_cap_spares(void **state) {
   (void)state;
   okv_runtime_config_t c;
@@ -1068,6 +1091,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_auto_cap),
       cmocka_unit_test(test_auto_cap_pause_after_synchronize),
       cmocka_unit_test(test_fetched_share),
+      cmocka_unit_test(test_stats_reset_drops_earlier_jobs),
       cmocka_unit_test(test_auto_cap_spares),
       cmocka_unit_test(test_auto_cap_spares_ceiling),
       cmocka_unit_test(test_auto_capacity_after_step),
