@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <time.h>
 
 #include "oasiskv/oasiskv.h"
@@ -195,12 +196,32 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
       return 2;
     }
     if (!ok) {
-      fprintf(stderr, "oasiskv bench runtime: bad value '%s' for %s\n", v, a);
+      const char *range = strcmp(a, "--seqs") == 0       ? " (an integer in [1, 65536])"
+                          : strcmp(a, "--steps") == 0    ? " (an integer >= 1)"
+                          : strcmp(a, "--groups") == 0   ? " (an integer >= 1, at most --budget)"
+                          : strcmp(a, "--context") == 0  ? " (tokens, an integer >= 1)"
+                          : strcmp(a, "--warmup") == 0   ? " (an integer >= 0)"
+                          : strcmp(a, "--host-gib") == 0 ? " (GiB, in (0, 4096])"
+                          : strcmp(a, "--locality") == 0 ? " (in [0, 1])"
+                          : strcmp(a, "--noise") == 0    ? " (>= 0)"
+                                                         : "";
+      fprintf(stderr, "oasiskv bench runtime: bad value '%s' for %s%s\n", v, a, range);
       return 2;
     }
     i++;
   }
   if (o->fetch_ratio < 0 && !o->selection_given) o->device_selection = false; /* the self-tuning cap: host */
+  /* What the runtime's config would refuse, said in the options' own terms (exit 2 like every bad option). */
+  if (o->fetch_ratio < 0 && o->device_selection) {
+    fprintf(stderr,
+            "oasiskv bench runtime: --selection device does not support --fetch-ratio auto (its spare "
+            "slots); use --selection host or a fixed ratio\n");
+    return 2;
+  }
+  if (o->groups > o->budget_blocks) {
+    fprintf(stderr, "oasiskv bench runtime: --groups %u must be at most --budget (%u)\n", o->groups, o->budget_blocks);
+    return 2;
+  }
   return 0;
 }
 
@@ -612,6 +633,10 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     if (proj) proj_report(proj, ns_per_head, o.budget_blocks, NULL);
   }
 done:
+  if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout))) { /* a full disk or a closed pipe: not a result */
+    fprintf(stderr, "oasiskv bench runtime: writing the output failed: %s\n", strerror(errno));
+    rc = 1;
+  }
   if (jout) json_object_put(jout);
   free(pk);
   free(pv);

@@ -38,6 +38,12 @@ int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[2], "runtime")) return okv_cli_bench_runtime(argc - 2, argv + 2);
     if (argc >= 3 && !strcmp(argv[2], "remote")) return okv_cli_bench_remote(argc - 2, argv + 2);
     if (argc >= 3 && !strcmp(argv[2], "serve")) return okv_cli_bench_serve(argc - 2, argv + 2);
+    if (argc >= 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h") || !strcmp(argv[2], "help"))) {
+      printf(
+          "usage: oasiskv bench kernels|runtime|serve|remote [options]\n"
+          "run 'oasiskv bench <name> --help' for a benchmark's options\n");
+      return 0;
+    }
     fprintf(stderr, "oasiskv bench: expected 'kernels', 'runtime', 'serve' or 'remote'\n");
     return 2;
   }

@@ -584,8 +584,8 @@ static void test_serve_dense_fit(void **state) {
 }
 
 /* `oasiskv bench runtime` refuses, before allocating, a run whose HOST tier (sequences x layers x context),
- * DEVICE tier or prefill exceeds --host-gib, and a --layers out of 1..128: exit 2, one line naming the
- * numbers. (--layers 1000 used to allocate until the machine ran out of memory; --host-gib was ignored once
+ * DEVICE tier or prefill exceeds --host-gib, a --layers out of 1..128, --groups above --budget and device
+ * selection with the self-tuning cap: exit 2, one line naming the numbers. (--layers 1000 used to allocate until the machine ran out of memory; --host-gib was ignored once
  * --layers was given.) A run within the bound still runs. */
 static void test_runtime_capacity(void **state) {
   (void)state;
@@ -595,8 +595,15 @@ static void test_runtime_capacity(void **state) {
       "bench runtime --seqs 1000 --context 16 --layers 10 --steps 1",
       "bench runtime --seqs 200 --context 131072 --steps 1",
       "bench runtime --layers 0",
+      /* What the runtime's config would refuse, in the options' terms (they exited 1 naming config fields). */
+      "bench runtime --groups 384",
+      "bench runtime --fetch-ratio auto --selection device",
+      "bench runtime --steps 0",
   };
   expect_one_line_errors(bad, sizeof bad / sizeof bad[0], 2);
+  /* A result that cannot be written is not a success: exit 1, one line. */
+  assert_int_equal(run_cli("bench runtime --seqs 1 --context 1024 --layers 1 --steps 1 --warmup 0", "/dev/full"), 1);
+  assert_int_equal(stderr_lines(), 1);
   char line[512] = "";
   assert_int_equal(run_cli(bad[0], NULL), 2);
   first_stderr_line(line, sizeof line);
