@@ -153,9 +153,6 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
   double tp = 0;
   if (st == OKV_OK) { /* the query copy above is a transfer, not bookkeeping */
     tp = okv_rt_wall_s();
-    /* The layer's launches (scoring, top-K, selection) start the predict stream once (docs/api.md "Batched
-     * submission"); the wait for their results starts it anyway. */
-    batch = okv_status_consume(okv_hal_stream_batch_begin(rt->predict)) == OKV_STATUS_OK;
     st = okv_rt_predict_topk(rt, ctx, rt->predict, job->n_seqs, layer, T, job->t_begin, job->t_end, &bk);
     job->stats.predict_seconds = okv_rt_wall_s() - tp;
   }
@@ -231,8 +228,9 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
   /* Remote sequences: blocks not in the HOST tier yet are read through their source first (remote_seq.c). */
   job->n_plan = okv_rt_remote_fill(rt, layer, ctx, job->plan, job->pairs, job->n_plan, &job->stats, &job->remote_t0,
                                    &job->remote_t1);
-  if (batch) OKV_IGNORE_ERROR(okv_hal_stream_batch_end(rt->predict));
-  batch = false;
+  /* The prediction's launches are not batched (the scoring then runs while this thread lists the next
+   * launches): batched, the selection's bookkeeping measured no lower in alternating runs (its launches got
+   * cheaper, its one wait dearer). */
   if (job->n_plan > 0) {
     st = OKV_OK;
     job->start_recorded = false;
@@ -266,7 +264,6 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
     }
   }
 done:
-  if (batch) OKV_IGNORE_ERROR(okv_hal_stream_batch_end(rt->predict)); /* a failed prediction */
   job->stats.bookkeeping_seconds = bk;
 }
 

@@ -684,8 +684,8 @@ static void cpu_stream_destroy(okv_hal_stream_t *stream) {
 
 static okv_status_t cpu_stream_synchronize(okv_hal_stream_t *stream) {
   okv_cpu_stream_t *s = (okv_cpu_stream_t *)stream;
+  cpu_stream_start(s); /* a batch's work is waited for (signalled before this thread takes the mutex to wait) */
   pthread_mutex_lock(&s->mutex);
-  if (cpu_stream_start_locked(s)) pthread_cond_signal(&s->work_cond); /* a batch's work is waited for */
   while (s->next_run) pthread_cond_wait(&s->idle_cond, &s->mutex);
   okv_status_t err = s->pending_error;
   s->pending_error = OKV_OK;
