@@ -585,8 +585,9 @@ static void test_serve_dense_fit(void **state) {
 
 /* `oasiskv bench runtime` refuses, before allocating, a run whose HOST tier (sequences x layers x context),
  * DEVICE tier or prefill exceeds --host-gib, a --layers out of 1..128, --groups above --budget and device
- * selection with the self-tuning cap: exit 2, one line naming the numbers. (--layers 1000 used to allocate until the machine ran out of memory; --host-gib was ignored once
- * --layers was given.) A run within the bound still runs. */
+ * selection with the self-tuning cap: exit 2, one line naming the numbers. (--layers 1000 used to allocate
+ * until the machine ran out of memory; --host-gib was ignored once --layers was given.) A run within the
+ * bound still runs. */
 static void test_runtime_capacity(void **state) {
   (void)state;
   static const char *const bad[] = {
