@@ -425,7 +425,7 @@ okv_status_t okv_rt_dsel_write(okv_runtime_t *rt, const okv_seq_t *seq, uint32_t
 }
 
 okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job, okv_predict_ctx_t *ctx,
-                                double *t_ready) {
+                                double *t_ready, double *wait_s) {
   const uint32_t H = rt->cfg.n_kv_heads, K = rt->cfg.budget_blocks, C = rt->cap_blocks;
   okv_status_t st = OKV_OK;
   memset(job->sel_ran, 0, job->n_seqs);
@@ -474,8 +474,10 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
   }
   /* One wait and two reads for the layer: the plans and results of the whole batch (entries u = s * H + h). */
   uint32_t n_seg = job->n_seqs * H;
+  const double w0 = okv_rt_bk_s();
   st = okv_hal_stream_synchronize(rt->predict);
   *t_ready = okv_rt_wall_s();
+  *wait_s = okv_rt_bk_s() - w0;
   if (st == OKV_OK)
     st = okv_hal_buffer_read(rt->sel_result, result_offset(rt, layer, 0), rt->sel_result_host,
                              (uint64_t)n_seg * OKV_SELECT_RESULT_U32S * 4u);
@@ -662,8 +664,9 @@ static okv_status_t check_head_hot(const okv_runtime_t *rt) {
       for (uint32_t h = 0; h < H; h++) {
         const okv_head_t *hd = seq_head(rt, s, l, h);
         const okv_head_hot_t *k = head_hot(rt, i, l, h);
-        if (hd->hot != k || k->ext_run != hd->ext_run || k->ext0 != (hd->n_extents ? hd->extents[0] : 0u) ||
-            k->n_owned != hd->n_owned || k->owned_step != hd->owned_step || k->owned_base != hd->owned_base)
+        if (hd->hot != k || k->extents != hd->extents || k->ext_run != hd->ext_run ||
+            k->ext0 != (hd->n_extents ? hd->extents[0] : 0u) || k->n_owned != hd->n_owned ||
+            k->owned_step != hd->owned_step || k->owned_base != hd->owned_base)
           return okv_status_make(OKV_STATUS_INTERNAL,
                                  "debug: the hot mirror of sequence %u, layer %u, KV head %u differs from the head",
                                  s->id, l, h);

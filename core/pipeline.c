@@ -162,12 +162,13 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
     goto done;
   }
   t0 = okv_rt_bk_s();
+  double wait_s = 0; /* the selection's one wait on the predict stream: a wait on kernels, not bookkeeping */
   job->sel_undo = false;
   if (rt->dev_sel) { /* the same rule on the device's slot tables (device_select.c) */
     /* The top-K was not waited for: the prediction ends when the selection's wait returns (one wait for both;
      * its time includes the selection kernel's). */
     double t_ready = 0;
-    st = okv_rt_dsel_select(rt, layer, job, ctx, &t_ready);
+    st = okv_rt_dsel_select(rt, layer, job, ctx, &t_ready, &wait_s);
     if (t_ready > 0) job->stats.predict_seconds = t_ready - tp;
     if (st != OKV_OK) job->error = st;
   }
@@ -223,7 +224,7 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
     if (job->error != OKV_OK) break;
   }
   job->stats.deferred_steps = job->stats.deferred > 0;
-  job->stats.select_seconds = okv_rt_bk_s() - t0;
+  job->stats.select_seconds = okv_rt_bk_s() - t0 - wait_s;
   bk += job->stats.select_seconds;
   /* Remote sequences: blocks not in the HOST tier yet are read through their source first (remote_seq.c). */
   job->n_plan = okv_rt_remote_fill(rt, layer, ctx, job->plan, job->pairs, job->n_plan, &job->stats, &job->remote_t0,

@@ -40,11 +40,12 @@
  * sequence and head and are cold by the time the background pipeline runs (the step streams the KV and the
  * summaries through the caches). Written only by okv_rt_head_note_extent / okv_rt_head_note_owned. */
 typedef struct okv_head_hot_t {
-  uint32_t ext0;       /* extents[0] (0 when n_extents == 0) */
-  uint32_t ext_run;    /* okv_head_t.ext_run */
-  uint32_t owned_base; /* okv_head_t.owned_base */
-  int32_t owned_step;  /* okv_head_t.owned_step */
-  uint32_t n_owned;    /* okv_head_t.n_owned */
+  const uint32_t *extents; /* okv_head_t.extents (allocated once, at reserve): read past the leading run */
+  uint32_t ext0;           /* extents[0] (0 when n_extents == 0) */
+  uint32_t ext_run;        /* okv_head_t.ext_run */
+  uint32_t owned_base;     /* okv_head_t.owned_base */
+  int32_t owned_step;      /* okv_head_t.owned_step */
+  uint32_t n_owned;        /* okv_head_t.n_owned */
 } okv_head_hot_t;
 
 typedef struct okv_head_t {
@@ -129,6 +130,8 @@ typedef struct okv_predict_ctx_t {
   uint32_t *run_offsets;       /* [n_seg + 1] */
   uint32_t *run_first, *run_n; /* [n_seg * extents per head] */
   uint64_t *run_sfirst;        /* [n_seg * extents per head] */
+  uint32_t *run_seg;           /* [n_seg * extents per head] the runs' segments (the 8-bit pass's ranges) */
+  uint64_t *run_score_first;   /* [n_seg * extents per head] the runs' first score elements (the same) */
   /* Recall pass with two-level scoring (track_recall): the two-level top-K of the real query, kept while the
    * flat (reference) pass overwrites host_topk, and a bitmap of one head's flat top-K. */
   uint32_t *agree_topk, *agree_counts; /* [n_seg * K], [n_seg] */
@@ -386,8 +389,23 @@ static inline void okv_rt_head_note_extent(okv_head_t *hd) {
   } else if (hd->ext_run == n - 1u && hd->extents[n - 1u] == hd->extents[0] + (n - 1u)) {
     hd->ext_run = n;
   }
+  hd->hot->extents = hd->extents;
   hd->hot->ext0 = n > 0 ? hd->extents[0] : 0;
   hd->hot->ext_run = hd->ext_run;
+}
+
+/* okv_rt_head_run from the head's hot mirror: the run of contiguous extents from extents[cur] (cur < need <=
+ * n_extents), at most need - cur, and its first extent in *start; the leading run without reading extents[]. */
+static inline uint32_t okv_rt_hot_run(const okv_head_hot_t *k, uint32_t cur, uint32_t need, uint32_t *start) {
+  if (cur < k->ext_run) {
+    *start = k->ext0 + cur;
+    return (k->ext_run < need ? k->ext_run : need) - cur;
+  }
+  const uint32_t first = k->extents[cur];
+  uint32_t run = 1;
+  while (cur + run < need && k->extents[cur + run] == first + run) run++;
+  *start = first;
+  return run;
 }
 
 /* The length of the run of contiguous extents from extents[cur] (cur < need <= n_extents), at most need - cur:
@@ -511,10 +529,11 @@ okv_status_t okv_rt_dsel_sync_or_fail(okv_runtime_t *rt, okv_seq_t *seq, uint32_
 /* The commit of a landed plan entry on the host's side: the head's expected signature follows the table. */
 void okv_rt_dsel_sig_commit(okv_runtime_t *rt, uint32_t layer, const okv_plan_entry_t *e);
 /* The job's selection on the device: fills job->plan / pairs and the stats; *t_ready: the wall time its wait on
- * the predict stream returned (0 when it did not get there). Returns the first error (then the layer is marked
- * dirty); a failure of the prediction's unwaited top-K reports here. */
+ * the predict stream returned (0 when it did not get there); *wait_s: the thread CPU time (okv_rt_bk_s) spent
+ * inside that wait, which is not bookkeeping (stats' bookkeeping_seconds exclude waits on kernels). Returns the
+ * first error (then the layer is marked dirty); a failure of the prediction's unwaited top-K reports here. */
 okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job, okv_predict_ctx_t *ctx,
-                                double *t_ready);
+                                double *t_ready, double *wait_s);
 /* The layer-local commit on the tables (landed: the layer's transfer ran), or their rewrite when dirty. The
  * commit kernel is enqueued on the compute stream, not waited for: okv_rt_dsel_commit_finish checks it. */
 void okv_rt_dsel_commit(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job, bool landed);

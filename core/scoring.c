@@ -77,20 +77,24 @@ okv_status_t okv_rt_scoring_ctx_init(okv_runtime_t *rt, okv_predict_ctx_t *ctx) 
   ctx->run_first = okv_malloc(&rt->alloc, n_runs * sizeof(uint32_t));
   ctx->run_n = okv_malloc(&rt->alloc, n_runs * sizeof(uint32_t));
   ctx->run_sfirst = okv_malloc(&rt->alloc, n_runs * sizeof(uint64_t));
-  if (!ctx->run_offsets || !ctx->run_first || !ctx->run_n || !ctx->run_sfirst)
+  ctx->run_seg = okv_malloc(&rt->alloc, n_runs * sizeof(uint32_t));
+  ctx->run_score_first = okv_malloc(&rt->alloc, n_runs * sizeof(uint64_t));
+  if (!ctx->run_offsets || !ctx->run_first || !ctx->run_n || !ctx->run_sfirst || !ctx->run_seg || !ctx->run_score_first)
     return OKV_RT_HOST_OOM("q8 scoring runs");
   okv_status_t st = okv_hal_buffer_alloc(rt->device, OKV_TIER_DEVICE, n * sizeof(uint32_t), &ctx->cand);
   return st ? okv_status_annotate(st, "runtime: allocating the q8 candidate lists (DEVICE tier)") : OKV_OK;
 }
 
 void okv_rt_scoring_ctx_free(okv_runtime_t *rt, okv_predict_ctx_t *ctx) {
-  void *arrs[] = {ctx->r_seg,     ctx->r_n,         ctx->r_sfirst,  ctx->r_cfirst, ctx->cand_block,
-                  ctx->cand_bits, ctx->run_offsets, ctx->run_first, ctx->run_n,    ctx->run_sfirst};
+  void *arrs[] = {ctx->r_seg,      ctx->r_n,        ctx->r_sfirst,    ctx->r_cfirst,
+                  ctx->cand_block, ctx->cand_bits,  ctx->run_offsets, ctx->run_first,
+                  ctx->run_n,      ctx->run_sfirst, ctx->run_seg,     ctx->run_score_first};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) okv_rt_free(&rt->alloc, arrs[i]);
   if (ctx->cand != NULL) OKV_IGNORE_ERROR(okv_hal_buffer_release(ctx->cand));
   ctx->cand = NULL;
   ctx->run_offsets = ctx->run_first = ctx->run_n = NULL;
-  ctx->run_sfirst = NULL;
+  ctx->run_sfirst = ctx->run_score_first = NULL;
+  ctx->run_seg = NULL;
   ctx->r_seg = ctx->r_n = ctx->cand_block = NULL;
   ctx->cand_bits = NULL;
   ctx->r_sfirst = ctx->r_cfirst = NULL;
@@ -192,7 +196,9 @@ okv_status_t okv_rt_final_topk(okv_predict_ctx_t *ctx, okv_hal_stream_t *stream,
 /* q8 scoring with the candidates kept on the device: the 8-bit pass, its top-(K + margin) per head in
  * ascending block order (the active block excluded) into ctx->cand, the exact pass over those lists (each
  * block's summary found through the head's runs of contiguous extents), and the top-K with ctx->cand as its
- * index map. The host lists nothing per candidate and waits once per layer. */
+ * index map. One listing serves both passes: every head's runs, from its hot mirror (a head's extents are read
+ * only past its leading run), which the 8-bit pass scores as ranges in one launch. The host lists nothing per
+ * candidate and waits once per layer. */
 static okv_status_t predict_q8(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream, uint32_t n_seqs,
                                uint32_t layer, uint32_t T, uint32_t t_begin, uint32_t t_end, double *bk_s) {
   double t0 = okv_rt_bk_s();
@@ -200,10 +206,9 @@ static okv_status_t predict_q8(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_ha
   const uint32_t H = c->n_kv_heads, G = rt->groups_kept, K = c->budget_blocks, E = rt->extent_blocks;
   const uint32_t n_seg = n_seqs * H;
   okv_score_desc_t sd = okv_rt_pass_desc(rt, ctx, n_seqs, T, t_begin, t_end, rt->group_summaries, OKV_DTYPE_Q8);
-  *bk_s += okv_rt_bk_s() - t0;
-  okv_status_t st = okv_rt_score_units(rt, ctx, stream, &sd, n_seqs, layer, 1, bk_s);
-  if (st != OKV_OK) return okv_status_annotate(st, "runtime: 8-bit scoring of layer %u", layer);
-  t0 = okv_rt_bk_s();
+  for (uint32_t s = 0; s < n_seqs; s++) /* the mirrors are cold: their misses overlap */
+    if (ctx->seqs[s] != NULL)
+      okv_rt_prefetch_range(head_hot(rt, (uint32_t)(ctx->seqs[s] - rt->seqs), layer, 0), H * sizeof(okv_head_hot_t));
   uint32_t n_excl = 0, n_runs = 0;
   for (uint32_t s = 0; s < n_seqs; s++) {
     const okv_seq_t *seq = ctx->seqs[s];
@@ -217,13 +222,15 @@ static okv_status_t predict_q8(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_ha
       ctx->seg_n[u] = nb > 1u ? (nb - 1u < G ? nb - 1u : G) : 0u; /* the first top-K's count */
       if (nb == 0) continue;
       ctx->excl_blocks[n_excl++] = nb - 1u; /* the active block is never a candidate */
-      const okv_head_t *hd = seq_head(rt, seq, layer, h);
+      const okv_head_hot_t *k = head_hot(rt, (uint32_t)(seq - rt->seqs), layer, h);
       for (uint32_t e = 0; e < need;) { /* runs of contiguous extents */
-        uint32_t start = hd->extents[e], run = okv_rt_head_run(hd, e, need);
+        uint32_t start, run = okv_rt_hot_run(k, e, need, &start);
         uint32_t first = e * E;
         ctx->run_first[n_runs] = first;
         ctx->run_n[n_runs] = run * E < nb - first ? run * E : nb - first;
         ctx->run_sfirst[n_runs] = (uint64_t)start * E;
+        ctx->run_seg[n_runs] = u;
+        ctx->run_score_first[n_runs] = (uint64_t)u * rt->max_blocks + first;
         n_runs++;
         e += run;
       }
@@ -231,6 +238,18 @@ static okv_status_t predict_q8(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_ha
   }
   ctx->excl_offsets[n_seg] = n_excl;
   ctx->run_offsets[n_seg] = n_runs;
+  okv_status_t st = OKV_OK;
+  if (n_runs > 0) { /* the 8-bit pass: a range per run (block i of run r: summary run_sfirst[r] + i) */
+    sd.n_ranges = n_runs;
+    sd.range_seg = ctx->run_seg;
+    sd.range_summary_first = ctx->run_sfirst;
+    sd.range_n_blocks = ctx->run_n;
+    sd.range_score_first = ctx->run_score_first;
+    *bk_s += okv_rt_bk_s() - t0;
+    st = okv_hal_score_blocks_async(stream, &sd);
+    t0 = okv_rt_bk_s();
+  }
+  if (st != OKV_OK) return okv_status_annotate(st, "runtime: 8-bit scoring of layer %u", layer);
   okv_topk_desc_t td = {.n_segments = n_seg,
                         .k = G,
                         .scores = ctx->scores,
@@ -246,6 +265,10 @@ static okv_status_t predict_q8(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_ha
   t0 = okv_rt_bk_s();
   for (uint32_t u = 0; u < n_seg; u++) ctx->seg_score_first[u] = (uint64_t)u * G; /* copied by the enqueue above */
   okv_score_desc_t sd2 = sd;
+  sd2.n_ranges = 0; /* list mode: the runs as a CSR */
+  sd2.range_seg = NULL;
+  sd2.range_summary_first = sd2.range_score_first = NULL;
+  sd2.range_n_blocks = NULL;
   sd2.summaries = rt->summaries;
   sd2.summary_dtype = c->summary_dtype;
   sd2.seg_summary_first = NULL;
@@ -363,6 +386,10 @@ okv_status_t okv_rt_predict_two_level(okv_runtime_t *rt, okv_predict_ctx_t *ctx,
   }
   ctx->excl_offsets[n_seg] = n_excl;
   okv_score_desc_t sd2 = sd;
+  sd2.n_ranges = 0; /* list mode: the runs as a CSR */
+  sd2.range_seg = NULL;
+  sd2.range_summary_first = sd2.range_score_first = NULL;
+  sd2.range_n_blocks = NULL;
   sd2.summaries = rt->summaries;
   sd2.summary_dtype = c->summary_dtype;
   sd2.n_ranges = nr;

@@ -206,6 +206,7 @@ okv_status_t okv_rt_seq_reserve(okv_runtime_t *rt, uint32_t n_tokens, const char
     h->map.n_blocks = nb;
     ALLOC_ARR(h->extents, cap_ext);
     h->cap_extents = cap_ext;
+    h->hot->extents = h->extents;
     okv_host_store_alloc_extents(&rt->host, n_ext, UINT32_MAX, h->extents); /* counted above: cannot fail */
     for (h->n_extents = 0; h->n_extents < n_ext;) {
       h->n_extents++;
