@@ -664,7 +664,10 @@ static okv_status_t check_head_hot(const okv_runtime_t *rt) {
       for (uint32_t h = 0; h < H; h++) {
         const okv_head_t *hd = seq_head(rt, s, l, h);
         const okv_head_hot_t *k = head_hot(rt, i, l, h);
-        if (hd->hot != k || k->extents != hd->extents || k->ext_run != hd->ext_run ||
+        uint32_t tail = hd->n_extents > 0 ? hd->n_extents - 1u : 0u; /* the trailing run, recomputed */
+        while (tail > 0 && hd->extents[tail - 1u] + 1u == hd->extents[tail]) tail--;
+        if (hd->hot != k || k->extents != hd->extents || k->tail_cur != tail ||
+            k->tail_ext != (hd->n_extents ? hd->extents[tail] : 0u) || k->ext_run != hd->ext_run ||
             k->ext0 != (hd->n_extents ? hd->extents[0] : 0u) || k->n_owned != hd->n_owned ||
             k->owned_step != hd->owned_step || k->owned_base != hd->owned_base)
           return okv_status_make(OKV_STATUS_INTERNAL,

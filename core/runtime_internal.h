@@ -38,14 +38,19 @@
  * slot tables ([n_layers][max_seqs][n_kv_heads], rt->head_hot): a layer's batch reads it as consecutive lines
  * the hardware prefetcher streams in, where the heads' structs and extents sit in one allocation per
  * sequence and head and are cold by the time the background pipeline runs (the step streams the KV and the
- * summaries through the caches). Written only by okv_rt_head_note_extent / okv_rt_head_note_owned. */
+ * summaries through the caches). Written only by okv_rt_head_note_extent / okv_rt_head_note_owned (and zeroed,
+ * with its extents pointer set, when the sequence is reserved). */
 typedef struct okv_head_hot_t {
   const uint32_t *extents; /* okv_head_t.extents (allocated once, at reserve): read past the leading run */
   uint32_t ext0;           /* extents[0] (0 when n_extents == 0) */
   uint32_t ext_run;        /* okv_head_t.ext_run */
-  uint32_t owned_base;     /* okv_head_t.owned_base */
-  int32_t owned_step;      /* okv_head_t.owned_step */
-  uint32_t n_owned;        /* okv_head_t.n_owned */
+  /* The trailing run: extents[tail_cur .. n_extents) are contiguous from tail_ext = extents[tail_cur], and
+   * tail_cur is the least such index (0 and 0 when n_extents == 0). With the leading run it covers a head that
+   * took its prefill's extents in one piece and its decode's in another without reading extents[]. */
+  uint32_t tail_cur, tail_ext;
+  uint32_t owned_base; /* okv_head_t.owned_base */
+  int32_t owned_step;  /* okv_head_t.owned_step */
+  uint32_t n_owned;    /* okv_head_t.n_owned */
 } okv_head_hot_t;
 
 typedef struct okv_head_t {
@@ -389,17 +394,30 @@ static inline void okv_rt_head_note_extent(okv_head_t *hd) {
   } else if (hd->ext_run == n - 1u && hd->extents[n - 1u] == hd->extents[0] + (n - 1u)) {
     hd->ext_run = n;
   }
-  hd->hot->extents = hd->extents;
-  hd->hot->ext0 = n > 0 ? hd->extents[0] : 0;
-  hd->hot->ext_run = hd->ext_run;
+  okv_head_hot_t *k = hd->hot;
+  k->extents = hd->extents;
+  k->ext0 = n > 0 ? hd->extents[0] : 0;
+  k->ext_run = hd->ext_run;
+  /* Extents are only ever appended one at a time, each noted here: the trailing run grows or starts anew. */
+  if (n == 0) {
+    k->tail_cur = k->tail_ext = 0;
+  } else if (n == 1 || hd->extents[n - 1u] != hd->extents[n - 2u] + 1u) {
+    k->tail_cur = n - 1u;
+    k->tail_ext = hd->extents[n - 1u];
+  }
 }
 
 /* okv_rt_head_run from the head's hot mirror: the run of contiguous extents from extents[cur] (cur < need <=
- * n_extents), at most need - cur, and its first extent in *start; the leading run without reading extents[]. */
+ * n_extents), at most need - cur, and its first extent in *start; the leading and trailing runs without reading
+ * extents[] (a middle run stops before the trailing one: that one is maximal). */
 static inline uint32_t okv_rt_hot_run(const okv_head_hot_t *k, uint32_t cur, uint32_t need, uint32_t *start) {
   if (cur < k->ext_run) {
     *start = k->ext0 + cur;
     return (k->ext_run < need ? k->ext_run : need) - cur;
+  }
+  if (cur >= k->tail_cur) { /* need <= n_extents: the trailing run reaches it */
+    *start = k->tail_ext + (cur - k->tail_cur);
+    return need - cur;
   }
   const uint32_t first = k->extents[cur];
   uint32_t run = 1;
@@ -474,11 +492,13 @@ static inline uint64_t host_block_of(const okv_runtime_t *rt, const okv_head_t *
   return okv_host_store_block(&rt->host, h->extents, block);
 }
 
-/* host_block_of from the head's hot mirror: `hd` is read only beyond the leading contiguous run. */
+/* host_block_of from the head's hot mirror (block < n_extents * E): `hd` is read only between the leading and the
+ * trailing contiguous runs. */
 static inline uint64_t host_block_hot(const okv_runtime_t *rt, const okv_head_hot_t *k, const okv_head_t *hd,
                                       uint32_t block) {
   const uint32_t E = rt->host.extent_blocks;
   if (block / E < k->ext_run) return (uint64_t)k->ext0 * E + block;
+  if (block / E >= k->tail_cur) return (uint64_t)(k->tail_ext + (block / E - k->tail_cur)) * E + block % E;
   return okv_host_store_block(&rt->host, hd->extents, block);
 }
 
