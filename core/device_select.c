@@ -395,10 +395,10 @@ bool okv_rt_dsel_activate(okv_runtime_t *rt, okv_seq_t *seq, uint32_t layer, uin
   return true;
 }
 
-void okv_rt_dsel_sig_commit(okv_runtime_t *rt, uint32_t layer, const okv_plan_entry_t *e) {
-  uint64_t *sig = sig_of(rt, e->seq_index, layer, e->kv_head);
-  *sig += okv_slot_table_sig_term(e->table_slot, e->block);
-  if (e->victim != OKV_NO_BLOCK) *sig -= okv_slot_table_sig_term(e->table_victim_slot, e->victim);
+void okv_rt_dsel_sig_commit(okv_runtime_t *rt, uint32_t layer, const okv_layer_job_t *job, uint32_t s) {
+  const uint32_t H = rt->cfg.n_kv_heads;
+  uint64_t *sig = sig_of(rt, job->seq_index[s], layer, 0);
+  for (uint32_t h = 0; h < H; h++) sig[h] += job->sig_delta[s * H + h]; /* the signature is a sum of terms */
 }
 
 okv_status_t okv_rt_dsel_write(okv_runtime_t *rt, const okv_seq_t *seq, uint32_t l0, uint32_t l1) {
@@ -485,50 +485,36 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
     st = okv_hal_buffer_read(rt->sel_plan, plan_offset(rt, layer, 0), rt->sel_plan_host,
                              (uint64_t)n_seg * C * OKV_SELECT_PLAN_U32S * 4u);
   if (st != OKV_OK) goto out;
-  /* Every head checked before any entry is taken: its table is the one the host expects (the signature the
+  /* Every head checked before any entry is issued: its table is the one the host expects (the signature the
    * selection found), and every entry names one of the head's own slots and a block of its context (the copy
-   * engine writes where the plan says). Per head this reads its hot mirror and signature (consecutive lines
-   * for the layer's batch, okv_head_hot_t), not the head's cold struct; both cold, prefetched first. */
+   * engine writes where the plan says). One pass per head checks it and takes its entries (plan, copy pairs,
+   * its signature change once they land); a head that fails drops the layer's whole plan before anything is
+   * issued. Per head this reads its hot mirror and signature (consecutive lines for the layer's batch,
+   * okv_head_hot_t), not the head's cold struct; both cold, prefetched first. */
   for (uint32_t s = 0; s < job->n_seqs; s++)
     if (ctx->seqs[s] != NULL) {
       okv_rt_prefetch_range(head_hot(rt, job->seq_index[s], layer, 0), H * sizeof(okv_head_hot_t));
       okv_rt_prefetch_range(sig_of(rt, job->seq_index[s], layer, 0), H * sizeof(uint64_t));
     }
+  uint64_t hits = 0, misses = 0, admitted = 0;
   for (uint32_t s = 0; s < job->n_seqs && st == OKV_OK; s++) {
     const okv_seq_t *seq = ctx->seqs[s];
+    job->seq_moved[s] = job->seq_evicted[s] = 0;
     if (seq == NULL) continue;
     const uint32_t nb = n_blocks_of(seq->n_tokens[layer]); /* every head's map.n_blocks */
+    const uint32_t n_plan0 = job->n_plan;
     for (uint32_t h = 0; h < H && st == OKV_OK; h++) {
-      uint32_t u = s * H + h;
-      const uint32_t *r = &rt->sel_result_host[(size_t)u * OKV_SELECT_RESULT_U32S];
-      const uint32_t n_owned = head_hot(rt, job->seq_index[s], layer, h)->n_owned;
-      bool fits = r[0] <= C && ((uint64_t)r[5] << 32 | r[4]) == *sig_of(rt, job->seq_index[s], layer, h);
-      const uint32_t *p = &rt->sel_plan_host[(size_t)u * C * OKV_SELECT_PLAN_U32S];
-      for (uint32_t i = 0; fits && i < r[0]; i++, p += OKV_SELECT_PLAN_U32S)
-        fits = p[1] < n_owned && p[0] < nb && (p[2] == OKV_SLOT_FREE || p[3] < n_owned);
-      if (!fits)
-        st = okv_status_make(OKV_STATUS_INTERNAL,
-                             "runtime: the slot table of sequence %u, KV head %u is not the one the runtime wrote "
-                             "(signature or plan out of range); the layer's plan is dropped and its tables rewritten",
-                             seq->id, h);
-    }
-  }
-  if (st != OKV_OK) goto out;
-  for (uint32_t s = 0; s < job->n_seqs; s++) {
-    okv_seq_t *seq = ctx->seqs[s];
-    if (seq == NULL) continue;
-    for (uint32_t h = 0; h < H; h++) {
       uint32_t u = s * H + h;
       const uint32_t *r = &rt->sel_result_host[(size_t)u * OKV_SELECT_RESULT_U32S];
       const okv_head_hot_t *k = head_hot(rt, job->seq_index[s], layer, h);
       const okv_head_t *hd = seq_head(rt, seq, layer, h); /* read only for irregular owned slots or extents */
-      uint32_t n_adm = r[0];                              /* <= C: checked above */
-      job->stats.hits += r[1];
-      job->stats.misses += r[2];
-      job->stats.admitted += n_adm;
-      job->stats.deferred += r[2] - n_adm;
+      const uint32_t n_owned = k->n_owned, n_adm = r[0];
+      bool fits = n_adm <= C && ((uint64_t)r[5] << 32 | r[4]) == *sig_of(rt, job->seq_index[s], layer, h);
       const uint32_t *p = &rt->sel_plan_host[(size_t)u * C * OKV_SELECT_PLAN_U32S];
-      for (uint32_t i = 0; i < n_adm; i++, p += OKV_SELECT_PLAN_U32S) {
+      uint64_t delta = 0;
+      for (uint32_t i = 0; fits && i < n_adm; i++, p += OKV_SELECT_PLAN_U32S) {
+        fits = p[1] < n_owned && p[0] < nb && (p[2] == OKV_SLOT_FREE || p[3] < n_owned);
+        if (!fits) break;
         uint32_t slot = okv_rt_owned_slot_hot(k, hd, p[1]);
         okv_plan_entry_t *e = &job->plan[job->n_plan];
         e->seq_index = job->seq_index[s];
@@ -539,11 +525,34 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
         e->victim = p[2] == OKV_SLOT_FREE ? OKV_NO_BLOCK : p[2];
         e->table_slot = p[1];
         e->table_victim_slot = p[3];
+        delta += okv_slot_table_sig_term(p[1], p[0]);
+        if (e->victim != OKV_NO_BLOCK) {
+          delta -= okv_slot_table_sig_term(p[3], p[2]);
+          job->seq_evicted[s]++;
+        }
         job->pairs[job->n_plan].src_offset = host_block_hot(rt, k, hd, e->block) * rt->block_bytes;
         job->pairs[job->n_plan].dst_offset = (uint64_t)slot * rt->block_bytes;
         job->n_plan++;
       }
+      if (!fits) {
+        st = okv_status_make(OKV_STATUS_INTERNAL,
+                             "runtime: the slot table of sequence %u, KV head %u is not the one the runtime wrote "
+                             "(signature or plan out of range); the layer's plan is dropped and its tables rewritten",
+                             seq->id, h);
+        break;
+      }
+      job->sig_delta[u] = delta;
+      hits += r[1];
+      misses += r[2];
+      admitted += n_adm;
     }
+    job->seq_moved[s] = job->n_plan - n_plan0;
+  }
+  if (st == OKV_OK) {
+    job->stats.hits += hits;
+    job->stats.misses += misses;
+    job->stats.admitted += admitted;
+    job->stats.deferred += misses - admitted;
   }
 out:
   if (st != OKV_OK) {

@@ -512,17 +512,18 @@ void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
   if (rt->dev_sel) { /* the tables are authoritative: the commit kernel applies the plan (device_select.c) */
     bool sig = !rt->sel_dirty[layer]; /* else the tables are rewritten below, their signatures with them */
     uint64_t moved = 0;
-    for (uint32_t i = 0; i < job->n_plan; i++) {
-      const okv_plan_entry_t *e = &job->plan[i];
-      const okv_seq_t *seq = &rt->seqs[e->seq_index];
-      if (!seq->live || seq->id != e->seq_id) continue; /* removed: its tables are rewritten when reused */
+    for (uint32_t s = 0; s < job->n_seqs && job->n_plan > 0; s++) { /* per sequence: job->seq_moved */
+      const okv_seq_t *seq = &rt->seqs[job->seq_index[s]];
+      if (job->seq_moved[s] == 0 || !seq->live || seq->id != job->seq_id[s])
+        continue; /* removed: its tables
+                                                                                            are rewritten when reused */
       if (!ok) {
-        ls->failed_blocks++;
+        ls->failed_blocks += job->seq_moved[s];
         continue;
       }
-      if (sig) okv_rt_dsel_sig_commit(rt, layer, e);
-      ls->evicted += e->victim != OKV_NO_BLOCK;
-      moved++;
+      if (sig) okv_rt_dsel_sig_commit(rt, layer, job, s);
+      ls->evicted += job->seq_evicted[s];
+      moved += job->seq_moved[s];
     }
     ls->blocks_moved += moved;
     ls->bytes_moved[OKV_TIER_HOST][OKV_TIER_DEVICE] += moved * rt->block_bytes;

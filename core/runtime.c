@@ -111,6 +111,9 @@ void okv_runtime_destroy(okv_runtime_t *rt) {
       okv_rt_free(&rt->alloc, job->q_host);
       okv_rt_free(&rt->alloc, job->plan);
       okv_rt_free(&rt->alloc, job->pairs);
+      okv_rt_free(&rt->alloc, job->seq_moved);
+      okv_rt_free(&rt->alloc, job->seq_evicted);
+      okv_rt_free(&rt->alloc, job->sig_delta);
     }
   }
   if (rt->compute) OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->compute));
@@ -368,6 +371,9 @@ okv_status_t okv_runtime_create(okv_hal_device_t *device, const okv_runtime_conf
       ALLOC_ARR(job->q_host, c->max_seqs * T4 * c->n_q_heads * c->head_dim);
       ALLOC_ARR(job->plan, n_seg * rt->cap_blocks);
       ALLOC_ARR(job->pairs, n_seg * rt->cap_blocks);
+      ALLOC_ARR(job->seq_moved, c->max_seqs);
+      ALLOC_ARR(job->seq_evicted, c->max_seqs);
+      ALLOC_ARR(job->sig_delta, n_seg);
     }
     if (c->device_selection) {
       st = okv_rt_dsel_init(rt);

@@ -169,6 +169,11 @@ typedef struct okv_layer_job_t {
   okv_status_t event_status; /* cached result of waiting on the event */
   okv_status_t error;        /* a predict-stage failure (no plan) */
   okv_step_stats_t stats;    /* selection stats of the job */
+  /* Device selection, valid while n_plan > 0: batch entry s's plan entries (seq_moved[s]) and victims among them
+   * (seq_evicted[s]), and the change of KV head h's expected table signature once they land (sig_delta[s * H +
+   * h]), so that the commit takes a sequence's plan in O(KV heads), not per entry. */
+  uint32_t *seq_moved, *seq_evicted; /* [max_seqs] */
+  uint64_t *sig_delta;               /* [max_seqs * n_kv_heads] */
   /* Device selection (device_select.c): batch entry s's selection ran on its tables (plan and result in
    * rt->sel_plan / sel_result at the job's layer, read back): the layer's commit applies it there too. */
   uint8_t *sel_ran;            /* [max_seqs] */
@@ -546,8 +551,9 @@ bool okv_rt_dsel_activate(okv_runtime_t *rt, okv_seq_t *seq, uint32_t layer, uin
 /* The same for a reader that may fail instead (`cut` false: a failed read returns its error, the maps still
  * lag and nothing changed; `cut` true: as okv_rt_dsel_sync, OK always). */
 okv_status_t okv_rt_dsel_sync_or_fail(okv_runtime_t *rt, okv_seq_t *seq, uint32_t layer, bool cut);
-/* The commit of a landed plan entry on the host's side: the head's expected signature follows the table. */
-void okv_rt_dsel_sig_commit(okv_runtime_t *rt, uint32_t layer, const okv_plan_entry_t *e);
+/* The commit of batch entry s's landed plan on the host's side: its heads' expected signatures follow the tables
+ * (job->sig_delta). */
+void okv_rt_dsel_sig_commit(okv_runtime_t *rt, uint32_t layer, const okv_layer_job_t *job, uint32_t s);
 /* The job's selection on the device: fills job->plan / pairs and the stats; *t_ready: the wall time its wait on
  * the predict stream returned (0 when it did not get there); *wait_s: the thread CPU time (okv_rt_bk_s) spent
  * inside that wait, which is not bookkeeping (stats' bookkeeping_seconds exclude waits on kernels). Returns the
