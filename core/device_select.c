@@ -487,8 +487,8 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
   if (st != OKV_OK) goto out;
   /* Every head checked before any entry is issued: its table is the one the host expects (the signature the
    * selection found), and every entry names one of the head's own slots and a block of its context (the copy
-   * engine writes where the plan says). One pass per head checks it and takes its entries (plan, copy pairs,
-   * its signature change once they land); a head that fails drops the layer's whole plan before anything is
+   * engine writes where the plan says). One pass per head checks it and takes its entries (copy pairs, plan
+   * entries where read, its signature change once they land); a head that fails drops the layer's whole plan before anything is
    * issued. Per head this reads its hot mirror and signature (consecutive lines for the layer's batch,
    * okv_head_hot_t), not the head's cold struct; both cold, prefetched first. */
   for (uint32_t s = 0; s < job->n_seqs; s++)
@@ -497,6 +497,9 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
       okv_rt_prefetch_range(sig_of(rt, job->seq_index[s], layer, 0), H * sizeof(uint64_t));
     }
   uint64_t hits = 0, misses = 0, admitted = 0;
+  /* job->plan's entries are read only by the fetched-share measurement (fg_mass; the commit, the failure paths
+   * and a sequence's removal use the counts per sequence): without it only the copy pairs are written. */
+  const bool entries = rt->fg_mass != NULL;
   for (uint32_t s = 0; s < job->n_seqs && st == OKV_OK; s++) {
     const okv_seq_t *seq = ctx->seqs[s];
     job->seq_moved[s] = job->seq_evicted[s] = 0;
@@ -516,21 +519,23 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
         fits = p[1] < n_owned && p[0] < nb && (p[2] == OKV_SLOT_FREE || p[3] < n_owned);
         if (!fits) break;
         uint32_t slot = okv_rt_owned_slot_hot(k, hd, p[1]);
-        okv_plan_entry_t *e = &job->plan[job->n_plan];
-        e->seq_index = job->seq_index[s];
-        e->seq_id = seq->id;
-        e->kv_head = h;
-        e->block = p[0];
-        e->slot = slot;
-        e->victim = p[2] == OKV_SLOT_FREE ? OKV_NO_BLOCK : p[2];
-        e->table_slot = p[1];
-        e->table_victim_slot = p[3];
+        if (entries) {
+          okv_plan_entry_t *e = &job->plan[job->n_plan];
+          e->seq_index = job->seq_index[s];
+          e->seq_id = seq->id;
+          e->kv_head = h;
+          e->block = p[0];
+          e->slot = slot;
+          e->victim = p[2] == OKV_SLOT_FREE ? OKV_NO_BLOCK : p[2];
+          e->table_slot = p[1];
+          e->table_victim_slot = p[3];
+        }
         delta += okv_slot_table_sig_term(p[1], p[0]);
-        if (e->victim != OKV_NO_BLOCK) {
+        if (p[2] != OKV_SLOT_FREE) {
           delta -= okv_slot_table_sig_term(p[3], p[2]);
           job->seq_evicted[s]++;
         }
-        job->pairs[job->n_plan].src_offset = host_block_hot(rt, k, hd, e->block) * rt->block_bytes;
+        job->pairs[job->n_plan].src_offset = host_block_hot(rt, k, hd, p[0]) * rt->block_bytes;
         job->pairs[job->n_plan].dst_offset = (uint64_t)slot * rt->block_bytes;
         job->n_plan++;
       }

@@ -227,8 +227,9 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
   job->stats.select_seconds = okv_rt_bk_s() - t0 - wait_s;
   bk += job->stats.select_seconds;
   /* Remote sequences: blocks not in the HOST tier yet are read through their source first (remote_seq.c). */
-  job->n_plan = okv_rt_remote_fill(rt, layer, ctx, job->plan, job->pairs, job->n_plan, &job->stats, &job->remote_t0,
-                                   &job->remote_t1);
+  if (!rt->dev_sel) /* device selection takes no remote sequence (okv_runtime_seq_add_remote) */
+    job->n_plan = okv_rt_remote_fill(rt, layer, ctx, job->plan, job->pairs, job->n_plan, &job->stats, &job->remote_t0,
+                                     &job->remote_t1);
   /* The prediction's launches are not batched (the scoring then runs while this thread lists the next
    * launches): batched, the selection's bookkeeping measured no lower in alternating runs (its launches got
    * cheaper, its one wait dearer). */

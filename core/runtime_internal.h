@@ -158,7 +158,8 @@ typedef struct okv_layer_job_t {
   float *q_host; /* [max_seqs][4][n_q_heads][head_dim] */
   /* Results of the background pipeline (read by the foreground once DONE). */
   uint32_t cap;           /* C this job admits at most per head (rt->cap_blocks, or the self-tuning choice) */
-  okv_plan_entry_t *plan; /* [max_seqs * n_kv_heads * C] */
+  okv_plan_entry_t *plan; /* [max_seqs * n_kv_heads * C]; device selection writes it only for the fetched-share
+                             measurement (rt->fg_mass), its other readers use seq_moved / seq_evicted */
   uint32_t n_plan;
   uint32_t n_fresh; /* plan[0..n_fresh) were mapped by the latest commit (the fetched-share measurement) */
   bool uncommitted; /* submitted, and no commit has taken its plan yet (foreground only) */

@@ -390,8 +390,10 @@ okv_status_t okv_runtime_seq_remove(okv_runtime_t *rt, uint32_t seq_id) {
     for (uint32_t l = 0; l < rt->cfg.n_layers; l++) {
       okv_layer_job_t *job = &rt->jobs[l];
       bool uses = false;
-      for (uint32_t i = 0; i < job->n_plan && !uses; i++)
+      for (uint32_t i = 0; i < job->n_plan && !uses && !rt->dev_sel; i++)
         uses = job->plan[i].seq_id == seq_id && &rt->seqs[job->plan[i].seq_index] == s;
+      for (uint32_t i = 0; i < job->n_seqs && job->n_plan > 0 && !uses && rt->dev_sel; i++) /* device selection */
+        uses = job->seq_moved[i] > 0 && job->seq_id[i] == seq_id && &rt->seqs[job->seq_index[i]] == s;
       if (uses) okv_rt_job_wait_event(rt, l);
     }
   }
