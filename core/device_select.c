@@ -489,8 +489,8 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
    * selection found), and every entry names one of the head's own slots and a block of its context (the copy
    * engine writes where the plan says). One pass per head checks it and takes its entries (copy pairs, plan
    * entries where read, its signature change once they land); a head that fails drops the layer's whole plan
-   * before anything is issued. Per head this reads its hot mirror and signature (consecutive lines for the layer's batch,
-   * okv_head_hot_t), not the head's cold struct; both cold, prefetched first. */
+   * before anything is issued. Per head this reads its hot mirror and signature (consecutive lines for the
+   * layer's batch, okv_head_hot_t), not the head's cold struct; both cold, prefetched first. */
   for (uint32_t s = 0; s < job->n_seqs; s++)
     if (ctx->seqs[s] != NULL) {
       okv_rt_prefetch_range(head_hot(rt, job->seq_index[s], layer, 0), H * sizeof(okv_head_hot_t));
