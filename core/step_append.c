@@ -166,13 +166,16 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
                            "runtime: the slot pool (device tier) is full (%llu free slots, %u needed)",
                            (unsigned long long)rt->n_free_slots, need_slots);
   /* The heads' state is cold (the step streamed KV and scores through the caches since the last append):
-   * request it in two whole passes of prefetches before the loops below read it (each head's struct, then
-   * its active block's loc[], summary_stale[] and extent lines), so that the misses overlap. */
+   * request it in two whole passes of prefetches before the loops below read it (each head's struct and the
+   * layer's hot mirrors, then its active block's loc[] line, and its summary_stale[] line only when the head
+   * needs a repair), so that the misses overlap. The active block's HOST block comes from the hot mirror's
+   * trailing run (okv_head_hot_t), not extents[]. */
   for (uint32_t pass = 0; pass < 2; pass++)
     for (uint32_t i = 0; i < rt->step_n_seqs; i++) {
       const okv_seq_t *s = step_seq(rt, i);
       if (s == NULL) continue;
       uint32_t b = s->n_tokens[layer] / OKV_BLOCK_TOKENS;
+      if (pass == 0) okv_rt_prefetch_range(head_hot(rt, rt->step_seq_index[i], layer, 0), H * sizeof(okv_head_hot_t));
       for (uint32_t h = 0; h < H; h++) {
         const okv_head_t *head = seq_head(rt, s, layer, h);
         if (pass == 0) {
@@ -183,9 +186,8 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
         const okv_block_map_t *m = &head->map;
         if (b < m->cap_blocks) {
           __builtin_prefetch(&m->loc[b]);
-          __builtin_prefetch(&m->summary_stale[b]);
+          if (m->needs_repair) __builtin_prefetch(&m->summary_stale[b]);
         }
-        if (b / E < head->n_extents) __builtin_prefetch(&head->extents[b / E]);
       }
     }
   /* Grow the per-block arrays first (host allocator failures leave nothing changed). */
@@ -266,7 +268,7 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
         okv_block_map_map(m, b, slot, rt->step); /* unreadable until the write below completes */
         m->summary_stale[b] = 0;                 /* the append below starts the summary afresh */
       }
-      uint64_t hb = host_block_of(rt, head, b);
+      uint64_t hb = host_block_hot(rt, head->hot, head, b);
       if (okv_block_map_tokens(m, b) == off) { /* the slot holds tokens 0..off-1: write the new one only */
         rt->tw_slot[n_tw] = m->loc[b].slot;
         rt->tw_pos[n_tw] = (uint8_t)off;
@@ -286,7 +288,10 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
       }
       rt->tok_block[n] = hb;
       n++;
-      if (m->summary_stale[b]) { /* a failed update left it behind: rebuild (the token is in HOST by then) */
+      /* A stale summary is only ever marked with needs_repair (append_mark), and needs_repair is cleared only
+       * below, after this read: without it the summary is current and summary_stale[] is not read. */
+      if (m->needs_repair && m->summary_stale[b]) { /* a failed update left it behind: rebuild (the token is in
+                                                     HOST by then) */
         rt->reb_index[n_reb] = hb;
         rt->reb_valid[n_reb] = (uint8_t)(off + 1u);
         rt->reb_map[n_reb] = m;
