@@ -5,7 +5,26 @@
 
 okv_status_t okv_block_map_init(okv_block_map_t *map, const okv_allocator_t *a, uint32_t cap_free_slots) {
   memset(map, 0, sizeof *map);
+  map->act_slot = OKV_NO_SLOT;
   return okv_block_map_reserve_free(map, a, cap_free_slots);
+}
+
+/* The mirror of the active block when `block` (resident at `pos` in `slot`, or not: OKV_NO_SLOT) is it. */
+static inline void note_active(okv_block_map_t *map, uint32_t block, uint32_t slot, uint32_t pos, uint8_t tok) {
+  if (block + 1u != map->n_blocks) return;
+  map->act_slot = slot;
+  map->act_pos = pos;
+  map->act_tok = slot == OKV_NO_SLOT ? 0u : tok;
+}
+
+void okv_block_map_set_n_blocks(okv_block_map_t *map, uint32_t n_blocks) {
+  map->n_blocks = n_blocks;
+  map->act_slot = OKV_NO_SLOT;
+  map->act_pos = 0;
+  map->act_tok = 0;
+  if (n_blocks == 0) return;
+  const okv_block_loc_t l = map->loc[n_blocks - 1u];
+  note_active(map, n_blocks - 1u, l.slot, l.pos, l.slot == OKV_NO_SLOT ? 0u : map->res_tok[l.pos]);
 }
 
 void okv_block_map_free(okv_block_map_t *map, const okv_allocator_t *a) {
@@ -14,6 +33,7 @@ void okv_block_map_free(okv_block_map_t *map, const okv_allocator_t *a) {
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++)
     if (arrs[i] != NULL) okv_free(a, arrs[i]);
   memset(map, 0, sizeof *map);
+  map->act_slot = OKV_NO_SLOT;
 }
 
 static okv_status_t grow_u32(const okv_allocator_t *a, uint32_t **arr, uint32_t old_n, uint32_t new_n, uint32_t fill) {
@@ -85,6 +105,7 @@ void okv_block_map_map(okv_block_map_t *map, uint32_t block, uint32_t slot, uint
   map->res_last[map->n_resident] = step;
   map->res_slot[map->n_resident] = slot;
   map->res_tok[map->n_resident] = 0; /* unreadable until a write completes */
+  note_active(map, block, slot, map->n_resident, 0);
   map->resident[map->n_resident++] = block;
   map->res_bits[block >> 6] |= 1ull << (block & 63u);
 }
@@ -101,6 +122,8 @@ uint32_t okv_block_map_unmap(okv_block_map_t *map, uint32_t block) {
   map->loc[last].pos = pos;
   map->loc[block].slot = OKV_NO_SLOT;
   map->res_bits[block >> 6] &= ~(1ull << (block & 63u));
+  if (last + 1u == map->n_blocks && last != block) map->act_pos = pos; /* the active block moved in resident[] */
+  note_active(map, block, OKV_NO_SLOT, 0, 0);
   return slot;
 }
 
@@ -115,6 +138,8 @@ uint32_t okv_block_map_replace(okv_block_map_t *map, uint32_t victim, uint32_t b
   map->res_slot[pos] = slot;
   map->res_tok[pos] = 0; /* unreadable until a write completes */
   map->res_bits[block >> 6] |= 1ull << (block & 63u);
+  note_active(map, victim, OKV_NO_SLOT, 0, 0);
+  note_active(map, block, slot, pos, 0);
   return old;
 }
 
@@ -149,6 +174,16 @@ okv_status_t okv_block_map_check(const okv_block_map_t *map) {
     if (map->loc[b].pos >= map->n_resident || map->resident[map->loc[b].pos] != b ||
         map->res_slot[map->loc[b].pos] != map->loc[b].slot)
       return okv_status_make(OKV_STATUS_INTERNAL, "block map: block %u is mapped but not listed as resident", b);
+  }
+  if (map->n_blocks > 0) { /* the active block's mirror */
+    const okv_block_loc_t l = map->loc[map->n_blocks - 1u];
+    bool res = l.slot != OKV_NO_SLOT;
+    if (map->act_slot != l.slot || (res && (map->act_pos != l.pos || map->act_tok != map->res_tok[l.pos])) ||
+        (!res && map->act_tok != 0))
+      return okv_status_make(OKV_STATUS_INTERNAL, "block map: the active block's mirror disagrees with block %u",
+                             map->n_blocks - 1u);
+  } else if (map->act_slot != OKV_NO_SLOT) {
+    return okv_status_make(OKV_STATUS_INTERNAL, "block map: an active block's mirror with no block");
   }
   for (uint32_t b = map->n_blocks; b < map->cap_blocks; b++)
     if (map->loc[b].slot != OKV_NO_SLOT)

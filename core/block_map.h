@@ -30,6 +30,12 @@ typedef struct okv_block_map_t {
   uint32_t n_blocks;   /* logical blocks of the head's context */
   uint32_t cap_blocks; /* capacity of the per-block arrays */
   bool needs_repair;   /* some block of the head has res_tok short of its tokens, or a stale summary */
+  /* The active block's (n_blocks - 1) entry, mirrored from loc[] and res_tok[] by every function here that
+   * changes them or n_blocks (act_slot OKV_NO_SLOT and act_tok 0 when it is not resident): the append reads
+   * this line only, and marks the block's tokens current with one store into res_tok[act_pos]. */
+  uint8_t act_tok;   /* res_tok[act_pos] */
+  uint32_t act_slot; /* loc[n_blocks - 1].slot */
+  uint32_t act_pos;  /* loc[n_blocks - 1].pos (valid while act_slot is not OKV_NO_SLOT) */
   /* [cap] per block: its slot (OKV_NO_SLOT when not resident) and its index in resident[] (valid while
    * resident), side by side so that mapping or unmapping a block touches one line of this array, not two. */
   okv_block_loc_t *loc;
@@ -103,10 +109,22 @@ uint32_t okv_block_map_unmap(okv_block_map_t *map, uint32_t block);
  * (one loc[] line fewer per eviction, the commit's). Returns the victim's slot. */
 uint32_t okv_block_map_replace(okv_block_map_t *map, uint32_t victim, uint32_t block, uint32_t slot, uint32_t step);
 
-/* Records that the first `n_tokens` tokens of resident `block` are current in its slot. */
+/* Records that the first `n_tokens` tokens of resident `block` are current in its slot (the active block's
+ * through its mirror: no read of loc[]). */
 static inline void okv_block_map_set_current(okv_block_map_t *map, uint32_t block, uint32_t n_tokens) {
+  if (block + 1u == map->n_blocks && map->act_slot != OKV_NO_SLOT) {
+    map->act_tok = (uint8_t)n_tokens;
+    map->res_tok[map->act_pos] = (uint8_t)n_tokens;
+    return;
+  }
   map->res_tok[map->loc[block].pos] = (uint8_t)n_tokens;
 }
+/* Sets n_blocks (the caller reserved that many) and the active block's mirror from the arrays. */
+void okv_block_map_set_n_blocks(okv_block_map_t *map, uint32_t n_blocks);
+/* Slot of the active block (n_blocks - 1) from the mirror; OKV_NO_SLOT when not resident. */
+static inline uint32_t okv_block_map_active_slot(const okv_block_map_t *map) { return map->act_slot; }
+/* Tokens of the active block current in its slot, from the mirror (okv_block_map_tokens of n_blocks - 1). */
+static inline uint32_t okv_block_map_active_tokens(const okv_block_map_t *map) { return map->act_tok; }
 /* Tokens of `block` current in its slot; 0 when not resident or unreadable. */
 static inline uint32_t okv_block_map_tokens(const okv_block_map_t *map, uint32_t block) {
   return block < map->n_blocks && map->loc[block].slot != OKV_NO_SLOT ? map->res_tok[map->loc[block].pos] : 0u;

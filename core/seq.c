@@ -203,7 +203,7 @@ okv_status_t okv_rt_seq_reserve(okv_runtime_t *rt, uint32_t n_tokens, const char
     if (st) goto fail;
     st = okv_block_map_reserve(&h->map, &rt->alloc, nb > 0 ? nb : 1);
     if (st) goto fail;
-    h->map.n_blocks = nb;
+    okv_block_map_set_n_blocks(&h->map, nb);
     ALLOC_ARR(h->extents, cap_ext);
     h->cap_extents = cap_ext;
     h->hot->extents = h->extents;

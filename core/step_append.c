@@ -166,30 +166,19 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
                            "runtime: the slot pool (device tier) is full (%llu free slots, %u needed)",
                            (unsigned long long)rt->n_free_slots, need_slots);
   /* The heads' state is cold (the step streamed KV and scores through the caches since the last append):
-   * request it in two whole passes of prefetches before the loops below read it (each head's struct and the
-   * layer's hot mirrors, then its active block's loc[] line, and its summary_stale[] line only when the head
-   * needs a repair), so that the misses overlap. The active block's HOST block comes from the hot mirror's
-   * trailing run (okv_head_hot_t), not extents[]. */
-  for (uint32_t pass = 0; pass < 2; pass++)
-    for (uint32_t i = 0; i < rt->step_n_seqs; i++) {
-      const okv_seq_t *s = step_seq(rt, i);
-      if (s == NULL) continue;
-      uint32_t b = s->n_tokens[layer] / OKV_BLOCK_TOKENS;
-      if (pass == 0) okv_rt_prefetch_range(head_hot(rt, rt->step_seq_index[i], layer, 0), H * sizeof(okv_head_hot_t));
-      for (uint32_t h = 0; h < H; h++) {
-        const okv_head_t *head = seq_head(rt, s, layer, h);
-        if (pass == 0) {
-          __builtin_prefetch(head); /* the leading fields the loops read: two lines (okv_head_t) */
-          __builtin_prefetch((const char *)head + 64);
-          continue;
-        }
-        const okv_block_map_t *m = &head->map;
-        if (b < m->cap_blocks) {
-          __builtin_prefetch(&m->loc[b]);
-          if (m->needs_repair) __builtin_prefetch(&m->summary_stale[b]);
-        }
-      }
+   * request it in one pass of prefetches before the loops below read it (each head's struct, whose map's first
+   * line mirrors the active block's slot and tokens, and the layer's hot mirrors, whose trailing run gives the
+   * active block's HOST block), so that the misses overlap. A head that needs a repair reads more. */
+  for (uint32_t i = 0; i < rt->step_n_seqs; i++) {
+    const okv_seq_t *s = step_seq(rt, i);
+    if (s == NULL) continue;
+    okv_rt_prefetch_range(head_hot(rt, rt->step_seq_index[i], layer, 0), H * sizeof(okv_head_hot_t));
+    for (uint32_t h = 0; h < H; h++) {
+      const okv_head_t *head = seq_head(rt, s, layer, h);
+      __builtin_prefetch(head); /* the leading fields the loops read: two lines (okv_head_t) */
+      __builtin_prefetch((const char *)head + 64);
     }
+  }
   /* Grow the per-block arrays first (host allocator failures leave nothing changed). */
   for (uint32_t i = 0; i < rt->step_n_seqs; i++) {
     okv_seq_t *s = step_seq(rt, i);
@@ -245,7 +234,7 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
           head->n_extents++;
           okv_rt_head_note_extent(head);
         }
-        m->n_blocks = b + 1u;
+        okv_block_map_set_n_blocks(m, b + 1u);
         uint32_t slot;
         if (!is_sparse_mode(rt)) {
           slot = rt->free_slots[--rt->n_free_slots];
@@ -269,8 +258,11 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
         m->summary_stale[b] = 0;                 /* the append below starts the summary afresh */
       }
       uint64_t hb = host_block_hot(rt, head->hot, head, b);
-      if (okv_block_map_tokens(m, b) == off) { /* the slot holds tokens 0..off-1: write the new one only */
-        rt->tw_slot[n_tw] = m->loc[b].slot;
+      /* b is the active block (n_blocks - 1): its slot and tokens from the map's mirror (its first line). */
+      const bool act = b + 1u == m->n_blocks;
+      if ((act ? okv_block_map_active_tokens(m) : okv_block_map_tokens(m, b)) == off) {
+        /* the slot holds tokens 0..off-1: write the new one only */
+        rt->tw_slot[n_tw] = act ? okv_block_map_active_slot(m) : m->loc[b].slot;
         rt->tw_pos[n_tw] = (uint8_t)off;
         /* The token's K / V are k_new's / v_new's row i * H + h; gathered below only when some are skipped. */
         tw_in_place &= n_tw == i * H + h;
@@ -395,8 +387,10 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
   okv_status_t st = append_enqueue(rt, layer);
   if (defer && st == OKV_OK) {
     /* Attention follows on the same stream, so it reads the slots after these writes: mark them current
-     * now; okv_rt_layer_append_finish checks the batch once attention completed. */
+     * now; okv_rt_layer_append_finish checks the batch once attention completed. The marks are bookkeeping. */
+    t0 = okv_rt_bk_s();
     append_mark(rt, layer, true);
+    *bk_s += okv_rt_bk_s() - t0;
     rt->app_pending = true;
     return OKV_OK;
   }

@@ -32,7 +32,7 @@ static int teardown(void **state) {
 static void head_init(fixture_t *f, uint32_t n_blocks, uint32_t n_slots) {
   OKV_ASSERT_OK(okv_block_map_init(&f->map, &f->alloc, n_slots));
   OKV_ASSERT_OK(okv_block_map_reserve(&f->map, &f->alloc, n_blocks));
-  f->map.n_blocks = n_blocks;
+  okv_block_map_set_n_blocks(&f->map, n_blocks);
   for (uint32_t s = n_slots; s > 0; s--) okv_block_map_push_free(&f->map, s - 1u);
 }
 
@@ -89,7 +89,7 @@ static void test_map_basic(void **state) {
   OKV_ASSERT_OK(okv_block_map_check(&f->map));
   /* Growing keeps the mapping. */
   OKV_ASSERT_OK(okv_block_map_reserve(&f->map, &f->alloc, 1000));
-  f->map.n_blocks = 1000;
+  okv_block_map_set_n_blocks(&f->map, 1000);
   assert_int_equal(f->map.loc[7].slot, 1);
   assert_int_equal(f->map.loc[999].slot, OKV_NO_SLOT);
   OKV_ASSERT_OK(okv_block_map_check(&f->map));
@@ -192,7 +192,7 @@ static uint64_t run_random_workload(fixture_t *f, uint64_t seed, uint32_t K, uin
      * the LRU non-active block leaves if more than K remain (what the runtime does). */
     if (step % 4 == 0 && n_blocks < max_blocks) {
       OKV_ASSERT_OK(okv_block_map_reserve(&f->map, &f->alloc, n_blocks + 1));
-      f->map.n_blocks = ++n_blocks;
+      okv_block_map_set_n_blocks(&f->map, ++n_blocks);
       okv_block_map_touch(&f->map, n_blocks - 2, step);
       while (f->map.n_resident > K) {
         uint32_t v = okv_block_map_lru(&f->map, n_blocks - 1);

@@ -1288,7 +1288,7 @@ static void run_select_against_host(fixture_t *f, uint32_t H, uint32_t n_steps, 
     sig[h] = okv_slot_table_sig_term(0, active_block);
     OKV_ASSERT_OK(okv_block_map_init(&maps[h], &a, R));
     OKV_ASSERT_OK(okv_block_map_reserve(&maps[h], &a, NB));
-    maps[h].n_blocks = NB;
+    okv_block_map_set_n_blocks(&maps[h], NB);
     for (uint32_t i = 0; i < NB; i++) maps[h].loc[i].slot = OKV_NO_SLOT;
     okv_block_map_map(&maps[h], active_block, 0, 0);
     for (uint32_t j = R; j-- > 1;) okv_block_map_push_free(&maps[h], j);
