@@ -591,7 +591,12 @@ void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
   *bk_s += dt;
 }
 
-void okv_rt_job_submit(okv_runtime_t *rt, uint32_t layer, const float *q, double *q_s) {
+void okv_rt_job_stage_queries(okv_runtime_t *rt, uint32_t layer, const float *q) {
+  const okv_runtime_config_t *c = &rt->cfg;
+  memcpy(rt->jobs[layer].q_host, q, (size_t)rt->step_n_seqs * rt->step_T * c->n_q_heads * c->head_dim * sizeof(float));
+}
+
+void okv_rt_job_submit(okv_runtime_t *rt, uint32_t layer) {
   okv_layer_job_t *job = &rt->jobs[layer];
   const okv_runtime_config_t *c = &rt->cfg;
   uint32_t T = rt->step_T;
@@ -605,10 +610,6 @@ void okv_rt_job_submit(okv_runtime_t *rt, uint32_t layer, const float *q, double
   job->cap = okv_rt_choose_cap(rt, rt->step_n_seqs);
   job->stats_pending = true;
   job->uncommitted = true;
-  /* Moving the queries is a transfer (device-side on a GPU), not bookkeeping. */
-  double t0 = okv_rt_bk_s();
-  memcpy(job->q_host, q, (size_t)rt->step_n_seqs * T * c->n_q_heads * c->head_dim * sizeof(float));
-  *q_s += okv_rt_bk_s() - t0;
   pthread_mutex_lock(&rt->mutex);
   job->state = OKV_JOB_QUEUED;
   rt->queue[(rt->q_head + rt->q_len) % c->n_layers] = layer;

@@ -619,7 +619,11 @@ void okv_rt_job_collect(okv_runtime_t *rt, uint32_t layer, okv_step_stats_t *dst
 void okv_rt_jobs_collect_done(okv_runtime_t *rt);
 double okv_rt_job_wait_event(okv_runtime_t *rt, uint32_t layer);
 void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s);
-void okv_rt_job_submit(okv_runtime_t *rt, uint32_t layer, const float *q, double *q_s);
+/* The step's queries of the layer ([step_n_seqs][step_T][n_q_heads][head_dim] f32) into its job (the layer's
+ * previous job is not queued: its commit waited for it); a transfer, not bookkeeping. */
+void okv_rt_job_stage_queries(okv_runtime_t *rt, uint32_t layer, const float *q);
+/* Queues the layer's job for the worker (its queries staged first). */
+void okv_rt_job_submit(okv_runtime_t *rt, uint32_t layer);
 void okv_rt_note_layer_use(okv_runtime_t *rt, uint32_t layer);
 uint32_t okv_rt_cap_ceiling(const okv_runtime_t *rt, uint32_t n_seqs);
 uint32_t okv_rt_choose_cap(const okv_runtime_t *rt, uint32_t n_seqs);

@@ -444,10 +444,11 @@ okv_status_t okv_runtime_step_layer(okv_runtime_t *rt, uint32_t layer, const flo
   if (batch) OKV_IGNORE_ERROR(okv_hal_stream_batch_end(rt->compute));
   /* 5. Hand the layer to the background pipeline (the token is committed either way). */
   if (has_pipeline(rt)) {
-    double t0 = okv_rt_bk_s(), q_s = 0;
+    okv_rt_job_stage_queries(rt, layer, q); /* a transfer (device-side on a GPU), not bookkeeping */
+    double t0 = okv_rt_bk_s();
     if (rt->dev_sel) (void)okv_rt_dsel_commit_finish(rt); /* checked above unless the append failed */
-    okv_rt_job_submit(rt, layer, q, &q_s);
-    bk += okv_rt_bk_s() - t0 - q_s;
+    okv_rt_job_submit(rt, layer);
+    bk += okv_rt_bk_s() - t0;
   }
   ls->bookkeeping_seconds += bk;
   if (append_st != OKV_OK) {
