@@ -54,8 +54,10 @@ typedef struct okv_head_hot_t {
 } okv_head_hot_t;
 
 typedef struct okv_head_t {
-  /* First: what the per-step passes read of every head (the scoring's run listing and the selection's copy
-   * pairs: extents, owned; the append: the map's leading fields), two adjacent lines. */
+  /* First, in the struct's first cache line (heads[] is 64-byte aligned, and a head a whole number of lines):
+   * what the append reads of every head each step, the map's leading fields (n_blocks, cap_blocks,
+   * needs_repair and the active block's mirror). The per-step passes read the rest from the hot mirrors. */
+  _Alignas(64) okv_block_map_t map;
   uint32_t *extents; /* [cap_extents] host extent of logical blocks [i*E, (i+1)*E) */
   uint32_t n_extents, cap_extents;
   /* extents[0 .. ext_run) are contiguous (extents[i] == extents[0] + i): the scoring launches list a head's
@@ -69,7 +71,6 @@ typedef struct okv_head_t {
    * whoever changes owned (okv_rt_head_note_owned). */
   int32_t owned_step;
   uint32_t owned_base;
-  okv_block_map_t map;
   okv_head_hot_t *hot; /* its mirror in rt->head_hot (set when the sequence is reserved) */
   /* Remote sequences: bit b set = prefill block b (< seq->n_remote_blocks) is in the HOST tier (admitted or
    * read through the source). NULL for a local sequence: every block is present. Written by the thread that
@@ -81,7 +82,8 @@ typedef struct okv_seq_t {
   bool live;
   uint32_t id;
   uint32_t *n_tokens; /* [n_layers] tokens committed per layer */
-  okv_head_t *heads;  /* [n_layers * n_kv_heads], layer-major */
+  okv_head_t *heads;  /* [n_layers * n_kv_heads], layer-major; 64-byte aligned inside heads_mem */
+  void *heads_mem;    /* the allocation of heads[] (host allocator) */
   /* Remote sequences (remote_seq.c): prefill blocks [0, n_remote_blocks) of every head are authoritative at
    * `source`. `lost` is the first failed read (then okv_runtime_step_begin refuses the sequence); it is
    * written by the thread that reads the source and read by the engine thread after the jobs drained.

@@ -35,12 +35,13 @@ void okv_rt_seq_release(okv_runtime_t *rt, okv_seq_t *s) {
       okv_rt_free(&rt->alloc, h->present);
       okv_block_map_free(&h->map, &rt->alloc);
     }
-    okv_rt_free(&rt->alloc, s->heads);
+    okv_rt_free(&rt->alloc, s->heads_mem);
   }
   okv_rt_free(&rt->alloc, s->n_tokens);
   okv_rt_free(&rt->alloc, s->source_name);
   okv_status_free(s->lost);
   s->heads = NULL;
+  s->heads_mem = NULL;
   s->n_tokens = NULL;
   s->source_name = NULL;
   s->lost = OKV_OK;
@@ -192,7 +193,12 @@ okv_status_t okv_rt_seq_reserve(okv_runtime_t *rt, uint32_t n_tokens, const char
   okv_status_t st = OKV_OK;
   memset(s, 0, sizeof *s);
   ALLOC_ARR(s->n_tokens, L);
-  ALLOC_ARR(s->heads, LH);
+  s->heads_mem = okv_calloc(&rt->alloc, LH * sizeof(okv_head_t) + 64u, 1); /* aligned below (okv_head_t) */
+  if (s->heads_mem == NULL) {
+    st = OKV_RT_HOST_OOM("s->heads");
+    goto fail;
+  }
+  s->heads = (okv_head_t *)(((uintptr_t)s->heads_mem + 63u) & ~(uintptr_t)63u);
   uint32_t cap_ext = ceil_div_u32(rt->max_blocks, E);
   for (uint64_t i = 0; i < LH; i++) {
     okv_head_t *h = &s->heads[i];

@@ -166,17 +166,16 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
                            "runtime: the slot pool (device tier) is full (%llu free slots, %u needed)",
                            (unsigned long long)rt->n_free_slots, need_slots);
   /* The heads' state is cold (the step streamed KV and scores through the caches since the last append):
-   * request it in one pass of prefetches before the loops below read it (each head's struct, whose map's first
-   * line mirrors the active block's slot and tokens, and the layer's hot mirrors, whose trailing run gives the
-   * active block's HOST block), so that the misses overlap. A head that needs a repair reads more. */
+   * request it in one pass of prefetches before the loops below read it (each head's first line, the map's
+   * leading fields with the active block's slot and tokens, and the layer's hot mirrors, whose trailing run
+   * gives the active block's HOST block), so that the misses overlap. A head that needs a repair reads more. */
   for (uint32_t i = 0; i < rt->step_n_seqs; i++) {
     const okv_seq_t *s = step_seq(rt, i);
     if (s == NULL) continue;
     okv_rt_prefetch_range(head_hot(rt, rt->step_seq_index[i], layer, 0), H * sizeof(okv_head_hot_t));
     for (uint32_t h = 0; h < H; h++) {
       const okv_head_t *head = seq_head(rt, s, layer, h);
-      __builtin_prefetch(head); /* the leading fields the loops read: two lines (okv_head_t) */
-      __builtin_prefetch((const char *)head + 64);
+      __builtin_prefetch(head); /* the leading fields the loops read: one line (okv_head_t) */
     }
   }
   /* Grow the per-block arrays first (host allocator failures leave nothing changed). */
@@ -257,7 +256,7 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
         okv_block_map_map(m, b, slot, rt->step); /* unreadable until the write below completes */
         m->summary_stale[b] = 0;                 /* the append below starts the summary afresh */
       }
-      uint64_t hb = host_block_hot(rt, head->hot, head, b);
+      uint64_t hb = host_block_hot(rt, head_hot(rt, rt->step_seq_index[i], layer, h), head, b);
       /* b is the active block (n_blocks - 1): its slot and tokens from the map's mirror (its first line). */
       const bool act = b + 1u == m->n_blocks;
       if ((act ? okv_block_map_active_tokens(m) : okv_block_map_tokens(m, b)) == off) {
