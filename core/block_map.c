@@ -18,6 +18,7 @@ static inline void note_active(okv_block_map_t *map, uint32_t block, uint32_t sl
 }
 
 void okv_block_map_set_n_blocks(okv_block_map_t *map, uint32_t n_blocks) {
+  if (map->act_slot != OKV_NO_SLOT) map->res_tok[map->act_pos] = map->act_tok; /* written back (act_tok) */
   map->n_blocks = n_blocks;
   map->act_slot = OKV_NO_SLOT;
   map->act_pos = 0;
@@ -118,7 +119,7 @@ uint32_t okv_block_map_unmap(okv_block_map_t *map, uint32_t block) {
   map->resident[pos] = last;
   map->res_last[pos] = map->res_last[n];
   map->res_slot[pos] = map->res_slot[n];
-  map->res_tok[pos] = map->res_tok[n];
+  map->res_tok[pos] = (uint8_t)okv_block_map_res_tok(map, n); /* the active block's from its mirror */
   map->loc[last].pos = pos;
   map->loc[block].slot = OKV_NO_SLOT;
   map->res_bits[block >> 6] &= ~(1ull << (block & 63u));
@@ -178,8 +179,7 @@ okv_status_t okv_block_map_check(const okv_block_map_t *map) {
   if (map->n_blocks > 0) { /* the active block's mirror */
     const okv_block_loc_t l = map->loc[map->n_blocks - 1u];
     bool res = l.slot != OKV_NO_SLOT;
-    if (map->act_slot != l.slot || (res && (map->act_pos != l.pos || map->act_tok != map->res_tok[l.pos])) ||
-        (!res && map->act_tok != 0))
+    if (map->act_slot != l.slot || (res && map->act_pos != l.pos) || (!res && map->act_tok != 0))
       return okv_status_make(OKV_STATUS_INTERNAL, "block map: the active block's mirror disagrees with block %u",
                              map->n_blocks - 1u);
   } else if (map->act_slot != OKV_NO_SLOT) {

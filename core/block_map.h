@@ -30,10 +30,12 @@ typedef struct okv_block_map_t {
   uint32_t n_blocks;   /* logical blocks of the head's context */
   uint32_t cap_blocks; /* capacity of the per-block arrays */
   bool needs_repair;   /* some block of the head has res_tok short of its tokens, or a stale summary */
-  /* The active block's (n_blocks - 1) entry, mirrored from loc[] and res_tok[] by every function here that
-   * changes them or n_blocks (act_slot OKV_NO_SLOT and act_tok 0 when it is not resident): the append reads
-   * this line only, and marks the block's tokens current with one store into res_tok[act_pos]. */
-  uint8_t act_tok;   /* res_tok[act_pos] */
+  /* The active block's (n_blocks - 1) entry, mirrored from loc[] by every function here that changes it or
+   * n_blocks (act_slot OKV_NO_SLOT and act_tok 0 when it is not resident). act_tok is the record of its
+   * tokens current in its slot: res_tok[act_pos] may lag it, and is written back when the block stops being
+   * the active one (okv_block_map_set_n_blocks); okv_block_map_res_tok reads either. The append reads and
+   * writes this line only. */
+  uint8_t act_tok;   /* the active block's current tokens (res_tok[act_pos] may lag) */
   uint32_t act_slot; /* loc[n_blocks - 1].slot */
   uint32_t act_pos;  /* loc[n_blocks - 1].pos (valid while act_slot is not OKV_NO_SLOT) */
   /* [cap] per block: its slot (OKV_NO_SLOT when not resident) and its index in resident[] (valid while
@@ -41,7 +43,8 @@ typedef struct okv_block_map_t {
   okv_block_loc_t *loc;
   /* Slot currency (the COPY_FAILED contract, docs/api.md "Faults"): a slot is read by attention only for the
    * leading tokens a successful write put there. */
-  uint8_t *res_tok;       /* [cap] res_tok[i]: tokens of resident[i] current in its slot, 0 = unreadable */
+  uint8_t *res_tok;       /* [cap] res_tok[i]: tokens of resident[i] current in its slot, 0 = unreadable (the active
+                       block's may lag act_tok: read through okv_block_map_res_tok) */
   uint8_t *summary_stale; /* [cap] 1: the block's min/max summary missed a write; rebuild it from the HOST tier */
   /* Resident blocks, unordered, with their last-selected step (the LRU key of
    * capped eviction) side by side: selection scans these two short arrays
@@ -113,11 +116,14 @@ uint32_t okv_block_map_replace(okv_block_map_t *map, uint32_t victim, uint32_t b
  * through its mirror: no read of loc[]). */
 static inline void okv_block_map_set_current(okv_block_map_t *map, uint32_t block, uint32_t n_tokens) {
   if (block + 1u == map->n_blocks && map->act_slot != OKV_NO_SLOT) {
-    map->act_tok = (uint8_t)n_tokens;
-    map->res_tok[map->act_pos] = (uint8_t)n_tokens;
+    map->act_tok = (uint8_t)n_tokens; /* res_tok[act_pos] follows when the block stops being the active one */
     return;
   }
   map->res_tok[map->loc[block].pos] = (uint8_t)n_tokens;
+}
+/* res_tok[i] of resident entry i < n_resident: the active block's from its mirror. */
+static inline uint32_t okv_block_map_res_tok(const okv_block_map_t *map, uint32_t i) {
+  return map->act_slot != OKV_NO_SLOT && i == map->act_pos ? map->act_tok : map->res_tok[i];
 }
 /* Sets n_blocks (the caller reserved that many) and the active block's mirror from the arrays. */
 void okv_block_map_set_n_blocks(okv_block_map_t *map, uint32_t n_blocks);
@@ -127,7 +133,8 @@ static inline uint32_t okv_block_map_active_slot(const okv_block_map_t *map) { r
 static inline uint32_t okv_block_map_active_tokens(const okv_block_map_t *map) { return map->act_tok; }
 /* Tokens of `block` current in its slot; 0 when not resident or unreadable. */
 static inline uint32_t okv_block_map_tokens(const okv_block_map_t *map, uint32_t block) {
-  return block < map->n_blocks && map->loc[block].slot != OKV_NO_SLOT ? map->res_tok[map->loc[block].pos] : 0u;
+  return block < map->n_blocks && map->loc[block].slot != OKV_NO_SLOT ? okv_block_map_res_tok(map, map->loc[block].pos)
+                                                                      : 0u;
 }
 
 /* Free-slot stack of the head (capacity reserved beforehand). */

@@ -150,7 +150,7 @@ static uint64_t table_from_map(const okv_runtime_t *rt, const okv_head_t *hd, ui
     uint32_t b = m->resident[i], j = rt->sel_slot_index[m->res_slot[i]];
     blk[j] = b;
     last[j] = okv_block_map_res_last(m, i);
-    tok[j] = m->res_tok[i];
+    tok[j] = (uint8_t)okv_block_map_res_tok(m, i);
     if (b < 64u * W) res[b >> 6] |= 1ull << (b & 63u);
     sig += okv_slot_table_sig_term(j, b);
   }

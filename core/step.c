@@ -69,9 +69,9 @@ static uint32_t build_ws(okv_runtime_t *rt, uint32_t n_seqs, okv_seq_t *const *s
       for (uint32_t i = 0; i < m->n_resident; i++) { /* resident[], res_tok[], res_slot[]: read in order */
         uint32_t b = m->resident[i];
         uint32_t valid = b + 1u < nb ? OKV_BLOCK_TOKENS : n_tok - b * OKV_BLOCK_TOKENS;
-        if (m->res_tok[i] < valid) { /* only what a completed write put there */
+        if (okv_block_map_res_tok(m, i) < valid) { /* only what a completed write put there */
           if (b + 1u == nb && stale == UINT32_MAX) stale = s;
-          valid = m->res_tok[i];
+          valid = okv_block_map_res_tok(m, i);
         }
         if (valid == 0) continue;
         rt->ws_slots[k] = m->res_slot[i];

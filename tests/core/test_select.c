@@ -104,6 +104,64 @@ static void test_map_basic(void **state) {
 /* K = 4, C = 2, active block 9. Resident {1 (step 1), 2 (step 3), 5 (step 2), 6 (step 2), 9 active}.
  * Predicted (score order) {8, 2, 0, 4}: hit 2; misses 8, 0, 4; victims by LRU
  * among {1, 5, 6}: 1 (step 1), then 5 (step 2, lower block than 6). Admit 8->1, 0->5; defer 4. */
+/* The active block's mirror (map's first line): slot, position and current tokens of block n_blocks - 1 follow
+ * map, unmap (which moves the last resident entry into the hole), replace and set_current; its res_tok[] entry
+ * may lag and is written back when the block stops being the active one. Hand-computed states. */
+static void test_map_active_mirror(void **state) {
+  fixture_t *f = *state;
+  head_init(f, 4, 6);
+  assert_int_equal(f->map.act_slot, OKV_NO_SLOT); /* block 3 (active) not resident yet */
+  map_block(f, 0, 1);                             /* slot 0, entry 0 */
+  map_block(f, 3, 1);                             /* slot 1, entry 1: the active block */
+  assert_int_equal(f->map.act_slot, 1);
+  assert_int_equal(f->map.act_pos, 1);
+  assert_int_equal(okv_block_map_active_tokens(&f->map), 0);
+  okv_block_map_set_current(&f->map, 3, 5);
+  okv_block_map_set_current(&f->map, 0, 16);
+  assert_int_equal(okv_block_map_tokens(&f->map, 3), 5); /* read through the mirror */
+  assert_int_equal(okv_block_map_res_tok(&f->map, 1), 5);
+  assert_int_equal(okv_block_map_tokens(&f->map, 0), 16);
+  OKV_ASSERT_OK(okv_block_map_check(&f->map));
+  /* Unmapping block 0 moves the active block's entry from 1 into 0, its tokens with it. */
+  assert_int_equal(okv_block_map_unmap(&f->map, 0), 0);
+  okv_block_map_push_free(&f->map, 0);
+  assert_int_equal(f->map.act_pos, 0);
+  assert_int_equal(f->map.loc[3].pos, 0);
+  assert_int_equal(okv_block_map_tokens(&f->map, 3), 5);
+  OKV_ASSERT_OK(okv_block_map_check(&f->map));
+  /* A new block 4 becomes the active one: block 3's tokens land in res_tok[] and stay readable. */
+  okv_block_map_set_current(&f->map, 3, 16);
+  OKV_ASSERT_OK(okv_block_map_reserve(&f->map, &f->alloc, 5));
+  okv_block_map_set_n_blocks(&f->map, 5);
+  assert_int_equal(f->map.act_slot, OKV_NO_SLOT);
+  assert_int_equal(f->map.res_tok[0], 16);
+  assert_int_equal(okv_block_map_tokens(&f->map, 3), 16);
+  map_block(f, 4, 2);
+  assert_int_equal(f->map.act_pos, 1);
+  okv_block_map_set_current(&f->map, 4, 1);
+  assert_int_equal(okv_block_map_tokens(&f->map, 4), 1);
+  assert_int_equal(okv_block_map_tokens(&f->map, 3), 16);
+  OKV_ASSERT_OK(okv_block_map_check(&f->map));
+  /* Replacing the active block (its entry reused by block 2) clears the mirror; mapping it again sets it. */
+  uint32_t slot2;
+  assert_true(okv_block_map_pop_free(&f->map, &slot2));
+  uint32_t old = okv_block_map_replace(&f->map, 4, 2, slot2, 3);
+  okv_block_map_push_free(&f->map, old);
+  assert_int_equal(f->map.act_slot, OKV_NO_SLOT);
+  assert_int_equal(okv_block_map_tokens(&f->map, 4), 0);
+  assert_int_equal(okv_block_map_tokens(&f->map, 2), 0);
+  OKV_ASSERT_OK(okv_block_map_check(&f->map));
+  map_block(f, 4, 3);
+  assert_int_not_equal(f->map.act_slot, OKV_NO_SLOT);
+  assert_int_equal(f->map.act_slot, f->map.loc[4].slot);
+  OKV_ASSERT_OK(okv_block_map_check(&f->map));
+  /* A mirror that disagrees with loc[] is detected. */
+  f->map.act_pos ^= 1u;
+  assert_int_equal(okv_status_consume(okv_block_map_check(&f->map)), OKV_STATUS_INTERNAL);
+  f->map.act_pos ^= 1u;
+  okv_block_map_free(&f->map, &f->alloc);
+}
+
 static void test_select_hand_case(void **state) {
   fixture_t *f = *state;
   head_init(f, 10, 7);
@@ -301,6 +359,7 @@ static void test_select_properties_random(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_map_basic, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_map_active_mirror, setup, teardown),
       cmocka_unit_test_setup_teardown(test_select_hand_case, setup, teardown),
       cmocka_unit_test_setup_teardown(test_select_room_then_victims, setup, teardown),
       cmocka_unit_test_setup_teardown(test_select_properties_random, setup, teardown),
