@@ -500,44 +500,50 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
   /* job->plan's entries are read only by the fetched-share measurement (fg_mass; the commit, the failure paths
    * and a sequence's removal use the counts per sequence): without it only the copy pairs are written. */
   const bool entries = rt->fg_mass != NULL;
+  /* Locals for what the loop writes through (so that no store to pairs[] makes it reload them). */
+  okv_block_copy_t *const pairs = job->pairs;
+  const uint64_t bb = rt->block_bytes;
+  uint32_t n_plan = job->n_plan;
   for (uint32_t s = 0; s < job->n_seqs && st == OKV_OK; s++) {
     const okv_seq_t *seq = ctx->seqs[s];
     job->seq_moved[s] = job->seq_evicted[s] = 0;
     if (seq == NULL) continue;
     const uint32_t nb = n_blocks_of(seq->n_tokens[layer]); /* every head's map.n_blocks */
-    const uint32_t n_plan0 = job->n_plan;
+    const uint32_t n_plan0 = n_plan, si = job->seq_index[s];
+    uint32_t evicted = 0;
     for (uint32_t h = 0; h < H && st == OKV_OK; h++) {
       uint32_t u = s * H + h;
       const uint32_t *r = &rt->sel_result_host[(size_t)u * OKV_SELECT_RESULT_U32S];
-      const okv_head_hot_t *k = head_hot(rt, job->seq_index[s], layer, h);
+      const okv_head_hot_t *k = head_hot(rt, si, layer, h);
       const okv_head_t *hd = seq_head(rt, seq, layer, h); /* read only for irregular owned slots or extents */
       const uint32_t n_owned = k->n_owned, n_adm = r[0];
-      bool fits = n_adm <= C && ((uint64_t)r[5] << 32 | r[4]) == *sig_of(rt, job->seq_index[s], layer, h);
+      bool fits = n_adm <= C && ((uint64_t)r[5] << 32 | r[4]) == *sig_of(rt, si, layer, h);
       const uint32_t *p = &rt->sel_plan_host[(size_t)u * C * OKV_SELECT_PLAN_U32S];
       uint64_t delta = 0;
       for (uint32_t i = 0; fits && i < n_adm; i++, p += OKV_SELECT_PLAN_U32S) {
-        fits = p[1] < n_owned && p[0] < nb && (p[2] == OKV_SLOT_FREE || p[3] < n_owned);
+        const uint32_t block = p[0], tslot = p[1], victim = p[2], vslot = p[3];
+        fits = tslot < n_owned && block < nb && (victim == OKV_SLOT_FREE || vslot < n_owned);
         if (!fits) break;
-        uint32_t slot = okv_rt_owned_slot_hot(k, hd, p[1]);
+        const uint32_t slot = okv_rt_owned_slot_hot(k, hd, tslot);
         if (entries) {
-          okv_plan_entry_t *e = &job->plan[job->n_plan];
-          e->seq_index = job->seq_index[s];
+          okv_plan_entry_t *e = &job->plan[n_plan];
+          e->seq_index = si;
           e->seq_id = seq->id;
           e->kv_head = h;
-          e->block = p[0];
+          e->block = block;
           e->slot = slot;
-          e->victim = p[2] == OKV_SLOT_FREE ? OKV_NO_BLOCK : p[2];
-          e->table_slot = p[1];
-          e->table_victim_slot = p[3];
+          e->victim = victim == OKV_SLOT_FREE ? OKV_NO_BLOCK : victim;
+          e->table_slot = tslot;
+          e->table_victim_slot = vslot;
         }
-        delta += okv_slot_table_sig_term(p[1], p[0]);
-        if (p[2] != OKV_SLOT_FREE) {
-          delta -= okv_slot_table_sig_term(p[3], p[2]);
-          job->seq_evicted[s]++;
+        delta += okv_slot_table_sig_term(tslot, block);
+        if (victim != OKV_SLOT_FREE) {
+          delta -= okv_slot_table_sig_term(vslot, victim);
+          evicted++;
         }
-        job->pairs[job->n_plan].src_offset = host_block_hot(rt, k, hd, p[0]) * rt->block_bytes;
-        job->pairs[job->n_plan].dst_offset = (uint64_t)slot * rt->block_bytes;
-        job->n_plan++;
+        pairs[n_plan].src_offset = host_block_hot(rt, k, hd, block) * bb;
+        pairs[n_plan].dst_offset = (uint64_t)slot * bb;
+        n_plan++;
       }
       if (!fits) {
         st = okv_status_make(OKV_STATUS_INTERNAL,
@@ -551,8 +557,10 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
       misses += r[2];
       admitted += n_adm;
     }
-    job->seq_moved[s] = job->n_plan - n_plan0;
+    job->seq_moved[s] = n_plan - n_plan0;
+    job->seq_evicted[s] = evicted;
   }
+  job->n_plan = n_plan;
   if (st == OKV_OK) {
     job->stats.hits += hits;
     job->stats.misses += misses;
