@@ -139,6 +139,7 @@ typedef struct okv_predict_ctx_t {
   uint64_t *run_sfirst;        /* [n_seg * extents per head] */
   uint32_t *run_seg;           /* [n_seg * extents per head] the runs' segments (the 8-bit pass's ranges) */
   uint64_t *run_score_first;   /* [n_seg * extents per head] the runs' first score elements (the same) */
+  uint64_t *cand_score_first;  /* [n_seg] the second pass's score offsets (u * groups_kept) */
   /* Recall pass with two-level scoring (track_recall): the two-level top-K of the real query, kept while the
    * flat (reference) pass overwrites host_topk, and a bitmap of one head's flat top-K. */
   uint32_t *agree_topk, *agree_counts; /* [n_seg * K], [n_seg] */

@@ -366,7 +366,8 @@ struct okv_step_stats_t {
                                  selecting step, in the step that collects its first job that deferred) */
   double bookkeeping_seconds; /* host time in the runtime's own code paths (mapping, selection, scheduling,
                                  plan building), foreground + background thread; excludes kernels, copies and
-                                 waits on them */
+                                 waits on them (the device selection's one wait per layer on the predict stream
+                                 too, since 2026-12-03) */
   double attention_seconds;   /* foreground time from enqueueing attention to its completion */
   double predict_seconds;     /* background time of the prediction: scoring and top-K from the first launch to the
                                  indices read back (both levels with two-level scoring); with device selection, to
@@ -404,9 +405,10 @@ struct okv_step_stats_t {
   uint64_t fetched_share_blocks;
   /* Parts of bookkeeping_seconds (the same thread CPU clock), so that a change to one is measured in one run:
    * the background selection of a layer job's (sequence, KV head) pairs with its plan (capped eviction, slot
-   * picks, copy pairs; OASIS / PROXY), the layer-local sync's commit of a plan into the maps, and building
-   * attention's working sets from the maps. The rest of bookkeeping_seconds is prediction set-up, the
-   * append's bookkeeping, job submission and the on-demand / recall passes. */
+   * picks, copy pairs; OASIS / PROXY; with device selection its launch, the plan's read-back and check, not
+   * the wait for the kernel), the layer-local sync's commit of a plan into the maps, and building attention's
+   * working sets from the maps. The rest of bookkeeping_seconds is prediction set-up, the append's
+   * bookkeeping (its slot-currency marks included), job submission and the on-demand / recall passes. */
   double select_seconds;
   double commit_seconds;
   double working_set_seconds;
