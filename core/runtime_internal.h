@@ -497,7 +497,7 @@ static inline bool seq_layer_sparse(const okv_runtime_t *rt, const okv_seq_t *s,
 
 static inline uint64_t host_block_of(const okv_runtime_t *rt, const okv_head_t *h, uint32_t block) {
   const uint32_t E = rt->host.extent_blocks;
-  if (block / E < h->ext_run) return (uint64_t)h->extents[0] * E + block; /* the leading contiguous run */
+  if (block < h->ext_run * E) return (uint64_t)h->extents[0] * E + block; /* the leading contiguous run */
   return okv_host_store_block(&rt->host, h->extents, block);
 }
 
@@ -505,9 +505,10 @@ static inline uint64_t host_block_of(const okv_runtime_t *rt, const okv_head_t *
  * trailing contiguous runs. */
 static inline uint64_t host_block_hot(const okv_runtime_t *rt, const okv_head_hot_t *k, const okv_head_t *hd,
                                       uint32_t block) {
-  const uint32_t E = rt->host.extent_blocks;
-  if (block / E < k->ext_run) return (uint64_t)k->ext0 * E + block;
-  if (block / E >= k->tail_cur) return (uint64_t)(k->tail_ext + (block / E - k->tail_cur)) * E + block % E;
+  const uint32_t E = rt->host.extent_blocks; /* no division on the two runs' paths (ext_run * E <= max_blocks) */
+  if (block < k->ext_run * E) return (uint64_t)k->ext0 * E + block;
+  const uint32_t tail_first = k->tail_cur * E;
+  if (block >= tail_first) return (uint64_t)k->tail_ext * E + (block - tail_first);
   return okv_host_store_block(&rt->host, hd->extents, block);
 }
 
