@@ -515,9 +515,8 @@ void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
     uint64_t moved = 0;
     for (uint32_t s = 0; s < job->n_seqs && job->n_plan > 0; s++) { /* per sequence: job->seq_moved */
       const okv_seq_t *seq = &rt->seqs[job->seq_index[s]];
-      if (job->seq_moved[s] == 0 || !seq->live || seq->id != job->seq_id[s])
-        continue; /* removed: its tables
-                                                                                            are rewritten when reused */
+      /* A removed sequence's tables are rewritten when its record is reused. */
+      if (job->seq_moved[s] == 0 || !seq->live || seq->id != job->seq_id[s]) continue;
       if (!ok) {
         ls->failed_blocks += job->seq_moved[s];
         continue;

@@ -279,10 +279,10 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
       }
       rt->tok_block[n] = hb;
       n++;
-      /* A stale summary is only ever marked with needs_repair (append_mark), and needs_repair is cleared only
-       * below, after this read: without it the summary is current and summary_stale[] is not read. */
-      if (m->needs_repair && m->summary_stale[b]) { /* a failed update left it behind: rebuild (the token is in
-                                                     HOST by then) */
+      /* A failed update left the summary behind: rebuild it (the token is in HOST by then). A stale summary is
+       * only ever marked with needs_repair (append_mark), which is cleared only below, after this read:
+       * without it the summary is current and summary_stale[] is not read. */
+      if (m->needs_repair && m->summary_stale[b]) {
         rt->reb_index[n_reb] = hb;
         rt->reb_valid[n_reb] = (uint8_t)(off + 1u);
         rt->reb_map[n_reb] = m;
