@@ -154,20 +154,10 @@ okv_status_t okv_hal_live_retain(void *obj, okv_hal_kind_t kind, const char *arg
 
 okv_status_t okv_hal_live_release(void *obj, okv_hal_kind_t kind, const char *arg_name, bool *out_last) {
   *out_last = false;
-  /* Not the last reference: one compare-and-swap, no lock (the count stays >= 1, so no retain under the lock
-   * can see it reach 0). A release that may be the last takes the lock, so that dropping to 0 and leaving
-   * the registry are one step for every retain. */
-  okv_status_t s = live_check(obj, kind, arg_name);
-  if (s != OKV_OK) return s;
-  okv_hal_resource_t *res = obj;
-  int c = atomic_load_explicit(&res->ref_count, memory_order_relaxed);
-  while (c > 1)
-    if (atomic_compare_exchange_weak_explicit(&res->ref_count, &c, c - 1, memory_order_release, memory_order_relaxed))
-      return OKV_OK;
   pthread_mutex_lock(&live_mutex);
-  s = live_check(obj, kind, arg_name);
+  okv_status_t s = live_check(obj, kind, arg_name);
   if (s == OKV_OK) {
-    int prev = atomic_fetch_sub(&res->ref_count, 1); /* seq_cst: orders every earlier release before it */
+    int prev = atomic_fetch_sub(&((okv_hal_resource_t *)obj)->ref_count, 1);
     if (prev <= 1) {
       live_remove_locked((uintptr_t)obj);
       *out_last = true;
