@@ -11,29 +11,16 @@
 
 #include "hal_internal.h"
 
-/* ---- An open-addressing hash set of pointers ----
- *
- * Writers (insert, remove) hold live_mutex. Readers that only ask "is this handle live, and of what kind"
- * (okv_hal_check_live: every API call's argument check) take no lock: the slots are atomics, a table is
- * published with a release store, and a table replaced by a larger one is retired, not freed (readers may
- * still probe it; it holds what was live when it was replaced), so a lock-free probe never touches freed
- * memory. Retired tables stay reachable from live_retired for the process's life: they sum to less than the
- * live table. Retain and release keep the mutex: a release that drops the last reference removes the handle
- * under it, so a retain can never revive an object being destroyed. */
+/* ---- An open-addressing hash set of pointers ---- */
 
 #define OKV_LIVE_EMPTY ((uintptr_t)0)
 #define OKV_LIVE_TOMB  ((uintptr_t)1)
 
-typedef struct live_table_t {
-  struct live_table_t *retired; /* the table this one replaced (kept: see above) */
-  size_t cap;                   /* a power of two */
-  _Atomic uintptr_t slots[];
-} live_table_t;
-
 static pthread_mutex_t live_mutex = PTHREAD_MUTEX_INITIALIZER;
-static _Atomic(live_table_t *) live_table; /* system allocator; NULL until the first handle */
-static size_t live_count;                  /* live entries (live_mutex) */
-static size_t live_used;                   /* live + tombstones (live_mutex) */
+static uintptr_t *live_slots; /* system allocator; capacity a power of two */
+static size_t live_cap;
+static size_t live_count; /* live entries */
+static size_t live_used;  /* live + tombstones */
 
 static size_t live_hash(uintptr_t p) {
   uint64_t x = (uint64_t)p;
@@ -43,66 +30,62 @@ static size_t live_hash(uintptr_t p) {
   return (size_t)x;
 }
 
-/* The slot of p in t, or SIZE_MAX; lock-free (acquire loads: a found handle's base was written before it was
- * published). */
-static size_t live_find(const live_table_t *t, uintptr_t p) {
-  if (t == NULL) return SIZE_MAX;
-  size_t mask = t->cap - 1;
-  for (size_t i = live_hash(p) & mask, n = 0; n < t->cap; i = (i + 1) & mask, ++n) {
-    uintptr_t v = atomic_load_explicit(&t->slots[i], memory_order_acquire);
-    if (v == OKV_LIVE_EMPTY) return SIZE_MAX;
-    if (v == p) return i;
+/* Index of p, or SIZE_MAX. Caller holds the mutex. */
+static size_t live_find_locked(uintptr_t p) {
+  if (!live_cap) return SIZE_MAX;
+  size_t mask = live_cap - 1;
+  for (size_t i = live_hash(p) & mask, n = 0; n < live_cap; i = (i + 1) & mask, ++n) {
+    if (live_slots[i] == OKV_LIVE_EMPTY) return SIZE_MAX;
+    if (live_slots[i] == p) return i;
   }
   return SIZE_MAX;
 }
 
-static live_table_t *live_current(void) { return atomic_load_explicit(&live_table, memory_order_acquire); }
-
-static void live_put_locked(live_table_t *t, uintptr_t p) {
-  size_t mask = t->cap - 1;
+static void live_put_locked(uintptr_t *slots, size_t cap, uintptr_t p) {
+  size_t mask = cap - 1;
   size_t i = live_hash(p) & mask;
-  for (;;) {
-    uintptr_t v = atomic_load_explicit(&t->slots[i], memory_order_relaxed);
-    if (v == OKV_LIVE_EMPTY || v == OKV_LIVE_TOMB) break;
-    i = (i + 1) & mask;
-  }
-  atomic_store_explicit(&t->slots[i], p, memory_order_release);
+  while (slots[i] != OKV_LIVE_EMPTY && slots[i] != OKV_LIVE_TOMB) i = (i + 1) & mask;
+  slots[i] = p;
 }
 
+/* Returns false when the table could not grow (out of memory). */
 static bool live_insert_locked(uintptr_t p) {
-  live_table_t *t = live_current();
-  if (live_find(t, p) != SIZE_MAX) return true;
-  size_t cap = t ? t->cap : 0;
-  if ((live_used + 1) * 2 > cap) {
-    /* A new table (dropping tombstones) at most 1/4 full of live entries, filled before it is published;
-     * the old one is retired, not freed. */
-    size_t ncap = cap ? cap : 64;
-    while ((live_count + 1) * 4 > ncap) ncap *= 2;
-    live_table_t *nt = calloc(1, sizeof *nt + ncap * sizeof(_Atomic uintptr_t));
-    if (!nt) return false;
-    nt->cap = ncap;
-    nt->retired = t;
-    for (size_t i = 0; i < cap; ++i) {
-      uintptr_t v = atomic_load_explicit(&t->slots[i], memory_order_relaxed);
-      if (v != OKV_LIVE_EMPTY && v != OKV_LIVE_TOMB) live_put_locked(nt, v);
+  if (live_find_locked(p) != SIZE_MAX) return true;
+  if ((live_used + 1) * 2 > live_cap) {
+    /* Rehash (dropping tombstones) into a table at most 1/4 full of live entries. */
+    size_t cap = live_cap ? live_cap : 64;
+    while ((live_count + 1) * 4 > cap) cap *= 2;
+    uintptr_t *slots = calloc(cap, sizeof(uintptr_t));
+    if (!slots) return false;
+    for (size_t i = 0; i < live_cap; ++i) {
+      if (live_slots[i] != OKV_LIVE_EMPTY && live_slots[i] != OKV_LIVE_TOMB) live_put_locked(slots, cap, live_slots[i]);
     }
-    atomic_store_explicit(&live_table, nt, memory_order_release);
-    t = nt;
+    free(live_slots);
+    live_slots = slots;
+    live_cap = cap;
     live_used = live_count;
   }
-  live_put_locked(t, p);
+  live_put_locked(live_slots, live_cap, p);
   ++live_count;
   ++live_used;
   return true;
 }
 
 static void live_remove_locked(uintptr_t p) {
-  live_table_t *t = live_current();
-  size_t i = live_find(t, p);
+  size_t i = live_find_locked(p);
   if (i == SIZE_MAX) return;
-  atomic_store_explicit(&t->slots[i], OKV_LIVE_TOMB, memory_order_release);
+  live_slots[i] = OKV_LIVE_TOMB;
   --live_count;
+  if (live_count == 0) {
+    /* Nothing live: drop the table so no memory outlives the last object. */
+    free(live_slots);
+    live_slots = NULL;
+    live_cap = 0;
+    live_used = 0;
+  }
 }
+
+/* ---- Resources and handle checks ---- */
 
 const char *okv_hal_kind_name(okv_hal_kind_t kind) {
   switch (kind) {
@@ -126,11 +109,10 @@ void okv_hal_resource_init(okv_hal_resource_t *res, okv_hal_kind_t kind) {
   pthread_mutex_unlock(&live_mutex);
 }
 
-/* Lock-free (see above); with live_mutex held it is exact. */
-static okv_status_t live_check(const void *obj, okv_hal_kind_t kind, const char *arg_name) {
+static okv_status_t live_check_locked(const void *obj, okv_hal_kind_t kind, const char *arg_name) {
   const char *name = arg_name ? arg_name : "handle";
   if (!obj) return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "%s: NULL %s handle", name, okv_hal_kind_name(kind));
-  if (live_find(live_current(), (uintptr_t)obj) == SIZE_MAX)
+  if (live_find_locked((uintptr_t)obj) == SIZE_MAX)
     return okv_status_make(OKV_STATUS_INVALID_ARGUMENT, "%s: invalid or released handle (%s %p)", name,
                            okv_hal_kind_name(kind), obj);
   const okv_hal_resource_t *res = obj;
@@ -141,12 +123,15 @@ static okv_status_t live_check(const void *obj, okv_hal_kind_t kind, const char 
 }
 
 okv_status_t okv_hal_check_live(const void *obj, okv_hal_kind_t kind, const char *arg_name) {
-  return live_check(obj, kind, arg_name); /* no lock: every API call's argument check runs this */
+  pthread_mutex_lock(&live_mutex);
+  okv_status_t s = live_check_locked(obj, kind, arg_name);
+  pthread_mutex_unlock(&live_mutex);
+  return s;
 }
 
 okv_status_t okv_hal_live_retain(void *obj, okv_hal_kind_t kind, const char *arg_name) {
   pthread_mutex_lock(&live_mutex);
-  okv_status_t s = live_check(obj, kind, arg_name);
+  okv_status_t s = live_check_locked(obj, kind, arg_name);
   if (s == OKV_OK) atomic_fetch_add(&((okv_hal_resource_t *)obj)->ref_count, 1);
   pthread_mutex_unlock(&live_mutex);
   return s;
@@ -155,7 +140,7 @@ okv_status_t okv_hal_live_retain(void *obj, okv_hal_kind_t kind, const char *arg
 okv_status_t okv_hal_live_release(void *obj, okv_hal_kind_t kind, const char *arg_name, bool *out_last) {
   *out_last = false;
   pthread_mutex_lock(&live_mutex);
-  okv_status_t s = live_check(obj, kind, arg_name);
+  okv_status_t s = live_check_locked(obj, kind, arg_name);
   if (s == OKV_OK) {
     int prev = atomic_fetch_sub(&((okv_hal_resource_t *)obj)->ref_count, 1);
     if (prev <= 1) {
