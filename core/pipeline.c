@@ -41,18 +41,9 @@ okv_status_t okv_rt_score_units(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_h
         ctx->seg_n[u] = 0;
         ctx->seg_score_first[u] = 0;
         if (cur >= need) continue;
-        /* Inside the leading contiguous run the head's hot mirror says it all (okv_head_hot_t: the layer's
-         * heads in consecutive lines); past it, the head's extents are read. */
-        const okv_head_hot_t *k = head_hot(rt, (uint32_t)(seq - rt->seqs), layer, h);
-        uint32_t start, run;
-        if (cur < k->ext_run) {
-          start = k->ext0 + cur;
-          run = (k->ext_run < need ? k->ext_run : need) - cur;
-        } else {
-          const okv_head_t *hd = seq_head(rt, seq, layer, h);
-          start = hd->extents[cur];
-          run = okv_rt_head_run(hd, cur, need);
-        }
+        /* The head's hot mirror (okv_head_hot_t: the layer's heads in consecutive lines) gives its leading and
+         * trailing runs; a run between them reads its extents. */
+        uint32_t start, run = okv_rt_hot_run(head_hot(rt, (uint32_t)(seq - rt->seqs), layer, h), cur, need, &start);
         more |= cur + run < need;
         uint32_t first = cur * UE, n = run * UE;
         if (n > n_units - first) n = n_units - first;
@@ -137,7 +128,7 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
   memset(&job->stats, 0, sizeof job->stats);
   job->n_plan = 0;
   job->remote_t0 = job->remote_t1 = 0;
-  bool any = false, batch = false;
+  bool any = false;
   for (uint32_t s = 0; s < job->n_seqs; s++) {
     okv_seq_t *seq = &rt->seqs[job->seq_index[s]];
     if (!seq->live || seq->id != job->seq_id[s] || !seq_layer_sparse(rt, seq, layer) || okv_seq_is_lost(seq))
@@ -236,7 +227,7 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
   if (job->n_plan > 0) {
     st = OKV_OK;
     job->start_recorded = false;
-    batch = okv_status_consume(okv_hal_stream_batch_begin(rt->copy)) == OKV_STATUS_OK; /* the copy and its events */
+    bool batch = okv_status_consume(okv_hal_stream_batch_begin(rt->copy)) == OKV_STATUS_OK; /* the copy, its events */
     if (rt->cfg.fetch_ratio_auto) { /* the batch's duration measures the link */
       st = okv_hal_event_record(rt->copy_start_events[layer], rt->copy);
       job->start_recorded = st == OKV_OK;
@@ -245,7 +236,6 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
       st = okv_hal_copy_blocks_async(rt->copy, rt->host.kv, rt->pool, rt->block_bytes, job->n_plan, job->pairs);
     if (st == OKV_OK) st = okv_hal_event_record(rt->layer_events[layer], rt->copy);
     if (batch) OKV_IGNORE_ERROR(okv_hal_stream_batch_end(rt->copy));
-    batch = false;
     if (st == OKV_OK) {
       job->event_recorded = true;
       job->event_waited = false;

@@ -416,8 +416,8 @@ static inline void okv_rt_head_note_extent(okv_head_t *hd) {
   }
 }
 
-/* okv_rt_head_run from the head's hot mirror: the run of contiguous extents from extents[cur] (cur < need <=
- * n_extents), at most need - cur, and its first extent in *start; the leading and trailing runs without reading
+/* The run of contiguous extents of a head from extents[cur] (cur < need <= n_extents), from its hot mirror: its
+ * length, at most need - cur, and its first extent in *start; the leading and trailing runs without reading
  * extents[] (a middle run stops before the trailing one: that one is maximal). */
 static inline uint32_t okv_rt_hot_run(const okv_head_hot_t *k, uint32_t cur, uint32_t need, uint32_t *start) {
   if (cur < k->ext_run) {
@@ -435,16 +435,6 @@ static inline uint32_t okv_rt_hot_run(const okv_head_hot_t *k, uint32_t cur, uin
   return run;
 }
 
-/* The length of the run of contiguous extents from extents[cur] (cur < need <= n_extents), at most need - cur:
- * the cached leading run without reading it, the rest by reading the extents. */
-static inline uint32_t okv_rt_head_run(const okv_head_t *hd, uint32_t cur, uint32_t need) {
-  const uint32_t start = hd->extents[cur];
-  uint32_t run = 1;
-  if (cur < hd->ext_run) run = (hd->ext_run < need ? hd->ext_run : need) - cur;
-  while (cur + run < need && hd->extents[cur + run] == start + run) run++;
-  return run;
-}
-
 /* Recomputes owned_step / owned_base after hd->owned changed. */
 static inline void okv_rt_head_note_owned(okv_head_t *hd) {
   hd->owned_step = 0;
@@ -457,12 +447,6 @@ static inline void okv_rt_head_note_owned(okv_head_t *hd) {
   hd->hot->owned_base = hd->owned_base;
   hd->hot->owned_step = hd->owned_step;
   hd->hot->n_owned = hd->n_owned;
-}
-
-/* The head's owned slot j (j < n_owned). */
-static inline uint32_t okv_rt_owned_slot(const okv_head_t *hd, uint32_t j) {
-  if (hd->owned_step != 0) return (uint32_t)((int64_t)hd->owned_base + (int64_t)hd->owned_step * (int64_t)j);
-  return hd->owned[j];
 }
 
 /* The hot mirror (okv_head_hot_t) of KV head h of layer `layer` of rt->seqs[seq_index]. */
@@ -481,6 +465,10 @@ static inline uint32_t okv_rt_owned_slot_hot(const okv_head_hot_t *k, const okv_
   if (k->owned_step != 0) return (uint32_t)((int64_t)k->owned_base + (int64_t)k->owned_step * (int64_t)j);
   return hd->owned[j];
 }
+/* The head's owned slot j (j < n_owned). */
+static inline uint32_t okv_rt_owned_slot(const okv_head_t *hd, uint32_t j) {
+  return okv_rt_owned_slot_hot(hd->hot, hd, j);
+}
 
 /* The head whose map is `m`. */
 static inline const okv_head_t *head_of_map(const okv_block_map_t *m) {
@@ -495,12 +483,6 @@ static inline bool seq_layer_sparse(const okv_runtime_t *rt, const okv_seq_t *s,
   return is_sparse_mode(rt) && n_blocks_of(s->n_tokens[layer]) > rt->cfg.dense_threshold_blocks;
 }
 
-static inline uint64_t host_block_of(const okv_runtime_t *rt, const okv_head_t *h, uint32_t block) {
-  const uint32_t E = rt->host.extent_blocks;
-  if (block < h->ext_run * E) return (uint64_t)h->extents[0] * E + block; /* the leading contiguous run */
-  return okv_host_store_block(&rt->host, h->extents, block);
-}
-
 /* host_block_of from the head's hot mirror (block < n_extents * E): `hd` is read only between the leading and the
  * trailing contiguous runs. */
 static inline uint64_t host_block_hot(const okv_runtime_t *rt, const okv_head_hot_t *k, const okv_head_t *hd,
@@ -510,6 +492,11 @@ static inline uint64_t host_block_hot(const okv_runtime_t *rt, const okv_head_ho
   const uint32_t tail_first = k->tail_cur * E;
   if (block >= tail_first) return (uint64_t)k->tail_ext * E + (block - tail_first);
   return okv_host_store_block(&rt->host, hd->extents, block);
+}
+
+/* The HOST block of a head's logical `block` (< n_extents * E). */
+static inline uint64_t host_block_of(const okv_runtime_t *rt, const okv_head_t *h, uint32_t block) {
+  return host_block_hot(rt, h->hot, h, block);
 }
 
 /* Sequence i of the current step, NULL when it was removed during the step. */

@@ -206,7 +206,9 @@ OKV_API okv_status_t okv_hal_stream_synchronize(okv_hal_stream_t *stream);
  * the thread that enqueues the batch's work (thread-safe, but a batch opened on one thread and used by another
  * holds back both threads' work). The CPU backend's stream worker otherwise sleeps whenever its queue runs dry
  * and each enqueue into it costs the caller a wake-up (a system call, a context switch on a loaded host); a
- * GPU queue takes work with no such cost, so CUDA and HIP ignore batches.
+ * GPU queue takes work with no such cost, so CUDA and HIP ignore batches. No ownership moves: the stream is
+ * neither retained nor released, and the caller keeps it alive until the batch ends. Source: this runtime's
+ * (docs/api.md "Batched submission").
  * Errors: INVALID_ARGUMENT (dead handle; batch_end with no batch open on the stream). */
 OKV_API okv_status_t okv_hal_stream_batch_begin(okv_hal_stream_t *stream);
 OKV_API okv_status_t okv_hal_stream_batch_end(okv_hal_stream_t *stream);

@@ -396,13 +396,18 @@ static void test_stream_order(void **state) {
   buf_free(x);
 }
 
+/* A second stream of the fixture's device and an event, for the cross-stream cases. */
+static void second_stream_and_event(fixture_t *f, okv_hal_stream_t **s2, okv_hal_event_t **ev) {
+  OKV_ASSERT_OK(okv_hal_stream_create(f->dev, s2));
+  OKV_ASSERT_OK(okv_hal_event_create(f->dev, ev));
+}
+
 static void test_cross_stream_event_wait(void **state) {
   fixture_t *f = *state;
   const uint64_t n = 8u << 20;
   okv_hal_stream_t *s2 = NULL;
-  OKV_ASSERT_OK(okv_hal_stream_create(f->dev, &s2));
   okv_hal_event_t *ev = NULL;
-  OKV_ASSERT_OK(okv_hal_event_create(f->dev, &ev));
+  second_stream_and_event(f, &s2, &ev);
   okv_hal_buffer_t *src = buf_new(f, OKV_TIER_HOST, n), *mid = buf_new(f, OKV_TIER_DEVICE, n),
                    *out = buf_new(f, OKV_TIER_HOST, n);
   for (int round = 0; round < 3; ++round) {
@@ -435,9 +440,8 @@ static void test_stream_batches(void **state) {
   fixture_t *f = *state;
   const uint64_t n = 1u << 20;
   okv_hal_stream_t *s2 = NULL;
-  OKV_ASSERT_OK(okv_hal_stream_create(f->dev, &s2));
   okv_hal_event_t *ev = NULL;
-  OKV_ASSERT_OK(okv_hal_event_create(f->dev, &ev));
+  second_stream_and_event(f, &s2, &ev);
   okv_hal_buffer_t *a = buf_new(f, OKV_TIER_HOST, n), *b = buf_new(f, OKV_TIER_DEVICE, n),
                    *c = buf_new(f, OKV_TIER_HOST, n), *d = buf_new(f, OKV_TIER_HOST, n);
   assert_int_equal(okv_status_consume(okv_hal_stream_batch_end(f->stream)), OKV_STATUS_INVALID_ARGUMENT);
