@@ -196,15 +196,17 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
       return 2;
     }
     if (!ok) {
-      const char *range = strcmp(a, "--seqs") == 0       ? " (an integer in [1, 65536])"
-                          : strcmp(a, "--steps") == 0    ? " (an integer >= 1)"
-                          : strcmp(a, "--groups") == 0   ? " (an integer >= 1, at most --budget)"
-                          : strcmp(a, "--context") == 0  ? " (tokens, an integer >= 1)"
-                          : strcmp(a, "--warmup") == 0   ? " (an integer >= 0)"
-                          : strcmp(a, "--host-gib") == 0 ? " (GiB, in (0, 4096])"
-                          : strcmp(a, "--locality") == 0 ? " (in [0, 1])"
-                          : strcmp(a, "--noise") == 0    ? " (>= 0)"
-                                                         : "";
+      const char *range = strcmp(a, "--seqs") == 0            ? " (an integer in [1, 65536])"
+                          : strcmp(a, "--steps") == 0         ? " (an integer in [1, 4294967295])"
+                          : strcmp(a, "--groups") == 0        ? " (an integer >= 1, at most --budget)"
+                          : strcmp(a, "--context") == 0       ? " (tokens, an integer >= 1)"
+                          : strcmp(a, "--warmup") == 0        ? " (an integer in [0, 4294967295])"
+                          : strcmp(a, "--summary-dtype") == 0 ? " (auto, f32, bf16 or f16)"
+                          : strcmp(a, "--selection") == 0     ? " (host or device)"
+                          : strcmp(a, "--host-gib") == 0      ? " (GiB, in (0, 4096])"
+                          : strcmp(a, "--locality") == 0      ? " (in [0, 1])"
+                          : strcmp(a, "--noise") == 0         ? " (>= 0)"
+                                                              : "";
       fprintf(stderr, "oasiskv bench runtime: bad value '%s' for %s%s\n", v, a, range);
       return 2;
     }

@@ -1,4 +1,5 @@
 /* oasiskv: command-line front end of the OasisKV runtime. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -22,7 +23,7 @@ static void usage(FILE *f) {
           "run 'oasiskv <command> --help' for a command's options\n");
 }
 
-int main(int argc, char **argv) {
+static int run(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
     return 2;
@@ -58,4 +59,18 @@ int main(int argc, char **argv) {
   fprintf(stderr, "oasiskv: unknown command '%s'\n", cmd);
   usage(stderr);
   return 2;
+}
+
+/* A command that succeeded but whose output could not be written (a full disk, a closed pipe) fails: exit 1 with
+ * one line on stderr. A command that failed keeps its own status and message. */
+int main(int argc, char **argv) {
+  int rc = run(argc, argv);
+  errno = 0;
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    if (rc == 0) {
+      fprintf(stderr, "oasiskv: writing the output failed: %s\n", errno ? strerror(errno) : "stream error");
+      rc = 1;
+    }
+  }
+  return rc;
 }

@@ -600,8 +600,21 @@ static void test_runtime_capacity(void **state) {
       "bench runtime --groups 384",
       "bench runtime --fetch-ratio auto --selection device",
       "bench runtime --steps 0",
+      "bench runtime --steps 99999999999",
+      "bench runtime --summary-dtype f8",
+      "bench runtime --selection gpu",
   };
   expect_one_line_errors(bad, sizeof bad / sizeof bad[0], 2);
+  /* A bad value's line states the range or the choices (it said "an integer >= 1" for 99999999999). */
+  static const char *const said[][2] = {{"bench runtime --steps 99999999999", "[1, 4294967295]"},
+                                        {"bench runtime --summary-dtype f8", "auto, f32, bf16 or f16"},
+                                        {"bench runtime --selection gpu", "host or device"}};
+  for (size_t i = 0; i < sizeof said / sizeof said[0]; i++) {
+    char err[512] = "";
+    assert_int_equal(run_cli(said[i][0], NULL), 2);
+    first_stderr_line(err, sizeof err);
+    assert_non_null(strstr(err, said[i][1]));
+  }
   /* A result that cannot be written is not a success: exit 1, one line. */
   assert_int_equal(run_cli("bench runtime --seqs 1 --context 1024 --layers 1 --steps 1 --warmup 0", "/dev/full"), 1);
   assert_int_equal(stderr_lines(), 1);
