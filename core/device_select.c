@@ -495,6 +495,7 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
     if (ctx->seqs[s] != NULL) {
       okv_rt_prefetch_range(head_hot(rt, job->seq_index[s], layer, 0), H * sizeof(okv_head_hot_t));
       okv_rt_prefetch_range(sig_of(rt, job->seq_index[s], layer, 0), H * sizeof(uint64_t));
+      __builtin_prefetch(ctx->seqs[s]); /* its heads pointer (seq_head) */
     }
   uint64_t hits = 0, misses = 0, admitted = 0;
   /* job->plan's entries are read only by the fetched-share measurement (fg_mass; the commit, the failure paths
@@ -508,7 +509,10 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
     const okv_seq_t *seq = ctx->seqs[s];
     job->seq_moved[s] = job->seq_evicted[s] = 0;
     if (seq == NULL) continue;
-    const uint32_t nb = n_blocks_of(seq->n_tokens[layer]); /* every head's map.n_blocks */
+    /* Every head's map.n_blocks, from sel_active (n_tokens is unchanged while the layer's job runs: the engine
+     * appends to the layer only after collecting it); seq->n_tokens would be a miss on a line the engine
+     * writes. */
+    const uint32_t nb = rt->sel_active[s * H] + 1u;
     const uint32_t n_plan0 = n_plan, si = job->seq_index[s];
     uint32_t evicted = 0;
     for (uint32_t h = 0; h < H && st == OKV_OK; h++) {

@@ -468,8 +468,8 @@ uint32_t okv_rt_share_layer(const okv_runtime_t *rt) {
  * maps. A failed transfer maps nothing (its slots go back to the heads' free
  * stacks, victims stay mapped); a failed transfer or prediction is absorbed and
  * counted in pipeline_errors (docs/api.md "Faults"). */
-void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
-  if (!has_pipeline(rt)) return;
+double okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
+  if (!has_pipeline(rt)) return 0;
   okv_layer_job_t *job = &rt->jobs[layer];
   okv_step_stats_t *ls = &rt->layer_step[layer];
   double w0 = okv_rt_wall_s();
@@ -575,9 +575,10 @@ void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s) {
   okv_status_free(st);
   okv_status_free(job->error);
   job->error = OKV_OK;
-  double dt = okv_rt_bk_s() - t0;
-  ls->commit_seconds += dt;
-  *bk_s += dt;
+  const double t1 = okv_rt_bk_s();
+  ls->commit_seconds += t1 - t0;
+  *bk_s += t1 - t0;
+  return t1;
 }
 
 void okv_rt_job_stage_queries(okv_runtime_t *rt, uint32_t layer, const float *q) {

@@ -609,7 +609,9 @@ void okv_rt_jobs_drain(okv_runtime_t *rt);
 void okv_rt_job_collect(okv_runtime_t *rt, uint32_t layer, okv_step_stats_t *dst);
 void okv_rt_jobs_collect_done(okv_runtime_t *rt);
 double okv_rt_job_wait_event(okv_runtime_t *rt, uint32_t layer);
-void okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s);
+/* Returns the thread CPU clock (okv_rt_bk_s) read at the end of its bookkeeping interval, 0 when it read none: an
+ * interval that follows at once starts there (one clock read, a system call, for both). */
+double okv_rt_layer_commit(okv_runtime_t *rt, uint32_t layer, double *bk_s);
 /* The step's queries of the layer ([step_n_seqs][step_T][n_q_heads][head_dim] f32) into its job (the layer's
  * previous job is not queued: its commit waited for it); a transfer, not bookkeeping. */
 void okv_rt_job_stage_queries(okv_runtime_t *rt, uint32_t layer, const float *q);
@@ -637,9 +639,11 @@ okv_status_t okv_rt_groups_rebuild(okv_runtime_t *rt, okv_hal_stream_t *stream, 
 okv_status_t okv_rt_groups_rebuild_head(okv_runtime_t *rt, okv_hal_stream_t *stream, okv_head_t *head);
 /* step_append.c */
 /* With defer, a batch enqueued without error is not waited for: its slots are marked current at once and
- * okv_rt_layer_append_finish must follow the layer's attention (enqueued after it on the compute stream). */
+ * okv_rt_layer_append_finish must follow the layer's attention (enqueued after it on the compute stream).
+ * t_start: okv_rt_bk_s at the start of its bookkeeping interval when the caller's interval just ended there
+ * (okv_rt_layer_commit's return), 0 to read the clock. */
 okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float *k_new, const float *v_new, bool defer,
-                                 double *bk_s, bool *out_committed);
+                                 double t_start, double *bk_s, bool *out_committed);
 /* Checks a deferred append batch (no-op without one): OK, or after a failure its synchronous retry — OK with
  * *out_redo set (attention read the slots before they were written: run it again) — or the error, with the
  * slots it covered unreadable and its summaries stale (repaired by the next append). */

@@ -391,13 +391,13 @@ okv_status_t okv_runtime_step_layer(okv_runtime_t *rt, uint32_t layer, const flo
   bool batch = okv_status_consume(okv_hal_stream_batch_begin(rt->compute)) == OKV_STATUS_OK;
   /* 1. Layer-local sync and commit of the previous step's transfer (before the
    * append so that the new active block finds >= C free slots). Failures are absorbed. */
-  okv_rt_layer_commit(rt, layer, &bk);
+  const double t_commit = okv_rt_layer_commit(rt, layer, &bk);
   /* 2. Append (commit) the real token. OUT_OF_MEMORY / INVALID_ARGUMENT: nothing committed. */
   bool committed = false;
   /* The append batch and attention share the compute stream, so the wait for the batch can follow attention
    * (one synchronisation per layer instead of two) unless a foreground pass runs in between. */
   bool defer = !rt->cfg.track_recall && rt->cfg.mode != OKV_MODE_ONDEMAND;
-  okv_status_t append_st = okv_rt_layer_append(rt, layer, k_new, v_new, defer, &bk, &committed);
+  okv_status_t append_st = okv_rt_layer_append(rt, layer, k_new, v_new, defer, t_commit, &bk, &committed);
   if (!committed) {
     if (batch) OKV_IGNORE_ERROR(okv_hal_stream_batch_end(rt->compute));
     if (rt->dev_sel) (void)okv_rt_dsel_commit_finish(rt);

@@ -138,10 +138,10 @@ static okv_status_t append_error(okv_status_t st, uint32_t layer) {
 }
 
 okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float *k_new, const float *v_new, bool defer,
-                                 double *bk_s, bool *out_committed) {
+                                 double t_start, double *bk_s, bool *out_committed) {
   *out_committed = false;
   rt->app_pending = false;
-  double t0 = okv_rt_bk_s();
+  double t0 = t_start > 0 ? t_start : okv_rt_bk_s();
   const okv_runtime_config_t *c = &rt->cfg;
   uint32_t H = c->n_kv_heads, hd = c->head_dim, E = rt->extent_blocks;
   uint32_t need_ext = 0, need_slots = 0;
@@ -361,10 +361,20 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
       memcpy(rt->append_keys + (size_t)k * hd, k_new + (size_t)rt->append_src[k] * hd, hd * sizeof(float));
     keys = rt->append_keys;
   }
-  *bk_s += okv_rt_bk_s() - t0;
+  rt->app_n_tw = n_tw;
+  rt->app_n_cp = n_cp;
+  rt->app_n_app = n_app;
+  rt->app_n_reb = n_reb;
+  rt->app_keys = keys;
+  /* Deferred, the marks are made here, in this interval (one interval fewer, two clock reads, each a system
+   * call): nothing reads them before attention, and if the batch cannot be enqueued below the path that
+   * retries it marks every entry again with its outcome (append_mark sets each entry's state whole). */
+  if (defer && n > 0) append_mark(rt, layer, true);
+  const double t1 = okv_rt_bk_s(); /* the end of the bookkeeping, the start of the HOST writes */
+  *bk_s += t1 - t0;
   if (n == 0) return OKV_OK;
   /* Write the tokens into their HOST blocks (same order as the entries above). */
-  t0 = okv_rt_bk_s();
+  t0 = t1;
   for (uint32_t i = 0, e = 0; i < rt->step_n_seqs; i++) {
     const okv_seq_t *s = step_seq(rt, i);
     if (s == NULL) continue;
@@ -378,18 +388,10 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
    * Every operation is idempotent (min/max with the same key, the same token
    * written again, whole-block copies from the HOST tier), so a failed batch is
    * retried once whole. */
-  rt->app_n_tw = n_tw;
-  rt->app_n_cp = n_cp;
-  rt->app_n_app = n_app;
-  rt->app_n_reb = n_reb;
-  rt->app_keys = keys;
   okv_status_t st = append_enqueue(rt, layer);
   if (defer && st == OKV_OK) {
-    /* Attention follows on the same stream, so it reads the slots after these writes: mark them current
-     * now; okv_rt_layer_append_finish checks the batch once attention completed. The marks are bookkeeping. */
-    t0 = okv_rt_bk_s();
-    append_mark(rt, layer, true);
-    *bk_s += okv_rt_bk_s() - t0;
+    /* Attention follows on the same stream, so it reads the slots after these writes: marked current above;
+     * okv_rt_layer_append_finish checks the batch once attention completed. */
     rt->app_pending = true;
     return OKV_OK;
   }
