@@ -48,12 +48,22 @@ static uint32_t run_end(const okv_layer_job_t *job, const uint8_t *sel, uint32_t
   return e;
 }
 
-/* Plan and result of batch entry u (= s * H + h) of a layer's job. */
+/* Result and plan of batch entry u (= s * H + h) of a layer's job in rt->sel_out: per layer every result, then
+ * every plan (u32 words; sel_out_host holds one layer's part at word offsets out_result_word / out_plan_word). */
+static inline uint64_t out_result_word(uint32_t u) { return (uint64_t)u * OKV_SELECT_RESULT_U32S; }
+static inline uint64_t out_plan_word(const okv_runtime_t *rt, uint32_t u) {
+  return (uint64_t)rt->cfg.max_seqs * rt->cfg.n_kv_heads * OKV_SELECT_RESULT_U32S +
+         (uint64_t)u * rt->cap_blocks * OKV_SELECT_PLAN_U32S;
+}
+static inline uint64_t out_layer_bytes(const okv_runtime_t *rt) {
+  return out_plan_word(rt, 0) * 4u +
+         (uint64_t)rt->cfg.max_seqs * rt->cfg.n_kv_heads * rt->cap_blocks * OKV_SELECT_PLAN_U32S * 4u;
+}
 static inline uint64_t plan_offset(const okv_runtime_t *rt, uint32_t layer, uint32_t u) {
-  return ((uint64_t)layer * rt->cfg.max_seqs * rt->cfg.n_kv_heads + u) * rt->cap_blocks * OKV_SELECT_PLAN_U32S * 4u;
+  return layer * out_layer_bytes(rt) + out_plan_word(rt, u) * 4u;
 }
 static inline uint64_t result_offset(const okv_runtime_t *rt, uint32_t layer, uint32_t u) {
-  return ((uint64_t)layer * rt->cfg.max_seqs * rt->cfg.n_kv_heads + u) * OKV_SELECT_RESULT_U32S * 4u;
+  return layer * out_layer_bytes(rt) + out_result_word(u) * 4u;
 }
 
 /* The slot-map row (pool slots of a table's entries) of the same table. */
@@ -88,17 +98,13 @@ okv_status_t okv_rt_dsel_init(okv_runtime_t *rt) {
   OKV_RETURN_IF_ERROR(alloc_dev(rt, n_seg * c->n_layers * rt->sel_table_bytes, &rt->sel_tables, "slot tables"));
   OKV_RETURN_IF_ERROR(
       alloc_dev(rt, n_seg * c->n_layers * rt->sel_R * 4u, &rt->sel_slot_map, "slot tables' pool slots"));
-  OKV_RETURN_IF_ERROR(alloc_dev(rt, c->n_layers * n_seg * rt->cap_blocks * OKV_SELECT_PLAN_U32S * 4u, &rt->sel_plan,
-                                "selection plans"));
-  OKV_RETURN_IF_ERROR(
-      alloc_dev(rt, c->n_layers * n_seg * OKV_SELECT_RESULT_U32S * 4u, &rt->sel_result, "selection results"));
+  OKV_RETURN_IF_ERROR(alloc_dev(rt, c->n_layers * out_layer_bytes(rt), &rt->sel_out, "selection results and plans"));
   ALLOC_ARR(rt->sel_slot_index, rt->n_slots);
   ALLOC_ARR(rt->sel_tab_host, (uint64_t)c->n_kv_heads * rt->sel_table_bytes / 4u);
   ALLOC_ARR(rt->sel_landed, n_seg);
   ALLOC_ARR(rt->sel_active, n_seg);
   ALLOC_ARR(rt->sel_cap, n_seg);
-  ALLOC_ARR(rt->sel_plan_host, n_seg * rt->cap_blocks * OKV_SELECT_PLAN_U32S);
-  ALLOC_ARR(rt->sel_result_host, n_seg * OKV_SELECT_RESULT_U32S);
+  ALLOC_ARR(rt->sel_out_host, out_layer_bytes(rt) / 4u);
   ALLOC_ARR(rt->sel_dirty, c->n_layers);
   ALLOC_ARR(rt->sel_lag, (uint64_t)c->n_layers * c->max_seqs);
   ALLOC_ARR(rt->sel_sig, n_seg * c->n_layers);
@@ -126,13 +132,13 @@ fail:
 
 void okv_rt_dsel_free(okv_runtime_t *rt) {
   if (rt->commit_event) OKV_IGNORE_ERROR(okv_hal_event_release(rt->commit_event)); /* cleanup */
-  okv_hal_buffer_t *bufs[] = {rt->sel_tables, rt->sel_plan, rt->sel_result, rt->sel_slot_map};
-  for (int i = 0; i < 4; i++)
+  okv_hal_buffer_t *bufs[] = {rt->sel_tables, rt->sel_out, rt->sel_slot_map};
+  for (int i = 0; i < 3; i++)
     if (bufs[i]) OKV_IGNORE_ERROR(okv_hal_buffer_release(bufs[i])); /* cleanup */
-  void *arrs[] = {rt->sel_slot_index, rt->sel_tab_host,    rt->sel_landed, rt->sel_active,    rt->sel_cap,
-                  rt->sel_plan_host,  rt->sel_result_host, rt->sel_dirty,  rt->sel_tok_stale, rt->sel_slot_map_host,
-                  rt->ws_table_index, rt->ws_seq_tokens,   rt->sel_lag,    rt->sel_sig,       rt->act_done,
-                  rt->act_slot,       rt->act_evicted,     rt->act_sig};
+  void *arrs[] = {rt->sel_slot_index, rt->sel_tab_host, rt->sel_landed,    rt->sel_active,        rt->sel_cap,
+                  rt->sel_out_host,   rt->sel_dirty,    rt->sel_tok_stale, rt->sel_slot_map_host, rt->ws_table_index,
+                  rt->ws_seq_tokens,  rt->sel_lag,      rt->sel_sig,       rt->act_done,          rt->act_slot,
+                  rt->act_evicted,    rt->act_sig};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) okv_rt_free(&rt->alloc, arrs[i]);
   for (uint32_t l = 0; rt->jobs && l < rt->cfg.n_layers; l++) okv_rt_free(&rt->alloc, rt->jobs[l].sel_ran);
 }
@@ -465,25 +471,23 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
                            .active_block = &rt->sel_active[u0],
                            .cap = &rt->sel_cap[u0],
                            .plan_stride = C,
-                           .plan = rt->sel_plan,
+                           .plan = rt->sel_out,
                            .plan_offset = plan_offset(rt, layer, u0),
-                           .result = rt->sel_result,
+                           .result = rt->sel_out,
                            .result_offset = result_offset(rt, layer, u0)};
     st = okv_hal_select_async(rt->predict, &d);
     if (st != OKV_OK) goto out;
   }
-  /* One wait and two reads for the layer: the plans and results of the whole batch (entries u = s * H + h). */
+  /* One wait and one read for the layer: the results and plans of the whole batch (entries u = s * H + h; the
+   * layer's every result, then the batch's plans). */
   uint32_t n_seg = job->n_seqs * H;
   const double w0 = okv_rt_bk_s();
   st = okv_hal_stream_synchronize(rt->predict);
   *t_ready = okv_rt_wall_s();
   *wait_s = okv_rt_bk_s() - w0;
   if (st == OKV_OK)
-    st = okv_hal_buffer_read(rt->sel_result, result_offset(rt, layer, 0), rt->sel_result_host,
-                             (uint64_t)n_seg * OKV_SELECT_RESULT_U32S * 4u);
-  if (st == OKV_OK)
-    st = okv_hal_buffer_read(rt->sel_plan, plan_offset(rt, layer, 0), rt->sel_plan_host,
-                             (uint64_t)n_seg * C * OKV_SELECT_PLAN_U32S * 4u);
+    st = okv_hal_buffer_read(rt->sel_out, result_offset(rt, layer, 0), rt->sel_out_host,
+                             plan_offset(rt, layer, n_seg) - result_offset(rt, layer, 0));
   if (st != OKV_OK) goto out;
   /* Every head checked before any entry is issued: its table is the one the host expects (the signature the
    * selection found), and every entry names one of the head's own slots and a block of its context (the copy
@@ -517,12 +521,12 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
     uint32_t evicted = 0;
     for (uint32_t h = 0; h < H && st == OKV_OK; h++) {
       uint32_t u = s * H + h;
-      const uint32_t *r = &rt->sel_result_host[(size_t)u * OKV_SELECT_RESULT_U32S];
+      const uint32_t *r = &rt->sel_out_host[out_result_word(u)];
       const okv_head_hot_t *k = head_hot(rt, si, layer, h);
       const okv_head_t *hd = seq_head(rt, seq, layer, h); /* read only for irregular owned slots or extents */
       const uint32_t n_owned = k->n_owned, n_adm = r[0];
       bool fits = n_adm <= C && ((uint64_t)r[5] << 32 | r[4]) == *sig_of(rt, si, layer, h);
-      const uint32_t *p = &rt->sel_plan_host[(size_t)u * C * OKV_SELECT_PLAN_U32S];
+      const uint32_t *p = &rt->sel_out_host[out_plan_word(rt, u)];
       uint64_t delta = 0;
       for (uint32_t i = 0; fits && i < n_adm; i++, p += OKV_SELECT_PLAN_U32S) {
         const uint32_t block = p[0], tslot = p[1], victim = p[2], vslot = p[3];
@@ -642,9 +646,9 @@ void okv_rt_dsel_commit(okv_runtime_t *rt, uint32_t layer, okv_layer_job_t *job,
                                   .table = rt->sel_tables,
                                   .table_offset = table_offset(rt, job->seq_index[s], layer, 0),
                                   .plan_stride = rt->cap_blocks,
-                                  .plan = rt->sel_plan,
+                                  .plan = rt->sel_out,
                                   .plan_offset = plan_offset(rt, layer, s * H),
-                                  .result = rt->sel_result,
+                                  .result = rt->sel_out,
                                   .result_offset = result_offset(rt, layer, s * H),
                                   .landed = rt->sel_landed};
       st = okv_hal_slot_commit_async(rt->compute, &d);

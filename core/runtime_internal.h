@@ -179,7 +179,7 @@ typedef struct okv_layer_job_t {
   uint32_t *seq_moved, *seq_evicted; /* [max_seqs] */
   uint64_t *sig_delta;               /* [max_seqs * n_kv_heads] */
   /* Device selection (device_select.c): batch entry s's selection ran on its tables (plan and result in
-   * rt->sel_plan / sel_result at the job's layer, read back): the layer's commit applies it there too. */
+   * rt->sel_out at the job's layer, read back): the layer's commit applies it there too. */
   uint8_t *sel_ran;            /* [max_seqs] */
   bool sel_undo;               /* the plan's transfer was never issued: the commit undoes the tables' admissions */
   bool stats_pending;          /* stats not yet added to a step (foreground only; docs/api.md "Stats") */
@@ -305,16 +305,18 @@ struct okv_runtime_t {
    * the host maps lag them (sel_lag below) but for each head's active block, and a new active block is placed
    * on the tables themselves (okv_rt_dsel_activate). */
   bool dev_sel;
-  uint32_t sel_R, sel_W;                     /* slots (K + 1 + C) and bitmap words of a table */
-  uint64_t sel_table_bytes;                  /* okv_slot_table_bytes(sel_R, sel_W) */
-  okv_hal_buffer_t *sel_tables;              /* DEVICE [n_layers][max_seqs][n_kv_heads] tables */
-  okv_hal_buffer_t *sel_plan, *sel_result;   /* DEVICE u32 [n_layers][max_seqs * n_kv_heads][C][4], [..][4] */
-  uint32_t *sel_slot_index;                  /* [n_slots] j of a pool slot in its head's owned[] */
-  uint32_t *sel_tab_host;                    /* foreground: n_kv_heads tables' words (rewrite, LRU refresh) */
-  uint8_t *sel_landed;                       /* foreground: [max_seqs * n_kv_heads] */
-  uint32_t *sel_active, *sel_cap;            /* worker: [max_seqs * n_kv_heads] */
-  uint32_t *sel_plan_host, *sel_result_host; /* worker: read-back plan and result of a job */
-  uint8_t *sel_dirty; /* [n_layers] the layer's tables may differ from the maps (a failed device operation):
+  uint32_t sel_R, sel_W;        /* slots (K + 1 + C) and bitmap words of a table */
+  uint64_t sel_table_bytes;     /* okv_slot_table_bytes(sel_R, sel_W) */
+  okv_hal_buffer_t *sel_tables; /* DEVICE [n_layers][max_seqs][n_kv_heads] tables */
+  /* DEVICE u32, per layer the results [max_seqs * n_kv_heads][OKV_SELECT_RESULT_U32S] then the plans [max_seqs *
+   * n_kv_heads][C][OKV_SELECT_PLAN_U32S], so that a job reads both back in one call (sel_out_host alike). */
+  okv_hal_buffer_t *sel_out;
+  uint32_t *sel_slot_index;       /* [n_slots] j of a pool slot in its head's owned[] */
+  uint32_t *sel_tab_host;         /* foreground: n_kv_heads tables' words (rewrite, LRU refresh) */
+  uint8_t *sel_landed;            /* foreground: [max_seqs * n_kv_heads] */
+  uint32_t *sel_active, *sel_cap; /* worker: [max_seqs * n_kv_heads] */
+  uint32_t *sel_out_host;         /* worker: a job's results and plans read back (one layer's part) */
+  uint8_t *sel_dirty;             /* [n_layers] the layer's tables may differ from the maps (a failed device operation):
                          rewritten from the maps at the layer's next commit; the worker does not select on them */
   /* The tables are authoritative for residency: a commit applies a plan to them only, and the maps of a
    * (layer, sequence) lag (sel_lag) until the host reads them, when okv_rt_dsel_sync rebuilds them from the
