@@ -372,8 +372,9 @@ static inline double okv_rt_wall_s(void) {
  * not count as runtime overhead. On this VM a read is a system call of about
  * 1.3 us (the vDSO wall clock costs 30 ns but, with kernels running on every
  * core during the background prediction, charged preemption to bookkeeping:
- * 250 us per KV head at 128K); the runtime reads it about 20 times per
- * layer-step, which bounds what bookkeeping_ns_per_head can show. */
+ * 250 us per KV head at 128K); the runtime reads it about 16 times per
+ * layer-step (adjacent intervals share a read), which bounds what
+ * bookkeeping_ns_per_head can show. */
 static inline double okv_rt_bk_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
