@@ -523,7 +523,7 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
       uint32_t u = s * H + h;
       const uint32_t *r = &rt->sel_out_host[out_result_word(u)];
       const okv_head_hot_t *k = head_hot(rt, si, layer, h);
-      const okv_head_t *hd = seq_head(rt, seq, layer, h); /* read only for irregular owned slots or extents */
+      const okv_head_t *hd = seq_head(rt, seq, layer, h); /* read only for irregular owned slots */
       const uint32_t n_owned = k->n_owned, n_adm = r[0];
       bool fits = n_adm <= C && ((uint64_t)r[5] << 32 | r[4]) == *sig_of(rt, si, layer, h);
       const uint32_t *p = &rt->sel_out_host[out_plan_word(rt, u)];
@@ -549,7 +549,7 @@ okv_status_t okv_rt_dsel_select(okv_runtime_t *rt, uint32_t layer, okv_layer_job
           delta -= okv_slot_table_sig_term(vslot, victim);
           evicted++;
         }
-        pairs[n_plan].src_offset = host_block_hot(rt, k, hd, block) * bb;
+        pairs[n_plan].src_offset = host_block_hot(rt, k, block) * bb;
         pairs[n_plan].dst_offset = (uint64_t)slot * bb;
         n_plan++;
       }

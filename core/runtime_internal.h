@@ -486,20 +486,19 @@ static inline bool seq_layer_sparse(const okv_runtime_t *rt, const okv_seq_t *s,
   return is_sparse_mode(rt) && n_blocks_of(s->n_tokens[layer]) > rt->cfg.dense_threshold_blocks;
 }
 
-/* host_block_of from the head's hot mirror (block < n_extents * E): `hd` is read only between the leading and the
- * trailing contiguous runs. */
-static inline uint64_t host_block_hot(const okv_runtime_t *rt, const okv_head_hot_t *k, const okv_head_t *hd,
-                                      uint32_t block) {
+/* host_block_of from the head's hot mirror alone (block < n_extents * E): the two runs without a division,
+ * other blocks through the mirror's extents pointer. */
+static inline uint64_t host_block_hot(const okv_runtime_t *rt, const okv_head_hot_t *k, uint32_t block) {
   const uint32_t E = rt->host.extent_blocks; /* no division on the two runs' paths (ext_run * E <= max_blocks) */
   if (block < k->ext_run * E) return (uint64_t)k->ext0 * E + block;
   const uint32_t tail_first = k->tail_cur * E;
   if (block >= tail_first) return (uint64_t)k->tail_ext * E + (block - tail_first);
-  return okv_host_store_block(&rt->host, hd->extents, block);
+  return okv_host_store_block(&rt->host, k->extents, block);
 }
 
 /* The HOST block of a head's logical `block` (< n_extents * E). */
 static inline uint64_t host_block_of(const okv_runtime_t *rt, const okv_head_t *h, uint32_t block) {
-  return host_block_hot(rt, h->hot, h, block);
+  return host_block_hot(rt, h->hot, block);
 }
 
 /* Sequence i of the current step, NULL when it was removed during the step. */

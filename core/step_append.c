@@ -256,7 +256,7 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
         okv_block_map_map(m, b, slot, rt->step); /* unreadable until the write below completes */
         m->summary_stale[b] = 0;                 /* the append below starts the summary afresh */
       }
-      uint64_t hb = host_block_hot(rt, head_hot(rt, rt->step_seq_index[i], layer, h), head, b);
+      uint64_t hb = host_block_hot(rt, head_hot(rt, rt->step_seq_index[i], layer, h), b);
       /* b is the active block (n_blocks - 1): its slot and tokens from the map's mirror (its first line). */
       const bool act = b + 1u == m->n_blocks;
       if ((act ? okv_block_map_active_tokens(m) : okv_block_map_tokens(m, b)) == off) {
