@@ -224,6 +224,12 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
     fprintf(stderr, "oasiskv bench runtime: --groups %u must be at most --budget (%u)\n", o->groups, o->budget_blocks);
     return 2;
   }
+  if (o->groups > 0 && o->scoring == OKV_SCORING_FLAT) {
+    fprintf(stderr,
+            "oasiskv bench runtime: --groups applies to --scoring q8 and two-level (flat scores every "
+            "block)\n");
+    return 2;
+  }
   return 0;
 }
 
@@ -547,7 +553,8 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     json_object_object_add(jout, "predict_seconds_per_step", json_object_new_double(cum.predict_seconds / n_steps));
     json_object_object_add(jout, "scoring", json_object_new_string(okv_scoring_name(o.scoring)));
     json_object_object_add(jout, "selection", json_object_new_string(o.device_selection ? "device" : "host"));
-    json_object_object_add(jout, "scoring_groups", json_object_new_int64(o.groups));
+    /* the value in effect (0: every block scored exactly) */
+    json_object_object_add(jout, "scoring_groups", json_object_new_int64(okv_runtime_config(rt)->scoring_groups));
     json_object_object_add(jout, "summary_dtype",
                            json_object_new_string(okv_dtype_name(okv_runtime_config(rt)->summary_dtype)));
     json_object_object_add(jout, "locality", json_object_new_double(o.locality));
@@ -628,9 +635,14 @@ int okv_cli_bench_runtime(int argc, char **argv) {
         ns_per_head, o.device_selection ? "device" : "host", cum.select_seconds * per_head_ns,
         cum.commit_seconds * per_head_ns, cum.working_set_seconds * per_head_ns,
         ns_per_head - (cum.select_seconds + cum.commit_seconds + cum.working_set_seconds) * per_head_ns);
-    printf("scoring %s, %s summaries%s: prediction %.2f ms/step, scoring_fraction %.3f (target <= 1.0)\n",
-           okv_scoring_name(o.scoring), okv_dtype_name(okv_runtime_config(rt)->summary_dtype),
-           o.scoring == OKV_SCORING_TWO_LEVEL ? " (two-level)" : "", 1e3 * cum.predict_seconds / n_steps,
+    const uint32_t groups = okv_runtime_config(rt)->scoring_groups;
+    printf("scoring %s, %s summaries", okv_scoring_name(o.scoring),
+           okv_dtype_name(okv_runtime_config(rt)->summary_dtype));
+    if (groups > 0)
+      printf(o.scoring == OKV_SCORING_Q8 ? ", %u candidates rescored beyond K" : ", %u groups kept", groups);
+    else if (o.scoring != OKV_SCORING_FLAT)
+      printf(" (every block scored exactly: the context is too short for %s)", okv_scoring_name(o.scoring));
+    printf(": prediction %.2f ms/step, scoring_fraction %.3f (target <= 1.0)\n", 1e3 * cum.predict_seconds / n_steps,
            scoring_fraction);
     if (proj) proj_report(proj, ns_per_head, o.budget_blocks, NULL);
   }

@@ -23,23 +23,30 @@ okv_status_t okv_rt_scoring_init(okv_runtime_t *rt, uint64_t n_host_blocks) {
   rt->groups_kept = 0;
   rt->unit_blocks = 1;
   rt->unit_dtype = c->summary_dtype;
+  /* okv_runtime_config() reports the value in effect: 0 wherever every block is scored exactly (flat scoring,
+   * DENSE, or q8 / two-level falling back to flat below), else the resolved default. */
+  const uint32_t asked = c->scoring_groups;
+  rt->cfg.scoring_groups = 0;
   if (c->scoring == OKV_SCORING_FLAT || c->mode == OKV_MODE_DENSE) return OKV_OK;
   uint64_t n_seg = (uint64_t)c->max_seqs * c->n_kv_heads;
-  uint32_t g;
+  uint32_t g, in_effect;
   if (c->scoring == OKV_SCORING_Q8) {
     /* K + margin candidates per head; scoring all of a head's blocks this way is flat scoring. */
-    uint32_t m = c->scoring_groups ? c->scoring_groups : c->budget_blocks;
+    uint32_t m = asked ? asked : c->budget_blocks;
     g = c->budget_blocks + m > OKV_TOPK_MAX ? OKV_TOPK_MAX : c->budget_blocks + m;
     /* No margin left (K = OKV_TOPK_MAX) would make the 8-bit order decide: flat scoring then. */
     if (g <= c->budget_blocks || (uint64_t)g >= rt->max_blocks) return OKV_OK;
     rt->unit_dtype = OKV_DTYPE_Q8;
+    in_effect = g - c->budget_blocks;
   } else {
-    g = c->scoring_groups ? c->scoring_groups : c->budget_blocks / 4u;
+    g = asked ? asked : c->budget_blocks / 4u;
     if (g < 1) g = 1;
     rt->unit_blocks = OKV_SCORING_GROUP_BLOCKS;
     /* Groups must not straddle extents, and keeping every group is flat scoring. */
     if (rt->extent_blocks % rt->unit_blocks != 0 || (uint64_t)g * rt->unit_blocks >= rt->max_blocks) return OKV_OK;
+    in_effect = g;
   }
+  rt->cfg.scoring_groups = in_effect;
   rt->groups_kept = g;
   uint64_t ub = okv_summary_bytes_ex(rt->unit_dtype, c->head_dim);
   okv_status_t st =

@@ -114,7 +114,10 @@ typedef struct okv_runtime_config_t {
                                 reference) or OKV_SCORING_TWO_LEVEL */
   uint32_t scoring_groups;   /* two-level: groups of OKV_SCORING_GROUP_BLOCKS blocks whose blocks are scored, per
                                 KV head and step; 0 = K / 4 (at least 1). q8: candidates rescored beyond K per KV
-                                head; 0 = K. At most K */
+                                head; 0 = K (fewer when K + it would pass OKV_TOPK_MAX). At most K. Ignored by flat
+                                scoring. okv_runtime_config() reads the value in effect: 0 where every block is
+                                scored exactly (flat, DENSE, or q8 / two-level falling back to flat: a margin or a
+                                group count that covers every block of max_context_tokens) */
   bool track_fetch_share;    /* OASIS / PROXY (ignored in DENSE and ONDEMAND): measure every step, on one layer (layer
                                 (s - 1) mod n_layers in the runtime's s-th step), the attention share of the blocks
                                 that layer's commit fetched in the step (selected by the previous step's job; a

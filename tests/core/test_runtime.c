@@ -86,6 +86,39 @@ static void test_config_validate(void **state) {
   OKV_ASSERT_CODE(okv_mode_parse("sparse", &m), OKV_STATUS_INVALID_ARGUMENT);
 }
 
+/* okv_runtime_config() reads scoring_groups as the value in effect (hand-derived from the rules in the header):
+ * with K = 4 and max_context_tokens 1024 (64 blocks), q8's default margin is K = 4 (K + 4 = 8 candidates < 64),
+ * two-level's default is K / 4 = 1 group; flat scoring, DENSE, and q8 or two-level where the candidates or the
+ * kept groups cover every block (max_context_tokens 64: 4 blocks) read 0, a requested value passes through. */
+static void test_scoring_groups_in_effect(void **state) {
+  (void)state;
+  static const struct {
+    okv_scoring_t scoring;
+    okv_mode_t mode;
+    uint32_t asked, max_tokens, want;
+  } cases[] = {
+      {OKV_SCORING_Q8, OKV_MODE_OASIS, 0, 1024, 4},        {OKV_SCORING_Q8, OKV_MODE_OASIS, 2, 1024, 2},
+      {OKV_SCORING_FLAT, OKV_MODE_OASIS, 3, 1024, 0},      {OKV_SCORING_TWO_LEVEL, OKV_MODE_OASIS, 0, 1024, 1},
+      {OKV_SCORING_TWO_LEVEL, OKV_MODE_OASIS, 2, 1024, 2}, {OKV_SCORING_TWO_LEVEL, OKV_MODE_OASIS, 4, 1024, 0},
+      {OKV_SCORING_Q8, OKV_MODE_OASIS, 0, 64, 0},          {OKV_SCORING_Q8, OKV_MODE_DENSE, 2, 1024, 0},
+  };
+  okv_hal_device_params_t p = small_params();
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    okv_runtime_config_t c;
+    budget_config(&c, 4, 0.25);
+    c.scoring = cases[i].scoring;
+    c.mode = cases[i].mode;
+    c.scoring_groups = cases[i].asked;
+    c.max_context_tokens = cases[i].max_tokens;
+    drv_t d;
+    drv_open(&d, g_backend, &c, &p, 1, cases[i].max_tokens);
+    const uint32_t got = okv_runtime_config(d.rt)->scoring_groups;
+    if (got != cases[i].want) print_error("case %zu: scoring_groups in effect %u, want %u\n", i, got, cases[i].want);
+    assert_int_equal(got, cases[i].want);
+    drv_close(&d);
+  }
+}
+
 static void test_argument_errors(void **state) {
   (void)state;
   okv_runtime_config_t c;
@@ -1081,6 +1114,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_config_validate),
       cmocka_unit_test(test_argument_errors),
+      cmocka_unit_test(test_scoring_groups_in_effect),
       cmocka_unit_test(test_modes_equal_dense),
       cmocka_unit_test(test_sparse_oasis),
       cmocka_unit_test(test_sparse_proxy),
