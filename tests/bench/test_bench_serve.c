@@ -613,7 +613,7 @@ static void test_runtime_capacity(void **state) {
     assert_non_null(strstr(err, said[i][1]));
   }
   /* A result that cannot be written is not a success: exit 1, one line. */
-  assert_int_equal(run_cli("bench runtime --seqs 1 --context 1024 --layers 1 --steps 1 --warmup 0", "/dev/full"), 1);
+  assert_int_equal(run_cli("bench runtime --seqs 1 --context 4096 --layers 1 --steps 1 --warmup 0", "/dev/full"), 1);
   assert_int_equal(stderr_lines(), 1);
   char line[512] = "";
   assert_int_equal(run_cli(bad[0], NULL), 2);
@@ -623,6 +623,14 @@ static void test_runtime_capacity(void **state) {
   int rc = run_cli("bench runtime --seqs 1 --context 1024 --layers 2 --host-gib 0.1 --steps 1 --warmup 0", NULL);
   if (rc != 0) show_stderr();
   assert_int_equal(rc, 0);
+  /* A context that fits in the working set runs, and says that no selection runs (it said nothing). */
+  first_stderr_line(line, sizeof line);
+  assert_non_null(strstr(line, "no selection runs"));
+  /* A context clamped to the runtime's limit and then refused: one line, naming the clamp (it printed two). */
+  assert_int_equal(run_cli("bench runtime --context 2000000 --steps 1", NULL), 2);
+  assert_int_equal(stderr_lines(), 1);
+  first_stderr_line(line, sizeof line);
+  assert_non_null(strstr(line, "--context clamped"));
 }
 
 /* `bench runtime --fetch-ratio auto:0.5` says so: JSON fetch_ratio "auto", fetch_ratio_max 0.5, cap_max_blocks 64
@@ -646,6 +654,10 @@ static void test_runtime_fetch_ratio(void **state) {
   print_message("auto:0.5: cap_blocks %.2f of at most %.0f\n", c, num(o, "cap_max_blocks"));
   assert_true(c >= 1 && c < 64);
   assert_true(num(o, "bytes_per_step") <= num(o, "cap_bytes_per_step"));
+  /* q8 by default: K = 128 candidates rescored beyond K (K + 128 = 256 < the 258 blocks of 4,118 tokens); the
+   * JSON said the option's value, 0, before. */
+  assert_string_equal(str(o, "scoring"), "q8");
+  assert_true(num(o, "scoring_groups") == 128);
   json_object_put(o);
   assert_int_equal(run_cli(RT_ARGS "--fetch-ratio auto:0.5", out), 0);
   FILE *f = fopen(out, "r");
