@@ -190,7 +190,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
       o->device_selection = strcmp(v, "device") == 0;
       o->selection_given = true;
     } else if (strcmp(a, "--noise") == 0)
-      ok = parse_f64(v, &o->noise) && o->noise >= 0;
+      ok = parse_f64(v, &o->noise) && o->noise >= 0 && o->noise <= 100; /* q stays finite in f32 */
     else {
       fprintf(stderr, "oasiskv bench runtime: unknown option '%s' (see --help)\n", a);
       return 2;
@@ -205,7 +205,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
                           : strcmp(a, "--selection") == 0     ? " (host or device)"
                           : strcmp(a, "--host-gib") == 0      ? " (GiB, in (0, 4096])"
                           : strcmp(a, "--locality") == 0      ? " (in [0, 1])"
-                          : strcmp(a, "--noise") == 0         ? " (>= 0)"
+                          : strcmp(a, "--noise") == 0         ? " (a number in [0, 100])"
                                                               : "";
       fprintf(stderr, "oasiskv bench runtime: bad value '%s' for %s%s\n", v, a, range);
       return 2;

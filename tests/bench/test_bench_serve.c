@@ -599,6 +599,7 @@ static void test_runtime_capacity(void **state) {
       "bench runtime --groups 384", "bench runtime --fetch-ratio auto --selection device", "bench runtime --steps 0",
       "bench runtime --steps 99999999999", "bench runtime --summary-dtype f8", "bench runtime --selection gpu",
       "bench runtime --scoring flat --groups 8", /* accepted before, and reported in the JSON though unused */
+      "bench runtime --noise 1e308",             /* accepted before: queries of inf, attention about 80x slower */
   };
   expect_one_line_errors(bad, sizeof bad / sizeof bad[0], 2);
   /* A bad value's line states the range or the choices (it said "an integer >= 1" for 99999999999). */
