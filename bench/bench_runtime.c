@@ -332,7 +332,7 @@ int okv_cli_bench_runtime(int argc, char **argv) {
             (unsigned long long)o.steps + o.warmup, ctx_limit / 2 - 1);
     return 2;
   }
-  uint32_t asked_context = 0; /* a clamped --context: said once the run is known to go ahead (one line either way) */
+  uint32_t asked_context = 0; /* a clamped --context: said when the run starts (a refusal names it itself) */
   if ((uint64_t)o.context_tokens + o.steps + o.warmup > ctx_limit) {
     asked_context = o.context_tokens;
     o.context_tokens = ctx_limit - o.steps - o.warmup;
@@ -369,16 +369,6 @@ int okv_cli_bench_runtime(int argc, char **argv) {
             (double)need[i] / 1073741824.0, what[i], o.host_gib);
     return 2;
   }
-  if (asked_context > 0)
-    fprintf(stderr,
-            "oasiskv bench runtime: --context %u + %u steps (warm-up included) exceeds the %u tokens the bench can "
-            "give a sequence (the runtime's 1,048,576 less one block of headroom); using %u\n",
-            asked_context, o.steps + o.warmup, ctx_limit, o.context_tokens);
-  if ((uint64_t)o.context_tokens + o.steps + o.warmup <= (uint64_t)o.budget_blocks * 16u)
-    fprintf(stderr,
-            "oasiskv bench runtime: note: --context %u with the steps fits in the working set (K = %u blocks): "
-            "every block stays resident and no selection runs, so this measures dense decode\n",
-            o.context_tokens, o.budget_blocks);
 
   okv_runtime_config_t cfg;
   okv_runtime_config_init(&cfg);
@@ -417,6 +407,18 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     OKV_IGNORE_ERROR(okv_hal_device_release(dev));
     return fail_status("runtime", st);
   }
+  /* The run starts: a clamped context and a context that needs no selection are said now (a refusal above named
+   * the clamp itself, in one line). */
+  if (asked_context > 0)
+    fprintf(stderr,
+            "oasiskv bench runtime: --context %u + %u steps (warm-up included) exceeds the %u tokens the bench can "
+            "give a sequence (the runtime's 1,048,576 less one block of headroom); using %u\n",
+            asked_context, o.steps + o.warmup, ctx_limit, o.context_tokens);
+  if ((uint64_t)o.context_tokens + o.steps + o.warmup <= (uint64_t)o.budget_blocks * 16u)
+    fprintf(stderr,
+            "oasiskv bench runtime: note: --context %u with the steps fits in the working set (K = %u blocks): "
+            "every block stays resident and no selection runs, so this measures dense decode\n",
+            o.context_tokens, o.budget_blocks);
 
   /* Prefill: one random context, loaded for every sequence. */
   double t_load = bench_now();
@@ -649,7 +651,8 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     if (groups > 0)
       printf(o.scoring == OKV_SCORING_Q8 ? ", %u candidates rescored beyond K" : ", %u groups kept", groups);
     else if (o.scoring != OKV_SCORING_FLAT)
-      printf(" (every block scored exactly: the context is too short for %s)", okv_scoring_name(o.scoring));
+      printf(" (every block scored exactly: %s falls back to flat at this context and budget)",
+             okv_scoring_name(o.scoring));
     printf(": prediction %.2f ms/step, scoring_fraction %.3f (target <= 1.0)\n", 1e3 * cum.predict_seconds / n_steps,
            scoring_fraction);
     if (proj) proj_report(proj, ns_per_head, o.budget_blocks, NULL);

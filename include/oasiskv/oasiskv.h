@@ -116,8 +116,10 @@ typedef struct okv_runtime_config_t {
                                 KV head and step; 0 = K / 4 (at least 1). q8: candidates rescored beyond K per KV
                                 head; 0 = K (fewer when K + it would pass OKV_TOPK_MAX). At most K. Ignored by flat
                                 scoring. okv_runtime_config() reads the value in effect: 0 where every block is
-                                scored exactly (flat, DENSE, or q8 / two-level falling back to flat: a margin or a
-                                group count that covers every block of max_context_tokens) */
+                                scored exactly (flat, DENSE, or where q8 / two-level fall back to flat: q8 with no
+                                margin below OKV_TOPK_MAX, candidates or kept groups that cover every block of
+                                max_context_tokens, or groups of 16 blocks that would straddle the HOST tier's
+                                extents, as when max_context_tokens spans under 64 blocks, not a multiple of 16) */
   bool track_fetch_share;    /* OASIS / PROXY (ignored in DENSE and ONDEMAND): measure every step, on one layer (layer
                                 (s - 1) mod n_layers in the runtime's s-th step), the attention share of the blocks
                                 that layer's commit fetched in the step (selected by the previous step's job; a

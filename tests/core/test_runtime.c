@@ -97,10 +97,16 @@ static void test_scoring_groups_in_effect(void **state) {
     okv_mode_t mode;
     uint32_t asked, max_tokens, want;
   } cases[] = {
-      {OKV_SCORING_Q8, OKV_MODE_OASIS, 0, 1024, 4},        {OKV_SCORING_Q8, OKV_MODE_OASIS, 2, 1024, 2},
-      {OKV_SCORING_FLAT, OKV_MODE_OASIS, 3, 1024, 0},      {OKV_SCORING_TWO_LEVEL, OKV_MODE_OASIS, 0, 1024, 1},
-      {OKV_SCORING_TWO_LEVEL, OKV_MODE_OASIS, 2, 1024, 2}, {OKV_SCORING_TWO_LEVEL, OKV_MODE_OASIS, 4, 1024, 0},
-      {OKV_SCORING_Q8, OKV_MODE_OASIS, 0, 64, 0},          {OKV_SCORING_Q8, OKV_MODE_DENSE, 2, 1024, 0},
+      {OKV_SCORING_Q8, OKV_MODE_OASIS, 0, 1024, 4},
+      {OKV_SCORING_Q8, OKV_MODE_OASIS, 2, 1024, 2},
+      {OKV_SCORING_FLAT, OKV_MODE_OASIS, 3, 1024, 0},
+      {OKV_SCORING_TWO_LEVEL, OKV_MODE_OASIS, 0, 1024, 1},
+      {OKV_SCORING_TWO_LEVEL, OKV_MODE_OASIS, 2, 1024, 2},
+      {OKV_SCORING_TWO_LEVEL, OKV_MODE_OASIS, 4, 1024, 0},
+      {OKV_SCORING_Q8, OKV_MODE_OASIS, 0, 64, 0},
+      {OKV_SCORING_Q8, OKV_MODE_DENSE, 2, 1024, 0},
+      /* 1000 tokens: 63 blocks, one extent of 63 that groups of 16 would straddle */
+      {OKV_SCORING_TWO_LEVEL, OKV_MODE_OASIS, 1, 1000, 0},
   };
   okv_hal_device_params_t p = small_params();
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
