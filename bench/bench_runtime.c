@@ -20,6 +20,7 @@
 #include <string.h>
 #include <errno.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "oasiskv/oasiskv.h"
 #include "cli.h"
@@ -367,6 +368,19 @@ int okv_cli_bench_runtime(int argc, char **argv) {
             "(fewer --seqs, --layers or --context tokens, or a larger --host-gib)\n",
             o.n_seqs, L, o.context_tokens, asked_context ? " (--context clamped to the runtime's limit)" : "",
             (double)need[i] / 1073741824.0, what[i], o.host_gib);
+    return 2;
+  }
+  /* --host-gib bounds each part; the machine bounds their sum: the HOST tier and the f32 prefill are host
+   * memory, and so is the DEVICE tier on the cpu backend. More than the machine has was killed by the OS
+   * after minutes of loading, without a word. */
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  const uint64_t in_ram = host_bytes + prefill + (strcmp(o.backend, "cpu") == 0 ? device : 0);
+  if (pages > 0 && page > 0 && in_ram > (uint64_t)pages * (uint64_t)page) {
+    fprintf(stderr,
+            "oasiskv bench runtime: %u seqs x %u layers x %u tokens need %.2f GiB of host memory (HOST tier, f32 "
+            "prefill%s), more than this machine's %.2f GiB\n",
+            o.n_seqs, L, o.context_tokens, (double)in_ram / 1073741824.0,
+            strcmp(o.backend, "cpu") == 0 ? ", DEVICE tier" : "", (double)pages * (double)page / 1073741824.0);
     return 2;
   }
 

@@ -598,15 +598,17 @@ static void test_runtime_capacity(void **state) {
       /* What the runtime's config would refuse, in the options' terms (they exited 1 naming config fields). */
       "bench runtime --groups 384", "bench runtime --fetch-ratio auto --selection device", "bench runtime --steps 0",
       "bench runtime --steps 99999999999", "bench runtime --summary-dtype f8", "bench runtime --selection gpu",
-      "bench runtime --scoring flat --groups 8", /* accepted before, and reported in the JSON though unused */
-      "bench runtime --noise 1e308",             /* accepted before: queries of inf, attention about 80x slower */
+      "bench runtime --scoring flat --groups 8",  /* accepted before, and reported in the JSON though unused */
+      "bench runtime --noise 1e308",              /* accepted before: queries of inf, attention about 80x slower */
+      "bench runtime --host-gib 4096 --seqs 560", /* 5 TiB: the OS killed it after minutes of loading */
   };
   expect_one_line_errors(bad, sizeof bad / sizeof bad[0], 2);
   /* A bad value's line states the range or the choices (it said "an integer >= 1" for 99999999999). */
   static const char *const said[][2] = {{"bench runtime --steps 99999999999", "[1, 4294967295]"},
                                         {"bench runtime --summary-dtype f8", "auto, f32, bf16 or f16"},
                                         {"bench runtime --selection gpu", "host or device"},
-                                        {"bench runtime --scoring flat --groups 8", "q8 and two-level"}};
+                                        {"bench runtime --scoring flat --groups 8", "q8 and two-level"},
+                                        {"bench runtime --host-gib 4096 --seqs 560", "more than this machine's"}};
   for (size_t i = 0; i < sizeof said / sizeof said[0]; i++) {
     char err[512] = "";
     assert_int_equal(run_cli(said[i][0], NULL), 2);
