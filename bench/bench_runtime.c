@@ -582,6 +582,7 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     json_object_object_add(jout, "summary_dtype",
                            json_object_new_string(okv_dtype_name(okv_runtime_config(rt)->summary_dtype)));
     json_object_object_add(jout, "locality", json_object_new_double(o.locality));
+    json_object_object_add(jout, "noise", json_object_new_double(o.noise)); /* the queries' noise (--noise) */
     json_object_object_add(
         jout, "bookkeeping_ns_per_head",
         json_object_new_double(cum.bookkeeping_seconds / n_steps * 1e9 / ((double)o.n_seqs * L * H)));

@@ -56,8 +56,7 @@ static inline uint64_t out_plan_word(const okv_runtime_t *rt, uint32_t u) {
          (uint64_t)u * rt->cap_blocks * OKV_SELECT_PLAN_U32S;
 }
 static inline uint64_t out_layer_bytes(const okv_runtime_t *rt) {
-  return out_plan_word(rt, 0) * 4u +
-         (uint64_t)rt->cfg.max_seqs * rt->cfg.n_kv_heads * rt->cap_blocks * OKV_SELECT_PLAN_U32S * 4u;
+  return out_plan_word(rt, rt->cfg.max_seqs * rt->cfg.n_kv_heads) * 4u; /* past the last entry's plan */
 }
 static inline uint64_t plan_offset(const okv_runtime_t *rt, uint32_t layer, uint32_t u) {
   return layer * out_layer_bytes(rt) + out_plan_word(rt, u) * 4u;

@@ -87,7 +87,8 @@ okv_status_t okv_rt_scoring_ctx_init(okv_runtime_t *rt, okv_predict_ctx_t *ctx) 
   ctx->run_seg = okv_malloc(&rt->alloc, n_runs * sizeof(uint32_t));
   ctx->run_score_first = okv_malloc(&rt->alloc, n_runs * sizeof(uint64_t));
   ctx->cand_score_first = okv_malloc(&rt->alloc, n_seg * sizeof(uint64_t));
-  if (!ctx->run_offsets || !ctx->run_first || !ctx->run_n || !ctx->run_sfirst || !ctx->run_seg || !ctx->run_score_first)
+  if (!ctx->run_offsets || !ctx->run_first || !ctx->run_n || !ctx->run_sfirst || !ctx->run_seg ||
+      !ctx->run_score_first || !ctx->cand_score_first)
     return OKV_RT_HOST_OOM("q8 scoring runs");
   okv_status_t st = okv_hal_buffer_alloc(rt->device, OKV_TIER_DEVICE, n * sizeof(uint32_t), &ctx->cand);
   return st ? okv_status_annotate(st, "runtime: allocating the q8 candidate lists (DEVICE tier)") : OKV_OK;

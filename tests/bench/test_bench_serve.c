@@ -661,6 +661,7 @@ static void test_runtime_fetch_ratio(void **state) {
    * JSON said the option's value, 0, before. */
   assert_string_equal(str(o, "scoring"), "q8");
   assert_true(num(o, "scoring_groups") == 128);
+  assert_true(num(o, "noise") == 0.5); /* the default --noise, so that the JSON alone can repeat the run */
   json_object_put(o);
   assert_int_equal(run_cli(RT_ARGS "--fetch-ratio auto:0.5", out), 0);
   FILE *f = fopen(out, "r");

@@ -4,6 +4,7 @@
  * resident, the blocks are retried later; allocation failures and a small
  * DEVICE tier are errors, never corruption; the HOST tier stays intact. */
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "tests/core/rt_driver.h"
 
@@ -254,6 +255,70 @@ static void test_alloc_failures(void **state) {
   OKV_ASSERT_OK(okv_hal_device_release(dev));
 }
 
+/* A host allocator that fails its call number fail_at (1-based; 0: none) and counts calls. */
+typedef struct {
+  okv_allocator_t inner;
+  _Atomic uint32_t calls;
+  uint32_t fail_at;
+} host_fail_t;
+
+static bool host_fails(host_fail_t *h) { return atomic_fetch_add(&h->calls, 1u) + 1u == h->fail_at; }
+static void *hf_malloc(void *self, size_t n) {
+  host_fail_t *h = self;
+  return host_fails(h) ? NULL : h->inner.malloc_fn(h->inner.self, n);
+}
+static void *hf_calloc(void *self, size_t c, size_t n) {
+  host_fail_t *h = self;
+  return host_fails(h) ? NULL : h->inner.calloc_fn(h->inner.self, c, n);
+}
+static void *hf_realloc(void *self, void *p, size_t n) {
+  host_fail_t *h = self;
+  return host_fails(h) ? NULL : h->inner.realloc_fn(h->inner.self, p, n);
+}
+static void hf_free(void *self, void *p) {
+  host_fail_t *h = self;
+  h->inner.free_fn(h->inner.self, p);
+}
+
+/* Every host allocation the runtime's create makes (q8 scoring and device selection in effect), failed in
+ * turn: OUT_OF_MEMORY and nothing leaked (CMocka checks). A create that succeeds anyway kept a NULL array for
+ * a later step to dereference (the q8 scoring context's candidate offsets were allocated unchecked). */
+static void test_host_alloc_failures(void **state) {
+  (void)state;
+  okv_runtime_config_t c;
+  base_config(&c);
+  c.scoring = OKV_SCORING_Q8;
+  c.device_selection = true;
+  okv_hal_device_t *dev;
+  okv_allocator_t sys = okv_test_allocator();
+  OKV_ASSERT_OK(okv_hal_device_create(g_backend, NULL, &sys, &dev));
+  host_fail_t h = {.inner = sys, .fail_at = 0};
+  okv_allocator_t a = {
+      .self = &h, .malloc_fn = hf_malloc, .calloc_fn = hf_calloc, .realloc_fn = hf_realloc, .free_fn = hf_free};
+  okv_runtime_t *rt = NULL;
+  OKV_ASSERT_OK(okv_runtime_create(dev, &c, &a, &rt)); /* counts the calls of a create that succeeds */
+  assert_true(okv_runtime_config(rt)->scoring_groups > 0);
+  okv_runtime_destroy(rt);
+  const uint32_t n_calls = atomic_load(&h.calls);
+  assert_true(n_calls >= 20);
+  for (uint32_t k = 1; k <= n_calls; k++) {
+    atomic_store(&h.calls, 0u);
+    h.fail_at = k;
+    rt = NULL;
+    okv_status_t st = okv_runtime_create(dev, &c, &a, &rt);
+    if (st == OKV_OK) { /* a create that ignored a failed allocation (and kept a NULL array) */
+      print_error("call %u failed and create succeeded\n", k);
+      okv_runtime_destroy(rt);
+      fail();
+    }
+    if (okv_status_code(st) != OKV_STATUS_OUT_OF_MEMORY) print_error("call %u: %s\n", k, okv_status_message(st));
+    assert_int_equal(okv_status_code(st), OKV_STATUS_OUT_OF_MEMORY);
+    okv_status_free(st);
+    assert_null(rt);
+  }
+  OKV_ASSERT_OK(okv_hal_device_release(dev));
+}
+
 /* A DEVICE tier too small for the slot pool: OUT_OF_MEMORY naming the tier. */
 static void test_small_device_tier(void **state) {
   (void)state;
@@ -469,6 +534,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(test_failed_transfers, setup),
       cmocka_unit_test_setup(test_alloc_failures, setup),
+      cmocka_unit_test(test_host_alloc_failures),
       cmocka_unit_test_setup(test_synchronize_changes_nothing, setup),
       cmocka_unit_test_setup(test_small_device_tier, setup),
       cmocka_unit_test(test_refresh_failure_no_phantom),
