@@ -83,8 +83,10 @@ static bool parse_u32(const char *s, uint32_t *out) {
 
 static bool parse_f64(const char *s, double *out) {
   char *end;
+  /* Decimal only: strtod also takes hexadecimal ("0x10" = 16), "inf" and "nan", and skips leading blanks. */
+  if (*s == '\0' || s[strspn(s, "0123456789.eE+-")] != '\0') return false;
   double v = strtod(s, &end);
-  if (*s == '\0' || *s == ' ' || *s == '\t' || *end != '\0' || !isfinite(v)) return false;
+  if (*end != '\0' || !isfinite(v)) return false;
   *out = v;
   return true;
 }
@@ -145,19 +147,11 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
       ok = parse_u32(v, &o->n_seqs) && o->n_seqs > 0 && o->n_seqs <= 65536;
     else if (strcmp(a, "--context") == 0)
       ok = parse_u32(v, &o->context_tokens) && o->context_tokens > 0;
-    else if (strcmp(a, "--layers") == 0) {
-      ok = parse_u32(v, &o->n_layers);
-      if (ok && (o->n_layers < 1 || o->n_layers > BENCH_MAX_LAYERS)) {
-        fprintf(stderr, "oasiskv bench runtime: --layers must be in [1, %u], got %s\n", BENCH_MAX_LAYERS, v);
-        return 2;
-      }
-    } else if (strcmp(a, "--budget") == 0) {
-      ok = parse_u32(v, &o->budget_blocks);
-      if (ok && (o->budget_blocks < 1 || o->budget_blocks > OKV_TOPK_MAX)) {
-        fprintf(stderr, "oasiskv bench runtime: --budget must be in [1, %u], got %s\n", OKV_TOPK_MAX, v);
-        return 2;
-      }
-    } else if (strcmp(a, "--steps") == 0)
+    else if (strcmp(a, "--layers") == 0)
+      ok = parse_u32(v, &o->n_layers) && o->n_layers >= 1 && o->n_layers <= BENCH_MAX_LAYERS;
+    else if (strcmp(a, "--budget") == 0)
+      ok = parse_u32(v, &o->budget_blocks) && o->budget_blocks >= 1 && o->budget_blocks <= OKV_TOPK_MAX;
+    else if (strcmp(a, "--steps") == 0)
       ok = parse_u32(v, &o->steps) && o->steps > 0;
     else if (strcmp(a, "--warmup") == 0)
       ok = parse_u32(v, &o->warmup);
@@ -197,7 +191,12 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
       return 2;
     }
     if (!ok) {
-      const char *range = strcmp(a, "--seqs") == 0            ? " (an integer in [1, 65536])"
+      char bounds[48] = "";
+      if (strcmp(a, "--layers") == 0 || strcmp(a, "--budget") == 0)
+        snprintf(bounds, sizeof bounds, " (an integer in [1, %u])",
+                 strcmp(a, "--layers") == 0 ? (unsigned)BENCH_MAX_LAYERS : (unsigned)OKV_TOPK_MAX);
+      const char *range = bounds[0]                           ? bounds
+                          : strcmp(a, "--seqs") == 0          ? " (an integer in [1, 65536])"
                           : strcmp(a, "--steps") == 0         ? " (an integer in [1, 4294967295])"
                           : strcmp(a, "--groups") == 0        ? " (an integer >= 1, at most --budget)"
                           : strcmp(a, "--context") == 0       ? " (tokens, an integer >= 1)"
@@ -221,14 +220,14 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
             "slots); use --selection host or a fixed ratio\n");
     return 2;
   }
-  if (o->groups > o->budget_blocks) {
-    fprintf(stderr, "oasiskv bench runtime: --groups %u must be at most --budget (%u)\n", o->groups, o->budget_blocks);
-    return 2;
-  }
-  if (o->groups > 0 && o->scoring == OKV_SCORING_FLAT) {
+  if (o->groups > 0 && o->scoring == OKV_SCORING_FLAT) { /* said first: no value of --groups would do */
     fprintf(stderr,
             "oasiskv bench runtime: --groups applies to --scoring q8 and two-level (flat scores every "
             "block)\n");
+    return 2;
+  }
+  if (o->groups > o->budget_blocks) {
+    fprintf(stderr, "oasiskv bench runtime: --groups %u must be at most --budget (%u)\n", o->groups, o->budget_blocks);
     return 2;
   }
   return 0;
@@ -433,6 +432,15 @@ int okv_cli_bench_runtime(int argc, char **argv) {
             "oasiskv bench runtime: note: --context %u with the steps fits in the working set (K = %u blocks): "
             "every block stays resident and no selection runs, so this measures dense decode\n",
             o.context_tokens, o.budget_blocks);
+  const uint32_t kept_groups = okv_runtime_config(rt)->scoring_groups;
+  if (o.scoring == OKV_SCORING_TWO_LEVEL && kept_groups > 0 &&
+      (uint64_t)kept_groups * OKV_SCORING_GROUP_BLOCKS < o.budget_blocks)
+    fprintf(stderr,
+            "oasiskv bench runtime: note: two-level scoring keeps %u groups of %u blocks per KV head, %u blocks, "
+            "fewer than K = %u: each prediction holds at most %u blocks (--groups %u or more keeps K)\n",
+            kept_groups, OKV_SCORING_GROUP_BLOCKS, kept_groups * OKV_SCORING_GROUP_BLOCKS, o.budget_blocks,
+            kept_groups * OKV_SCORING_GROUP_BLOCKS,
+            (o.budget_blocks + OKV_SCORING_GROUP_BLOCKS - 1u) / OKV_SCORING_GROUP_BLOCKS);
 
   /* Prefill: one random context, loaded for every sequence. */
   double t_load = bench_now();

@@ -58,10 +58,13 @@ bool okv_cli_parse_u32(const char *cmd, const char *flag, const char *s, uint32_
 bool okv_cli_parse_double(const char *cmd, const char *flag, const char *s, double *out) {
   char *end = NULL;
   errno = 0;
-  bool blank = s && isspace((unsigned char)*s); /* strtod would skip leading blanks */
-  double v = s && *s && !blank ? strtod(s, &end) : NAN;
+  /* Decimal only: strtod would also take hexadecimal ("0x10" = 16) and skip leading blanks; "inf" and "nan"
+   * are refused below as not finite. */
+  bool other = s && s[strspn(s, "0123456789.eE+-infatyINFATY")] != '\0';
+  bool hex = s && strpbrk(s, "xX") != NULL;
+  double v = s && *s && !other && !hex ? strtod(s, &end) : NAN;
   int e = errno;
-  if (!s || !*s || blank || *end) {
+  if (!s || !*s || other || hex || *end) {
     fprintf(stderr, "%s: %s: '%s' is not a number\n", cmd, flag, s ? s : "");
     return false;
   }
@@ -106,8 +109,8 @@ void okv_cli_format_fetch_ratio(double fetch_ratio, char *buf, size_t n) {
 bool okv_cli_parse_scoring(const char *cmd, const char *s, okv_scoring_t *out) {
   okv_status_t st = okv_scoring_parse(s, out);
   if (st == OKV_OK) return true;
-  fprintf(stderr, "%s: --scoring: %s\n", cmd, okv_status_message(st));
-  okv_status_free(st);
+  okv_status_free(st); /* its message names the library call: say it in the option's terms */
+  fprintf(stderr, "%s: unknown --scoring '%s' (expected q8, flat or two-level, lower case)\n", cmd, s ? s : "");
   return false;
 }
 

@@ -594,13 +594,22 @@ static void test_runtime_capacity(void **state) {
       "bench runtime --seqs 1 --context 1024 --layers 20 --host-gib 0.01 --steps 1 --warmup 0",
       "bench runtime --seqs 2 --context 2048 --layers 1000 --steps 1",
       "bench runtime --seqs 1000 --context 16 --layers 10 --steps 1",
-      "bench runtime --seqs 200 --context 131072 --steps 1", "bench runtime --layers 0",
+      "bench runtime --seqs 200 --context 131072 --steps 1",
+      "bench runtime --layers 0",
       /* What the runtime's config would refuse, in the options' terms (they exited 1 naming config fields). */
-      "bench runtime --groups 384", "bench runtime --fetch-ratio auto --selection device", "bench runtime --steps 0",
-      "bench runtime --steps 99999999999", "bench runtime --summary-dtype f8", "bench runtime --selection gpu",
-      "bench runtime --scoring flat --groups 8",  /* accepted before, and reported in the JSON though unused */
-      "bench runtime --noise 1e308",              /* accepted before: queries of inf, attention about 80x slower */
-      "bench runtime --host-gib 4096 --seqs 560", /* 5 TiB: the OS killed it after minutes of loading */
+      "bench runtime --groups 384",
+      "bench runtime --fetch-ratio auto --selection device",
+      "bench runtime --steps 0",
+      "bench runtime --steps 99999999999",
+      "bench runtime --summary-dtype f8",
+      "bench runtime --selection gpu",
+      "bench runtime --scoring flat --groups 8",    /* accepted before, and reported in the JSON though unused */
+      "bench runtime --noise 1e308",                /* accepted before: queries of inf, attention about 80x slower */
+      "bench runtime --host-gib 4096 --seqs 560",   /* 5 TiB: the OS killed it after minutes of loading */
+      "bench runtime --noise 0x10",                 /* hexadecimal: accepted before as 16 */
+      "bench runtime --scoring Q8",                 /* named okv_scoring_parse, a library call, before */
+      "bench runtime --scoring flat --groups 1000", /* named the budget bound before the flat refusal */
+      "bench runtime --budget 0",
   };
   expect_one_line_errors(bad, sizeof bad / sizeof bad[0], 2);
   /* A bad value's line states the range or the choices (it said "an integer >= 1" for 99999999999). */
@@ -608,7 +617,12 @@ static void test_runtime_capacity(void **state) {
                                         {"bench runtime --summary-dtype f8", "auto, f32, bf16 or f16"},
                                         {"bench runtime --selection gpu", "host or device"},
                                         {"bench runtime --scoring flat --groups 8", "q8 and two-level"},
-                                        {"bench runtime --host-gib 4096 --seqs 560", "more than this machine's"}};
+                                        {"bench runtime --host-gib 4096 --seqs 560", "more than this machine's"},
+                                        {"bench runtime --noise 0x10", "bad value '0x10' for --noise"},
+                                        {"bench runtime --scoring Q8", "expected q8, flat or two-level"},
+                                        {"bench runtime --scoring flat --groups 1000", "q8 and two-level"},
+                                        {"bench runtime --budget 0", "(an integer in [1, 512])"},
+                                        {"bench runtime --layers 0", "(an integer in [1, 128])"}};
   for (size_t i = 0; i < sizeof said / sizeof said[0]; i++) {
     char err[512] = "";
     assert_int_equal(run_cli(said[i][0], NULL), 2);
@@ -629,6 +643,13 @@ static void test_runtime_capacity(void **state) {
   /* A context that fits in the working set runs, and says that no selection runs (it said nothing). */
   first_stderr_line(line, sizeof line);
   assert_non_null(strstr(line, "no selection runs"));
+  /* Two-level scoring that keeps fewer blocks than K says so (it kept 32 of K = 128 without a word). */
+  rc = run_cli("bench runtime --scoring two-level --groups 2 --seqs 1 --context 8192 --layers 1 --steps 1 --warmup 0",
+               NULL);
+  if (rc != 0) show_stderr();
+  assert_int_equal(rc, 0);
+  first_stderr_line(line, sizeof line);
+  assert_non_null(strstr(line, "32 blocks, fewer than K = 128"));
   /* A context clamped to the runtime's limit and then refused: one line, naming the clamp (it printed two). */
   assert_int_equal(run_cli("bench runtime --context 2000000 --steps 1", NULL), 2);
   assert_int_equal(stderr_lines(), 1);

@@ -106,6 +106,7 @@ expect_fail_msg "eval --fetch-ratio 1e-400" "'1e-400' is out of range \(underflo
 expect_fail_msg "generate --temperature abc" "'abc' is not a number" generate --temperature abc
 expect_fail_msg "generate --temperature 0.5x" "'0.5x' is not a number" generate --temperature 0.5x
 expect_fail_msg "generate --temperature inf" "'inf' is not a finite number" generate --temperature inf
+expect_fail_msg "generate --temperature 0x1 (hexadecimal)" "'0x1' is not a number" generate --temperature 0x1
 # --steps 0 names the real bound: at least 1, the end at the context (not a [1, 16777216] range that larger
 # values then do not get).
 expect_fail_msg "generate --steps 0" "--steps must be at least 1 \(generation stops at the end of the context\)" \
