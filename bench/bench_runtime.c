@@ -618,6 +618,10 @@ int okv_cli_bench_runtime(int argc, char **argv) {
       OKV_IGNORE_ERROR(okv_runtime_stats(rt, l, &ls));
       json_object *jl = json_object_new_object();
       json_object_object_add(jl, "layer", json_object_new_int64(l));
+      /* The table's columns (bookkeep_us, attention_us), in seconds like the run's totals. */
+      json_object_object_add(jl, "bookkeeping_seconds_per_step",
+                             json_object_new_double(ls.bookkeeping_seconds / n_steps));
+      json_object_object_add(jl, "attention_seconds_per_step", json_object_new_double(ls.attention_seconds / n_steps));
       json_object_object_add(
           jl, "overhead_fraction",
           json_object_new_double(ls.attention_seconds > 0 ? ls.bookkeeping_seconds / ls.attention_seconds : 0.0));

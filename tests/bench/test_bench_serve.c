@@ -683,6 +683,22 @@ static void test_runtime_fetch_ratio(void **state) {
   assert_string_equal(str(o, "scoring"), "q8");
   assert_true(num(o, "scoring_groups") == 128);
   assert_true(num(o, "noise") == 0.5); /* the default --noise, so that the JSON alone can repeat the run */
+  /* Per layer, the table's bookkeeping and attention columns (the JSON had only their ratio): they sum to the
+   * run's per-step totals, and each layer's ratio is theirs. */
+  json_object *layers = NULL;
+  assert_true(json_object_object_get_ex(o, "layers", &layers));
+  assert_int_equal(json_object_array_length(layers), 2);
+  double bk_sum = 0, att_sum = 0;
+  for (size_t l = 0; l < 2; l++) {
+    json_object *jl = json_object_array_get_idx(layers, l);
+    double bk = num(jl, "bookkeeping_seconds_per_step"), att = num(jl, "attention_seconds_per_step");
+    assert_true(bk > 0 && att > 0);
+    assert_true(fabs(num(jl, "overhead_fraction") - bk / att) <= 1e-9 * (bk / att));
+    bk_sum += bk;
+    att_sum += att;
+  }
+  assert_true(fabs(bk_sum - num(o, "bookkeeping_seconds_per_step")) <= 1e-9 * bk_sum);
+  assert_true(fabs(att_sum - num(o, "attention_seconds_per_step")) <= 1e-9 * att_sum);
   json_object_put(o);
   assert_int_equal(run_cli(RT_ARGS "--fetch-ratio auto:0.5", out), 0);
   FILE *f = fopen(out, "r");
