@@ -599,6 +599,11 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     json_object_object_add(jout, "commit_ns_per_head", json_object_new_double(cum.commit_seconds * per_head_ns));
     json_object_object_add(jout, "working_set_ns_per_head",
                            json_object_new_double(cum.working_set_seconds * per_head_ns));
+    json_object_object_add(jout, "predict_setup_ns_per_head",
+                           json_object_new_double(cum.predict_setup_seconds * per_head_ns));
+    json_object_object_add(jout, "append_ns_per_head",
+                           json_object_new_double(cum.append_bookkeeping_seconds * per_head_ns));
+    json_object_object_add(jout, "handoff_ns_per_head", json_object_new_double(cum.handoff_seconds * per_head_ns));
     json_object_object_add(jout, "bytes_per_step", json_object_new_double(bytes_per_step));
     json_object_object_add(jout, "cap_bytes_per_step", json_object_new_double(cap_bytes));
     json_object_object_add(jout, "append_bytes_per_step", json_object_new_double((double)cum.append_bytes / n_steps));
@@ -666,12 +671,17 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     printf("\noverhead_fraction %.4f (target <= 0.02); bytes/step %.0f <= cap %.0f: %s\n", overhead, bytes_per_step,
            cap_bytes, bytes_per_step <= cap_bytes ? "yes" : "NO");
     const double per_head_ns = 1e9 / n_steps / ((double)o.n_seqs * L * H);
+    const double parts = cum.select_seconds + cum.commit_seconds + cum.working_set_seconds + cum.predict_setup_seconds +
+                         cum.append_bookkeeping_seconds + cum.handoff_seconds;
+    double rest_ns = ns_per_head - parts * per_head_ns; /* the recall pass, the fetched-share measurement */
+    if (fabs(rest_ns) < 0.5) rest_ns = 0;               /* rounding of equal sums, not a negative time */
     printf(
         "bookkeeping %.0f ns per KV head per step (target <= 500; %s selection): selection %.0f, commit %.0f, "
-        "working set %.0f, the rest %.0f\n",
+        "working set %.0f, prediction set-up %.0f, append %.0f, hand-off %.0f, the rest %.0f\n",
         ns_per_head, o.device_selection ? "device" : "host", cum.select_seconds * per_head_ns,
         cum.commit_seconds * per_head_ns, cum.working_set_seconds * per_head_ns,
-        ns_per_head - (cum.select_seconds + cum.commit_seconds + cum.working_set_seconds) * per_head_ns);
+        cum.predict_setup_seconds * per_head_ns, cum.append_bookkeeping_seconds * per_head_ns,
+        cum.handoff_seconds * per_head_ns, rest_ns);
     const uint32_t groups = okv_runtime_config(rt)->scoring_groups;
     printf("scoring %s, %s summaries", okv_scoring_name(o.scoring),
            okv_dtype_name(okv_runtime_config(rt)->summary_dtype));

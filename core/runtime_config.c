@@ -140,6 +140,9 @@ void okv_rt_stats_add(okv_step_stats_t *d, const okv_step_stats_t *s) {
   d->select_seconds += s->select_seconds;
   d->commit_seconds += s->commit_seconds;
   d->working_set_seconds += s->working_set_seconds;
+  d->predict_setup_seconds += s->predict_setup_seconds;
+  d->append_bookkeeping_seconds += s->append_bookkeeping_seconds;
+  d->handoff_seconds += s->handoff_seconds;
 }
 
 /* Adds the stats of finished jobs no step has collected yet (layer UINT32_MAX: every layer's), counted as

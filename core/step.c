@@ -397,7 +397,9 @@ okv_status_t okv_runtime_step_layer(okv_runtime_t *rt, uint32_t layer, const flo
   /* The append batch and attention share the compute stream, so the wait for the batch can follow attention
    * (one synchronisation per layer instead of two) unless a foreground pass runs in between. */
   bool defer = !rt->cfg.track_recall && rt->cfg.mode != OKV_MODE_ONDEMAND;
+  const double bk_before_append = bk;
   okv_status_t append_st = okv_rt_layer_append(rt, layer, k_new, v_new, defer, t_commit, &bk, &committed);
+  ls->append_bookkeeping_seconds += bk - bk_before_append;
   if (!committed) {
     if (batch) OKV_IGNORE_ERROR(okv_hal_stream_batch_end(rt->compute));
     if (rt->dev_sel) (void)okv_rt_dsel_commit_finish(rt);
@@ -416,7 +418,9 @@ okv_status_t okv_runtime_step_layer(okv_runtime_t *rt, uint32_t layer, const flo
     st = run_attention(rt, rt->step_n_seqs, seqs, layer, rt->step_T, q, rt->step_T - 1u, draft_kv, out, mass, &mass_ok,
                        false, &bk, &att);
     bool redo = false;
+    const double bk_before_finish = bk;
     okv_status_t fin = okv_rt_layer_append_finish(rt, layer, &bk, &redo);
+    ls->append_bookkeeping_seconds += bk - bk_before_finish;
     /* A commit that failed is repaired now, after attention read the tables: read again. */
     if (rt->dev_sel && okv_rt_dsel_commit_finish(rt)) redo = true;
     if (fin != OKV_OK) { /* the batch failed twice: attention's output is not valid */
@@ -448,7 +452,9 @@ okv_status_t okv_runtime_step_layer(okv_runtime_t *rt, uint32_t layer, const flo
     double t0 = okv_rt_bk_s();
     if (rt->dev_sel) (void)okv_rt_dsel_commit_finish(rt); /* checked above unless the append failed */
     okv_rt_job_submit(rt, layer);
-    bk += okv_rt_bk_s() - t0;
+    const double dt = okv_rt_bk_s() - t0;
+    ls->handoff_seconds += dt;
+    bk += dt;
   }
   ls->bookkeeping_seconds += bk;
   if (append_st != OKV_OK) {

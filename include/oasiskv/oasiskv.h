@@ -417,6 +417,16 @@ struct okv_step_stats_t {
   double select_seconds;
   double commit_seconds;
   double working_set_seconds;
+  /* Three more parts of bookkeeping_seconds (same clock; since 2026-12-04): a layer job's start and the
+   * prediction's host set-up (segment and run lists, launch descriptors; background, OASIS / PROXY), the
+   * append's bookkeeping (capacity checks, slot placement, the token-write and summary lists, slot-currency
+   * marks; not the HOST writes, which are append_seconds), and the hand-off of a layer to the background
+   * pipeline (the device selection's commit check, queueing the job and waking the background thread). What
+   * the six parts leave of bookkeeping_seconds is the on-demand and recall passes and the fetched-share
+   * measurement. */
+  double predict_setup_seconds;
+  double append_bookkeeping_seconds;
+  double handoff_seconds;
 };
 
 /* Cumulative stats over the runtime's life (layer = UINT32_MAX) or for one layer, since creation

@@ -507,12 +507,18 @@ static uint64_t run_sparse(okv_mode_t mode, uint64_t seed, uint32_t n_steps, boo
   /* The phases are parts of bookkeeping_seconds; every mode builds working sets, the pipelined ones select and
    * commit in the background pipeline (ONDEMAND selects in the foreground, outside these two). */
   assert_true(cum.working_set_seconds > 0);
-  assert_true(cum.select_seconds + cum.commit_seconds + cum.working_set_seconds <=
+  assert_true(cum.append_bookkeeping_seconds > 0); /* every mode appends */
+  assert_true(cum.select_seconds + cum.commit_seconds + cum.working_set_seconds + cum.predict_setup_seconds +
+                  cum.append_bookkeeping_seconds + cum.handoff_seconds <=
               cum.bookkeeping_seconds * (1 + 1e-9));
   if (mode != OKV_MODE_ONDEMAND) {
     assert_true(cum.select_seconds > 0 && cum.commit_seconds > 0);
+    assert_true(cum.predict_setup_seconds > 0 && cum.handoff_seconds > 0);
+    /* Without the recall pass every interval is one of the six parts (test_bookkeeping_parts); here the recall
+     * pass (track_recall) is the rest. */
   } else {
     assert_true(cum.select_seconds == 0 && cum.commit_seconds == 0);
+    assert_true(cum.predict_setup_seconds == 0 && cum.handoff_seconds == 0); /* no background pipeline */
   }
   okv_runtime_stats_reset(d.rt);
   OKV_ASSERT_OK(okv_runtime_stats(d.rt, UINT32_MAX, &cum));
@@ -815,6 +821,43 @@ static void test_stats_reset_drops_earlier_jobs(void **state) {
   assert_int_equal(cum.steps, 1);
   assert_int_equal(cum.hits + cum.misses, 2ull * c.n_layers * c.n_kv_heads * 8u);
   drv_close(&d);
+}
+
+/* Without the recall pass and the fetched-share measurement, every bookkeeping interval is one of the six
+ * parts okv_step_stats_t names (select, commit, working set, prediction set-up, append, hand-off): their sum is
+ * bookkeeping_seconds (to rounding), with host and with device selection, and each part is measured. */
+static void test_bookkeeping_parts(void **state) {
+  (void)state;
+  for (int dev = 0; dev < 2; dev++) {
+    okv_runtime_config_t c;
+    budget_config(&c, 8, 0.25);
+    c.mode = OKV_MODE_OASIS;
+    c.device_selection = dev == 1;
+    c.track_recall = false;
+    c.track_fetch_share = false;
+    okv_hal_device_params_t p = small_params();
+    drv_t d;
+    drv_open(&d, g_backend, &c, &p, 31, 1024);
+    drv_add(&d, 300);
+    drv_add(&d, 260);
+    for (uint32_t step = 0; step < 24; step++) drv_step(&d, 2, 2.0f);
+    OKV_ASSERT_OK(okv_runtime_synchronize(d.rt));
+    okv_step_stats_t cum;
+    OKV_ASSERT_OK(okv_runtime_stats(d.rt, UINT32_MAX, &cum));
+    const double parts = cum.select_seconds + cum.commit_seconds + cum.working_set_seconds + cum.predict_setup_seconds +
+                         cum.append_bookkeeping_seconds + cum.handoff_seconds;
+    print_message(
+        "%s selection: bookkeeping %.1f us, parts %.1f us (select %.1f, commit %.1f, working set %.1f, "
+        "prediction set-up %.1f, append %.1f, hand-off %.1f)\n",
+        dev ? "device" : "host", cum.bookkeeping_seconds * 1e6, parts * 1e6, cum.select_seconds * 1e6,
+        cum.commit_seconds * 1e6, cum.working_set_seconds * 1e6, cum.predict_setup_seconds * 1e6,
+        cum.append_bookkeeping_seconds * 1e6, cum.handoff_seconds * 1e6);
+    assert_true(cum.bookkeeping_seconds > 0);
+    assert_true(fabs(parts - cum.bookkeeping_seconds) <= 1e-9 * cum.bookkeeping_seconds);
+    assert_true(cum.select_seconds > 0 && cum.commit_seconds > 0 && cum.working_set_seconds > 0);
+    assert_true(cum.predict_setup_seconds > 0 && cum.append_bookkeeping_seconds > 0 && cum.handoff_seconds > 0);
+    drv_close(&d);
+  }
 }
 
 static void test_auto_cap_spares(void **state) {
@@ -1132,6 +1175,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_auto_cap_pause_after_synchronize),
       cmocka_unit_test(test_fetched_share),
       cmocka_unit_test(test_stats_reset_drops_earlier_jobs),
+      cmocka_unit_test(test_bookkeeping_parts),
       cmocka_unit_test(test_auto_cap_spares),
       cmocka_unit_test(test_auto_cap_spares_ceiling),
       cmocka_unit_test(test_auto_capacity_after_step),
