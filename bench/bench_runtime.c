@@ -68,6 +68,12 @@ static void usage(FILE *f) {
       "  --layers N: 1..128. --host-gib G (default 4) bounds the HOST tier that N sequences x layers x\n"
       "  context need, and also the DEVICE tier (slot pool, summaries) and the f32 prefill: a run that\n"
       "  needs more of any is refused.\n"
+      "  --noise X (default 0.5, in [0, 100]): each step's queries are a fixed base per layer plus X times\n"
+      "  uniform noise of the base's scale, so that predictions change from step to step as in decode.\n"
+      "  --locality X (default 0, in [0, 1]): 0 gives i.i.d. keys; above 0, each key is X times a slow\n"
+      "  random walk along the context plus i.i.d. noise, so that neighbouring blocks are alike.\n"
+      "  --steps N + --warmup N: at most 524279 in all. A step's fetches land at the next step's commit, so\n"
+      "  with --warmup 0 the first measured step moves no block.\n"
       "  --selection device (default): selection and its commit run as kernels on DEVICE slot tables\n"
       "  (okv_runtime_config_t.device_selection); host runs them on the host's maps (the default with\n"
       "  --fetch-ratio auto, whose spare slots device selection does not support).\n");
@@ -85,8 +91,9 @@ static bool parse_f64(const char *s, double *out) {
   char *end;
   /* Decimal only: strtod also takes hexadecimal ("0x10" = 16), "inf" and "nan", and skips leading blanks. */
   if (*s == '\0' || s[strspn(s, "0123456789.eE+-")] != '\0') return false;
+  errno = 0;
   double v = strtod(s, &end);
-  if (*end != '\0' || !isfinite(v)) return false;
+  if (*end != '\0' || !isfinite(v) || errno == ERANGE) return false; /* 1e-400 underflows: not taken as 0 */
   *out = v;
   return true;
 }
@@ -195,12 +202,13 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
       if (strcmp(a, "--layers") == 0 || strcmp(a, "--budget") == 0)
         snprintf(bounds, sizeof bounds, " (an integer in [1, %u])",
                  strcmp(a, "--layers") == 0 ? (unsigned)BENCH_MAX_LAYERS : (unsigned)OKV_TOPK_MAX);
-      const char *range = bounds[0]                           ? bounds
-                          : strcmp(a, "--seqs") == 0          ? " (an integer in [1, 65536])"
-                          : strcmp(a, "--steps") == 0         ? " (an integer in [1, 4294967295])"
-                          : strcmp(a, "--groups") == 0        ? " (an integer >= 1, at most --budget)"
-                          : strcmp(a, "--context") == 0       ? " (tokens, an integer >= 1)"
-                          : strcmp(a, "--warmup") == 0        ? " (an integer in [0, 4294967295])"
+      const char *range = bounds[0]                    ? bounds
+                          : strcmp(a, "--seqs") == 0   ? " (an integer in [1, 65536])"
+                          : strcmp(a, "--steps") == 0  ? " (an integer >= 1; --steps + --warmup at most 524279)"
+                          : strcmp(a, "--groups") == 0 ? " (an integer >= 1, at most --budget)"
+                          : strcmp(a, "--context") == 0
+                              ? " (tokens, an integer >= 1; above the runtime's 1048576 less the steps it is clamped)"
+                          : strcmp(a, "--warmup") == 0        ? " (an integer >= 0; --steps + --warmup at most 524279)"
                           : strcmp(a, "--summary-dtype") == 0 ? " (auto, f32, bf16 or f16)"
                           : strcmp(a, "--selection") == 0     ? " (host or device)"
                           : strcmp(a, "--host-gib") == 0      ? " (GiB, in (0, 4096])"
@@ -211,6 +219,16 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
       return 2;
     }
     i++;
+  }
+  bool backend_known = false; /* a name this build does not have is a usage error (exit 2), said in its terms */
+  for (size_t b = 0; b < okv_hal_backend_count(); b++)
+    backend_known |= strcmp(o->backend, okv_hal_backend_name(b)) == 0;
+  if (!backend_known) {
+    fprintf(stderr, "oasiskv bench runtime: unknown --backend '%s' (this build has", o->backend);
+    for (size_t b = 0; b < okv_hal_backend_count(); b++)
+      fprintf(stderr, "%s %s", b ? "," : "", okv_hal_backend_name(b));
+    fprintf(stderr, ")\n");
+    return 2;
   }
   if (o->fetch_ratio < 0 && !o->selection_given) o->device_selection = false; /* the self-tuning cap: host */
   /* What the runtime's config would refuse, said in the options' own terms (exit 2 like every bad option). */
@@ -427,13 +445,19 @@ int okv_cli_bench_runtime(int argc, char **argv) {
             "oasiskv bench runtime: --context %u + %u steps (warm-up included) exceeds the %u tokens the bench can "
             "give a sequence (the runtime's 1,048,576 less one block of headroom); using %u\n",
             asked_context, o.steps + o.warmup, ctx_limit, o.context_tokens);
-  if ((uint64_t)o.context_tokens + o.steps + o.warmup <= (uint64_t)o.budget_blocks * 16u)
+  /* K blocks besides the active one: a context of up to K + 1 blocks never misses. */
+  const bool fits = (uint64_t)o.context_tokens + o.steps + o.warmup <= ((uint64_t)o.budget_blocks + 1u) * 16u;
+  if (fits)
     fprintf(stderr,
             "oasiskv bench runtime: note: --context %u with the steps fits in the working set (K = %u blocks): "
             "every block stays resident and no selection runs, so this measures dense decode\n",
             o.context_tokens, o.budget_blocks);
   const uint32_t kept_groups = okv_runtime_config(rt)->scoring_groups;
-  if (o.scoring == OKV_SCORING_TWO_LEVEL && kept_groups > 0 &&
+  if (!fits && o.warmup == 0)
+    fprintf(stderr,
+            "oasiskv bench runtime: note: with --warmup 0 the first measured step moves no block (a step's fetches "
+            "land at the next step's commit), so bytes per step are understated\n");
+  if (!fits && o.scoring == OKV_SCORING_TWO_LEVEL && kept_groups > 0 &&
       (uint64_t)kept_groups * OKV_SCORING_GROUP_BLOCKS < o.budget_blocks)
     fprintf(stderr,
             "oasiskv bench runtime: note: two-level scoring keeps %u groups of %u blocks per KV head, %u blocks, "
@@ -677,11 +701,11 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     if (fabs(rest_ns) < 0.5) rest_ns = 0;               /* rounding of equal sums, not a negative time */
     printf(
         "bookkeeping %.0f ns per KV head per step (target <= 500; %s selection): selection %.0f, commit %.0f, "
-        "working set %.0f, prediction set-up %.0f, append %.0f, hand-off %.0f, the rest %.0f\n",
+        "working set %.0f, prediction set-up %.0f, append %.0f, hand-off %.0f, %s %.0f\n",
         ns_per_head, o.device_selection ? "device" : "host", cum.select_seconds * per_head_ns,
         cum.commit_seconds * per_head_ns, cum.working_set_seconds * per_head_ns,
         cum.predict_setup_seconds * per_head_ns, cum.append_bookkeeping_seconds * per_head_ns,
-        cum.handoff_seconds * per_head_ns, rest_ns);
+        cum.handoff_seconds * per_head_ns, o.recall ? "the recall pass" : "the rest", rest_ns);
     const uint32_t groups = okv_runtime_config(rt)->scoring_groups;
     printf("scoring %s, %s summaries", okv_scoring_name(o.scoring),
            okv_dtype_name(okv_runtime_config(rt)->summary_dtype));

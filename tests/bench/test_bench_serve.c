@@ -610,19 +610,25 @@ static void test_runtime_capacity(void **state) {
       "bench runtime --scoring Q8",                 /* named okv_scoring_parse, a library call, before */
       "bench runtime --scoring flat --groups 1000", /* named the budget bound before the flat refusal */
       "bench runtime --budget 0",
+      /* exit 1 with the HAL's NOT_FOUND line before; underflow, taken as 0 before */
+      "bench runtime --backend nonsense",
+      "bench runtime --noise 1e-400",
   };
   expect_one_line_errors(bad, sizeof bad / sizeof bad[0], 2);
   /* A bad value's line states the range or the choices (it said "an integer >= 1" for 99999999999). */
-  static const char *const said[][2] = {{"bench runtime --steps 99999999999", "[1, 4294967295]"},
-                                        {"bench runtime --summary-dtype f8", "auto, f32, bf16 or f16"},
-                                        {"bench runtime --selection gpu", "host or device"},
-                                        {"bench runtime --scoring flat --groups 8", "q8 and two-level"},
-                                        {"bench runtime --host-gib 4096 --seqs 560", "more than this machine's"},
-                                        {"bench runtime --noise 0x10", "bad value '0x10' for --noise"},
-                                        {"bench runtime --scoring Q8", "expected q8, flat or two-level"},
-                                        {"bench runtime --scoring flat --groups 1000", "q8 and two-level"},
-                                        {"bench runtime --budget 0", "(an integer in [1, 512])"},
-                                        {"bench runtime --layers 0", "(an integer in [1, 128])"}};
+  static const char *const said[][2] = {
+      {"bench runtime --steps 99999999999", "an integer >= 1"},
+      {"bench runtime --summary-dtype f8", "auto, f32, bf16 or f16"},
+      {"bench runtime --selection gpu", "host or device"},
+      {"bench runtime --scoring flat --groups 8", "q8 and two-level"},
+      {"bench runtime --host-gib 4096 --seqs 560", "more than this machine's"},
+      {"bench runtime --noise 0x10", "bad value '0x10' for --noise"},
+      {"bench runtime --scoring Q8", "expected q8, flat or two-level"},
+      {"bench runtime --scoring flat --groups 1000", "q8 and two-level"},
+      {"bench runtime --budget 0", "(an integer in [1, 512])"},
+      {"bench runtime --layers 0", "(an integer in [1, 128])"},
+      {"bench runtime --backend nonsense", "unknown --backend 'nonsense' (this build has cpu"},
+      {"bench runtime --steps 99999999999", "--steps + --warmup at most 524279"}};
   for (size_t i = 0; i < sizeof said / sizeof said[0]; i++) {
     char err[512] = "";
     assert_int_equal(run_cli(said[i][0], NULL), 2);
@@ -630,7 +636,7 @@ static void test_runtime_capacity(void **state) {
     assert_non_null(strstr(err, said[i][1]));
   }
   /* A result that cannot be written is not a success: exit 1, one line. */
-  assert_int_equal(run_cli("bench runtime --seqs 1 --context 4096 --layers 1 --steps 1 --warmup 0", "/dev/full"), 1);
+  assert_int_equal(run_cli("bench runtime --seqs 1 --context 4096 --layers 1 --steps 1 --warmup 1", "/dev/full"), 1);
   assert_int_equal(stderr_lines(), 1);
   char line[512] = "";
   assert_int_equal(run_cli(bad[0], NULL), 2);
@@ -644,12 +650,24 @@ static void test_runtime_capacity(void **state) {
   first_stderr_line(line, sizeof line);
   assert_non_null(strstr(line, "no selection runs"));
   /* Two-level scoring that keeps fewer blocks than K says so (it kept 32 of K = 128 without a word). */
-  rc = run_cli("bench runtime --scoring two-level --groups 2 --seqs 1 --context 8192 --layers 1 --steps 1 --warmup 0",
+  rc = run_cli("bench runtime --scoring two-level --groups 2 --seqs 1 --context 8192 --layers 1 --steps 1 --warmup 1",
                NULL);
   if (rc != 0) show_stderr();
   assert_int_equal(rc, 0);
   first_stderr_line(line, sizeof line);
   assert_non_null(strstr(line, "32 blocks, fewer than K = 128"));
+  /* --warmup 0 says that its first measured step moves nothing (bytes/step 0 without a word before); a context
+   * of K + 1 blocks is said to fit (the note stopped at K blocks, and such a run had no misses either). */
+  rc = run_cli("bench runtime --seqs 1 --context 4096 --layers 1 --steps 1 --warmup 0", NULL);
+  if (rc != 0) show_stderr();
+  assert_int_equal(rc, 0);
+  first_stderr_line(line, sizeof line);
+  assert_non_null(strstr(line, "with --warmup 0 the first measured step moves no block"));
+  rc = run_cli("bench runtime --seqs 1 --budget 8 --context 140 --layers 1 --steps 2 --warmup 1", NULL);
+  if (rc != 0) show_stderr();
+  assert_int_equal(rc, 0);
+  first_stderr_line(line, sizeof line);
+  assert_non_null(strstr(line, "no selection runs"));
   /* A context clamped to the runtime's limit and then refused: one line, naming the clamp (it printed two). */
   assert_int_equal(run_cli("bench runtime --context 2000000 --steps 1", NULL), 2);
   assert_int_equal(stderr_lines(), 1);
