@@ -212,7 +212,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
                           : strcmp(a, "--summary-dtype") == 0 ? " (auto, f32, bf16 or f16)"
                           : strcmp(a, "--selection") == 0     ? " (host or device)"
                           : strcmp(a, "--host-gib") == 0      ? " (GiB, in (0, 4096])"
-                          : strcmp(a, "--locality") == 0      ? " (in [0, 1])"
+                          : strcmp(a, "--locality") == 0      ? " (a number in [0, 1])"
                           : strcmp(a, "--noise") == 0         ? " (a number in [0, 100])"
                                                               : "";
       fprintf(stderr, "oasiskv bench runtime: bad value '%s' for %s%s\n", v, a, range);
@@ -613,8 +613,8 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     json_object_object_add(jout, "scoring_groups", json_object_new_int64(okv_runtime_config(rt)->scoring_groups));
     json_object_object_add(jout, "summary_dtype",
                            json_object_new_string(okv_dtype_name(okv_runtime_config(rt)->summary_dtype)));
-    json_object_object_add(jout, "locality", json_object_new_double(o.locality));
-    json_object_object_add(jout, "noise", json_object_new_double(o.noise)); /* the queries' noise (--noise) */
+    json_object_object_add(jout, "locality", json_ratio(o.locality)); /* as given: 0.3, not 0.29999999999999999 */
+    json_object_object_add(jout, "noise", json_ratio(o.noise));       /* the queries' noise (--noise) */
     json_object_object_add(
         jout, "bookkeeping_ns_per_head",
         json_object_new_double(cum.bookkeeping_seconds / n_steps * 1e9 / ((double)o.n_seqs * L * H)));
@@ -685,9 +685,11 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     }
     printf("%-6s %14.1f %14.1f %10.4f %14.0f %14.0f\n", "all", 1e6 * cum.bookkeeping_seconds / n_steps,
            1e6 * cum.attention_seconds / n_steps, overhead, bytes_per_step, cap_bytes);
-    printf("step %.1f ms, stall %.2f ms/step; hits %llu, misses %llu, admitted %llu, deferred %llu",
-           1e3 * t_steps / n_steps, 1e3 * cum.stall_seconds / n_steps, (unsigned long long)cum.hits,
-           (unsigned long long)cum.misses, (unsigned long long)cum.admitted, (unsigned long long)cum.deferred);
+    printf(
+        "step %.1f ms, stall %.2f ms/step; over the %u measured steps: hits %llu, misses %llu, admitted %llu, "
+        "deferred %llu",
+        1e3 * t_steps / n_steps, 1e3 * cum.stall_seconds / n_steps, o.steps, (unsigned long long)cum.hits,
+        (unsigned long long)cum.misses, (unsigned long long)cum.admitted, (unsigned long long)cum.deferred);
     if (o.recall) printf(", recall %.4f", cum.recall_total ? (double)cum.recall_hits / cum.recall_total : 0.0);
     if (o.recall && cum.topk_agreement_total > 0)
       printf(" (of the flat top-K), top-K agreement with flat %.4f",

@@ -93,6 +93,10 @@ bool okv_cli_parse_fetch_ratio(const char *cmd, const char *s, double *out) {
     *out = -v;
     return true;
   }
+  if (s == NULL || *s == '\0' || s[strspn(s, "0123456789.eE+-")] != '\0') { /* say both forms it takes */
+    fprintf(stderr, "%s: --fetch-ratio: '%s' is neither a number in (0, 1] nor auto[:MAX]\n", cmd, s ? s : "");
+    return false;
+  }
   if (!okv_cli_parse_double(cmd, "--fetch-ratio", s, &v)) return false;
   if (!(v > 0.0 && v <= 1.0)) {
     fprintf(stderr, "%s: --fetch-ratio must be in (0, 1], got %s\n", cmd, s);

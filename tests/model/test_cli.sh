@@ -89,6 +89,7 @@ for r in 0 1.5 -0.1 abc nan; do
   expect_fail "eval --fetch-ratio $r" eval "${base[@]}" --fetch-ratio "$r" "${outs[@]}"
 done
 expect_fail "generate --fetch-ratio 2" generate --fetch-ratio 2
+expect_fail_msg "generate --fetch-ratio AUTO (names both forms)" "'AUTO' is neither a number in \(0, 1\] nor auto\[:MAX\]" generate --fetch-ratio AUTO
 expect_fail "eval unknown mode" eval "${base[@]}" --mode sparse "${outs[@]}"
 expect_fail "generate unknown mode" generate --mode all
 expect_fail "eval unknown drafter" eval "${base[@]}" --drafter eagle "${outs[@]}"
