@@ -141,7 +141,9 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
     bool known = false;
     for (size_t j = 0; j < sizeof valued / sizeof valued[0]; j++) known |= strcmp(a, valued[j]) == 0;
     if (!known) {
-      fprintf(stderr, "oasiskv bench runtime: unknown option '%s' (see --help)\n", a);
+      char shown[96];
+      fprintf(stderr, "oasiskv bench runtime: unknown option '%s' (see --help)\n",
+              okv_cli_shown(a, shown, sizeof shown));
       return 2;
     }
     if (v == NULL) {
@@ -194,7 +196,9 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
     } else if (strcmp(a, "--noise") == 0)
       ok = parse_f64(v, &o->noise) && o->noise >= 0 && o->noise <= 100; /* q stays finite in f32 */
     else {
-      fprintf(stderr, "oasiskv bench runtime: unknown option '%s' (see --help)\n", a);
+      char shown[96];
+      fprintf(stderr, "oasiskv bench runtime: unknown option '%s' (see --help)\n",
+              okv_cli_shown(a, shown, sizeof shown));
       return 2;
     }
     if (!ok) {
@@ -215,7 +219,9 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
                           : strcmp(a, "--locality") == 0      ? " (a number in [0, 1])"
                           : strcmp(a, "--noise") == 0         ? " (a number in [0, 100])"
                                                               : "";
-      fprintf(stderr, "oasiskv bench runtime: bad value '%s' for %s%s\n", v, a, range);
+      char shown[96];
+      fprintf(stderr, "oasiskv bench runtime: bad value '%s' for %s%s\n", okv_cli_shown(v, shown, sizeof shown), a,
+              range);
       return 2;
     }
     i++;
@@ -224,7 +230,9 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
   for (size_t b = 0; b < okv_hal_backend_count(); b++)
     backend_known |= strcmp(o->backend, okv_hal_backend_name(b)) == 0;
   if (!backend_known) {
-    fprintf(stderr, "oasiskv bench runtime: unknown --backend '%s' (this build has", o->backend);
+    char shown[96];
+    fprintf(stderr, "oasiskv bench runtime: unknown --backend '%s' (this build has",
+            okv_cli_shown(o->backend, shown, sizeof shown));
     for (size_t b = 0; b < okv_hal_backend_count(); b++)
       fprintf(stderr, "%s %s", b ? "," : "", okv_hal_backend_name(b));
     fprintf(stderr, ")\n");
@@ -337,7 +345,9 @@ int okv_cli_bench_runtime(int argc, char **argv) {
   if (rc != 0) return rc == 1 ? 0 : rc;
   const proj_shape_t *proj = NULL;
   if (o.project != NULL && (proj = proj_find(o.project)) == NULL) {
-    fprintf(stderr, "oasiskv bench runtime: --project: unknown shape '%s' (llama3-8b, qwen3-8b)\n", o.project);
+    char shown[96];
+    fprintf(stderr, "oasiskv bench runtime: --project: unknown shape '%s' (llama3-8b, qwen3-8b)\n",
+            okv_cli_shown(o.project, shown, sizeof shown));
     return 2;
   }
   const uint32_t H = 8, nq = 32, hd = 128, T = 2;

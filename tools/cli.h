@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 int okv_cli_info(int argc, char **argv); /* tools/cli_info.c */
@@ -44,6 +45,36 @@ static inline bool okv_cli_list_has_empty(const char *s) {
   for (; *s; s++)
     if (*s == ',' && (s[1] == ',' || s[1] == '\0')) return true;
   return false;
+}
+
+/* A command-line value as an error line shows it: control characters escaped (\n, \t, \xNN), so that a bad
+ * value never splits the one-line message, and cut to fit `n` bytes with "..." (n >= 8). Returns buf. */
+static inline const char *okv_cli_shown(const char *s, char *buf, size_t n) {
+  static const char hex[] = "0123456789abcdef";
+  size_t o = 0;
+  for (; s != NULL && *s != '\0'; s++) {
+    unsigned char c = (unsigned char)*s;
+    char e[5] = {(char)c, 0, 0, 0, 0};
+    if (c == '\n' || c == '\t' || c == '\r') {
+      e[0] = '\\';
+      e[1] = c == '\n' ? 'n' : c == '\t' ? 't' : 'r';
+    } else if (c < 0x20 || c == 0x7f) {
+      e[0] = '\\';
+      e[1] = 'x';
+      e[2] = hex[c >> 4];
+      e[3] = hex[c & 15];
+    }
+    size_t k = strlen(e);
+    if (o + k + 4 > n) { /* room for "..." and the terminator */
+      memcpy(buf + o, "...", 3);
+      o += 3;
+      break;
+    }
+    memcpy(buf + o, e, k);
+    o += k;
+  }
+  buf[o] = '\0';
+  return buf;
 }
 
 #endif

@@ -1,5 +1,6 @@
 /* Helpers shared by the eval and generate commands (see cli_model.h). */
 #include "cli_model.h"
+#include "cli.h"
 
 #include "model/gguf.h"
 #include "model/tokenizer_gguf.h"
@@ -40,7 +41,9 @@ bool okv_cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_
   *out = v;
   return true;
 bad:
-  fprintf(stderr, "%s: %s expects a non-negative integer, got '%s'\n", cmd, flag, s ? s : "");
+  char shown[96];
+  fprintf(stderr, "%s: %s expects a non-negative integer, got '%s'\n", cmd, flag,
+          okv_cli_shown(s, shown, sizeof shown));
   return false;
 }
 
@@ -56,7 +59,7 @@ bool okv_cli_parse_u32(const char *cmd, const char *flag, const char *s, uint32_
 }
 
 bool okv_cli_parse_double(const char *cmd, const char *flag, const char *s, double *out) {
-  char *end = NULL;
+  char *end = NULL, shown[96];
   errno = 0;
   /* Decimal only: strtod would also take hexadecimal ("0x10" = 16) and skip leading blanks; "inf" and "nan"
    * are refused below as not finite. */
@@ -65,7 +68,7 @@ bool okv_cli_parse_double(const char *cmd, const char *flag, const char *s, doub
   double v = s && *s && !other && !hex ? strtod(s, &end) : NAN;
   int e = errno;
   if (!s || !*s || other || hex || *end) {
-    fprintf(stderr, "%s: %s: '%s' is not a number\n", cmd, flag, s ? s : "");
+    fprintf(stderr, "%s: %s: '%s' is not a number\n", cmd, flag, okv_cli_shown(s, shown, sizeof shown));
     return false;
   }
   if (e == ERANGE) { /* strtod: +-HUGE_VAL on overflow, a magnitude of at most DBL_MIN on underflow */
@@ -94,7 +97,9 @@ bool okv_cli_parse_fetch_ratio(const char *cmd, const char *s, double *out) {
     return true;
   }
   if (s == NULL || *s == '\0' || s[strspn(s, "0123456789.eE+-")] != '\0') { /* say both forms it takes */
-    fprintf(stderr, "%s: --fetch-ratio: '%s' is neither a number in (0, 1] nor auto[:MAX]\n", cmd, s ? s : "");
+    char shown[96];
+    fprintf(stderr, "%s: --fetch-ratio: '%s' is neither a number in (0, 1] nor auto[:MAX]\n", cmd,
+            okv_cli_shown(s, shown, sizeof shown));
     return false;
   }
   if (!okv_cli_parse_double(cmd, "--fetch-ratio", s, &v)) return false;
@@ -114,7 +119,9 @@ bool okv_cli_parse_scoring(const char *cmd, const char *s, okv_scoring_t *out) {
   okv_status_t st = okv_scoring_parse(s, out);
   if (st == OKV_OK) return true;
   okv_status_free(st); /* its message names the library call: say it in the option's terms */
-  fprintf(stderr, "%s: unknown --scoring '%s' (expected q8, flat or two-level, lower case)\n", cmd, s ? s : "");
+  char shown[96];
+  fprintf(stderr, "%s: unknown --scoring '%s' (expected q8, flat or two-level, lower case)\n", cmd,
+          okv_cli_shown(s, shown, sizeof shown));
   return false;
 }
 
@@ -124,7 +131,8 @@ bool okv_cli_parse_mode(const char *cmd, const char *s, okv_mode_t *out) {
   okv_status_t st = okv_mode_parse(s ? s : "", out);
   if (st == OKV_OK) return true;
   okv_status_free(st);
-  fprintf(stderr, "%s: unknown mode '%s' (expected", cmd, s ? s : "");
+  char shown[96];
+  fprintf(stderr, "%s: unknown mode '%s' (expected", cmd, okv_cli_shown(s, shown, sizeof shown));
   for (int i = 0; i < OKV_MODE_COUNT; ++i) fprintf(stderr, "%s %s", i ? "," : "", okv_mode_name((okv_mode_t)i));
   fprintf(stderr, "%s)\n", strcmp(cmd, "oasiskv eval") == 0 ? " or all" : "");
   return false;

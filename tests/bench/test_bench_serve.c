@@ -613,6 +613,10 @@ static void test_runtime_capacity(void **state) {
       /* exit 1 with the HAL's NOT_FOUND line before; underflow, taken as 0 before */
       "bench runtime --backend nonsense",
       "bench runtime --noise 1e-400",
+      /* a control character in a value is shown escaped: it split the one-line error before */
+      "bench runtime --seqs \"$(printf '1\\n2')\"",
+      "bench runtime --scoring \"$(printf 'q\\t8')\"",
+      "bench runtime --fetch-ratio \"$(printf '0.1\\nx')\"",
   };
   expect_one_line_errors(bad, sizeof bad / sizeof bad[0], 2);
   /* A bad value's line states the range or the choices (it said "an integer >= 1" for 99999999999). */
@@ -628,7 +632,9 @@ static void test_runtime_capacity(void **state) {
       {"bench runtime --budget 0", "(an integer in [1, 512])"},
       {"bench runtime --layers 0", "(an integer in [1, 128])"},
       {"bench runtime --backend nonsense", "unknown --backend 'nonsense' (this build has cpu"},
-      {"bench runtime --steps 99999999999", "--steps + --warmup at most 524279"}};
+      {"bench runtime --steps 99999999999", "--steps + --warmup at most 524279"},
+      {"bench runtime --seqs \"$(printf '1\\n2')\"", "bad value '1\\n2' for --seqs"},
+      {"bench runtime --scoring \"$(printf 'q\\t8')\"", "unknown --scoring 'q\\t8'"}};
   for (size_t i = 0; i < sizeof said / sizeof said[0]; i++) {
     char err[512] = "";
     assert_int_equal(run_cli(said[i][0], NULL), 2);
