@@ -33,7 +33,7 @@ int okv_cli_opt_value(const char *cmd, int argc, char **argv, int *i, const char
 }
 
 bool okv_cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *out) {
-  char *end = NULL;
+  char *end = NULL, shown[96];
   errno = 0;
   if (!s || !isdigit((unsigned char)*s)) goto bad; /* no sign, no leading blanks (strtoull would wrap " -1") */
   unsigned long long v = strtoull(s, &end, 10);
@@ -41,7 +41,6 @@ bool okv_cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_
   *out = v;
   return true;
 bad:
-  char shown[96];
   fprintf(stderr, "%s: %s expects a non-negative integer, got '%s'\n", cmd, flag,
           okv_cli_shown(s, shown, sizeof shown));
   return false;
