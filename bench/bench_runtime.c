@@ -226,18 +226,8 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
     }
     i++;
   }
-  bool backend_known = false; /* a name this build does not have is a usage error (exit 2), said in its terms */
-  for (size_t b = 0; b < okv_hal_backend_count(); b++)
-    backend_known |= strcmp(o->backend, okv_hal_backend_name(b)) == 0;
-  if (!backend_known) {
-    char shown[96];
-    fprintf(stderr, "oasiskv bench runtime: unknown --backend '%s' (this build has",
-            okv_cli_shown(o->backend, shown, sizeof shown));
-    for (size_t b = 0; b < okv_hal_backend_count(); b++)
-      fprintf(stderr, "%s %s", b ? "," : "", okv_hal_backend_name(b));
-    fprintf(stderr, ")\n");
-    return 2;
-  }
+  /* A name this build does not have is a usage error (exit 2) naming the backends it has. */
+  if (!okv_cli_parse_device("oasiskv bench runtime", o->backend)) return 2;
   if (o->fetch_ratio < 0 && !o->selection_given) o->device_selection = false; /* the self-tuning cap: host */
   /* What the runtime's config would refuse, said in the options' own terms (exit 2 like every bad option). */
   if (o->fetch_ratio < 0 && o->device_selection) {
@@ -456,7 +446,8 @@ int okv_cli_bench_runtime(int argc, char **argv) {
             "give a sequence (the runtime's 1,048,576 less one block of headroom); using %u\n",
             asked_context, o.steps + o.warmup, ctx_limit, o.context_tokens);
   /* K blocks besides the active one: a context of up to K + 1 blocks never misses. */
-  const bool fits = (uint64_t)o.context_tokens + o.steps + o.warmup <= ((uint64_t)o.budget_blocks + 1u) * 16u;
+  const bool fits =
+      (uint64_t)o.context_tokens + o.steps + o.warmup <= ((uint64_t)o.budget_blocks + 1u) * OKV_BLOCK_TOKENS;
   if (fits)
     fprintf(stderr,
             "oasiskv bench runtime: note: --context %u with the steps fits in the working set (K = %u blocks): "

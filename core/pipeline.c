@@ -147,7 +147,6 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
     st = okv_rt_predict_topk(rt, ctx, rt->predict, job->n_seqs, layer, T, job->t_begin, job->t_end, &bk);
     job->stats.predict_seconds = okv_rt_wall_s() - tp;
   }
-  job->stats.predict_setup_seconds = bk; /* the job's start and the prediction's set-up: all of bk so far */
   if (st != OKV_OK) {
     OKV_IGNORE_ERROR(okv_hal_stream_synchronize(rt->predict)); /* no pending error left for the next job */
     job->error = st;
@@ -257,7 +256,9 @@ static void job_run(okv_runtime_t *rt, uint32_t layer) {
     }
   }
 done:
-  if (!any) job->stats.predict_setup_seconds = bk; /* the job's start only */
+  /* bk is the job's start, the prediction's set-up and the selection (0 when it did not run): the set-up is the
+   * rest. */
+  job->stats.predict_setup_seconds = bk - job->stats.select_seconds;
   job->stats.bookkeeping_seconds = bk;
 }
 

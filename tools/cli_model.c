@@ -141,7 +141,8 @@ bool okv_cli_parse_device(const char *cmd, const char *s) {
   size_t n = okv_hal_backend_count();
   for (size_t i = 0; i < n; ++i)
     if (s && !strcmp(s, okv_hal_backend_name(i))) return true;
-  fprintf(stderr, "%s: unknown device '%s' (backends compiled in:", cmd, s ? s : "");
+  char shown[96];
+  fprintf(stderr, "%s: unknown device '%s' (backends compiled in:", cmd, okv_cli_shown(s, shown, sizeof shown));
   for (size_t i = 0; i < n; ++i) fprintf(stderr, "%s %s", i ? "," : "", okv_hal_backend_name(i));
   fprintf(stderr, ")\n");
   return false;

@@ -631,7 +631,7 @@ static void test_runtime_capacity(void **state) {
       {"bench runtime --scoring flat --groups 1000", "q8 and two-level"},
       {"bench runtime --budget 0", "(an integer in [1, 512])"},
       {"bench runtime --layers 0", "(an integer in [1, 128])"},
-      {"bench runtime --backend nonsense", "unknown --backend 'nonsense' (this build has cpu"},
+      {"bench runtime --backend nonsense", "unknown device 'nonsense' (backends compiled in: cpu"},
       {"bench runtime --steps 99999999999", "--steps + --warmup at most 524279"},
       {"bench runtime --seqs \"$(printf '1\\n2')\"", "bad value '1\\n2' for --seqs"},
       {"bench runtime --scoring \"$(printf 'q\\t8')\"", "unknown --scoring 'q\\t8'"}};
