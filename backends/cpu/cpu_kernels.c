@@ -1055,8 +1055,9 @@ static inline void heap_down(uint64_t *h, uint32_t n, uint32_t i) {
 
 /* Sampled threshold for long segments: the scores at or above the `rank`-th best of every
  * OKV_TOPK_SAMPLE_STRIDE-th score are about rank x stride, ~2k; when at least k of them exist, they hold the
- * whole top-k (every score of the top-k is >= the k-th best >= the threshold), so the heap runs over them
- * alone. Otherwise (ties, exclusions, unlucky samples, more than OKV_TOPK_CAND_MAX) the plain scan decides. */
+ * whole top-k (every score of the top-k is >= the k-th best >= the threshold), so the radix sort runs over
+ * them alone. Otherwise (ties, exclusions, unlucky samples, more than OKV_TOPK_CAND_MAX) a segment of at most
+ * OKV_TOPK_CAND_MAX blocks is radix sorted whole, and a longer one goes through a k-entry min-heap. */
 #define OKV_TOPK_SAMPLE_STRIDE 8u
 #define OKV_TOPK_CAND_MAX      (4u * OKV_TOPK_MAX)
 
@@ -1076,6 +1077,42 @@ static float topk_sample_threshold(const float *sc, uint32_t n, uint32_t rank) {
     }
   }
   return topk_key_score(h[0]);
+}
+
+/* The order key of a score alone: topk_key's upper 32 bits (higher score, higher key). */
+static inline uint32_t topk_key32(float x) { return (uint32_t)(topk_key(x, 0) >> 32); }
+
+/* Sorts m candidates (order keys `key`, positions `pos`, listed in ascending position order) by descending
+ * key, stably, so that equal keys stay in ascending position order: the top-K's total order. An LSD radix
+ * sort on four 8-bit digits that skips a digit all candidates share (the sign and high exponent bits of
+ * scores of one magnitude). tk / tp: scratch of m entries. Result in key / pos. */
+static void topk_radix_sort(uint32_t *key, uint32_t *pos, uint32_t *tk, uint32_t *tp, uint32_t m) {
+  if (m < 2u) return;
+  uint32_t hist[4][256];
+  memset(hist, 0, sizeof hist);
+  for (uint32_t i = 0; i < m; i++) {
+    const uint32_t x = ~key[i]; /* ascending on ~key: descending on key */
+    hist[0][x & 255u]++;
+    hist[1][(x >> 8) & 255u]++;
+    hist[2][(x >> 16) & 255u]++;
+    hist[3][x >> 24]++;
+  }
+  for (uint32_t dg = 0; dg < 4; dg++) {
+    uint32_t *h = hist[dg], shift = 8u * dg, sum = 0;
+    if (h[(~key[0] >> shift) & 255u] == m) continue; /* one bucket: this digit orders nothing */
+    for (uint32_t b = 0; b < 256; b++) {
+      uint32_t c = h[b];
+      h[b] = sum;
+      sum += c;
+    }
+    for (uint32_t i = 0; i < m; i++) {
+      uint32_t o = h[(~key[i] >> shift) & 255u]++;
+      tk[o] = key[i];
+      tp[o] = pos[i];
+    }
+    memcpy(key, tk, (size_t)m * sizeof *key);
+    memcpy(pos, tp, (size_t)m * sizeof *pos);
+  }
 }
 
 void okv_cpu_topk(const okv_topk_desc_t *d, const float *scores, uint32_t *out_indices, uint32_t *out_counts,
@@ -1098,10 +1135,11 @@ for (long ul = 0; ul < n_seg; ul++) {
       excl[d->excl_blocks[i] >> 6] |= 1ull << (d->excl_blocks[i] & 63u);
   }
   uint32_t cnt = 0, b = 0;
-  /* Long segments: the candidates at or above a sampled threshold, when they are enough (see above). */
-  uint64_t cand[OKV_TOPK_CAND_MAX];
+  /* Candidates for the radix sort: order keys and positions, in ascending position order. */
+  uint32_t ck[OKV_TOPK_CAND_MAX], cp[OKV_TOPK_CAND_MAX], tk[OKV_TOPK_CAND_MAX], tp[OKV_TOPK_CAND_MAX];
   uint32_t m = 0;
-  bool sampled = false;
+  bool radix = false;
+  /* Long segments: the candidates at or above a sampled threshold, when they are enough (see above). */
   if (n >= 16u * k && n / OKV_TOPK_SAMPLE_STRIDE >= 4u * k) {
     const uint32_t rank = 2u * k / OKV_TOPK_SAMPLE_STRIDE + 1u;
     const float t0 = topk_sample_threshold(sc, n, rank);
@@ -1116,30 +1154,39 @@ for (long ul = 0; ul < n_seg; ul++) {
           }
         }
         if (!(sc[i] >= t0) || (has_excl && (excl[i >> 6] >> (i & 63u) & 1u))) continue;
-        if (m < OKV_TOPK_CAND_MAX) cand[m] = topk_key(sc[i], i);
+        if (m < OKV_TOPK_CAND_MAX) {
+          ck[m] = topk_key32(sc[i]);
+          cp[m] = i;
+        }
         m++;
       }
-      sampled = m >= k && m <= OKV_TOPK_CAND_MAX;
+      radix = m >= k && m <= OKV_TOPK_CAND_MAX;
     }
   }
-  if (sampled) {
-    for (; cnt < k; cnt++) heap[cnt] = cand[cnt];
-    for (uint32_t i = cnt / 2u; i-- > 0;) heap_down(heap, cnt, i);
-    for (uint32_t i = k; i < m; i++)
-      if (cand[i] > heap[0]) {
-        heap[0] = cand[i];
-        heap_down(heap, cnt, 0);
-      }
+  /* Segments of at most OKV_TOPK_CAND_MAX blocks: every block not excluded is a candidate. */
+  if (!radix && n <= OKV_TOPK_CAND_MAX) {
+    m = 0;
+    for (uint32_t i = 0; i < n; i++) {
+      if (has_excl && (excl[i >> 6] >> (i & 63u) & 1u)) continue;
+      ck[m] = topk_key32(sc[i]);
+      cp[m] = i;
+      m++;
+    }
+    radix = true;
+  }
+  if (radix) { /* sorted: the first k are the top-K in descending order */
+    topk_radix_sort(ck, cp, tk, tp, m);
+    for (; cnt < k && cnt < m; cnt++) heap[cnt] = ((uint64_t)ck[cnt] << 32) | (uint64_t)(~cp[cnt]);
     b = n; /* the plain scan below has nothing left */
   }
-  /* Fill the heap with the first k candidates, then keep the k best. */
+  /* Otherwise a min-heap: fill it with the first k blocks, then keep the k best. */
   for (; b < n && cnt < k; b++) {
     if (has_excl && (excl[b >> 6] >> (b & 63u) & 1u)) continue;
     heap[cnt++] = topk_key(sc[b], b);
   }
-  if (!sampled)
+  if (!radix)
     for (uint32_t i = cnt / 2u; i-- > 0;) heap_down(heap, cnt, i);
-  if (cnt == k && !sampled) {
+  if (cnt == k && !radix) {
     uint64_t thr = heap[0];
     float tf = topk_key_score(thr);
     for (; b < n; b++) {
@@ -1162,6 +1209,13 @@ for (long ul = 0; ul < n_seg; ul++) {
       tf = topk_key_score(thr);
     }
   }
+  if (!radix) /* heap sort: popping the minimum to the end leaves descending order */
+    for (uint32_t r = cnt; r > 1; r--) {
+      uint64_t top = heap[0];
+      heap[0] = heap[r - 1u];
+      heap[r - 1u] = top;
+      heap_down(heap, r - 1u, 0);
+    }
   uint32_t *dst = out_indices + (size_t)u * k;
   const uint32_t *map = d->index_map != NULL ? d->index_map + d->seg_score_first[u] : NULL;
   if (d->ascending) { /* the set in ascending position order: a bitmap of the positions, walked */
@@ -1177,13 +1231,6 @@ for (long ul = 0; ul < n_seg; ul++) {
         dst[j++] = map ? map[pos] : pos;
       }
   } else {
-    /* Heap sort: popping the minimum to the end leaves descending order. */
-    for (uint32_t m = cnt; m > 1; m--) {
-      uint64_t top = heap[0];
-      heap[0] = heap[m - 1u];
-      heap[m - 1u] = top;
-      heap_down(heap, m - 1u, 0);
-    }
     for (uint32_t i = 0; i < cnt; i++) dst[i] = map ? map[~(uint32_t)heap[i]] : ~(uint32_t)heap[i];
   }
   for (uint32_t i = cnt; i < k; i++) dst[i] = UINT32_MAX;

@@ -909,6 +909,11 @@ static void test_summary_reduce(void **state) {
 
 #define OKV_TOPK_SAMPLE_STRIDE_TEST 8u /* cpu_kernels.c's OKV_TOPK_SAMPLE_STRIDE */
 
+static int cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? -1 : x > y;
+}
+
 static void check_topk(const okv_topk_desc_t *d, const float *scores) {
   size_t n_out = (size_t)d->n_segments * d->k;
   uint32_t *out = test_malloc(sizeof(uint32_t) * n_out), *ref = test_malloc(sizeof(uint32_t) * n_out);
@@ -917,6 +922,24 @@ static void check_topk(const okv_topk_desc_t *d, const float *scores) {
   for (int nt = 1; nt <= MAX_THREADS; nt++) {
     memset(out, 0xAB, sizeof(uint32_t) * n_out);
     okv_cpu_topk(d, scores, out, cnt, nt);
+    assert_memory_equal(out, ref, sizeof(uint32_t) * n_out);
+    assert_memory_equal(cnt, rcnt, sizeof(uint32_t) * d->n_segments);
+  }
+  /* ascending: the same set, in ascending position order, then mapped (the reference's positions sorted) */
+  okv_topk_desc_t da = *d;
+  da.index_map = NULL;
+  okv_ref_topk(&da, scores, ref, rcnt);
+  for (uint32_t u = 0; u < d->n_segments; u++) {
+    uint32_t *r = ref + (size_t)u * d->k;
+    qsort(r, rcnt[u], sizeof *r, cmp_u32);
+    if (d->index_map != NULL)
+      for (uint32_t i = 0; i < rcnt[u]; i++) r[i] = d->index_map[d->seg_score_first[u] + r[i]];
+  }
+  da.index_map = d->index_map;
+  da.ascending = true;
+  for (int nt = 1; nt <= MAX_THREADS; nt++) {
+    memset(out, 0xAB, sizeof(uint32_t) * n_out);
+    okv_cpu_topk(&da, scores, out, cnt, nt);
     assert_memory_equal(out, ref, sizeof(uint32_t) * n_out);
     assert_memory_equal(cnt, rcnt, sizeof(uint32_t) * d->n_segments);
   }
@@ -960,10 +983,11 @@ static void test_topk(void **state) {
     assert_int_equal(cnt[1], 2);
     check_topk(&d, sc);
   }
-  /* random: many segments, heavy ties (scores from a small set), exclude sets */
-  const uint32_t n_seg = 6;
-  uint32_t segn[6] = {0, 1, 100, 1000, 5000, 65536};
-  uint64_t first[6];
+  /* random: many segments, heavy ties (scores from a small set), exclude sets; 2048 and 2049 blocks on either
+   * side of the longest segment sorted whole (cpu_kernels.c's OKV_TOPK_CAND_MAX) */
+  const uint32_t n_seg = 8;
+  uint32_t segn[8] = {0, 1, 100, 1000, 2048, 2049, 5000, 65536};
+  uint64_t first[8];
   size_t total = 0;
   for (uint32_t u = 0; u < n_seg; u++) first[u] = total, total += segn[u] + 2;
   float *sc = test_malloc(sizeof(float) * total);
@@ -971,7 +995,7 @@ static void test_topk(void **state) {
     uint32_t r = okv_test_rng_below(&rng, 100);
     sc[i] = r < 2 ? NAN : (float)okv_test_rng_below(&rng, 50) * 0.25f - 3.0f;
   }
-  uint32_t eo[7] = {0};
+  uint32_t eo[9] = {0};
   uint32_t *eb = test_malloc(sizeof(uint32_t) * 4000);
   uint32_t ne = 0;
   for (uint32_t u = 0; u < n_seg; u++) {
