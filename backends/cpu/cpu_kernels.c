@@ -927,6 +927,8 @@ void okv_cpu_score_list_ranges(const okv_score_desc_t *d, const uint32_t *list, 
   out->range_score_first = r_cfirst;
 }
 
+#define OKV_GATHER_PF_RANGES 6u /* ranges ahead whose summaries the gathered scoring prefetches */
+
 void okv_cpu_score_blocks(const okv_score_desc_t *d, const float *q, const void *summaries, float *scores,
                           int n_threads) {
   const uint32_t G = d->group_size, hd = d->head_dim, hdp = (hd + 15u) & ~15u;
@@ -976,6 +978,12 @@ for (long it = 0; it < n_items; it++) {
         nq = 0;
       }
       if (j == j1) break;
+      if (j + OKV_GATHER_PF_RANGES < j1) { /* the summaries of a range a few ahead: scattered lines, fetched early */
+        const score_job_t ahead = score_job(d, j + OKV_GATHER_PF_RANGES);
+        const char *p = (const char *)summaries + (size_t)ahead.summary_first * sb;
+        const size_t bytes = (size_t)(ahead.n < 4u ? ahead.n : 4u) * sb;
+        for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o);
+      }
       if (job.u != loaded_u) {
         score_load_rows(d, q, job.u / d->n_kv_heads, job.u % d->n_kv_heads, 0, rows, hdp, scale, qp, qn);
         loaded_u = job.u;
