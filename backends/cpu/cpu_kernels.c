@@ -1090,6 +1090,78 @@ static float topk_sample_threshold(const float *sc, uint32_t n, uint32_t rank) {
 /* The order key of a score alone: topk_key's upper 32 bits (higher score, higher key). */
 static inline uint32_t topk_key32(float x) { return (uint32_t)(topk_key(x, 0) >> 32); }
 
+/* The candidates of a sampled threshold t0: positions i of sc[0..n) with sc[i] >= t0 (never a NaN) and not
+ * in the exclude bitmap `excl` (NULL: none), in ascending order, their order keys in ck and positions in cp
+ * (OKV_TOPK_CAND_MAX entries at most). Returns how many it found, stopping at OKV_TOPK_CAND_MAX + 1 (too many
+ * for the radix sort). Sixteen scores are compared at a time where the ISA allows; i starts at `i0` (a
+ * multiple of 16) with `m0` candidates already listed. */
+static uint32_t topk_collect_from(const float *sc, uint32_t i0, uint32_t n, float t0, const uint64_t *excl,
+                                  uint32_t *ck, uint32_t *cp, uint32_t m0) {
+  uint32_t m = m0;
+  for (uint32_t i = i0; i < n && m <= OKV_TOPK_CAND_MAX; i++) {
+    if (!(sc[i] >= t0) || (excl != NULL && (excl[i >> 6] >> (i & 63u) & 1u))) continue;
+    if (m < OKV_TOPK_CAND_MAX) {
+      ck[m] = topk_key32(sc[i]);
+      cp[m] = i;
+    }
+    m++;
+  }
+  return m;
+}
+
+/* The set bits of a 16-score comparison mask at position i, listed (topk_collect_from's rule). */
+static inline bool topk_list_bits(const float *sc, uint32_t i, uint32_t bits, const uint64_t *excl, uint32_t *ck,
+                                  uint32_t *cp, uint32_t *m) {
+  if (excl != NULL) bits &= ~(uint32_t)(excl[i >> 6] >> (i & 63u)) & 0xFFFFu; /* i % 16 == 0: one word */
+  for (; bits != 0; bits &= bits - 1u) {
+    const uint32_t j = i + (uint32_t)__builtin_ctz(bits);
+    if (*m < OKV_TOPK_CAND_MAX) {
+      ck[*m] = topk_key32(sc[j]);
+      cp[*m] = j;
+    }
+    if (++*m > OKV_TOPK_CAND_MAX) return false;
+  }
+  return true;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx512f"))) static uint32_t topk_collect_avx512(const float *sc, uint32_t n, float t0,
+                                                                       const uint64_t *excl, uint32_t *ck,
+                                                                       uint32_t *cp) {
+  const __m512 T = _mm512_set1_ps(t0);
+  uint32_t m = 0, i = 0;
+  for (; i + 16u <= n; i += 16u) {
+    const uint32_t bits = (uint32_t)_mm512_cmp_ps_mask(_mm512_loadu_ps(sc + i), T, _CMP_GE_OQ);
+    if (bits != 0 && !topk_list_bits(sc, i, bits, excl, ck, cp, &m)) return m;
+  }
+  return topk_collect_from(sc, i, n, t0, excl, ck, cp, m);
+}
+
+__attribute__((target("avx2"))) static uint32_t topk_collect_avx2(const float *sc, uint32_t n, float t0,
+                                                                  const uint64_t *excl, uint32_t *ck, uint32_t *cp) {
+  const __m256 T = _mm256_set1_ps(t0);
+  uint32_t m = 0, i = 0;
+  for (; i + 16u <= n; i += 16u) {
+    const uint32_t lo = (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(sc + i), T, _CMP_GE_OQ));
+    const uint32_t hi = (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(sc + i + 8), T, _CMP_GE_OQ));
+    const uint32_t bits = lo | hi << 8;
+    if (bits != 0 && !topk_list_bits(sc, i, bits, excl, ck, cp, &m)) return m;
+  }
+  return topk_collect_from(sc, i, n, t0, excl, ck, cp, m);
+}
+#endif
+
+static uint32_t topk_collect(const float *sc, uint32_t n, float t0, const uint64_t *excl, uint32_t *ck, uint32_t *cp) {
+#if defined(__x86_64__) || defined(__i386__)
+  switch (okv_cpu_isa_active()) {
+    case OKV_CPU_ISA_AVX512: return topk_collect_avx512(sc, n, t0, excl, ck, cp);
+    case OKV_CPU_ISA_AVX2: return topk_collect_avx2(sc, n, t0, excl, ck, cp);
+    default: break;
+  }
+#endif
+  return topk_collect_from(sc, 0, n, t0, excl, ck, cp, 0);
+}
+
 /* Sorts m candidates (order keys `key`, positions `pos`, listed in ascending position order) by descending
  * key, stably, so that equal keys stay in ascending position order: the top-K's total order. An LSD radix
  * sort on four 8-bit digits that skips a digit all candidates share (the sign and high exponent bits of
@@ -1152,22 +1224,7 @@ for (long ul = 0; ul < n_seg; ul++) {
     const uint32_t rank = 2u * k / OKV_TOPK_SAMPLE_STRIDE + 1u;
     const float t0 = topk_sample_threshold(sc, n, rank);
     if (t0 > -INFINITY) {
-      for (uint32_t i = 0; i < n && m <= OKV_TOPK_CAND_MAX; i++) {
-        if ((i & 15u) == 0 && n - i >= 16u) {
-          int any = 0;
-          for (uint32_t j = 0; j < 16u; j++) any |= sc[i + j] >= t0;
-          if (!any) {
-            i += 15u;
-            continue;
-          }
-        }
-        if (!(sc[i] >= t0) || (has_excl && (excl[i >> 6] >> (i & 63u) & 1u))) continue;
-        if (m < OKV_TOPK_CAND_MAX) {
-          ck[m] = topk_key32(sc[i]);
-          cp[m] = i;
-        }
-        m++;
-      }
+      m = topk_collect(sc, n, t0, has_excl ? excl : NULL, ck, cp);
       radix = m >= k && m <= OKV_TOPK_CAND_MAX;
     }
   }

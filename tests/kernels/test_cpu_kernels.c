@@ -919,12 +919,16 @@ static void check_topk(const okv_topk_desc_t *d, const float *scores) {
   uint32_t *out = test_malloc(sizeof(uint32_t) * n_out), *ref = test_malloc(sizeof(uint32_t) * n_out);
   uint32_t *cnt = test_malloc(sizeof(uint32_t) * d->n_segments), *rcnt = test_malloc(sizeof(uint32_t) * d->n_segments);
   okv_ref_topk(d, scores, ref, rcnt);
-  for (int nt = 1; nt <= MAX_THREADS; nt++) {
-    memset(out, 0xAB, sizeof(uint32_t) * n_out);
-    okv_cpu_topk(d, scores, out, cnt, nt);
-    assert_memory_equal(out, ref, sizeof(uint32_t) * n_out);
-    assert_memory_equal(cnt, rcnt, sizeof(uint32_t) * d->n_segments);
+  for (int isa = 0; isa <= (int)okv_cpu_isa_detected(); isa++) { /* the candidate scan has a path per ISA */
+    okv_cpu_isa_limit((okv_cpu_isa_t)isa);
+    for (int nt = 1; nt <= MAX_THREADS; nt++) {
+      memset(out, 0xAB, sizeof(uint32_t) * n_out);
+      okv_cpu_topk(d, scores, out, cnt, nt);
+      assert_memory_equal(out, ref, sizeof(uint32_t) * n_out);
+      assert_memory_equal(cnt, rcnt, sizeof(uint32_t) * d->n_segments);
+    }
   }
+  okv_cpu_isa_limit(OKV_CPU_ISA_AVX512);
   /* ascending: the same set, in ascending position order, then mapped (the reference's positions sorted) */
   okv_topk_desc_t da = *d;
   da.index_map = NULL;
