@@ -1023,6 +1023,42 @@ static void test_topk(void **state) {
   test_free(map);
   test_free(sc);
   test_free(eb);
+  /* random shapes (a property: equal to the reference for every case): segments short (sorted whole) and long
+   * (the sampled threshold's candidates, or the heap when they are too many), k up to OKV_TOPK_MAX, scores
+   * continuous, from a few values (ties), all equal, or with NaN and +-infinity, random exclude sets */
+  for (int it = 0; it < 24; it++) {
+    const uint32_t rn = 1u + okv_test_rng_below(&rng, 3u);
+    uint32_t rsegn[3], reo[4] = {0}, reb[3 * 300], rne = 0;
+    uint64_t rfirst[3];
+    size_t rtotal = 0;
+    for (uint32_t u = 0; u < rn; u++) {
+      rsegn[u] =
+          okv_test_rng_below(&rng, 2u) ? okv_test_rng_below(&rng, 3000u) : 8192u + okv_test_rng_below(&rng, 12000u);
+      rfirst[u] = rtotal;
+      rtotal += rsegn[u];
+      uint32_t ne = rsegn[u] ? okv_test_rng_below(&rng, 300u) : 0u;
+      for (uint32_t i = 0; i < ne; i++) reb[rne++] = okv_test_rng_below(&rng, rsegn[u]);
+      reo[u + 1] = rne;
+    }
+    float *rs = test_malloc(sizeof(float) * (rtotal ? rtotal : 1u));
+    const uint32_t kind = okv_test_rng_below(&rng, 4u);
+    for (size_t i = 0; i < rtotal; i++) {
+      float x = (float)okv_test_rng_below(&rng, 1u << 24) * 0x1p-20f - 8.0f;
+      if (kind == 1) x = (float)okv_test_rng_below(&rng, 5u) - 2.0f;
+      if (kind == 2) x = -0.0f;
+      if (kind == 3) {
+        uint32_t r = okv_test_rng_below(&rng, 16u);
+        x = r == 0 ? NAN : r == 1 ? INFINITY : r == 2 ? -INFINITY : x;
+      }
+      rs[i] = x;
+    }
+    const uint32_t rk = 1u + okv_test_rng_below(&rng, OKV_TOPK_MAX);
+    okv_topk_desc_t d = okv_kcase_topk_desc(rn, rk, rfirst, rsegn, reo, reb);
+    check_topk(&d, rs);
+    d.excl_offsets = NULL;
+    check_topk(&d, rs);
+    test_free(rs);
+  }
   /* long segments (the sampled-threshold path): distinct scores in random, ascending and descending order, a
    * segment of one repeated score, and a segment with a NaN in every sample position */
   {
