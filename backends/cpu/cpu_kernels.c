@@ -699,17 +699,32 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vnni"))) static uint32_t 
     __m512i acc[16];
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_si512();
-    for (uint32_t c = 0; c < n; c += 64) {
-      __mmask64 m = n - c >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (n - c)) - 1);
-      __m512i qv[4], bv[4];
+    /* Whole 64-byte chunks with plain loads (the query rows as memory operands), then a masked last chunk:
+     * one path through the loop keeps the accumulators in registers (alternative paths made the compiler
+     * copy all sixteen every chunk and spill two). */
+    uint32_t c = 0;
+    for (; c + 64u <= n; c += 64u) {
+      __m512i bv[4];
 #pragma GCC unroll 4
-      for (int r = 0; r < 4; r++) qv[r] = _mm512_maskz_loadu_epi8(m, q + (size_t)r * qstride + c);
+      for (int k = 0; k < 4; k++) bv[k] = _mm512_loadu_si512(c0 + (size_t)k * sb + 8 + c);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; r++) {
+        const __m512i qv = _mm512_loadu_si512(q + (size_t)r * qstride + c);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc[k * 4 + r]) : "v"(bv[k]), "v"(qv));
+      }
+    }
+    if (c < n) {
+      const __mmask64 m = ((__mmask64)1 << (n - c)) - 1;
+      __m512i bv[4];
 #pragma GCC unroll 4
       for (int k = 0; k < 4; k++) bv[k] = _mm512_maskz_loadu_epi8(m, c0 + (size_t)k * sb + 8 + c);
 #pragma GCC unroll 4
-      for (int k = 0; k < 4; k++)
+      for (int r = 0; r < 4; r++) {
+        const __m512i qv = _mm512_maskz_loadu_epi8(m, q + (size_t)r * qstride + c);
 #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) acc[k * 4 + r] = _mm512_dpbusd_epi32(acc[k * 4 + r], bv[k], qv[r]);
+        for (int k = 0; k < 4; k++) acc[k * 4 + r] = _mm512_dpbusd_epi32(acc[k * 4 + r], bv[k], qv);
+      }
     }
     v16i r1[8], r2[4], r3[2];
 #pragma GCC unroll 8
