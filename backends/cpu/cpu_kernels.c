@@ -1108,8 +1108,8 @@ static inline uint32_t topk_key32(float x) { return (uint32_t)(topk_key(x, 0) >>
 /* The candidates of a sampled threshold t0: positions i of sc[0..n) with sc[i] >= t0 (never a NaN) and not
  * in the exclude bitmap `excl` (NULL: none), in ascending order, their order keys in ck and positions in cp
  * (OKV_TOPK_CAND_MAX entries at most). Returns how many it found, stopping at OKV_TOPK_CAND_MAX + 1 (too many
- * for the radix sort). Sixteen scores are compared at a time where the ISA allows; i starts at `i0` (a
- * multiple of 16) with `m0` candidates already listed. */
+ * for the radix sort). This is the scalar form, from position i0 with m0 candidates already listed (the
+ * tail of the 16-wide forms below, which topk_collect picks by ISA). */
 static uint32_t topk_collect_from(const float *sc, uint32_t i0, uint32_t n, float t0, const uint64_t *excl,
                                   uint32_t *ck, uint32_t *cp, uint32_t m0) {
   uint32_t m = m0;
@@ -1289,7 +1289,7 @@ for (long ul = 0; ul < n_seg; ul++) {
       tf = topk_key_score(thr);
     }
   }
-  if (!radix) /* heap sort: popping the minimum to the end leaves descending order */
+  if (!radix && !d->ascending) /* heap sort: popping the minimum to the end leaves descending order */
     for (uint32_t r = cnt; r > 1; r--) {
       uint64_t top = heap[0];
       heap[0] = heap[r - 1u];
