@@ -79,24 +79,15 @@ static void usage(FILE *f) {
       "  --fetch-ratio auto, whose spare slots device selection does not support).\n");
 }
 
+/* The CLI's decimal readers (tools/cli.h); this command words its own error lines. */
 static bool parse_u32(const char *s, uint32_t *out) {
-  char *end;
-  unsigned long v = strtoul(s, &end, 10);
-  if (*s < '0' || *s > '9' || *end != '\0' || v > UINT32_MAX) return false; /* digits only: no sign, no blanks */
+  uint64_t v = 0;
+  if (okv_cli_decimal_u64(s, &v) != OKV_CLI_NUM_OK || v > UINT32_MAX) return false;
   *out = (uint32_t)v;
   return true;
 }
 
-static bool parse_f64(const char *s, double *out) {
-  char *end;
-  /* Decimal only: strtod also takes hexadecimal ("0x10" = 16), "inf" and "nan", and skips leading blanks. */
-  if (*s == '\0' || s[strspn(s, "0123456789.eE+-")] != '\0') return false;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (*end != '\0' || !isfinite(v) || errno == ERANGE) return false; /* 1e-400 underflows: not taken as 0 */
-  *out = v;
-  return true;
-}
+static bool parse_f64(const char *s, double *out) { return okv_cli_decimal_f64(s, out) == OKV_CLI_NUM_OK; }
 
 static int parse_args(int argc, char **argv, bench_opts_t *o) {
   o->backend = "cpu";

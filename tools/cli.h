@@ -2,8 +2,11 @@
 #ifndef OASISKV_TOOLS_CLI_H
 #define OASISKV_TOOLS_CLI_H
 
+#include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -45,6 +48,44 @@ static inline bool okv_cli_list_has_empty(const char *s) {
   for (; *s; s++)
     if (*s == ',' && (s[1] == ',' || s[1] == '\0')) return true;
   return false;
+}
+
+/* How reading a decimal number went (okv_cli_decimal_u64, okv_cli_decimal_f64); each command words its own
+ * error line from it. */
+typedef enum okv_cli_num_e {
+  OKV_CLI_NUM_OK = 0,
+  OKV_CLI_NUM_BAD,        /* not a decimal number of the kind asked for */
+  OKV_CLI_NUM_OVERFLOW,   /* too large for the type */
+  OKV_CLI_NUM_UNDERFLOW,  /* f64: nonzero but below the smallest normal magnitude (not taken as 0) */
+  OKV_CLI_NUM_NOT_FINITE, /* f64: "inf", "nan" and their spellings */
+} okv_cli_num_t;
+
+/* s as a non-negative decimal integer: digits only, no sign, no blanks (strtoull would take " -1" and wrap
+ * it), no hexadecimal. *out is written only on OKV_CLI_NUM_OK. */
+static inline okv_cli_num_t okv_cli_decimal_u64(const char *s, uint64_t *out) {
+  if (s == NULL || *s < '0' || *s > '9') return OKV_CLI_NUM_BAD;
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (*end != '\0') return OKV_CLI_NUM_BAD;
+  if (errno == ERANGE) return OKV_CLI_NUM_OVERFLOW;
+  *out = (uint64_t)v;
+  return OKV_CLI_NUM_OK;
+}
+
+/* s as a finite decimal number: strtod's decimal forms only (no hexadecimal such as "0x10", no leading
+ * blanks); "inf" and "nan" read as OKV_CLI_NUM_NOT_FINITE. *out is written only on OKV_CLI_NUM_OK. */
+static inline okv_cli_num_t okv_cli_decimal_f64(const char *s, double *out) {
+  if (s == NULL || *s == '\0' || s[strspn(s, "0123456789.eE+-infatyINFATY")] != '\0' || strpbrk(s, "xX") != NULL)
+    return OKV_CLI_NUM_BAD;
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (*end != '\0') return OKV_CLI_NUM_BAD;
+  if (errno == ERANGE) return fabs(v) > 1.0 ? OKV_CLI_NUM_OVERFLOW : OKV_CLI_NUM_UNDERFLOW;
+  if (!isfinite(v)) return OKV_CLI_NUM_NOT_FINITE;
+  *out = v;
+  return OKV_CLI_NUM_OK;
 }
 
 /* A command-line value as an error line shows it: control characters escaped (\n, \t, \xNN), so that a bad

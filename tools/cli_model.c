@@ -33,14 +33,8 @@ int okv_cli_opt_value(const char *cmd, int argc, char **argv, int *i, const char
 }
 
 bool okv_cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *out) {
-  char *end = NULL, shown[96];
-  errno = 0;
-  if (!s || !isdigit((unsigned char)*s)) goto bad; /* no sign, no leading blanks (strtoull would wrap " -1") */
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || *end) goto bad;
-  *out = v;
-  return true;
-bad:
+  if (okv_cli_decimal_u64(s, out) == OKV_CLI_NUM_OK) return true;
+  char shown[96];
   fprintf(stderr, "%s: %s expects a non-negative integer, got '%s'\n", cmd, flag,
           okv_cli_shown(s, shown, sizeof shown));
   return false;
@@ -58,28 +52,17 @@ bool okv_cli_parse_u32(const char *cmd, const char *flag, const char *s, uint32_
 }
 
 bool okv_cli_parse_double(const char *cmd, const char *flag, const char *s, double *out) {
-  char *end = NULL, shown[96];
-  errno = 0;
-  /* Decimal only: strtod would also take hexadecimal ("0x10" = 16) and skip leading blanks; "inf" and "nan"
-   * are refused below as not finite. */
-  bool other = s && s[strspn(s, "0123456789.eE+-infatyINFATY")] != '\0';
-  bool hex = s && strpbrk(s, "xX") != NULL;
-  double v = s && *s && !other && !hex ? strtod(s, &end) : NAN;
-  int e = errno;
-  if (!s || !*s || other || hex || *end) {
-    fprintf(stderr, "%s: %s: '%s' is not a number\n", cmd, flag, okv_cli_shown(s, shown, sizeof shown));
-    return false;
-  }
-  if (e == ERANGE) { /* strtod: +-HUGE_VAL on overflow, a magnitude of at most DBL_MIN on underflow */
-    fprintf(stderr, "%s: %s: '%s' is out of range (%s)\n", cmd, flag, s, fabs(v) > 1.0 ? "overflows" : "underflows");
-    return false;
-  }
-  if (!isfinite(v)) {
+  const okv_cli_num_t r = okv_cli_decimal_f64(s, out);
+  char shown[96];
+  if (r == OKV_CLI_NUM_OK) return true;
+  if (r == OKV_CLI_NUM_OVERFLOW || r == OKV_CLI_NUM_UNDERFLOW)
+    fprintf(stderr, "%s: %s: '%s' is out of range (%s)\n", cmd, flag, s,
+            r == OKV_CLI_NUM_OVERFLOW ? "overflows" : "underflows");
+  else if (r == OKV_CLI_NUM_NOT_FINITE)
     fprintf(stderr, "%s: %s: '%s' is not a finite number\n", cmd, flag, s);
-    return false;
-  }
-  *out = v;
-  return true;
+  else
+    fprintf(stderr, "%s: %s: '%s' is not a number\n", cmd, flag, okv_cli_shown(s, shown, sizeof shown));
+  return false;
 }
 
 bool okv_cli_parse_fetch_ratio(const char *cmd, const char *s, double *out) {
