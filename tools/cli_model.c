@@ -78,13 +78,14 @@ bool okv_cli_parse_fetch_ratio(const char *cmd, const char *s, double *out) {
     *out = -v;
     return true;
   }
-  if (s == NULL || *s == '\0' || s[strspn(s, "0123456789.eE+-")] != '\0') { /* say both forms it takes */
+  const okv_cli_num_t r = okv_cli_decimal_f64(s, &v);
+  if (r == OKV_CLI_NUM_BAD || r == OKV_CLI_NUM_NOT_FINITE) { /* not a number: say both forms it takes */
     char shown[96];
     fprintf(stderr, "%s: --fetch-ratio: '%s' is neither a number in (0, 1] nor auto[:MAX]\n", cmd,
             okv_cli_shown(s, shown, sizeof shown));
     return false;
   }
-  if (!okv_cli_parse_double(cmd, "--fetch-ratio", s, &v)) return false;
+  if (r != OKV_CLI_NUM_OK && !okv_cli_parse_double(cmd, "--fetch-ratio", s, &v)) return false; /* out of range */
   if (!(v > 0.0 && v <= 1.0)) {
     fprintf(stderr, "%s: --fetch-ratio must be in (0, 1], got %s\n", cmd, s);
     return false;
