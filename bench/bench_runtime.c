@@ -439,11 +439,14 @@ int okv_cli_bench_runtime(int argc, char **argv) {
   /* K blocks besides the active one: a context of up to K + 1 blocks never misses. */
   const bool fits =
       (uint64_t)o.context_tokens + o.steps + o.warmup <= ((uint64_t)o.budget_blocks + 1u) * OKV_BLOCK_TOKENS;
-  if (fits)
+  const bool within_k = (uint64_t)o.context_tokens + o.steps + o.warmup <= (uint64_t)o.budget_blocks * OKV_BLOCK_TOKENS;
+  if (fits) /* up to K blocks no selection runs; at K + 1 it runs and finds every block resident */
     fprintf(stderr,
             "oasiskv bench runtime: note: --context %u with the steps fits in the working set (K = %u blocks): "
-            "every block stays resident and no selection runs, so this measures dense decode\n",
-            o.context_tokens, o.budget_blocks);
+            "every block stays resident and %s, so this measures dense decode%s\n",
+            o.context_tokens, o.budget_blocks,
+            within_k ? "no selection runs" : "no block is ever missed (prediction and selection run, fetch nothing)",
+            within_k ? "" : " plus a prediction that changes nothing");
   const uint32_t kept_groups = okv_runtime_config(rt)->scoring_groups;
   if (!fits && o.warmup == 0)
     fprintf(stderr,
@@ -627,9 +630,9 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     json_object_object_add(jout, "misses", json_object_new_int64((int64_t)cum.misses));
     json_object_object_add(jout, "admitted", json_object_new_int64((int64_t)cum.admitted));
     json_object_object_add(jout, "deferred", json_object_new_int64((int64_t)cum.deferred));
-    if (o.recall)
+    if (o.recall) /* null when no step had a top-K to recall (every block resident, no selection) */
       json_object_object_add(
-          jout, "recall", json_object_new_double(cum.recall_total ? (double)cum.recall_hits / cum.recall_total : 0.0));
+          jout, "recall", cum.recall_total ? json_object_new_double((double)cum.recall_hits / cum.recall_total) : NULL);
     if (o.recall && cum.topk_agreement_total > 0)
       json_object_object_add(jout, "topk_agreement",
                              json_object_new_double((double)cum.topk_agreement_hits / cum.topk_agreement_total));
@@ -682,7 +685,8 @@ int okv_cli_bench_runtime(int argc, char **argv) {
         "deferred %llu",
         1e3 * t_steps / n_steps, 1e3 * cum.stall_seconds / n_steps, o.steps, (unsigned long long)cum.hits,
         (unsigned long long)cum.misses, (unsigned long long)cum.admitted, (unsigned long long)cum.deferred);
-    if (o.recall) printf(", recall %.4f", cum.recall_total ? (double)cum.recall_hits / cum.recall_total : 0.0);
+    if (o.recall && cum.recall_total > 0) printf(", recall %.4f", (double)cum.recall_hits / cum.recall_total);
+    if (o.recall && cum.recall_total == 0) printf(", recall - (no top-K to recall: every block resident)");
     if (o.recall && cum.topk_agreement_total > 0)
       printf(" (of the flat top-K), top-K agreement with flat %.4f",
              (double)cum.topk_agreement_hits / cum.topk_agreement_total);

@@ -673,7 +673,20 @@ static void test_runtime_capacity(void **state) {
   if (rc != 0) show_stderr();
   assert_int_equal(rc, 0);
   first_stderr_line(line, sizeof line);
-  assert_non_null(strstr(line, "no selection runs"));
+  /* at K + 1 blocks selection does run (it said "no selection runs" there too) */
+  assert_non_null(strstr(line, "no block is ever missed (prediction and selection run, fetch nothing)"));
+  assert_null(strstr(line, "no selection runs"));
+  /* With every block resident there is no top-K to recall: recall is null, not 0 (the worst value). */
+  char jpath[300];
+  snprintf(jpath, sizeof jpath, "%s/recall.json", g_dir);
+  rc = run_cli("bench runtime --seqs 1 --context 100 --layers 1 --steps 2 --recall --json", jpath);
+  if (rc != 0) show_stderr();
+  assert_int_equal(rc, 0);
+  json_object *rj = json_object_from_file(jpath), *rv = NULL;
+  assert_non_null(rj);
+  assert_true(json_object_object_get_ex(rj, "recall", &rv));
+  assert_null(rv);
+  json_object_put(rj);
   /* A context clamped to the runtime's limit and then refused: one line, naming the clamp (it printed two). */
   assert_int_equal(run_cli("bench runtime --context 2000000 --steps 1", NULL), 2);
   assert_int_equal(stderr_lines(), 1);
