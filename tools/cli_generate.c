@@ -186,7 +186,15 @@ int okv_cli_generate(int argc, char **argv) {
               steps_s, mc->seq_len);
     steps = mc->seq_len;
   }
-  if (steps < n_prompt) steps = (uint32_t)n_prompt;
+  if (steps < n_prompt) { /* the prompt is fed whole: say so rather than run more steps than asked */
+    if (steps_s)
+      fprintf(stderr,
+              CMD
+              ": note: --steps %s is fewer than the prompt's %zu tokens (BOS included): the prompt is fed whole "
+              "and nothing is generated\n",
+              steps_s, (size_t)n_prompt);
+    steps = (uint32_t)n_prompt;
+  }
   /* A prefill takes a window of P + 2 tokens (okv_eval_prefill, the job format): the prompt, then the last
    * prompt token repeated (carried, never prefilled; generation overwrites it). */
   if (prefill_on && (n_prompt < 2 || n_prompt + 1 > mc->seq_len)) {

@@ -174,6 +174,17 @@ if [ $rc -ne 0 ] || ! grep -q "note: --steps 100 is more than the context's 64 p
 else
   echo "ok   generate --steps past --context: noted; --steps equal to it: no note"
 fi
+# --steps below the prompt's tokens: the prompt is fed whole, with a note (it ran more steps than asked silently).
+n=$((n + 1))
+"$cli" generate --model "$model" --tokenizer "$tok" --prompt "Once upon a time" --steps 1 >/dev/null \
+  2>"$work/steps1.err"
+rc=$?
+if [ $rc -ne 0 ] || ! head -1 "$work/steps1.err" |
+     grep -q "^oasiskv generate: note: --steps 1 is fewer than the prompt's [0-9]* tokens"; then
+  echo "FAIL generate --steps below the prompt (exit $rc):"; cat "$work/steps1.err"; fails=$((fails + 1))
+else
+  echo "ok   generate --steps below the prompt: $(head -1 "$work/steps1.err")"
+fi
 # A prompt is echoed and continued (ngram drafter, sampling with a seed is reproducible).
 n=$((n + 1))
 "$cli" generate --model "$model" --tokenizer "$tok" --prompt "Lily and Tom went to the park." --steps 40 \
