@@ -13,7 +13,8 @@
  *      attention_roofline_fraction = max(bytes / stream_bw, flops / fma_peak) / time,
  *  - Quest scoring of a 16K-token context (summary bytes / time vs stream
  *    bandwidth: scoring_roofline_fraction), the same on bf16 summaries
- *    (scoring_bf16_time_s, scoring_bf16_gbps), and scoring + top-K (K = 128 blocks)
+ *    (scoring_bf16_time_s, scoring_bf16_gbps), on 8-bit summaries and 4-bit centres (scoring_q8_time_s,
+ *    scoring_c4_time_s), and scoring + top-K (K = 128 blocks)
  *    time as a fraction of sparse attention over K = 128 blocks
  *    (scoring_fraction);
  *  - selection on slot tables (okv_hal_select_async + okv_hal_slot_commit_async)
@@ -482,15 +483,17 @@ static okv_status_t bench_score_make(okv_bench_t *b, uint32_t batch, uint32_t n_
   if (!c->sfirst || !c->scfirst || !c->segn) return okv_status_make(OKV_STATUS_OUT_OF_MEMORY, "host: bench scoring");
   for (uint32_t u = 0; u < U; u++) c->sfirst[u] = c->scfirst[u] = (uint64_t)u * n_blocks, c->segn[u] = n_blocks;
   const size_t n_summ = (size_t)U * n_blocks;
+  /* C4 buffers hold whole tiles of 16 blocks */
+  const size_t n_alloc = summary_dtype == OKV_DTYPE_C4 ? (n_summ + 15u) / 16u * 16u : n_summ;
   OKV_RETURN_IF_ERROR(
-      okv_hal_buffer_alloc(b->dev, OKV_TIER_DEVICE, n_summ * okv_summary_bytes_ex(summary_dtype, D), &c->summ));
+      okv_hal_buffer_alloc(b->dev, OKV_TIER_DEVICE, n_alloc * okv_summary_bytes_ex(summary_dtype, D), &c->summ));
   OKV_RETURN_IF_ERROR(okv_hal_buffer_alloc(b->dev, OKV_TIER_DEVICE, n_summ * 4u, &c->scores));
   OKV_RETURN_IF_ERROR(okv_hal_buffer_alloc(b->dev, OKV_TIER_DEVICE, (size_t)U * 128u * 4u, &c->idx));
   const size_t q_floats = (size_t)batch * T * H * G * D;
   OKV_RETURN_IF_ERROR(okv_hal_buffer_alloc(b->dev, OKV_TIER_DEVICE, q_floats * 4u, &c->q));
   if (summary_dtype == OKV_DTYPE_F32) {
     OKV_RETURN_IF_ERROR(bench_fill_f32(c->summ, n_summ * 2u * D, 11));
-  } else if (summary_dtype == OKV_DTYPE_Q8) { /* encoded from random bf16 summaries */
+  } else if (summary_dtype == OKV_DTYPE_Q8 || summary_dtype == OKV_DTYPE_C4) { /* encoded from random bf16 ones */
     okv_hal_buffer_t *src = NULL;
     uint64_t *first = malloc(8u * n_summ);
     uint32_t *ones = malloc(4u * n_summ);
@@ -503,7 +506,7 @@ static okv_status_t bench_score_make(okv_bench_t *b, uint32_t batch, uint32_t n_
                                       .src = src,
                                       .src_dtype = OKV_DTYPE_BF16,
                                       .dst = c->summ,
-                                      .dst_dtype = OKV_DTYPE_Q8,
+                                      .dst_dtype = summary_dtype,
                                       .n = (uint32_t)n_summ,
                                       .src_first = first,
                                       .src_n = ones,
@@ -724,6 +727,11 @@ int okv_cli_bench_kernels(int argc, char **argv) {
   BENCH_CHECK(bench_score_make(&b, score_batch, score_blocks, OKV_DTYPE_Q8, &sc));
   BENCH_CHECK(bench_time(&b, bench_launch_score, &sc, quick ? 0.05 : 0.2, &t_score_q8));
   bench_score_free(&sc);
+  /* And on 4-bit centres (the first pass of c4 scoring, the default). */
+  double t_score_c4 = 0;
+  BENCH_CHECK(bench_score_make(&b, score_batch, score_blocks, OKV_DTYPE_C4, &sc));
+  BENCH_CHECK(bench_time(&b, bench_launch_score, &sc, quick ? 0.05 : 0.2, &t_score_c4));
+  bench_score_free(&sc);
   /* Selection on slot tables (device side) for one step of the runtime bench's 448 KV heads, and what
    * enqueueing it costs the host. */
   double t_select = 0, t_select_enqueue = 0;
@@ -747,6 +755,8 @@ int okv_cli_bench_kernels(int argc, char **argv) {
            t_score_bf16 * 1e3, summ_bytes / 2.0 / t_score_bf16 / 1e9, t_score / t_score_bf16);
     printf("scoring 16K context on 8-bit summaries: %.3f ms -> %.2fx the bf16 speed\n", t_score_q8 * 1e3,
            t_score_bf16 / t_score_q8);
+    printf("scoring 16K context on 4-bit centres: %.3f ms -> %.2fx the bf16 speed, %.2fx the 8-bit\n", t_score_c4 * 1e3,
+           t_score_bf16 / t_score_c4, t_score_q8 / t_score_c4);
     printf("top-K 128 of 1024 blocks x %u segments: %.3f ms; attention over K=128 blocks: %.3f ms\n", score_batch * 8u,
            t_topk * 1e3, attn_k128_s * 1e3);
     printf(
@@ -775,6 +785,7 @@ int okv_cli_bench_kernels(int argc, char **argv) {
       {"scoring_bf16_time_s", t_score_bf16},
       {"scoring_bf16_gbps", summ_bytes / 2.0 / t_score_bf16 / 1e9},
       {"scoring_q8_time_s", t_score_q8},
+      {"scoring_c4_time_s", t_score_c4},
       {"topk_time_s", t_topk},
       {"select_device_ns_per_head", t_select * 1e9 / BENCH_SEL_HEADS},
       {"select_enqueue_ns_per_head", t_select_enqueue * 1e9 / BENCH_SEL_HEADS},

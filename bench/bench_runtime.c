@@ -61,7 +61,7 @@ static void usage(FILE *f) {
       "usage: oasiskv bench runtime [--backend NAME] [--seqs N] [--context TOKENS] [--layers N]\n"
       "                             [--host-gib G] [--budget K] [--fetch-ratio R] [--steps N]\n"
       "                             [--warmup N] [--noise X] [--recall] [--project SHAPE] [--json]\n"
-      "                             [--scoring q8|flat|two-level] [--groups N] [--summary-dtype auto|f32|bf16|f16]\n"
+      "                             [--scoring c4|q8|flat|two-level] [--groups N] [--summary-dtype auto|f32|bf16|f16]\n"
       "                             [--locality X] [--selection host|device]\n"
       "  Defaults: cpu, 8 sequences x 16384 tokens, layers that fit in 4 GiB of host tier,\n"
       "  K = 128, fetch ratio 0.05, 4 measured steps after 2 warm-up steps.\n"
@@ -74,6 +74,9 @@ static void usage(FILE *f) {
       "  random walk along the context plus i.i.d. noise, so that neighbouring blocks are alike.\n"
       "  --steps N + --warmup N: at most 524279 in all. A step's fetches land at the next step's commit, so\n"
       "  with --warmup 0 the first measured step moves no block.\n"
+      "  --scoring S (default c4, the runtime's): how the prediction scores blocks (docs/kernels.md\n"
+      "  \"Scoring at long context\"); --groups N: for c4 and q8 the candidates rescored beyond K per KV\n"
+      "  head (default K), for two-level the groups kept (default K / 4).\n"
       "  --selection device (default): selection and its commit run as kernels on DEVICE slot tables\n"
       "  (okv_runtime_config_t.device_selection); host runs them on the host's maps (the default with\n"
       "  --fetch-ratio auto, whose spare slots device selection does not support).\n");
@@ -229,7 +232,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
   }
   if (o->groups > 0 && o->scoring == OKV_SCORING_FLAT) { /* said first: no value of --groups would do */
     fprintf(stderr,
-            "oasiskv bench runtime: --groups applies to --scoring q8 and two-level (flat scores every "
+            "oasiskv bench runtime: --groups applies to --scoring q8, c4 and two-level (flat scores every "
             "block)\n");
     return 2;
   }
@@ -708,7 +711,9 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     printf("scoring %s, %s summaries", okv_scoring_name(o.scoring),
            okv_dtype_name(okv_runtime_config(rt)->summary_dtype));
     if (groups > 0)
-      printf(o.scoring == OKV_SCORING_Q8 ? ", %u candidates rescored beyond K" : ", %u groups kept", groups);
+      printf(o.scoring == OKV_SCORING_Q8 || o.scoring == OKV_SCORING_C4 ? ", %u candidates rescored beyond K"
+                                                                        : ", %u groups kept",
+             groups);
     else if (o.scoring != OKV_SCORING_FLAT)
       printf(" (every block scored exactly: %s falls back to flat at this context and budget)",
              okv_scoring_name(o.scoring));

@@ -209,10 +209,11 @@ struct okv_runtime_t {
   /* Two-level scoring: one summary per group of OKV_SCORING_GROUP_BLOCKS host blocks (host group g = host
    * blocks 16g..16g+15, one head's consecutive logical blocks since extents hold multiples of 16), NULL in flat. */
   okv_hal_buffer_t *group_summaries;
-  uint32_t groups_kept;   /* two-level: groups scored in full per head; q8: candidates per head; 0 = flat */
-  uint32_t unit_blocks;   /* blocks per unit of group_summaries: OKV_SCORING_GROUP_BLOCKS (two-level), 1 (q8) */
-  okv_dtype_t unit_dtype; /* dtype of group_summaries: cfg.summary_dtype (two-level), OKV_DTYPE_Q8 (q8) */
-  uint32_t *ones;         /* q8: [max_seqs * n_kv_heads] of 1 (src_n of the appended blocks' re-encode) */
+  uint32_t groups_kept; /* two-level: groups scored in full per head; q8: candidates per head; 0 = flat */
+  uint32_t unit_blocks; /* blocks per unit of group_summaries: OKV_SCORING_GROUP_BLOCKS (two-level), 1 (q8, c4) */
+  okv_dtype_t
+      unit_dtype; /* dtype of group_summaries: cfg.summary_dtype (two-level), OKV_DTYPE_Q8 (q8), OKV_DTYPE_C4 (c4) */
+  uint32_t *ones; /* q8: [max_seqs * n_kv_heads] of 1 (src_n of the appended blocks' re-encode) */
   okv_hal_buffer_t *pool; /* slots */
   uint64_t n_slots;
   uint32_t *free_slots; /* global stack */
@@ -667,5 +668,11 @@ okv_status_t okv_runtime_debug_check_tables(okv_runtime_t *runtime);
 uint64_t okv_runtime_debug_free_slots(const okv_runtime_t *runtime);
 /* For tests: waits until the background pipeline has selected every queued layer. */
 void okv_runtime_debug_drain(okv_runtime_t *runtime);
+
+/* Whether the runtime scores in two passes over compact per-block summaries (q8 or c4): group_summaries then
+ * holds one compact summary per host block, re-encoded from the exact one whenever it changes. */
+static inline bool okv_rt_blockwise_units(const okv_runtime_t *rt) {
+  return rt->unit_dtype == OKV_DTYPE_Q8 || rt->unit_dtype == OKV_DTYPE_C4;
+}
 
 #endif

@@ -1,5 +1,5 @@
 /* Scoring that scales with context (paper arXiv 2608.08097, "Predict", with
- * three additions measured in docs/kernels.md "Scoring at long context"):
+ * four additions measured in docs/kernels.md "Scoring at long context"):
  *  - summaries stored in cfg.summary_dtype (f32, or f16/bf16 with directed
  *    rounding so that the Quest bound stays an upper bound);
  *  - two-level scoring: one summary per group of OKV_SCORING_GROUP_BLOCKS
@@ -10,7 +10,10 @@
  *  - q8 scoring: the same two passes with units of one block whose summaries
  *    are 8-bit (OKV_DTYPE_Q8, an upper bound of the exact summary's score);
  *    the best K + margin blocks per KV head are rescored on the exact
- *    summaries.
+ *    summaries;
+ *  - c4 scoring (the default): the same as q8 with 4-bit block centres in
+ *    tiles of 16 blocks (OKV_DTYPE_C4, an estimate of the exact score, not a
+ *    bound; docs/kernels.md "4-bit centres").
  * Owns the group summaries, their maintenance entry points and the two-level
  * prediction pass. */
 #include "runtime_internal.h"
@@ -24,19 +27,19 @@ okv_status_t okv_rt_scoring_init(okv_runtime_t *rt, uint64_t n_host_blocks) {
   rt->unit_blocks = 1;
   rt->unit_dtype = c->summary_dtype;
   /* okv_runtime_config() reports the value in effect: 0 wherever every block is scored exactly (flat scoring,
-   * DENSE, or q8 / two-level falling back to flat below), else the resolved default. */
+   * DENSE, or q8, c4 or two-level falling back to flat below), else the resolved default. */
   const uint32_t asked = c->scoring_groups;
   rt->cfg.scoring_groups = 0;
   if (c->scoring == OKV_SCORING_FLAT || c->mode == OKV_MODE_DENSE) return OKV_OK;
   uint64_t n_seg = (uint64_t)c->max_seqs * c->n_kv_heads;
   uint32_t g, in_effect;
-  if (c->scoring == OKV_SCORING_Q8) {
+  if (c->scoring == OKV_SCORING_Q8 || c->scoring == OKV_SCORING_C4) {
     /* K + margin candidates per head; scoring all of a head's blocks this way is flat scoring. */
     uint32_t m = asked ? asked : c->budget_blocks;
     g = c->budget_blocks + m > OKV_TOPK_MAX ? OKV_TOPK_MAX : c->budget_blocks + m;
     /* No margin left (K = OKV_TOPK_MAX) would make the 8-bit order decide: flat scoring then. */
     if (g <= c->budget_blocks || (uint64_t)g >= rt->max_blocks) return OKV_OK;
-    rt->unit_dtype = OKV_DTYPE_Q8;
+    rt->unit_dtype = c->scoring == OKV_SCORING_C4 ? OKV_DTYPE_C4 : OKV_DTYPE_Q8;
     in_effect = g - c->budget_blocks;
   } else {
     g = asked ? asked : c->budget_blocks / 4u;
@@ -48,13 +51,15 @@ okv_status_t okv_rt_scoring_init(okv_runtime_t *rt, uint64_t n_host_blocks) {
   }
   rt->cfg.scoring_groups = in_effect;
   rt->groups_kept = g;
-  uint64_t ub = okv_summary_bytes_ex(rt->unit_dtype, c->head_dim);
-  okv_status_t st =
-      okv_hal_buffer_alloc(rt->device, OKV_TIER_DEVICE, n_host_blocks / rt->unit_blocks * ub, &rt->group_summaries);
+  uint64_t ub = okv_summary_bytes_ex(rt->unit_dtype, c->head_dim), n_units = n_host_blocks / rt->unit_blocks;
+  if (rt->unit_dtype == OKV_DTYPE_C4) n_units = (n_units + 15u) / 16u * 16u; /* whole tiles of 16 blocks */
+  okv_status_t st = okv_hal_buffer_alloc(rt->device, OKV_TIER_DEVICE, n_units * ub, &rt->group_summaries);
   if (st != OKV_OK)
     return okv_status_annotate(st, "runtime: allocating %s summaries (DEVICE tier)",
-                               rt->unit_dtype == OKV_DTYPE_Q8 ? "8-bit" : "group");
-  if (rt->unit_dtype == OKV_DTYPE_Q8) {
+                               rt->unit_dtype == OKV_DTYPE_Q8   ? "8-bit"
+                               : rt->unit_dtype == OKV_DTYPE_C4 ? "4-bit"
+                                                                : "group");
+  if (okv_rt_blockwise_units(rt)) {
     rt->ones = okv_malloc(&rt->alloc, n_seg * sizeof(uint32_t));
     if (rt->ones == NULL) return OKV_RT_HOST_OOM("8-bit summary updates");
     for (uint64_t i = 0; i < n_seg; i++) rt->ones[i] = 1;
@@ -77,7 +82,7 @@ okv_status_t okv_rt_scoring_ctx_init(okv_runtime_t *rt, okv_predict_ctx_t *ctx) 
   ctx->cand_bits = okv_malloc(&rt->alloc, (rt->max_blocks / 64u + 1u) * sizeof(uint64_t));
   if (!ctx->r_seg || !ctx->r_n || !ctx->r_sfirst || !ctx->r_cfirst || !ctx->cand_block || !ctx->cand_bits)
     return OKV_RT_HOST_OOM("two-level scoring ranges");
-  if (rt->unit_dtype != OKV_DTYPE_Q8) return OKV_OK;
+  if (!okv_rt_blockwise_units(rt)) return OKV_OK;
   uint64_t n_seg = (uint64_t)rt->cfg.max_seqs * rt->cfg.n_kv_heads;
   uint64_t n_runs = n_seg * ceil_div_u32(rt->max_blocks, rt->extent_blocks);
   ctx->run_offsets = okv_malloc(&rt->alloc, (n_seg + 1u) * sizeof(uint32_t));
@@ -203,7 +208,7 @@ okv_status_t okv_rt_final_topk(okv_predict_ctx_t *ctx, okv_hal_stream_t *stream,
   return OKV_OK;
 }
 
-/* q8 scoring with the candidates kept on the device: the 8-bit pass, its top-(K + margin) per head in
+/* q8 and c4 scoring with the candidates kept on the device: the 8-bit (or 4-bit) pass, its top-(K + margin) per head in
  * ascending block order (the active block excluded) into ctx->cand, the exact pass over those lists (each
  * block's summary found through the head's runs of contiguous extents), and the top-K with ctx->cand as its
  * index map. One listing serves both passes: every head's runs, from its hot mirror (a head's extents are read
@@ -215,7 +220,7 @@ static okv_status_t predict_q8(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_ha
   const okv_runtime_config_t *c = &rt->cfg;
   const uint32_t H = c->n_kv_heads, G = rt->groups_kept, K = c->budget_blocks, E = rt->extent_blocks;
   const uint32_t n_seg = n_seqs * H;
-  okv_score_desc_t sd = okv_rt_pass_desc(rt, ctx, n_seqs, T, t_begin, t_end, rt->group_summaries, OKV_DTYPE_Q8);
+  okv_score_desc_t sd = okv_rt_pass_desc(rt, ctx, n_seqs, T, t_begin, t_end, rt->group_summaries, rt->unit_dtype);
   for (uint32_t s = 0; s < n_seqs; s++) /* the mirrors are cold: their misses overlap */
     if (ctx->seqs[s] != NULL)
       okv_rt_prefetch_range(head_hot(rt, (uint32_t)(ctx->seqs[s] - rt->seqs), layer, 0), H * sizeof(okv_head_hot_t));
@@ -307,7 +312,7 @@ static okv_status_t predict_q8(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_ha
 okv_status_t okv_rt_predict_two_level(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream,
                                       uint32_t n_seqs, uint32_t layer, uint32_t T, uint32_t t_begin, uint32_t t_end,
                                       double *bk_s) {
-  if (rt->unit_dtype == OKV_DTYPE_Q8) return predict_q8(rt, ctx, stream, n_seqs, layer, T, t_begin, t_end, bk_s);
+  if (okv_rt_blockwise_units(rt)) return predict_q8(rt, ctx, stream, n_seqs, layer, T, t_begin, t_end, bk_s);
   double t0 = okv_rt_bk_s();
   const okv_runtime_config_t *c = &rt->cfg;
   uint32_t H = c->n_kv_heads, G = rt->groups_kept, K = c->budget_blocks, GB = rt->unit_blocks;

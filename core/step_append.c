@@ -55,13 +55,13 @@ static okv_status_t append_enqueue(okv_runtime_t *rt, uint32_t layer) {
                              .summary_dtype = c->summary_dtype};
     st = okv_hal_summarize_blocks_async(rt->compute, &sd);
   }
-  if (st == OKV_OK && rt->groups_kept > 0 && rt->unit_dtype == OKV_DTYPE_Q8) {
+  if (st == OKV_OK && rt->groups_kept > 0 && okv_rt_blockwise_units(rt)) {
     /* 8-bit summaries: re-encode every appended block from its updated summary, then the rebuilt ones */
     okv_summary_reduce_desc_t rd = {.head_dim = hd,
                                     .src = rt->summaries,
                                     .src_dtype = c->summary_dtype,
                                     .dst = rt->group_summaries,
-                                    .dst_dtype = OKV_DTYPE_Q8,
+                                    .dst_dtype = rt->unit_dtype,
                                     .n = rt->app_n_app,
                                     .src_first = rt->append_index,
                                     .src_n = rt->ones,
@@ -291,7 +291,7 @@ okv_status_t okv_rt_layer_append(okv_runtime_t *rt, uint32_t layer, const float 
       } else {
         rt->append_index[n_app] = hb;
         rt->append_first[n_app] = off == 0;
-        if (rt->groups_kept > 0 && rt->unit_dtype != OKV_DTYPE_Q8) { /* the group's summary takes the same key */
+        if (rt->groups_kept > 0 && !okv_rt_blockwise_units(rt)) { /* the group's summary takes the same key */
           rt->append_gindex[n_app] = hb / OKV_SCORING_GROUP_BLOCKS;
           rt->append_gfirst[n_app] = off == 0 && b % OKV_SCORING_GROUP_BLOCKS == 0;
         }

@@ -22,6 +22,7 @@ const char *okv_dtype_name(okv_dtype_t dtype) {
     case OKV_DTYPE_F16: return "f16";
     case OKV_DTYPE_BF16: return "bf16";
     case OKV_DTYPE_Q8: return "q8";
+    case OKV_DTYPE_C4: return "c4";
     default: return "unknown";
   }
 }
@@ -34,6 +35,7 @@ uint64_t okv_summary_bytes(uint32_t head_dim) { return 2ull * (uint64_t)head_dim
 
 uint64_t okv_summary_bytes_ex(okv_dtype_t summary_dtype, uint32_t head_dim) {
   if (summary_dtype == OKV_DTYPE_Q8) return 8ull + ((2ull * (uint64_t)head_dim + 7ull) & ~7ull);
+  if (summary_dtype == OKV_DTYPE_C4) return 12ull + ((((uint64_t)head_dim + 1ull) / 2ull + 3ull) & ~3ull);
   return 2ull * (uint64_t)head_dim * (uint64_t)okv_dtype_size(summary_dtype);
 }
 

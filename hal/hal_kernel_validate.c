@@ -64,6 +64,16 @@ static uint64_t items_in(const okv_hal_buffer_t *buf, uint64_t item_bytes) {
   return item_bytes ? buf->size / item_bytes : 0;
 }
 
+/* " in whole tiles of 16 blocks" after a count of OKV_DTYPE_C4 summaries, whose buffers hold whole tiles only. */
+static const char *tiles_note(okv_dtype_t dtype) { return dtype == OKV_DTYPE_C4 ? ", whole tiles of 16 blocks" : ""; }
+
+/* Summaries a buffer holds: whole tiles of 16 for OKV_DTYPE_C4 (include/oasiskv/kernels.h). */
+static uint64_t summaries_in(const okv_hal_buffer_t *buf, okv_dtype_t dtype, uint32_t head_dim) {
+  const uint64_t sb = okv_summary_bytes_ex(dtype, head_dim);
+  if (dtype == OKV_DTYPE_C4) return items_in(buf, 16u * sb) * 16u;
+  return items_in(buf, sb);
+}
+
 static okv_status_t check_head_dim(uint32_t head_dim, const char *fn) {
   if (head_dim < 1 || head_dim > 256) return INVALID("%s: head_dim %u not in 1..256", fn, head_dim);
   return OKV_OK;
@@ -77,9 +87,9 @@ static okv_status_t check_dtype_of(okv_dtype_t dtype, const char *fn, const char
 
 static okv_status_t check_dtype(okv_dtype_t dtype, const char *fn) { return check_dtype_of(dtype, fn, "kv_dtype"); }
 
-/* A summary dtype that may also be OKV_DTYPE_Q8 (the 8-bit summary format). */
+/* A summary dtype that may also be OKV_DTYPE_Q8 or OKV_DTYPE_C4 (the compact summary formats). */
 static okv_status_t check_dtype_or_q8(okv_dtype_t dtype, const char *fn, const char *name) {
-  if (dtype == OKV_DTYPE_Q8) return OKV_OK;
+  if (dtype == OKV_DTYPE_Q8 || dtype == OKV_DTYPE_C4) return OKV_OK;
   return check_dtype_of(dtype, fn, name);
 }
 
@@ -226,7 +236,7 @@ okv_status_t okv_hal_validate_summary(const okv_hal_stream_t *stream, const okv_
   REQUIRE_NONNULL(d->valid, "valid");
   REQUIRE_NONNULL(d->summary_index, "summary_index");
   uint64_t n_kv_blocks = items_in(d->kv, okv_block_bytes(d->kv_dtype, d->head_dim));
-  uint64_t n_summaries = items_in(d->summaries, okv_summary_bytes_ex(d->summary_dtype, d->head_dim));
+  uint64_t n_summaries = summaries_in(d->summaries, d->summary_dtype, d->head_dim);
   for (uint32_t i = 0; i < d->n_blocks; i++) {
     if (d->block_index[i] >= n_kv_blocks)
       return INVALID("%s: block_index[%u] = %llu: block outside kv (%llu blocks)", fn, i,
@@ -251,7 +261,7 @@ okv_status_t okv_hal_validate_summary_append(const okv_hal_stream_t *stream, con
   REQUIRE_NONNULL(d->summary_index, "summary_index");
   REQUIRE_NONNULL(d->keys, "keys");
   REQUIRE_NONNULL(d->first, "first");
-  uint64_t n_summaries = items_in(d->summaries, okv_summary_bytes_ex(d->summary_dtype, d->head_dim));
+  uint64_t n_summaries = summaries_in(d->summaries, d->summary_dtype, d->head_dim);
   for (uint32_t i = 0; i < d->n; i++)
     if (d->summary_index[i] >= n_summaries)
       return INVALID("%s: summary_index[%u] = %llu outside summaries (%llu summaries)", fn, i,
@@ -294,16 +304,17 @@ okv_status_t okv_hal_validate_summary_reduce(const okv_hal_stream_t *stream, con
   REQUIRE_NONNULL(d->src_first, "src_first");
   REQUIRE_NONNULL(d->src_n, "src_n");
   REQUIRE_NONNULL(d->dst_index, "dst_index");
-  uint64_t n_src = items_in(d->src, okv_summary_bytes_ex(d->src_dtype, d->head_dim));
-  uint64_t n_dst = items_in(d->dst, okv_summary_bytes_ex(d->dst_dtype, d->head_dim));
+  uint64_t n_src = summaries_in(d->src, d->src_dtype, d->head_dim);
+  uint64_t n_dst = summaries_in(d->dst, d->dst_dtype, d->head_dim);
   for (uint32_t i = 0; i < d->n; i++) {
     if (d->src_n[i] == 0) return INVALID("%s: src_n[%u] is 0 (a summary needs at least one source)", fn, i);
     if (!span_ok(d->src_first[i], d->src_n[i], n_src))
-      return INVALID("%s: entry %u: source summaries [%llu, +%u) outside src (%llu summaries)", fn, i,
-                     (unsigned long long)d->src_first[i], d->src_n[i], (unsigned long long)n_src);
+      return INVALID("%s: entry %u: source summaries [%llu, +%u) outside src (%llu summaries%s)", fn, i,
+                     (unsigned long long)d->src_first[i], d->src_n[i], (unsigned long long)n_src,
+                     tiles_note(d->src_dtype));
     if (d->dst_index[i] >= n_dst)
-      return INVALID("%s: dst_index[%u] = %llu outside dst (%llu summaries)", fn, i,
-                     (unsigned long long)d->dst_index[i], (unsigned long long)n_dst);
+      return INVALID("%s: dst_index[%u] = %llu outside dst (%llu summaries%s)", fn, i,
+                     (unsigned long long)d->dst_index[i], (unsigned long long)n_dst, tiles_note(d->dst_dtype));
   }
   return OKV_OK;
 }
@@ -328,7 +339,7 @@ okv_status_t okv_hal_validate_score(const okv_hal_stream_t *stream, const okv_sc
   OKV_RETURN_IF_ERROR(check_range(stream, d->q, d->q_offset, q_bytes, true, fn, "q"));
   OKV_RETURN_IF_ERROR(check_range(stream, d->summaries, 0, 0, false, fn, "summaries"));
   OKV_RETURN_IF_ERROR(check_range(stream, d->scores, 0, 0, false, fn, "scores"));
-  uint64_t n_summaries = items_in(d->summaries, okv_summary_bytes_ex(d->summary_dtype, d->head_dim));
+  uint64_t n_summaries = summaries_in(d->summaries, d->summary_dtype, d->head_dim);
   uint64_t n_scores = items_in(d->scores, 4u);
   if (d->list_blocks != NULL) {
     if (d->n_ranges > 0) return INVALID("%s: list_blocks and n_ranges %u both given", fn, d->n_ranges);
@@ -360,9 +371,9 @@ okv_status_t okv_hal_validate_score(const okv_hal_stream_t *stream, const okv_sc
                        (unsigned long long)d->seg_score_first[u], (unsigned long long)nb);
       for (uint32_t r = d->seg_run_offsets[u]; r < d->seg_run_offsets[u + 1]; r++) {
         if (!span_ok(d->run_summary_first[r], d->run_n_blocks[r], n_summaries))
-          return INVALID("%s: run %u: summaries [%llu, +%u) outside summaries (%llu)", fn, r,
+          return INVALID("%s: run %u: summaries [%llu, +%u) outside summaries (%llu%s)", fn, r,
                          (unsigned long long)d->run_summary_first[r], d->run_n_blocks[r],
-                         (unsigned long long)n_summaries);
+                         (unsigned long long)n_summaries, tiles_note(d->summary_dtype));
         if ((uint64_t)d->run_first_block[r] + d->run_n_blocks[r] > UINT32_MAX)
           return INVALID("%s: run %u: blocks [%u, +%u) overflow", fn, r, d->run_first_block[r], d->run_n_blocks[r]);
         if (r > d->seg_run_offsets[u] && d->run_first_block[r] < d->run_first_block[r - 1] + d->run_n_blocks[r - 1])
@@ -386,9 +397,9 @@ okv_status_t okv_hal_validate_score(const okv_hal_stream_t *stream, const okv_sc
       uint64_t nb = d->range_n_blocks[r];
       if (nb == 0) continue;
       if (!span_ok(d->range_summary_first[r], nb, n_summaries))
-        return INVALID("%s: range %u: summaries [%llu, +%llu) outside summaries (%llu)", fn, r,
+        return INVALID("%s: range %u: summaries [%llu, +%llu) outside summaries (%llu%s)", fn, r,
                        (unsigned long long)d->range_summary_first[r], (unsigned long long)nb,
-                       (unsigned long long)n_summaries);
+                       (unsigned long long)n_summaries, tiles_note(d->summary_dtype));
       if (!span_ok(d->range_score_first[r], nb, n_scores))
         return INVALID("%s: range %u: scores [%llu, +%llu) outside scores (%llu floats)", fn, r,
                        (unsigned long long)d->range_score_first[r], (unsigned long long)nb,
@@ -403,9 +414,9 @@ okv_status_t okv_hal_validate_score(const okv_hal_stream_t *stream, const okv_sc
     uint64_t nb = d->seg_n_blocks[u];
     if (nb == 0) continue;
     if (d->seg_summary_first[u] > n_summaries || nb > n_summaries - d->seg_summary_first[u])
-      return INVALID("%s: segment %llu: summaries [%llu, +%llu) outside summaries (%llu)", fn, (unsigned long long)u,
+      return INVALID("%s: segment %llu: summaries [%llu, +%llu) outside summaries (%llu%s)", fn, (unsigned long long)u,
                      (unsigned long long)d->seg_summary_first[u], (unsigned long long)nb,
-                     (unsigned long long)n_summaries);
+                     (unsigned long long)n_summaries, tiles_note(d->summary_dtype));
     if (d->seg_score_first[u] > n_scores || nb > n_scores - d->seg_score_first[u])
       return INVALID("%s: segment %llu: scores [%llu, +%llu) outside scores (%llu floats)", fn, (unsigned long long)u,
                      (unsigned long long)d->seg_score_first[u], (unsigned long long)nb, (unsigned long long)n_scores);

@@ -142,6 +142,14 @@ OKV_DEVICE unsigned char okv_q8_code(float v, float lo, float step, bool up) {
   return (unsigned char)(c < 0.0 ? 0.0 : c > 255.0 ? 255.0 : c);
 }
 
+// 4-bit block centres (OKV_DTYPE_C4, include/oasiskv/kernels.h): tiles of 16 blocks, f32 lo[16], f32 step[16],
+// f32 width[16], then per 4 bytes of packed codes (P per block) 16 lanes x 4 bytes. Block b: lane b % 16 of tile
+// b / 16. Same encoding arithmetic as the CPU backend, so the same codes.
+OKV_DEVICE uint32_t okv_c4_packed_bytes(uint32_t D) { return (((D + 1u) / 2u) + 3u) & ~3u; }
+OKV_DEVICE uint64_t okv_c4_tile_bytes(uint32_t D) { return 16ull * (12ull + okv_c4_packed_bytes(D)); }
+// Byte j of the packed codes of lane l of a tile.
+OKV_DEVICE uint64_t okv_c4_code_at(uint32_t j, uint32_t l) { return 192ull + (j / 4u) * 64ull + l * 4ull + j % 4u; }
+
 /* ---- 1. Batched block gather: one launch for any number of blocks; reads pinned ---- */
 // device-mapped host memory or device memory, writes the destination slots.
 
@@ -477,12 +485,14 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_SUMMARY_THREADS) okv_gpu_su
   const uint32_t *src_n = (const uint32_t *)a.src_n;
   const uint64_t *dst_index = (const uint64_t *)a.dst_index;
   const uint64_t ssb = 2ull * D * okv_elem_bytes(a.src_dtype), dsb = 2ull * D * okv_elem_bytes(a.dst_dtype);
-  const bool q8 = a.dst_dtype == (uint32_t)OKV_DTYPE_Q8;
-  const uint64_t dstride = q8 ? okv_q8_summary_bytes(D) : dsb;
+  const bool c4 = a.dst_dtype == (uint32_t)OKV_DTYPE_C4;
+  const bool coded = a.dst_dtype == (uint32_t)OKV_DTYPE_Q8 || c4; /* q8 and c4 encode from the reduced box */
+  const uint64_t dstride = a.dst_dtype == (uint32_t)OKV_DTYPE_Q8 ? okv_q8_summary_bytes(D) : dsb;
   __shared__ float s_mn[256], s_mx[256], s_lo, s_step;
   for (uint32_t i = blockIdx.x; i < a.n; i += gridDim.x) {
     const unsigned char *src = (const unsigned char *)a.src + src_first[i] * ssb;
-    unsigned char *dst = (unsigned char *)a.dst + dst_index[i] * dstride;
+    unsigned char *dst = c4 ? (unsigned char *)a.dst + dst_index[i] / 16u * okv_c4_tile_bytes(D)
+                            : (unsigned char *)a.dst + dst_index[i] * dstride;
     for (uint32_t d = threadIdx.x; d < D; d += blockDim.x) {
       float mn = OKV_POS_INF, mx = OKV_NEG_INF;
       for (uint32_t j = 0; j < src_n[i]; ++j) {
@@ -491,7 +501,7 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_SUMMARY_THREADS) okv_gpu_su
         mn = x < mn ? x : mn;
         mx = y > mx ? y : mx;
       }
-      if (q8) {
+      if (coded) {
         s_mn[d] = mn;
         s_mx[d] = mx;
       } else {
@@ -499,8 +509,49 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_SUMMARY_THREADS) okv_gpu_su
         okv_store_bound(dst, D + d, a.dst_dtype, mx, true);
       }
     }
-    if (!q8) continue; /* uniform across the block */
+    if (!coded) continue; /* uniform across the block */
     __syncthreads();
+    if (c4) { /* uniform across the block */
+      const uint32_t l = (uint32_t)(dst_index[i] % 16u), P = okv_c4_packed_bytes(D);
+      if (threadIdx.x == 0) {
+        double clo = OKV_POS_INF, chi = OKV_NEG_INF, wsum = 0.0;
+        bool finite = true;
+        for (uint32_t d = 0; d < D; ++d) {
+          const double c = 0.5 * (double)s_mn[d] + 0.5 * (double)s_mx[d];
+          finite = finite && s_mn[d] > OKV_NEG_INF && s_mn[d] < OKV_POS_INF && s_mx[d] > OKV_NEG_INF &&
+                   s_mx[d] < OKV_POS_INF;
+          clo = c < clo ? c : clo;
+          chi = c > chi ? c : chi;
+          wsum += 0.5 * ((double)s_mx[d] - (double)s_mn[d]);
+        }
+        float lo = 0.0f, step = -1.0f, width = 0.0f;
+        if (finite && D > 0) {
+          lo = (float)clo;
+          width = (float)(wsum / (double)D);
+          step = chi > (double)lo ? (float)((chi - (double)lo) / 15.0) : 0.0f;
+        }
+        s_lo = lo;
+        s_step = step;
+        ((float *)dst)[l] = lo;
+        ((float *)dst)[16 + l] = step;
+        ((float *)dst)[32 + l] = width;
+      }
+      __syncthreads();
+      const float lo = s_lo, step = s_step;
+      for (uint32_t j = threadIdx.x; j < P; j += blockDim.x) { /* packed byte j: elements 2j, 2j + 1 */
+        unsigned char v = 0;
+        for (uint32_t k = 0; k < 2; ++k) {
+          const uint32_t d = 2u * j + k;
+          if (d >= D || !(step > 0.0f)) continue;
+          const double c = 0.5 * (double)s_mn[d] + 0.5 * (double)s_mx[d];
+          const double x = rint((c - (double)lo) / (double)step);
+          v |= (unsigned char)((x < 0.0 ? 0u : x > 15.0 ? 15u : (uint32_t)x) << (4u * k));
+        }
+        dst[okv_c4_code_at(j, l)] = v;
+      }
+      __syncthreads(); /* s_mn / s_mx are reused by the next entry */
+      continue;
+    }
     if (threadIdx.x == 0) okv_q8_params(s_mn, s_mx, D, &s_lo, &s_step);
     __syncthreads();
     const float lo = s_lo, step = s_step;
@@ -567,6 +618,57 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_SCORE_THREADS) okv_gpu_scor
   const unsigned char *summ = (const unsigned char *)a.summaries;
   float *scores = (float *)a.scores;
   const uint32_t n_rows = (a.t_end - a.t_begin) * G;
+  if (sdt == (uint32_t)OKV_DTYPE_C4) { /* uniform across the block */
+    const uint64_t tb = okv_c4_tile_bytes(D);
+    for (uint32_t b = b_begin + warp; b < b_end; b += n_warps) { /* uniform per warp */
+      uint64_t si = sum_first + b;
+      if (list && !okv_list_summary(a, u, b, &si)) {
+        if (lane == 0) scores[score_first + b] = OKV_NEG_INF;
+        continue;
+      }
+      const unsigned char *tile = summ + si / 16u * tb;
+      const uint32_t l = (uint32_t)(si % 16u);
+      const float lo = ((const float *)tile)[l], step = ((const float *)tile)[16 + l];
+      const float width = ((const float *)tile)[32 + l];
+      float best = OKV_NEG_INF;
+      for (uint32_t r = 0; r < n_rows; ++r) {
+        const uint32_t t = a.t_begin + r / G, g = r % G;
+        const float *qr = q + (((uint64_t)s * T + t) * Hq + h * G + g) * D;
+        float m = 0.0f;
+        double sx = 0.0, l1 = 0.0;
+        for (uint32_t d = lane; d < D; d += OKV_WARP_SIZE) {
+          const float x = qr[d] * a.scale;
+          m = fabsf(x) > m || x != x ? fabsf(x) : m; /* NaN stays: the row is not finite */
+          sx += (double)x;
+          l1 += (double)fabsf(x);
+        }
+        for (int w = OKV_WARP_SIZE / 2; w > 0; w /= 2) {
+          const float o = okv_shfl_xor(m, w, OKV_WARP_SIZE);
+          m = o > m || o != o ? o : m;
+          sx += okv_shfl_xor(sx, w, OKV_WARP_SIZE);
+          l1 += okv_shfl_xor(l1, w, OKV_WARP_SIZE);
+        }
+        float v;
+        if (step < 0.0f || !(m < OKV_POS_INF)) {
+          v = OKV_POS_INF;
+        } else {
+          const float sig = m / 127.0f;
+          int dot = 0;
+          for (uint32_t d = lane; d < D && m > 0.0f; d += OKV_WARP_SIZE) {
+            float c = rintf((qr[d] * a.scale) / sig);
+            c = c > 127.0f ? 127.0f : c < -127.0f ? -127.0f : c;
+            const unsigned char p = tile[okv_c4_code_at(d / 2u, l)];
+            dot += (int)c * (int)(d % 2u ? p >> 4 : p & 15u);
+          }
+          for (int w = OKV_WARP_SIZE / 2; w > 0; w /= 2) dot += okv_shfl_xor(dot, w, OKV_WARP_SIZE);
+          v = (float)((double)lo * sx + (double)width * l1 + (double)step * (double)sig * (double)dot);
+        }
+        best = fmaxf(best, v);
+      }
+      if (lane == 0) scores[score_first + b] = best;
+    }
+    return;
+  }
   if (sdt == (uint32_t)OKV_DTYPE_Q8) { /* uniform across the block */
     const uint64_t qsb = okv_q8_summary_bytes(D);
     for (uint32_t b = b_begin + warp; b < b_end; b += n_warps) { /* uniform per warp */
@@ -585,12 +687,12 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_SCORE_THREADS) okv_gpu_scor
         double sx = 0.0;
         for (uint32_t d = lane; d < D; d += OKV_WARP_SIZE) {
           const float x = qr[d] * a.scale;
-          m = fabsf(x) > m ? fabsf(x) : m;
+          m = fabsf(x) > m || x != x ? fabsf(x) : m; /* NaN stays: the row is not finite */
           sx += (double)x;
         }
         for (int w = OKV_WARP_SIZE / 2; w > 0; w /= 2) {
           const float o = okv_shfl_xor(m, w, OKV_WARP_SIZE);
-          m = o > m ? o : m;
+          m = o > m || o != o ? o : m;
           sx += okv_shfl_xor(sx, w, OKV_WARP_SIZE);
         }
         float v;

@@ -38,7 +38,7 @@ static void usage(FILE *f) {
           "  --budget K         working-set blocks per KV head (default 8)\n"
           "  --fetch-ratio R    cap C = ceil(R*K) new blocks per KV head per step, R in (0,1] (default 0.05);\n"
           "                     auto[:MAX]: chosen per step from the measured link, at most MAX (default 0.05)\n"
-          "  --scoring S        flat|two-level|q8: how the prediction scores blocks (default: the runtime's,\n"
+          "  --scoring S        c4|q8|flat|two-level: how the prediction scores blocks (default: the runtime's, c4;\n"
           "                     docs/kernels.md \"Scoring at long context\")\n"
           "  --selection S      host|device: where oasis and proxy select and commit (default host; device:\n"
           "                     slot tables and kernels, docs/api.md \"Selection on the device\"; not with\n"

@@ -103,7 +103,7 @@ bool okv_cli_parse_scoring(const char *cmd, const char *s, okv_scoring_t *out) {
   if (st == OKV_OK) return true;
   okv_status_free(st); /* its message names the library call: say it in the option's terms */
   char shown[96];
-  fprintf(stderr, "%s: unknown --scoring '%s' (expected q8, flat or two-level, lower case)\n", cmd,
+  fprintf(stderr, "%s: unknown --scoring '%s' (expected c4, q8, flat or two-level, lower case)\n", cmd,
           okv_cli_shown(s, shown, sizeof shown));
   return false;
 }

@@ -525,6 +525,10 @@ for (long i = 0; i < n; i++) {
     okv_cpu_q8_encode(lo, hi, hd, dm);
     continue;
   }
+  if (ddt == OKV_DTYPE_C4) {
+    okv_cpu_c4_encode(lo, hi, hd, okv_cpu_c4_tile(dst, d->dst_index[i], hd), (uint32_t)(d->dst_index[i] % OKV_C4_TILE));
+    continue;
+  }
   for (uint32_t e = 0; e < hd; e++) {
     store_bound(dm, ddt, e, lo[e], false);
     store_bound(dm, ddt, (size_t)hd + e, hi[e], true);
@@ -567,12 +571,13 @@ float okv_cpu_q8_query(const float *x, uint32_t hd, int8_t *codes, double *sum_x
   double sx = 0.0;
   for (uint32_t e = 0; e < hd; e++) {
     float a = fabsf(x[e]);
-    m = a > m ? a : m;
+    m = a > m || a != a ? a : m; /* a NaN element makes m NaN, so the row counts as not finite */
     sx += (double)x[e];
   }
   *sum_x = sx;
   memset(codes, 0, 2u * (size_t)hd);
-  if (!(m > 0.0f) || !isfinite(m)) return m > 0.0f ? NAN : 0.0f; /* all zero: no code; non-finite: NaN score */
+  if (!isfinite(m)) return NAN; /* a non-finite element: the row scores +infinity */
+  if (!(m > 0.0f)) return 0.0f; /* all zero: no code */
   float sig = m / 127.0f;
   while (127.0 * (double)sig < (double)m) sig = nextafterf(sig, INFINITY);
   for (uint32_t e = 0; e < hd; e++) {
@@ -583,6 +588,72 @@ float okv_cpu_q8_query(const float *x, uint32_t hd, int8_t *codes, double *sum_x
       codes[e] = (int8_t)c; /* against the min codes */
     else
       codes[(size_t)hd + e] = (int8_t)c; /* against the max codes */
+  }
+  return sig;
+}
+
+/* ---- 4-bit centres (OKV_DTYPE_C4; include/oasiskv/kernels.h) ---- */
+
+/* Both derived from okv_summary_bytes_ex (a block's share of a tile: its 12 header bytes and its codes). */
+uint32_t okv_cpu_c4_packed_bytes(uint32_t hd) { return (uint32_t)okv_summary_bytes_ex(OKV_DTYPE_C4, hd) - 12u; }
+
+size_t okv_cpu_c4_tile_bytes(uint32_t hd) { return (size_t)OKV_C4_TILE * okv_summary_bytes_ex(OKV_DTYPE_C4, hd); }
+
+uint8_t *okv_cpu_c4_tile(void *base, uint64_t block, uint32_t hd) {
+  return (uint8_t *)base + (size_t)(block / OKV_C4_TILE) * okv_cpu_c4_tile_bytes(hd);
+}
+
+void okv_cpu_c4_encode(const float *mn, const float *mx, uint32_t hd, uint8_t *tile, uint32_t lane) {
+  double clo = INFINITY, chi = -INFINITY, wsum = 0.0;
+  bool finite = true;
+  for (uint32_t e = 0; e < hd; e++) {
+    double c = 0.5 * (double)mn[e] + 0.5 * (double)mx[e];
+    finite = finite && isfinite(mn[e]) && isfinite(mx[e]);
+    clo = c < clo ? c : clo;
+    chi = c > chi ? c : chi;
+    wsum += 0.5 * ((double)mx[e] - (double)mn[e]);
+  }
+  const uint32_t P = okv_cpu_c4_packed_bytes(hd);
+  uint8_t packed[132];
+  memset(packed, 0, P);
+  float lo = 0.0f, step = -1.0f, width = 0.0f; /* not finite: step < 0, scores +infinity */
+  if (finite && hd > 0) {
+    lo = (float)clo;
+    width = (float)(wsum / (double)hd);
+    step = chi > (double)lo ? (float)((chi - (double)lo) / 15.0) : 0.0f;
+    for (uint32_t e = 0; step > 0.0f && e < hd; e++) {
+      double c = 0.5 * (double)mn[e] + 0.5 * (double)mx[e];
+      double a = nearbyint((c - (double)lo) / (double)step);
+      uint8_t v = (uint8_t)(a < 0 ? 0 : a > 15 ? 15 : a);
+      packed[e / 2u] |= (uint8_t)(e % 2u ? v << 4 : v);
+    }
+  }
+  memcpy(tile + 4u * lane, &lo, 4);
+  memcpy(tile + 4u * (OKV_C4_TILE + lane), &step, 4);
+  memcpy(tile + 4u * (2u * OKV_C4_TILE + lane), &width, 4);
+  for (uint32_t j = 0; j < P; j += 4) memcpy(tile + OKV_C4_CODES + (size_t)j * OKV_C4_TILE + 4u * lane, packed + j, 4);
+}
+
+float okv_cpu_c4_query(const float *x, uint32_t hd, int8_t *codes, float *sum_x, float *l1_x) {
+  float m = 0.0f;
+  double sx = 0.0, l1 = 0.0;
+  for (uint32_t e = 0; e < hd; e++) {
+    float a = fabsf(x[e]);
+    m = a > m || a != a ? a : m; /* a NaN element makes m NaN, so the row counts as not finite */
+    sx += (double)x[e];
+    l1 += (double)a;
+  }
+  *sum_x = (float)sx;
+  *l1_x = (float)l1;
+  memset(codes, 0, 2u * (size_t)okv_cpu_c4_packed_bytes(hd));
+  if (!isfinite(m)) return NAN; /* a non-finite element: the row scores +infinity */
+  if (!(m > 0.0f)) return 0.0f; /* all zero: no code */
+  const float sig = m / 127.0f;
+  for (uint32_t e = 0; e < hd; e++) {
+    float c = nearbyintf(x[e] / sig);
+    c = c > 127.0f ? 127.0f : c < -127.0f ? -127.0f : c;
+    const uint32_t j = e / 2u; /* packed byte j: 4-byte group j / 4, byte j % 4 */
+    codes[(j / 4u) * 8u + (e % 2u) * 4u + j % 4u] = (int8_t)c;
   }
   return sig;
 }
@@ -814,6 +885,157 @@ static bool q8_have_vnni(void) {
 #endif
 }
 
+/* OKV_DTYPE_C4 estimates (include/oasiskv/kernels.h). A row x (scaled) has 8-bit codes xc (sigma = max |x| /
+ * 127); its estimate on a lane is fma(step * sigma, f32(dot(code, xc)), fma(width, f32(sum|x|), lo * f32(sum x))),
+ * +infinity where step < 0 or the row is not finite; a block's score is the max over the head's rows. The dot
+ * products are integers and every path forms the f32 parts with the same fused operations, so the ISAs' scores
+ * are the scalar loop's bit for bit. */
+
+/* Integer dot product of lane l's codes (P packed bytes) with one row's codes (okv_cpu_c4_query's layout). */
+static int32_t c4_dot_base(const uint8_t *tile, uint32_t l, const int32_t *xc32, uint32_t P) {
+  const int8_t *xc = (const int8_t *)xc32;
+  int32_t acc = 0;
+  for (uint32_t j = 0; j < P; j++) {
+    const uint8_t v = tile[OKV_C4_CODES + (size_t)(j / 4u) * 4u * OKV_C4_TILE + 4u * l + j % 4u];
+    acc += (int32_t)(v & 15u) * xc[(j / 4u) * 8u + j % 4u] + (int32_t)(v >> 4) * xc[(j / 4u) * 8u + 4u + j % 4u];
+  }
+  return acc;
+}
+
+/* The query side of a tile's estimates: nr rows, row r's codes at xc + r * stride (int32 units, 4 codes each;
+ * rows up to the next multiple of 4 exist and hold zero codes), its sigma (NaN: not finite) and sums. */
+typedef struct c4_rows_t {
+  const int32_t *xc;
+  size_t stride;
+  uint32_t nr;
+  const float *sig, *sx, *l1;
+} c4_rows_t;
+
+/* The f32 estimate of one row on one lane from its integer dot product. */
+static inline float c4_row_estimate(const uint8_t *tile, uint32_t l, const c4_rows_t *q, uint32_t r, int32_t dot) {
+  float lo, step, width;
+  memcpy(&lo, tile + 4u * l, 4);
+  memcpy(&step, tile + 4u * (OKV_C4_TILE + l), 4);
+  memcpy(&width, tile + 4u * (2u * OKV_C4_TILE + l), 4);
+  if (step < 0.0f || q->sig[r] != q->sig[r]) return INFINITY;
+  return fmaf(step * q->sig[r], (float)dot, fmaf(width, q->l1[r], lo * q->sx[r]));
+}
+
+static void c4_tile_base(const uint8_t *tile, uint32_t P, const c4_rows_t *q, float *best) {
+  for (uint32_t l = 0; l < OKV_C4_TILE; l++) {
+    float v = -INFINITY;
+    for (uint32_t r = 0; r < q->nr; r++) {
+      float u = c4_row_estimate(tile, l, q, r, c4_dot_base(tile, l, q->xc + (size_t)r * q->stride, P));
+      v = u > v ? u : v;
+    }
+    best[l] = v;
+  }
+}
+
+static void c4_tiles_base(const uint8_t *tiles, uint32_t n_tiles, size_t tb, uint32_t P, const c4_rows_t *q,
+                          float *out) {
+  for (uint32_t t = 0; t < n_tiles; t++) c4_tile_base(tiles + (size_t)t * tb, P, q, out + (size_t)t * OKV_C4_TILE);
+}
+
+/* AVX-512 VNNI. The tile puts a block's 4 code bytes in each 32-bit lane, so every vpdpbusd multiplies 16
+ * blocks' nibbles by one group of 4 codes of a row (an embedded-broadcast memory operand) and sums into the
+ * blocks' own lanes: no horizontal reduction. Four rows at a time, low and high nibbles in separate
+ * accumulators (eight independent chains). */
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vnni"), always_inline)) static inline void c4_tile_vnni(
+    const uint8_t *tile, uint32_t P, const c4_rows_t *q, float *best) {
+  const __m512i NIB = _mm512_set1_epi8(15);
+  const __m512 LO = _mm512_loadu_ps(tile), ST = _mm512_loadu_ps(tile + 4u * OKV_C4_TILE);
+  const __m512 W = _mm512_loadu_ps(tile + 8u * OKV_C4_TILE), POS = _mm512_set1_ps(INFINITY);
+  const __mmask16 st_neg = _mm512_cmp_ps_mask(ST, _mm512_setzero_ps(), _CMP_LT_OQ);
+  const uint8_t *codes = tile + OKV_C4_CODES;
+  __m512 B = _mm512_set1_ps(-INFINITY);
+  for (uint32_t r0 = 0; r0 < q->nr; r0 += 4) {
+    const int32_t *x0 = q->xc + (size_t)r0 * q->stride, *x1 = x0 + q->stride, *x2 = x1 + q->stride,
+                  *x3 = x2 + q->stride;
+    __m512i e0 = _mm512_setzero_si512(), e1 = _mm512_setzero_si512(), e2 = _mm512_setzero_si512(),
+            e3 = _mm512_setzero_si512(), o0 = _mm512_setzero_si512(), o1 = _mm512_setzero_si512(),
+            o2 = _mm512_setzero_si512(), o3 = _mm512_setzero_si512();
+    for (uint32_t g = 0; g < P / 4u; g++) {
+      const __m512i v = _mm512_loadu_si512(codes + (size_t)g * 64u);
+      const __m512i lo = _mm512_and_si512(v, NIB), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), NIB);
+      __asm__("vpdpbusd %2, %1, %0" : "+v"(e0) : "v"(lo), "v"(_mm512_set1_epi32(x0[2u * g])));
+      __asm__("vpdpbusd %2, %1, %0" : "+v"(o0) : "v"(hi), "v"(_mm512_set1_epi32(x0[2u * g + 1u])));
+      __asm__("vpdpbusd %2, %1, %0" : "+v"(e1) : "v"(lo), "v"(_mm512_set1_epi32(x1[2u * g])));
+      __asm__("vpdpbusd %2, %1, %0" : "+v"(o1) : "v"(hi), "v"(_mm512_set1_epi32(x1[2u * g + 1u])));
+      __asm__("vpdpbusd %2, %1, %0" : "+v"(e2) : "v"(lo), "v"(_mm512_set1_epi32(x2[2u * g])));
+      __asm__("vpdpbusd %2, %1, %0" : "+v"(o2) : "v"(hi), "v"(_mm512_set1_epi32(x2[2u * g + 1u])));
+      __asm__("vpdpbusd %2, %1, %0" : "+v"(e3) : "v"(lo), "v"(_mm512_set1_epi32(x3[2u * g])));
+      __asm__("vpdpbusd %2, %1, %0" : "+v"(o3) : "v"(hi), "v"(_mm512_set1_epi32(x3[2u * g + 1u])));
+    }
+    const __m512i dots[4] = {_mm512_add_epi32(e0, o0), _mm512_add_epi32(e1, o1), _mm512_add_epi32(e2, o2),
+                             _mm512_add_epi32(e3, o3)};
+    for (uint32_t i = 0; i < 4 && r0 + i < q->nr; i++) {
+      const uint32_t r = r0 + i;
+      const __m512 U0 =
+          _mm512_fmadd_ps(_mm512_mul_ps(ST, _mm512_set1_ps(q->sig[r])), _mm512_cvtepi32_ps(dots[i]),
+                          _mm512_fmadd_ps(W, _mm512_set1_ps(q->l1[r]), _mm512_mul_ps(LO, _mm512_set1_ps(q->sx[r]))));
+      const __m512 U = q->sig[r] != q->sig[r] ? POS : _mm512_mask_blend_ps(st_neg, U0, POS);
+      B = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(U, B, _CMP_GT_OQ), B, U); /* u > v ? u : v */
+    }
+  }
+  _mm512_storeu_ps(best, B);
+}
+
+/* n_tiles consecutive tiles (tb bytes apart) into out[16 * n_tiles], prefetching two tiles ahead (the hardware
+ * streams too few lines ahead). */
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vnni"))) static void c4_tiles_vnni(
+    const uint8_t *tiles, uint32_t n_tiles, size_t tb, uint32_t P, const c4_rows_t *q, float *out) {
+  for (uint32_t t = 0; t < n_tiles; t++) {
+    const uint8_t *tile = tiles + (size_t)t * tb;
+    if (t + 2u < n_tiles)
+      for (size_t o = 0; o < tb; o += 64) _mm_prefetch((const char *)tile + 2u * tb + o, _MM_HINT_T0);
+    c4_tile_vnni(tile, P, q, out + (size_t)t * OKV_C4_TILE);
+  }
+}
+
+/* AVX2 + FMA, eight lanes at a time: nibbles (0..15) times s8 codes summed in pairs with vpmaddubsw (at most
+ * 2 * 15 * 127 per pair, twice that for both nibbles, so no 16-bit saturation), then into 32 bits (vpmaddwd with
+ * ones); the f32 parts with the same fused operations. Same scores bit for bit. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void c4_tile_avx2(const uint8_t *tile, uint32_t P,
+                                                                                   const c4_rows_t *q, float *best) {
+  const __m256i NIB = _mm256_set1_epi8(15), ONES = _mm256_set1_epi16(1);
+  for (uint32_t half = 0; half < 2; half++) {
+    const float *hd = (const float *)(const void *)tile + 8u * half;
+    const __m256 LO = _mm256_loadu_ps(hd), ST = _mm256_loadu_ps(hd + OKV_C4_TILE);
+    const __m256 W = _mm256_loadu_ps(hd + 2u * OKV_C4_TILE), POS = _mm256_set1_ps(INFINITY);
+    const __m256 st_neg = _mm256_cmp_ps(ST, _mm256_setzero_ps(), _CMP_LT_OQ);
+    __m256 B = _mm256_set1_ps(-INFINITY);
+    for (uint32_t r = 0; r < q->nr; r++) {
+      const int32_t *xr = q->xc + (size_t)r * q->stride;
+      __m256i acc = _mm256_setzero_si256();
+      for (uint32_t g = 0; g < P / 4u; g++) {
+        const __m256i v =
+            _mm256_loadu_si256((const __m256i *)(tile + OKV_C4_CODES + (size_t)g * 4u * OKV_C4_TILE + 32u * half));
+        const __m256i lo = _mm256_and_si256(v, NIB), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), NIB);
+        const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(xr[2u * g])),
+                                           _mm256_maddubs_epi16(hi, _mm256_set1_epi32(xr[2u * g + 1u])));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ONES));
+      }
+      __m256 U =
+          _mm256_fmadd_ps(_mm256_mul_ps(ST, _mm256_set1_ps(q->sig[r])), _mm256_cvtepi32_ps(acc),
+                          _mm256_fmadd_ps(W, _mm256_set1_ps(q->l1[r]), _mm256_mul_ps(LO, _mm256_set1_ps(q->sx[r]))));
+      U = q->sig[r] != q->sig[r] ? POS : _mm256_blendv_ps(U, POS, st_neg);
+      B = _mm256_blendv_ps(B, U, _mm256_cmp_ps(U, B, _CMP_GT_OQ));
+    }
+    _mm256_storeu_ps(best + 8u * half, B);
+  }
+}
+
+__attribute__((target("avx2,fma"))) static void c4_tiles_avx2(const uint8_t *tiles, uint32_t n_tiles, size_t tb,
+                                                              uint32_t P, const c4_rows_t *q, float *out) {
+  for (uint32_t t = 0; t < n_tiles; t++) {
+    const uint8_t *tile = tiles + (size_t)t * tb;
+    if (t + 2u < n_tiles)
+      for (size_t o = 0; o < tb; o += 64) _mm_prefetch((const char *)tile + 2u * tb + o, _MM_HINT_T0);
+    c4_tile_avx2(tile, P, q, out + (size_t)t * OKV_C4_TILE);
+  }
+}
+
 #define OKV_Q8_ROWS 64u /* query rows quantized per pass */
 
 /* Scoring with OKV_DTYPE_Q8 summaries (same jobs and chunks as the other dtypes). */
@@ -872,6 +1094,68 @@ for (long it = 0; it < n_items; it++) {
         dst[b] = (first || v > dst[b]) ? v : dst[b];
       }
     }
+  }
+}
+  }
+}
+
+/* Scoring with OKV_DTYPE_C4 summaries (same jobs and chunks as the other dtypes): the rows' codes, then the
+ * tiles that a job's chunk touches, each scored whole, and the chunk's lanes merged into its scores. */
+static void score_c4(const okv_score_desc_t *d, const float *q, const void *summaries, float *scores, int nt) {
+  const uint32_t G = d->group_size, hd = d->head_dim, nq = d->n_kv_heads * G;
+  const uint32_t rows = (d->t_end - d->t_begin) * G;
+  const uint32_t n_jobs = d->n_ranges > 0 ? d->n_ranges : d->n_seqs * d->n_kv_heads;
+  const uint32_t P = okv_cpu_c4_packed_bytes(hd);
+  const size_t tb = okv_cpu_c4_tile_bytes(hd), stride = P / 2u; /* int32 per row of codes */
+  const float scale = (float)(1.0 / sqrt((double)hd));
+  const bool vnni = q8_have_vnni(), avx2 = !vnni && okv_cpu_isa_active() >= OKV_CPU_ISA_AVX2;
+  const uint32_t max_nb = score_max_blocks(d, n_jobs);
+  const long n_chunks = (long)((max_nb + OKV_SCORE_CHUNK - 1u) / OKV_SCORE_CHUNK);
+  const long n_items = (long)n_jobs * n_chunks;
+  okv_unused_threads(nt);
+  OKV_OMP(omp parallel num_threads(nt) if (nt > 1 && n_items > 1)) {
+    /* (OKV_Q8_ROWS + 3) rows of up to 256 code bytes, read back 4 at a time as int32 (their declared type) */
+    _Alignas(64) int32_t xc[(OKV_Q8_ROWS + 3u) * 64u];
+    /* a chunk's tiles: OKV_SCORE_CHUNK blocks from any lane span at most OKV_SCORE_CHUNK / 16 + 1 tiles */
+    float sig[OKV_Q8_ROWS], sx[OKV_Q8_ROWS], l1[OKV_Q8_ROWS], x[256], best[OKV_SCORE_CHUNK + OKV_C4_TILE];
+    c4_rows_t qr = {.xc = xc, .stride = stride, .sig = sig, .sx = sx, .l1 = l1};
+    uint32_t loaded_u = UINT32_MAX;
+OKV_OMP(omp for schedule(dynamic, 1))
+for (long it = 0; it < n_items; it++) {
+  const score_job_t job = score_job(d, (uint32_t)(it / n_chunks));
+  uint32_t b0 = (uint32_t)(it % n_chunks) * OKV_SCORE_CHUNK;
+  if (b0 >= job.n) continue;
+  uint32_t b1 = job.n - b0 > OKV_SCORE_CHUNK ? b0 + OKV_SCORE_CHUNK : job.n;
+  uint32_t s = job.u / d->n_kv_heads, h = job.u % d->n_kv_heads;
+  const uint64_t a0 = job.summary_first + b0, a1 = job.summary_first + b1; /* summaries [a0, a1) */
+  for (uint32_t r0 = 0; r0 < rows; r0 += OKV_Q8_ROWS) {
+    uint32_t nr = rows - r0 < OKV_Q8_ROWS ? rows - r0 : OKV_Q8_ROWS;
+    if (rows > OKV_Q8_ROWS || job.u != loaded_u) {
+      for (uint32_t i = 0; i < nr; i++) {
+        const uint32_t r = r0 + i, t = d->t_begin + r / G, g = r % G;
+        const float *src = q + (((size_t)s * d->n_query_tokens + t) * nq + (size_t)h * G + g) * hd;
+        for (uint32_t e = 0; e < hd; e++) x[e] = src[e] * scale;
+        sig[i] = okv_cpu_c4_query(x, hd, (int8_t *)(xc + (size_t)i * stride), &sx[i], &l1[i]);
+      }
+      memset(xc + (size_t)nr * stride, 0, 3u * stride * sizeof(int32_t)); /* rows nr..nr+2: zero codes */
+      qr.nr = nr;
+      loaded_u = rows > OKV_Q8_ROWS ? UINT32_MAX : job.u;
+    }
+    /* the tiles [t0, t0 + n_t) that hold summaries [a0, a1), scored into best[], then merged */
+    const uint64_t t0 = a0 / OKV_C4_TILE, n_t = (a1 + OKV_C4_TILE - 1u) / OKV_C4_TILE - t0;
+    const uint8_t *tiles = (const uint8_t *)summaries + (size_t)t0 * tb;
+    if (vnni)
+      c4_tiles_vnni(tiles, (uint32_t)n_t, tb, P, &qr, best);
+    else if (avx2)
+      c4_tiles_avx2(tiles, (uint32_t)n_t, tb, P, &qr, best);
+    else
+      c4_tiles_base(tiles, (uint32_t)n_t, tb, P, &qr, best);
+    const float *src = best + (a0 - t0 * OKV_C4_TILE);
+    float *dst = scores + job.score_first + b0;
+    if (r0 == 0)
+      memcpy(dst, src, (size_t)(b1 - b0) * sizeof(float));
+    else
+      for (uint32_t b = 0; b < b1 - b0; b++) dst[b] = src[b] > dst[b] ? src[b] : dst[b];
   }
 }
   }
@@ -954,6 +1238,10 @@ void okv_cpu_score_blocks(const okv_score_desc_t *d, const float *q, const void 
   const float scale = (float)(1.0 / sqrt((double)hd));
   if (d->summary_dtype == OKV_DTYPE_Q8) {
     score_q8(d, q, summaries, scores, cpu_threads(n_threads));
+    return;
+  }
+  if (d->summary_dtype == OKV_DTYPE_C4) {
+    score_c4(d, q, summaries, scores, cpu_threads(n_threads));
     return;
   }
   okv_score_fn fn = okv_score_range_base;

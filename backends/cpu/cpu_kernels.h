@@ -41,6 +41,24 @@ void okv_cpu_q8_encode(const float *mn, const float *mx, uint32_t hd, uint8_t *o
  * code * sigma >= x; *sum_x = sum of x in double. Returns sigma (0 for an all-zero row, NaN for a
  * non-finite one). */
 float okv_cpu_q8_query(const float *x, uint32_t hd, int8_t *codes, double *sum_x);
+/* OKV_DTYPE_C4 (include/oasiskv/kernels.h): blocks per tile, and where the packed codes start in a tile. */
+#define OKV_C4_TILE  16u
+#define OKV_C4_CODES (12u * OKV_C4_TILE)
+/* Packed code bytes of one block: ceil(hd / 2) rounded up to 4. */
+uint32_t okv_cpu_c4_packed_bytes(uint32_t hd);
+/* Bytes of one tile of OKV_C4_TILE blocks: OKV_C4_TILE * (12 + okv_cpu_c4_packed_bytes(hd)). */
+size_t okv_cpu_c4_tile_bytes(uint32_t hd);
+/* The tile that holds block `block` of a buffer of OKV_DTYPE_C4 summaries at `base` (its lane: block % 16). */
+uint8_t *okv_cpu_c4_tile(void *base, uint64_t block, uint32_t hd);
+/* Encodes the centre of the box [mn, mx] (head_dim floats each) into lane `lane` of `tile`: 4-bit codes rounded to
+ * nearest, the mean half-width; other lanes untouched. */
+void okv_cpu_c4_encode(const float *mn, const float *mx, uint32_t hd, uint8_t *tile, uint32_t lane);
+/* Codes of one scaled query row x[hd] for OKV_DTYPE_C4 scoring: round(x / sigma) in [-127, 127] (sigma =
+ * f32(max |x| / 127)), laid out by groups of 4 packed code bytes (8 elements): for group g, the codes of elements
+ * 8g, 8g + 2, 8g + 4, 8g + 6 (the low nibbles) then 8g + 1, ..., 8g + 7 (the high ones); 2 *
+ * okv_cpu_c4_packed_bytes(hd) bytes, unused ones zero. *sum_x and *l1_x get f32(sum(x)) and f32(sum|x|), summed
+ * in double. Returns sigma (0 for an all-zero row, NaN for a non-finite one). */
+float okv_cpu_c4_query(const float *x, uint32_t hd, int8_t *codes, float *sum_x, float *l1_x);
 /* summaries: d->summary_dtype; segments or, with d->n_ranges > 0, ranges. */
 void okv_cpu_score_blocks(const okv_score_desc_t *d, const float *q, const void *summaries, float *scores,
                           int n_threads);

@@ -46,12 +46,25 @@ typedef enum okv_dtype_e {
    * one). step < 0 marks a block whose bounds are not finite (it scores +infinity). Only
    * okv_hal_summary_reduce_async's dst_dtype and okv_hal_score_blocks_async's summary_dtype
    * accept it. */
-  OKV_DTYPE_Q8 = 4
+  OKV_DTYPE_Q8 = 4,
+  /* 4-bit block centres (a summary format, never a KV dtype; docs/kernels.md "4-bit centres"), in tiles
+   * of 16 blocks: block b is lane b % 16 of tile b / 16. A tile holds f32 lo[16], f32 step[16], f32
+   * width[16], then the packed codes: P = ceil(head_dim / 2) rounded up to 4 bytes per block, element 2j
+   * in the low nibble of byte j and 2j + 1 in its high one, stored 4 bytes at a time with the 16 lanes
+   * side by side (bytes 4g..4g+3 of lane l at 192 + 64g + 4l). okv_summary_bytes_ex gives one block's
+   * share, 12 + P (76 at head_dim 128); a buffer holds whole tiles only. Code a stands for lo + step * a,
+   * rounded to nearest, of the box's centre (min + max) / 2; width is the mean over elements of the
+   * half-width (max - min) / 2. A query row x (scaled by 1/sqrt(head_dim)) scores
+   * lo * sum(x) + width * sum|x| + step * sigma * dot(codes, round(x / sigma)), sigma = max|x| / 127:
+   * an estimate of the min/max bound sum(x * centre) + sum(|x| * half-width), not a bound. step < 0
+   * marks a block whose bounds are not finite (it scores +infinity). Only okv_hal_summary_reduce_async's
+   * dst_dtype and okv_hal_score_blocks_async's summary_dtype accept it. */
+  OKV_DTYPE_C4 = 5
 } okv_dtype_t;
 
 /* Element size in bytes (4, 2, 2); 0 for invalid. */
 OKV_API size_t okv_dtype_size(okv_dtype_t dtype);
-/* "f32", "f16", "bf16". */
+/* "f32", "f16", "bf16", "q8", "c4"; "unknown" for any other value. */
 OKV_API const char *okv_dtype_name(okv_dtype_t dtype);
 /* Bytes of one slot (K and V of one block of one KV head): 2 * 16 * head_dim * size. */
 OKV_API uint64_t okv_block_bytes(okv_dtype_t dtype, uint32_t head_dim);
@@ -59,7 +72,8 @@ OKV_API uint64_t okv_block_bytes(okv_dtype_t dtype, uint32_t head_dim);
 OKV_API uint64_t okv_summary_bytes(uint32_t head_dim);
 /* Bytes of one block summary stored in summary_dtype: 2 * head_dim * okv_dtype_size(summary_dtype)
  * (1,024 for f32 at head_dim 128, 512 for f16 / bf16); OKV_DTYPE_Q8: 8 + 2 * head_dim rounded up to
- * 8 (264 at head_dim 128); 0 for an invalid dtype. Pure, thread-safe. */
+ * 8 (264 at head_dim 128); OKV_DTYPE_C4: one block's share of a tile of 16, 12 + ceil(head_dim / 2) rounded up to 4
+ * (76 at head_dim 128); 0 for an invalid dtype. Pure, thread-safe. */
 OKV_API uint64_t okv_summary_bytes_ex(okv_dtype_t summary_dtype, uint32_t head_dim);
 
 /* Conversions used by every backend and the tests (round to nearest even). */
@@ -206,7 +220,10 @@ OKV_API okv_status_t okv_hal_summary_append_async(okv_hal_stream_t *stream, okv_
  * (min toward -infinity, max toward +infinity when narrowed). src and dst may
  * be the same buffer, but a dst summary of one entry must not be a source of
  * another entry of the same call (entries may run in parallel; the result is
- * then unspecified, never out of bounds). */
+ * then unspecified, never out of bounds). With dst_dtype OKV_DTYPE_Q8 or
+ * OKV_DTYPE_C4, dst holds that format (for C4, lane dst_index[i] % 16 of tile
+ * dst_index[i] / 16; only that lane's bytes are written) and must be a
+ * different buffer from src. */
 typedef struct okv_summary_reduce_desc_t {
   uint32_t head_dim;         /* 1..256 */
   okv_hal_buffer_t *src;     /* src_dtype [*][2][head_dim] */
@@ -246,7 +263,12 @@ OKV_API okv_status_t okv_hal_summary_reduce_async(okv_hal_stream_t *stream, cons
  * an upper bound of the Quest bound of the summary it encodes, up to f32
  * rounding of the final sum (about 1e-7 relative); it exceeds it by at most
  * step * (sum_i |x_i| + sigma * sum_i (amin_i + amax_i)). A block whose
- * step < 0 scores +infinity; an all-zero row scores lo * sum_i x_i.
+ * step < 0 scores +infinity; an all-zero row scores lo * sum_i x_i. A row with a
+ * non-finite element scores +infinity on every block.
+ * With summary_dtype OKV_DTYPE_C4 (4-bit centres, the first pass of c4 scoring)
+ * a row scores the estimate given at OKV_DTYPE_C4 (codes round(x_i / sigma),
+ * sigma = f32(max_i |x_i| / 127); not a bound), the block's score is the max
+ * over rows, and a row with a non-finite element scores +infinity.
  * Ranges (two-level scoring: score group summaries first, then only the blocks
  * of the best groups): with n_ranges > 0, the per-segment arrays are ignored
  * (may be NULL) and, for each range r, blocks i < range_n_blocks[r] are scored

@@ -66,12 +66,19 @@ typedef enum okv_scoring_e {
                                 candidates on the 8-bit scale; equal to flat while a head has at most that many
                                 blocks, or when no margin fits (K = OKV_TOPK_MAX) (docs/kernels.md "8-bit
                                 summaries") */
+  OKV_SCORING_C4 = 3,        /* 4-bit block centres (OKV_DTYPE_C4, 76 bytes per block at head_dim 128 against q8's 264)
+                                score every block with an estimate of the min/max bound (centre dot product plus the
+                                mean half-width times the query's L1 norm), then each KV head's best K +
+                                scoring_groups are rescored on the exact summaries as with q8. An approximation
+                                beyond the paper: the first pass is not a bound, so a block of flat's top-K can be
+                                missed where more than K + margin blocks outrank it on the estimate; equal to flat
+                                while a head has at most that many blocks (docs/kernels.md "4-bit centres") */
   OKV_SCORING_COUNT
 } okv_scoring_t;
 #define OKV_SCORING_GROUP_BLOCKS 16u
 /* okv_runtime_config_t.summary_dtype: summaries in the KV dtype. */
 #define OKV_SUMMARY_DTYPE_AUTO OKV_DTYPE_COUNT
-/* "flat" / "two-level" / "q8" (NULL for an invalid value). Pure, thread-safe. */
+/* "flat" / "two-level" / "q8" / "c4" (NULL for an invalid value). Pure, thread-safe. */
 OKV_API const char *okv_scoring_name(okv_scoring_t scoring);
 /* Parses a name of okv_scoring_name. Errors: INVALID_ARGUMENT listing the names. */
 OKV_API okv_status_t okv_scoring_parse(const char *name, okv_scoring_t *out_scoring);
@@ -110,14 +117,14 @@ typedef struct okv_runtime_config_t {
                                 KV dtype, which loses nothing: a min/max of stored keys is a stored value), F32,
                                 F16 or BF16 (half the bytes; min rounded toward -inf and max toward +inf, so
                                 scores stay upper bounds) */
-  okv_scoring_t scoring;     /* OKV_SCORING_Q8 (okv_runtime_config_init's default), OKV_SCORING_FLAT (the
-                                reference) or OKV_SCORING_TWO_LEVEL */
+  okv_scoring_t scoring;     /* OKV_SCORING_C4 (okv_runtime_config_init's default since 2026-12-04), OKV_SCORING_Q8,
+                                OKV_SCORING_FLAT (the reference) or OKV_SCORING_TWO_LEVEL */
   uint32_t scoring_groups;   /* two-level: groups of OKV_SCORING_GROUP_BLOCKS blocks whose blocks are scored, per
-                                KV head and step; 0 = K / 4 (at least 1). q8: candidates rescored beyond K per KV
-                                head; 0 = K (fewer when K + it would pass OKV_TOPK_MAX). At most K. Ignored by flat
-                                scoring. okv_runtime_config() reads the value in effect: 0 where every block is
-                                scored exactly (flat, DENSE, or where q8 / two-level fall back to flat: q8 with no
-                                margin below OKV_TOPK_MAX, candidates or kept groups that cover every block of
+                                KV head and step; 0 = K / 4 (at least 1). q8 and c4: candidates rescored beyond K
+                                per KV head; 0 = K (fewer when K + it would pass OKV_TOPK_MAX). At most K. Ignored by
+                                flat scoring. okv_runtime_config() reads the value in effect: 0 where every block is
+                                scored exactly (flat, DENSE, or where q8, c4 or two-level fall back to flat: q8 / c4
+                                with no margin below OKV_TOPK_MAX, candidates or kept groups that cover every block of
                                 max_context_tokens, or groups of 16 blocks that would straddle the HOST tier's
                                 extents, as when max_context_tokens spans under 64 blocks, not a multiple of 16) */
   bool track_fetch_share;    /* OASIS / PROXY (ignored in DENSE and ONDEMAND): measure every step, on one layer (layer

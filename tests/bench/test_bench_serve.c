@@ -624,11 +624,11 @@ static void test_runtime_capacity(void **state) {
       {"bench runtime --steps 99999999999", "an integer >= 1"},
       {"bench runtime --summary-dtype f8", "auto, f32, bf16 or f16"},
       {"bench runtime --selection gpu", "host or device"},
-      {"bench runtime --scoring flat --groups 8", "q8 and two-level"},
+      {"bench runtime --scoring flat --groups 8", "q8, c4 and two-level"},
       {"bench runtime --host-gib 4096 --seqs 560", "more than this machine's"},
       {"bench runtime --noise 0x10", "bad value '0x10' for --noise"},
-      {"bench runtime --scoring Q8", "expected q8, flat or two-level"},
-      {"bench runtime --scoring flat --groups 1000", "q8 and two-level"},
+      {"bench runtime --scoring Q8", "expected c4, q8, flat or two-level"},
+      {"bench runtime --scoring flat --groups 1000", "q8, c4 and two-level"},
       {"bench runtime --budget 0", "(an integer in [1, 512])"},
       {"bench runtime --layers 0", "(an integer in [1, 128])"},
       {"bench runtime --backend nonsense", "unknown device 'nonsense' (backends compiled in: cpu"},
@@ -715,9 +715,9 @@ static void test_runtime_fetch_ratio(void **state) {
   print_message("auto:0.5: cap_blocks %.2f of at most %.0f\n", c, num(o, "cap_max_blocks"));
   assert_true(c >= 1 && c < 64);
   assert_true(num(o, "bytes_per_step") <= num(o, "cap_bytes_per_step"));
-  /* q8 by default: K = 128 candidates rescored beyond K (K + 128 = 256 < the 258 blocks of 4,118 tokens); the
+  /* c4 by default: K = 128 candidates rescored beyond K (K + 128 = 256 < the 258 blocks of 4,118 tokens); the
    * JSON said the option's value, 0, before. */
-  assert_string_equal(str(o, "scoring"), "q8");
+  assert_string_equal(str(o, "scoring"), "c4");
   assert_true(num(o, "scoring_groups") == 128);
   assert_true(num(o, "noise") == 0.5); /* the default --noise, so that the JSON alone can repeat the run */
   /* Per layer, the table's bookkeeping and attention columns (the JSON had only their ratio): they sum to the

@@ -99,6 +99,8 @@ static void test_scoring_groups_in_effect(void **state) {
   } cases[] = {
       {OKV_SCORING_Q8, OKV_MODE_OASIS, 0, 1024, 4},
       {OKV_SCORING_Q8, OKV_MODE_OASIS, 2, 1024, 2},
+      {OKV_SCORING_C4, OKV_MODE_OASIS, 0, 1024, 4},
+      {OKV_SCORING_C4, OKV_MODE_OASIS, 0, 64, 0},
       {OKV_SCORING_FLAT, OKV_MODE_OASIS, 3, 1024, 0},
       {OKV_SCORING_TWO_LEVEL, OKV_MODE_OASIS, 0, 1024, 1},
       {OKV_SCORING_TWO_LEVEL, OKV_MODE_OASIS, 2, 1024, 2},
@@ -281,6 +283,18 @@ static uint32_t g_scoring_groups = 0;
 static okv_dtype_t g_summary_dtype = OKV_DTYPE_F32;
 static uint64_t g_agree_hits, g_agree_total; /* top-K agreement of two-level with flat, summed by run_sparse */
 
+/* Element e of a summary stored in the runtime's summary dtype (f32, bf16 or f16), widened. */
+static double summary_elem(const okv_runtime_t *rt, const uint8_t *summ, uint32_t e) {
+  if (rt->cfg.summary_dtype == OKV_DTYPE_F32) {
+    float f;
+    memcpy(&f, summ + e * 4, 4);
+    return f;
+  }
+  uint16_t u;
+  memcpy(&u, summ + e * 2, 2);
+  return rt->cfg.summary_dtype == OKV_DTYPE_BF16 ? okv_bf16_to_f32(u) : okv_f16_to_f32(u);
+}
+
 /* Two-level scoring: every group summary equals the elementwise min/max of
  * its blocks' summaries (read back from the DEVICE tier), exactly. */
 /* q8 scoring: every block's 8-bit summary encodes the box of its summary
@@ -306,16 +320,7 @@ static void check_q8_summaries(drv_t *d) {
           memcpy(&step, q8 + 4, 4);
           double want_lo = INFINITY;
           for (uint32_t e = 0; e < 2 * hd; e++) {
-            double x;
-            if (rt->cfg.summary_dtype == OKV_DTYPE_F32) {
-              float f;
-              memcpy(&f, blk + e * 4, 4);
-              x = f;
-            } else {
-              uint16_t u;
-              memcpy(&u, blk + e * 2, 2);
-              x = rt->cfg.summary_dtype == OKV_DTYPE_BF16 ? okv_bf16_to_f32(u) : okv_f16_to_f32(u);
-            }
+            double x = summary_elem(rt, blk, e);
             if (e < hd) want_lo = fmin(want_lo, x);
             double code = (double)lo + (double)q8[8 + e] * (double)step; /* min codes, then max codes */
             bool ok = step >= 0 && (e < hd ? code <= x : code >= x);
@@ -332,6 +337,54 @@ static void check_q8_summaries(drv_t *d) {
   test_free(q8);
 }
 
+/* c4 scoring: every block's lane of 4-bit centres (read back from the DEVICE tier, tiles of 16 host blocks)
+ * encodes its summary: each element's code within half a step of the box's centre (min + max) / 2, lo the
+ * least centre, width the mean half-width. */
+static void check_c4_summaries(drv_t *d) {
+  okv_runtime_t *rt = d->rt;
+  const uint32_t hd = rt->cfg.head_dim;
+  const uint64_t tb = 16u * okv_summary_bytes_ex(OKV_DTYPE_C4, hd);
+  uint8_t *blk = test_malloc(rt->summary_bytes), *tile = test_malloc(tb);
+  for (uint32_t i = 0; i < d->n_seqs; i++) {
+    const okv_seq_t *s = okv_rt_seq_find(rt, d->ids[i]);
+    assert_non_null(s);
+    for (uint32_t l = 0; l < rt->cfg.n_layers; l++)
+      for (uint32_t h = 0; h < rt->cfg.n_kv_heads; h++) {
+        const okv_head_t *head = seq_head(rt, s, l, h);
+        for (uint32_t b = 0; b < head->map.n_blocks; b++) {
+          uint64_t hb = okv_host_store_block(&rt->host, head->extents, b);
+          const uint32_t lane = (uint32_t)(hb % 16u);
+          OKV_ASSERT_OK(okv_hal_buffer_read(rt->summaries, hb * rt->summary_bytes, blk, rt->summary_bytes));
+          OKV_ASSERT_OK(okv_hal_buffer_read(rt->group_summaries, hb / 16u * tb, tile, tb));
+          float lo, step, width;
+          memcpy(&lo, tile + 4u * lane, 4);
+          memcpy(&step, tile + 64u + 4u * lane, 4);
+          memcpy(&width, tile + 128u + 4u * lane, 4);
+          double x[2 * 256], clo = INFINITY, w = 0;
+          for (uint32_t e = 0; e < 2 * hd; e++) x[e] = summary_elem(rt, blk, e);
+          for (uint32_t e = 0; e < hd; e++) {
+            clo = fmin(clo, 0.5 * x[e] + 0.5 * x[hd + e]);
+            w += 0.5 * (x[hd + e] - x[e]) / hd;
+          }
+          assert_true(step >= 0 && (double)lo == (double)(float)clo);
+          assert_true(fabs((double)width - w) <= 1e-6 * fabs(w) + 1e-30);
+          for (uint32_t e = 0; e < hd; e++) {
+            const uint32_t j = e / 2u;
+            const uint8_t v = tile[192u + (j / 4u) * 64u + lane * 4u + j % 4u];
+            const double code = e % 2u ? v >> 4 : v & 15u, c = 0.5 * x[e] + 0.5 * x[hd + e];
+            const double err = fabs((double)lo + code * (double)step - c);
+            if (!(err <= 0.5 * (double)step * (1 + 1e-6) + 1e-6 * fabs(c)))
+              print_error("4-bit summary: seq %u layer %u head %u block %u elem %u: code %g, centre %g, step %g\n", i,
+                          l, h, b, e, code, c, (double)step);
+            assert_true(err <= 0.5 * (double)step * (1 + 1e-6) + 1e-6 * fabs(c));
+          }
+        }
+      }
+  }
+  test_free(blk);
+  test_free(tile);
+}
+
 static void check_group_summaries(drv_t *d) {
   okv_runtime_t *rt = d->rt;
   if (rt->group_summaries == NULL) return;
@@ -339,8 +392,11 @@ static void check_group_summaries(drv_t *d) {
     check_q8_summaries(d);
     return;
   }
+  if (rt->unit_dtype == OKV_DTYPE_C4) {
+    check_c4_summaries(d);
+    return;
+  }
   uint32_t hd = rt->cfg.head_dim;
-  size_t es = okv_dtype_size(rt->cfg.summary_dtype);
   uint8_t *blk = test_malloc(rt->summary_bytes), *grp = test_malloc(rt->summary_bytes);
   for (uint32_t i = 0; i < d->n_seqs; i++) {
     const okv_seq_t *s = okv_rt_seq_find(rt, d->ids[i]);
@@ -359,28 +415,10 @@ static void check_group_summaries(drv_t *d) {
               OKV_ASSERT_OK(okv_hal_buffer_read(rt->summaries,
                                                 okv_host_store_block(&rt->host, head->extents, b) * rt->summary_bytes,
                                                 blk, rt->summary_bytes));
-              double x;
-              if (es == 4) {
-                float f;
-                memcpy(&f, blk + e * 4, 4);
-                x = f;
-              } else {
-                uint16_t u;
-                memcpy(&u, blk + e * 2, 2);
-                x = rt->cfg.summary_dtype == OKV_DTYPE_BF16 ? okv_bf16_to_f32(u) : okv_f16_to_f32(u);
-              }
+              double x = summary_elem(rt, blk, e);
               want = e < hd ? fmin(want, x) : fmax(want, x);
             }
-            double got;
-            if (es == 4) {
-              float f;
-              memcpy(&f, grp + e * 4, 4);
-              got = f;
-            } else {
-              uint16_t u;
-              memcpy(&u, grp + e * 2, 2);
-              got = rt->cfg.summary_dtype == OKV_DTYPE_BF16 ? okv_bf16_to_f32(u) : okv_f16_to_f32(u);
-            }
+            double got = summary_elem(rt, grp, e);
             if (got != want)
               print_error("group summary: seq %u layer %u head %u group %u elem %u: %g != %g\n", i, l, h,
                           b0 / OKV_SCORING_GROUP_BLOCKS, e, got, want);
@@ -587,6 +625,27 @@ static void test_q8_scoring(void **state) {
   g_scoring_groups = 0;
   g_agree_hits = g_agree_total = 0;
   run_sparse(OKV_MODE_OASIS, 7, 200, true);
+  assert_true(g_agree_total > 0);
+  assert_true(g_agree_hits * 100u >= g_agree_total * 95u);
+  g_summary_dtype = OKV_DTYPE_BF16;
+  run_sparse(OKV_MODE_PROXY, 8, 120, true);
+  run_sparse(OKV_MODE_ONDEMAND, 9, 100, true);
+  g_summary_dtype = OKV_DTYPE_F32;
+  g_scoring = OKV_SCORING_FLAT;
+}
+
+/* c4 scoring (K = 4, K + 4 candidates rescored on the exact summaries): outputs equal the reference over the
+ * reported working set, the invariants hold, every block's 4-bit centre encodes its summary after appends and
+ * rebuilds (check_c4_summaries), and the top-K agrees with flat's on most blocks: the estimate only picks the
+ * candidates. Past K + 4 blocks per head (up to 22 here), so the first pass does prune. */
+static void test_c4_scoring(void **state) {
+  (void)state;
+  g_scoring = OKV_SCORING_C4;
+  g_scoring_groups = 0;
+  g_agree_hits = g_agree_total = 0;
+  run_sparse(OKV_MODE_OASIS, 7, 200, true);
+  print_message("c4 top-K agreement with flat: %llu of %llu\n", (unsigned long long)g_agree_hits,
+                (unsigned long long)g_agree_total);
   assert_true(g_agree_total > 0);
   assert_true(g_agree_hits * 100u >= g_agree_total * 95u);
   g_summary_dtype = OKV_DTYPE_BF16;
@@ -1181,6 +1240,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_auto_capacity_after_step),
       cmocka_unit_test(test_two_level),
       cmocka_unit_test(test_q8_scoring),
+      cmocka_unit_test(test_c4_scoring),
   };
   return cmocka_run_group_tests_name("core_runtime", tests, NULL, NULL);
 }

@@ -114,6 +114,17 @@ void okv_ref_score(const okv_score_desc_t *d, const float *q, const void *summar
     uint64_t sf, cf;
     ref_score_job(d, j, &u, &sf, &nb, &cf);
     const uint32_t s = u / H, h = u % H;
+    if (d->summary_dtype == OKV_DTYPE_C4) {
+      const uint64_t tb = okv_ref_c4_tile_bytes(D);
+      const float *rows[1024];
+      uint32_t nr = 0;
+      for (uint32_t t = d->t_begin; t < d->t_end; t++)
+        for (uint32_t g = 0; g < G && nr < 1024u; g++) rows[nr++] = q + (((size_t)s * T + t) * H * G + h * G + g) * D;
+      for (uint32_t b = 0; b < nb; b++)
+        scores[cf + b] =
+            okv_ref_c4_score((const uint8_t *)summaries + (sf + b) / 16u * tb, (uint32_t)((sf + b) % 16u), rows, nr, D);
+      continue;
+    }
     if (d->summary_dtype == OKV_DTYPE_Q8) {
       const uint64_t qsb = okv_summary_bytes_ex(OKV_DTYPE_Q8, D);
       for (uint32_t b = 0; b < nb; b++) {

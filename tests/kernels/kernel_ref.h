@@ -41,6 +41,17 @@ double okv_ref_q8_row(const uint8_t *q8, const float *q, uint32_t D);
  * code the smallest whose value is >= the max (step < 0 for a non-finite
  * box, 0 for a point); otherwise the number of the first failed check. */
 int okv_ref_q8_check(const float *mn, const float *mx, uint32_t D, const uint8_t *q8);
+/* OKV_DTYPE_C4 (include/oasiskv/kernels.h): bytes of one tile of 16 blocks. */
+uint64_t okv_ref_c4_tile_bytes(uint32_t D);
+/* OKV_DTYPE_C4 estimate of lane `lane` of `tile` for a KV head's nr query rows (unscaled, f32, D each), from
+ * the definition, in double: the max over rows of lo * sum(x) + width * sum|x| + step * sigma * sum(code *
+ * centre code), with x = f32(q * f32(1/sqrt(D))), sigma = f32(max|x| / 127) and codes round(f32(x / sigma))
+ * clamped to [-127, 127]; +infinity for step < 0 or a non-finite row. */
+double okv_ref_c4_score(const uint8_t *tile, uint32_t lane, const float *const *rows, uint32_t nr, uint32_t D);
+/* Checks lane `lane` of `tile` against the box [mn, mx]: 0 when it is the format's encoding (lo the least
+ * centre, step the centres' span / 15, every code the nearest to its centre, width the mean half-width; step
+ * < 0 for a non-finite box, 0 for equal centres with all codes 0), else the number of the failed check. */
+int okv_ref_c4_check(const float *mn, const float *mx, uint32_t D, const uint8_t *tile, uint32_t lane);
 
 /* Sort-based top-K: out_indices [n_segments][k] (UINT32_MAX padding),
  * out_counts [n_segments]; positions mapped through d->index_map when set. */

@@ -58,3 +58,79 @@ int okv_ref_q8_check(const float *mn, const float *mx, uint32_t D, const uint8_t
   }
   return 0;
 }
+
+uint64_t okv_ref_c4_tile_bytes(uint32_t D) { return 16u * (12u + ((((uint64_t)D + 1u) / 2u + 3u) & ~3ull)); }
+
+/* Centre code of element e of lane l (nibble e % 2 of packed byte e / 2, stored at group (e / 2) / 4). */
+static unsigned ref_c4_code(const uint8_t *tile, uint32_t l, uint32_t e) {
+  const uint32_t j = e / 2u;
+  const uint8_t v = tile[192u + (j / 4u) * 64u + l * 4u + j % 4u];
+  return e % 2u ? v >> 4 : v & 15u;
+}
+
+static void ref_c4_head(const uint8_t *tile, uint32_t l, float *lo, float *step, float *width) {
+  memcpy(lo, tile + 4u * l, 4);
+  memcpy(step, tile + 64u + 4u * l, 4);
+  memcpy(width, tile + 128u + 4u * l, 4);
+}
+
+double okv_ref_c4_score(const uint8_t *tile, uint32_t lane, const float *const *rows, uint32_t nr, uint32_t D) {
+  float lo, step, width, scale = (float)(1.0 / sqrt((double)D));
+  ref_c4_head(tile, lane, &lo, &step, &width);
+  double best = -INFINITY;
+  for (uint32_t r = 0; r < nr; r++) {
+    double sx = 0, l1 = 0, m = 0, dot = 0;
+    int finite = 1;
+    for (uint32_t e = 0; e < D; e++) {
+      float x = rows[r][e] * scale;
+      finite = finite && isfinite(x);
+      sx += x;
+      l1 += fabs((double)x);
+      m = fabs((double)x) > m ? fabs((double)x) : m;
+    }
+    if (step < 0 || !finite) return INFINITY;
+    if (m > 0) {
+      float sig = (float)m / 127.0f;
+      for (uint32_t e = 0; e < D; e++) {
+        double c = nearbyint((double)(rows[r][e] * scale / sig));
+        c = c > 127 ? 127 : c < -127 ? -127 : c;
+        dot += c * (double)ref_c4_code(tile, lane, e);
+      }
+      dot *= (double)step * (double)sig;
+    }
+    double v = (double)lo * sx + (double)width * l1 + dot;
+    best = v > best ? v : best;
+  }
+  return best;
+}
+
+int okv_ref_c4_check(const float *mn, const float *mx, uint32_t D, const uint8_t *tile, uint32_t lane) {
+  float lo, step, width;
+  ref_c4_head(tile, lane, &lo, &step, &width);
+  double clo = INFINITY, chi = -INFINITY, w = 0;
+  int finite = 1;
+  for (uint32_t e = 0; e < D; e++) {
+    double c = 0.5 * mn[e] + 0.5 * mx[e];
+    finite = finite && isfinite(mn[e]) && isfinite(mx[e]);
+    clo = c < clo ? c : clo;
+    chi = c > chi ? c : chi;
+    w += 0.5 * ((double)mx[e] - (double)mn[e]) / D;
+  }
+  if (!finite) return step < 0 ? 0 : 1;
+  if (lo != (float)clo) return 2;
+  if (!(fabs((double)width - w) <= 1e-6 * (1e-30 + fabs(w)))) return 3;
+  if (chi == clo) {
+    if (step != 0) return 4;
+    for (uint32_t e = 0; e < D; e++)
+      if (ref_c4_code(tile, lane, e) != 0) return 5;
+    return 0;
+  }
+  if (!(fabs((double)step - (chi - (double)lo) / 15.0) <= 1e-6 * (chi - (double)lo) / 15.0)) return 6;
+  for (uint32_t e = 0; e < D; e++) { /* the nearest code (a tie either way) */
+    double c = 0.5 * mn[e] + 0.5 * mx[e], a = ref_c4_code(tile, lane, e);
+    double err = fabs((double)lo + a * (double)step - c);
+    if (a > 0 && fabs((double)lo + (a - 1) * (double)step - c) < err * (1 - 1e-9)) return 7;
+    if (a < 15 && fabs((double)lo + (a + 1) * (double)step - c) < err * (1 - 1e-9)) return 8;
+  }
+  return 0;
+}

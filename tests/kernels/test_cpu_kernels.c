@@ -497,6 +497,101 @@ static void test_scoring_q8(void **state) {
   }
 }
 
+/* 4-bit centres (OKV_DTYPE_C4): every encoded lane passes the format's checks (q8_ref.c), including a
+ * non-finite box (+infinity) and equal centres (step 0); the scores equal the double-precision definition at
+ * every ISA level and thread count, and the ISAs' scores are the scalar loop's bit for bit (same integers, same
+ * fused f32 arithmetic). head_dim 128 (whole groups), 20 (packed codes padded to 12 bytes), 8 (one group) and
+ * 48; 37 blocks per KV head, so the second head starts inside a tile (lane 5) and tiles end part-used; then
+ * ranges that start and end inside tiles, with the scores outside them untouched; 6 query rows (a partial
+ * quad), an all-zero row and, at head_dim 48, a row with a NaN element (its head's blocks score +infinity). */
+static void test_scoring_c4(void **state) {
+  (void)state;
+  okv_test_rng_t rng;
+  okv_test_rng_seed(&rng, 4040);
+  const uint32_t dims[4] = {128, 20, 8, 48};
+  assert_int_equal(okv_summary_bytes_ex(OKV_DTYPE_C4, 128), 76);
+  assert_int_equal(okv_summary_bytes_ex(OKV_DTYPE_C4, 20), 24);
+  assert_int_equal(okv_summary_bytes_ex(OKV_DTYPE_C4, 3), 16);
+  for (int di = 0; di < 4; di++) {
+    const uint32_t S = 1, H = 2, G = 3, D = dims[di], T = 2, NQ = H * G, nb = 37, U = S * H, n = U * nb;
+    const size_t tb = okv_cpu_c4_tile_bytes(D), n_tiles = (n + 15u) / 16u;
+    assert_int_equal(tb, 16u * okv_summary_bytes_ex(OKV_DTYPE_C4, D));
+    float *summ = test_malloc(sizeof(float) * 2 * D * n);
+    uint8_t *c4 = test_malloc(tb * n_tiles);
+    memset(c4, 0xA5, tb * n_tiles); /* encoding writes its own lane only: the garbage elsewhere must not matter */
+    for (uint32_t b = 0; b < n; b++) {
+      for (uint32_t e = 0; e < D; e++) {
+        float a = okv_test_rng_normal(&rng) + 0.5f, c = okv_test_rng_normal(&rng) + 0.5f;
+        if (b == 6) a = c = 0.25f;            /* equal centres: step 0 */
+        if (b == 11 && e == 1) c = -INFINITY; /* not finite: +infinity */
+        summ[(size_t)b * 2 * D + e] = a < c ? a : c;
+        summ[(size_t)b * 2 * D + D + e] = a < c ? c : a;
+      }
+      okv_cpu_c4_encode(summ + (size_t)b * 2 * D, summ + (size_t)b * 2 * D + D, D, okv_cpu_c4_tile(c4, b, D), b % 16u);
+    }
+    for (uint32_t b = 0; b < n; b++) {
+      int why = okv_ref_c4_check(summ + (size_t)b * 2 * D, summ + (size_t)b * 2 * D + D, D, okv_cpu_c4_tile(c4, b, D),
+                                 b % 16u);
+      if (why != 0) print_error("D %u block %u fails check %d\n", D, b, why);
+      assert_int_equal(why, 0);
+    }
+    float *q = test_malloc(sizeof(float) * S * T * NQ * D);
+    for (size_t i = 0; i < (size_t)S * T * NQ * D; i++) q[i] = okv_test_rng_normal(&rng);
+    for (uint32_t e = 0; e < D; e++) q[(size_t)(T - 1) * NQ * D + 4 * D + e] = 0.0f; /* an all-zero row */
+    if (di == 3) q[(size_t)(T - 1) * NQ * D + 5 * D + 3] = NAN; /* a NaN element: head 1's blocks score +inf */
+    uint64_t sfirst[2] = {0, nb}, scfirst[2] = {0, nb};
+    uint32_t segn[2] = {nb, nb};
+    okv_score_desc_t sd = okv_kcase_score_desc(S, H, G, D, T, sfirst, segn, scfirst);
+    sd.t_begin = 0;
+    sd.summary_dtype = OKV_DTYPE_C4;
+    double *ref = test_malloc(sizeof(double) * n);
+    float *scores = test_malloc(sizeof(float) * n), *base = test_malloc(sizeof(float) * n);
+    uint32_t rseg[3] = {1, 0, 0}, rn[3] = {9, 2, 20};
+    uint64_t rsf[3] = {nb + 3, 1, 13}, rcf[3] = {nb + 3, 1, 13};
+    for (int pass = 0; pass < 2; pass++) {
+      if (pass == 1) { /* ranges starting at lanes 8, 1 and 13 */
+        sd.n_ranges = 3;
+        sd.range_seg = rseg;
+        sd.range_summary_first = rsf;
+        sd.range_n_blocks = rn;
+        sd.range_score_first = rcf;
+      }
+      for (uint32_t i = 0; i < n; i++) ref[i] = -777.0;
+      okv_ref_score(&sd, q, c4, ref);
+      assert_true(pass == 1 || (isinf(ref[11]) && ref[11] > 0));
+      okv_cpu_isa_t top = okv_cpu_isa_detected();
+      for (int isa = 0; isa <= (int)top; isa++) {
+        okv_cpu_isa_limit((okv_cpu_isa_t)isa);
+        for (int nt = 1; nt <= MAX_THREADS; nt++) {
+          for (uint32_t i = 0; i < n; i++) scores[i] = -777.0f;
+          okv_cpu_score_blocks(&sd, q, c4, scores, nt);
+          if (isa == OKV_CPU_ISA_BASELINE && nt == 1) memcpy(base, scores, sizeof(float) * n);
+          if (isa != OKV_CPU_ISA_BASELINE) assert_memory_equal(scores, base, sizeof(float) * n);
+          for (uint32_t i = 0; i < n; i++) {
+            if (ref[i] == -777.0) {
+              assert_true(scores[i] == -777.0f); /* not a scored block: untouched */
+              continue;
+            }
+            if (di == 3 && i >= nb) assert_true(isinf(scores[i]) && scores[i] > 0);
+            if (!(scores[i] == ref[i] || fabs(scores[i] - ref[i]) <= 2e-5 * (1.0 + fabs(ref[i])))) {
+              print_error("D %u pass %d isa %s threads %d block %u: %.9g, definition %.9g\n", D, pass,
+                          okv_cpu_isa_name((okv_cpu_isa_t)isa), nt, i, scores[i], ref[i]);
+              fail();
+            }
+          }
+        }
+      }
+      okv_cpu_isa_limit(OKV_CPU_ISA_AVX512);
+    }
+    test_free(summ);
+    test_free(c4);
+    test_free(q);
+    test_free(ref);
+    test_free(scores);
+    test_free(base);
+  }
+}
+
 /* ---- narrowed summaries (bf16 / f16) ---- */
 
 /* Element i of a summary array of dtype dt, widened. */
@@ -1113,6 +1208,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_scoring_narrow),
       cmocka_unit_test(test_scoring_ranges),
       cmocka_unit_test(test_scoring_q8),
+      cmocka_unit_test(test_scoring_c4),
       cmocka_unit_test(test_scoring_scattered),
       cmocka_unit_test(test_summary_reduce),
       cmocka_unit_test(test_topk),

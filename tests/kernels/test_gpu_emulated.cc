@@ -962,6 +962,88 @@ void test_q8(void **state) {
     }
 }
 
+/* 4-bit centres (OKV_DTYPE_C4): the reduce kernel's lanes pass the format's checks (q8_ref.c), written into
+ * tiles in reverse order and over garbage; the scoring kernel's estimates equal the double-precision definition
+ * per segment (the second starting inside a tile), +infinity for a head with a NaN query element. head_dim 40
+ * leaves lanes idle and packs 20 code bytes. */
+void test_c4(void **state) {
+  (void)state;
+  Rng r(27);
+  const uint32_t n_kv = 2, G = 3, D = 40, T = 2, Hq = n_kv * G, nb = 19, n = n_kv * nb;
+  Elems src(2, (size_t)n * 2 * D);
+  for (uint32_t b = 0; b < n; ++b)
+    for (uint32_t d = 0; d < D; ++d) {
+      const float x = 2.0f * r.normal(), y = 2.0f * r.normal();
+      src.set((size_t)b * 2 * D + d, b == 4 ? 0.5f : std::min(x, y));
+      src.set((size_t)b * 2 * D + D + d, b == 4 ? 0.5f : std::max(x, y));
+    }
+  const size_t tb = okv_ref_c4_tile_bytes(D), n_tiles = (n + 15) / 16;
+  std::vector<unsigned char> c4(tb * n_tiles, 0x5A);
+  std::vector<uint64_t> idx(n);
+  std::vector<uint32_t> ones(n, 1);
+  for (uint32_t i = 0; i < n; ++i) idx[i] = n - 1 - i;
+  okv_gpu_reduce_args_t ra = {};
+  ra.src = addr(src.bytes.data());
+  ra.dst = addr(c4.data());
+  ra.src_first = addr(idx.data());
+  ra.src_n = addr(ones.data());
+  ra.dst_index = addr(idx.data());
+  ra.n = n;
+  ra.head_dim = D;
+  ra.src_dtype = 2;
+  ra.dst_dtype = OKV_DTYPE_C4;
+  assert_true(okv_emu::launch(okv_gpu_summary_reduce, {5, 1, 1}, OKV_GPU_SUMMARY_THREADS, 0, ra));
+  std::vector<float> mn(D), mx(D);
+  for (uint32_t b = 0; b < n; ++b) {
+    for (uint32_t d = 0; d < D; ++d) {
+      mn[d] = (float)src.value[(size_t)b * 2 * D + d];
+      mx[d] = (float)src.value[(size_t)b * 2 * D + D + d];
+    }
+    const int why = okv_ref_c4_check(mn.data(), mx.data(), D, &c4[b / 16 * tb], b % 16);
+    if (why != 0) fprintf(stderr, "4-bit summary %u fails check %d\n", b, why);
+    assert_int_equal(why, 0);
+  }
+  std::vector<float> q((size_t)T * Hq * D);
+  for (auto &x : q) x = r.normal();
+  q[((size_t)(T - 1) * Hq + 1 * G + 2) * D + 3] = NAN; /* a NaN element: head 1's blocks score +inf */
+  std::vector<uint64_t> sf = {0, nb}, cf = {0, nb};
+  std::vector<uint32_t> sn = {nb, nb};
+  std::vector<float> scores(n, 42.0f);
+  okv_gpu_score_args_t a = {};
+  a.q = addr(q.data());
+  a.summaries = addr(c4.data());
+  a.scores = addr(scores.data());
+  a.seg_summary_first = addr(sf.data());
+  a.seg_n_blocks = addr(sn.data());
+  a.seg_score_first = addr(cf.data());
+  a.n_seqs = 1;
+  a.n_kv_heads = n_kv;
+  a.group_size = G;
+  a.head_dim = D;
+  a.n_query_tokens = T;
+  a.t_begin = 0;
+  a.t_end = T;
+  a.scale = (float)(1.0 / std::sqrt((double)D));
+  a.summary_dtype = OKV_DTYPE_C4;
+  const uint32_t gy = (nb + OKV_GPU_SCORE_BLOCKS_PER_CTA - 1) / OKV_GPU_SCORE_BLOCKS_PER_CTA;
+  assert_true(okv_emu::launch(okv_gpu_score_blocks, {n_kv, gy, 1}, OKV_GPU_SCORE_THREADS, 0, a));
+  for (uint32_t h = 0; h < n_kv; ++h) {
+    std::vector<const float *> rows;
+    for (uint32_t t = 0; t < T; ++t)
+      for (uint32_t g = 0; g < G; ++g) rows.push_back(&q[((size_t)t * Hq + h * G + g) * D]);
+    for (uint32_t b = 0; b < nb; ++b) {
+      const uint32_t blk = h * nb + b;
+      const double want = okv_ref_c4_score(&c4[blk / 16 * tb], blk % 16, rows.data(), (uint32_t)rows.size(), D);
+      const float got = scores[blk];
+      if (h == 1) assert_true(std::isinf(want) && want > 0);
+      if (!(got == want || std::fabs(got - want) <= 1e-5 * (1.0 + std::fabs(want)))) {
+        fprintf(stderr, "4-bit estimate head %u block %u: got %.9g want %.9g\n", h, b, got, want);
+        fail();
+      }
+    }
+  }
+}
+
 /* ---- 5. Top-K ---- */
 
 void check_topk(const std::vector<std::vector<float>> &segs, const std::vector<std::vector<uint32_t>> &excl, uint32_t k,
@@ -1160,6 +1242,7 @@ int main(void) {
       cmocka_unit_test(test_scores_ranges_bf16),
       cmocka_unit_test(test_scores_list_bf16),
       cmocka_unit_test(test_q8),
+      cmocka_unit_test(test_c4),
       cmocka_unit_test(test_topk),
       cmocka_unit_test(test_topk_all_excluded),
       cmocka_unit_test(test_select_kernels),

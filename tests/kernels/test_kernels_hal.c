@@ -845,6 +845,148 @@ static void test_q8_hal(void **state) {
   release(bsc);
 }
 
+/* 4-bit centres (OKV_DTYPE_C4) through the HAL: bf16 summaries encoded by the reduce kernel into a tiled
+ * buffer pass the format's checks (q8_ref.c; the lanes of a tile written by different entries, out of order);
+ * the scores of every block, per segment and through ranges that start inside tiles, equal the
+ * double-precision definition, and the scores outside the ranges are untouched. A buffer one block short of
+ * whole tiles holds only its whole tiles: scoring block 16 of a 31-block buffer is INVALID_ARGUMENT. head_dim
+ * 40 (packed codes 20 bytes, groups not a multiple of 16), 6 rows, 23 blocks per KV head. */
+static void test_c4_hal(void **state) {
+  fixture_t *f = *state;
+  okv_test_rng_t rng;
+  okv_test_rng_seed(&rng, 4242);
+  const uint32_t S = 1, H = 2, G = 3, D = 40, T = 2, NQ = H * G, nb = 23, U = S * H, n_summ = U * nb;
+  const uint64_t sb = okv_summary_bytes_ex(OKV_DTYPE_BF16, D), cb = okv_summary_bytes_ex(OKV_DTYPE_C4, D);
+  const uint64_t tb = okv_ref_c4_tile_bytes(D), n_tiles = (n_summ + 15u) / 16u;
+  assert_int_equal(cb, 12 + 20);
+  assert_int_equal(tb, 16 * cb);
+  uint16_t *summ = test_malloc(sb * n_summ);
+  for (uint32_t b = 0; b < n_summ; b++)
+    for (uint32_t e = 0; e < D; e++) {
+      float a = 3.0f * okv_test_rng_normal(&rng), c = 3.0f * okv_test_rng_normal(&rng);
+      if (b == 5) a = c = 0.75f;          /* equal centres: step 0 */
+      if (b == 9 && e == 7) c = INFINITY; /* not finite: scores +inf */
+      summ[(size_t)b * 2 * D + e] = okv_f32_to_bf16_down(a < c ? a : c);
+      summ[(size_t)b * 2 * D + D + e] = okv_f32_to_bf16_up(a < c ? c : a);
+    }
+  float *q = test_malloc(sizeof(float) * S * T * NQ * D);
+  for (size_t i = 0; i < (size_t)S * T * NQ * D; i++) q[i] = okv_test_rng_normal(&rng);
+  for (uint32_t e = 0; e < D; e++) q[(size_t)(T - 1) * NQ * D + 1 * D + e] = 0.0f; /* an all-zero row */
+  uint64_t *first = test_malloc(8ull * n_summ), *dsti = test_malloc(8ull * n_summ);
+  uint32_t *ones = test_malloc(4ull * n_summ);
+  for (uint32_t i = 0; i < n_summ; i++) first[i] = i, dsti[i] = n_summ - 1u - i, ones[i] = 1;
+  okv_hal_buffer_t *bsrc = buf_with(f->dev, OKV_TIER_DEVICE, summ, sb * n_summ);
+  okv_hal_buffer_t *bc4 = buf_with(f->dev, OKV_TIER_DEVICE, NULL, tb * n_tiles);
+  /* entry i encodes source n - 1 - i into block n - 1 - i: lanes of one tile from entries far apart */
+  okv_summary_reduce_desc_t rd = {.head_dim = D,
+                                  .src = bsrc,
+                                  .src_dtype = OKV_DTYPE_BF16,
+                                  .dst = bc4,
+                                  .dst_dtype = OKV_DTYPE_C4,
+                                  .n = n_summ,
+                                  .src_first = dsti,
+                                  .src_n = ones,
+                                  .dst_index = dsti};
+  if (kernel_unavailable(okv_hal_summary_reduce_async(f->stream, &rd), "summary reduce")) {
+    release(bsrc);
+    release(bc4);
+    test_free(summ);
+    test_free(q);
+    test_free(first);
+    test_free(dsti);
+    test_free(ones);
+    skip();
+  }
+  OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+  uint8_t *c4 = test_malloc(tb * n_tiles);
+  OKV_ASSERT_OK(okv_hal_buffer_read(bc4, 0, c4, tb * n_tiles));
+  float *mn = test_malloc(4ull * D), *mx = test_malloc(4ull * D);
+  for (uint32_t b = 0; b < n_summ; b++) {
+    for (uint32_t e = 0; e < D; e++) {
+      mn[e] = okv_bf16_to_f32(summ[(size_t)b * 2 * D + e]);
+      mx[e] = okv_bf16_to_f32(summ[(size_t)b * 2 * D + D + e]);
+    }
+    int why = okv_ref_c4_check(mn, mx, D, c4 + b / 16u * tb, b % 16u);
+    if (why != 0) print_error("4-bit summary %u fails check %d\n", b, why);
+    assert_int_equal(why, 0);
+  }
+  uint64_t sfirst[2] = {0, nb}, scfirst[2] = {0, nb};
+  uint32_t segn[2] = {nb, nb - 2};
+  okv_hal_buffer_t *bqq = buf_with(f->dev, OKV_TIER_DEVICE, q, sizeof(float) * S * T * NQ * D);
+  okv_hal_buffer_t *bsc = buf_with(f->dev, OKV_TIER_DEVICE, NULL, 4ull * n_summ);
+  okv_score_desc_t sd = okv_kcase_score_desc(S, H, G, D, T, sfirst, segn, scfirst);
+  sd.t_begin = 0;
+  sd.q = bqq;
+  sd.summaries = bc4;
+  sd.summary_dtype = OKV_DTYPE_C4;
+  sd.scores = bsc;
+  float *sc = test_malloc(4ull * n_summ);
+  double *ref = test_malloc(8ull * n_summ);
+  for (int pass = 0; pass < 2; pass++) {
+    uint32_t rseg[3] = {1, 0, 0}, rn[3] = {4, 7, 9};
+    uint64_t rsf[3] = {nb + 3, 0, 13}, rcf[3] = {nb + 3, 0, 13};
+    if (pass == 1) {
+      sd.n_ranges = 3;
+      sd.range_seg = rseg;
+      sd.range_summary_first = rsf;
+      sd.range_n_blocks = rn;
+      sd.range_score_first = rcf;
+    }
+    for (uint32_t i = 0; i < n_summ; i++) sc[i] = -777.0f, ref[i] = -777.0;
+    OKV_ASSERT_OK(okv_hal_buffer_write(bsc, 0, sc, 4ull * n_summ));
+    OKV_ASSERT_OK(okv_hal_score_blocks_async(f->stream, &sd));
+    OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+    OKV_ASSERT_OK(okv_hal_buffer_read(bsc, 0, sc, 4ull * n_summ));
+    okv_ref_score(&sd, q, c4, ref);
+    for (uint32_t i = 0; i < n_summ; i++) {
+      if (ref[i] == -777.0) {
+        assert_true(sc[i] == -777.0f); /* not a scored block: untouched */
+        continue;
+      }
+      if (i == 9) {
+        assert_true(isinf(sc[i]) && sc[i] > 0);
+        continue;
+      }
+      if (!(fabs(sc[i] - ref[i]) <= 1e-5 * (1.0 + fabs(ref[i])))) {
+        print_error("pass %d block %u: 4-bit estimate %.9g, definition %.9g\n", pass, i, sc[i], ref[i]);
+        fail();
+      }
+    }
+  }
+  /* 31 blocks' bytes: one whole tile, so block 16 is past the buffer's summaries */
+  okv_hal_buffer_t *bshort = buf_with(f->dev, OKV_TIER_DEVICE, NULL, 31u * cb);
+  okv_score_desc_t bad = sd;
+  uint32_t one_seg = 0, one_n = 1;
+  uint64_t at16 = 16, at0 = 0;
+  bad.summaries = bshort;
+  bad.n_ranges = 1;
+  bad.range_seg = &one_seg;
+  bad.range_n_blocks = &one_n;
+  bad.range_summary_first = &at16;
+  bad.range_score_first = &at0;
+  okv_status_t st = okv_hal_score_blocks_async(f->stream, &bad);
+  assert_int_equal(okv_status_code(st), OKV_STATUS_INVALID_ARGUMENT);
+  okv_status_free(st);
+  at16 = 15; /* the tile's last block: accepted */
+  OKV_ASSERT_OK(okv_hal_score_blocks_async(f->stream, &bad));
+  OKV_ASSERT_OK(okv_hal_stream_synchronize(f->stream));
+  test_free(mn);
+  test_free(mx);
+  test_free(summ);
+  test_free(q);
+  test_free(first);
+  test_free(dsti);
+  test_free(ones);
+  test_free(c4);
+  test_free(sc);
+  test_free(ref);
+  release(bsrc);
+  release(bc4);
+  release(bqq);
+  release(bsc);
+  release(bshort);
+}
+
 /* ---- invalid descriptors: INVALID_ARGUMENT, nothing written ---- */
 
 static void expect_invalid_attention(fixture_t *f, const okv_attention_desc_t *d, okv_hal_buffer_t *out,
@@ -1636,13 +1778,21 @@ static void test_attention_tables(void **state) {
 int main(int argc, char **argv) {
   g_backend = okv_test_backend_or_skip(argc, argv);
   const struct CMUnitTest tests[] = {
-      OKV_FIXTURE_TEST(test_attention),          OKV_FIXTURE_TEST(test_attention_dtypes_and_magnitude),
-      OKV_FIXTURE_TEST(test_summaries),          OKV_FIXTURE_TEST(test_score_topk),
-      OKV_FIXTURE_TEST(test_invalid_attention),  OKV_FIXTURE_TEST(test_attention_tables),
-      OKV_FIXTURE_TEST(test_invalid_others),     OKV_FIXTURE_TEST(test_summaries_narrow),
-      OKV_FIXTURE_TEST(test_ranges_index_map),   OKV_FIXTURE_TEST(test_lists_device_map),
-      OKV_FIXTURE_TEST(test_summary_reduce_hal), OKV_FIXTURE_TEST(test_q8_hal),
-      OKV_FIXTURE_TEST(test_select_rules),       OKV_FIXTURE_TEST(test_select_against_host),
+      OKV_FIXTURE_TEST(test_attention),
+      OKV_FIXTURE_TEST(test_attention_dtypes_and_magnitude),
+      OKV_FIXTURE_TEST(test_summaries),
+      OKV_FIXTURE_TEST(test_score_topk),
+      OKV_FIXTURE_TEST(test_invalid_attention),
+      OKV_FIXTURE_TEST(test_attention_tables),
+      OKV_FIXTURE_TEST(test_invalid_others),
+      OKV_FIXTURE_TEST(test_summaries_narrow),
+      OKV_FIXTURE_TEST(test_ranges_index_map),
+      OKV_FIXTURE_TEST(test_lists_device_map),
+      OKV_FIXTURE_TEST(test_summary_reduce_hal),
+      OKV_FIXTURE_TEST(test_q8_hal),
+      OKV_FIXTURE_TEST(test_c4_hal),
+      OKV_FIXTURE_TEST(test_select_rules),
+      OKV_FIXTURE_TEST(test_select_against_host),
       OKV_FIXTURE_TEST(test_select_invalid),
   };
   return cmocka_run_group_tests_name(g_backend, tests, NULL, NULL);

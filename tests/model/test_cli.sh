@@ -255,7 +255,7 @@ sc=(eval --model "$model" --tokenizer "$tok" --text "$text" --bytes 300 --mode p
 "$cli" "${sc[@]}" >"$work/st" 2>/dev/null
 "$cli" eval --model "$model" --tokenizer "$tok" --text "$text" --bytes 300 --mode proxy --json - >"$work/sd" 2>/dev/null
 if [ "$(grep -c '"scoring":"flat"' "$work/sj")" -ne 2 ] || [ "$(grep -c '"fetch_ratio_auto":true' "$work/sj")" -ne 2 ] ||
-   [ "$(grep -c '"scoring":"q8"' "$work/sd")" -ne 2 ] || ! head -1 "$work/sc" | grep -q ',fetch_ratio_auto,scoring,' ||
+   [ "$(grep -c '"scoring":"c4"' "$work/sd")" -ne 2 ] || ! head -1 "$work/sc" | grep -q ',fetch_ratio_auto,scoring,' ||
    [ "$(grep -c '^proxy,none,8,0.5,true,flat,' "$work/sc")" -ne 1 ] ||
    ! grep -qE '^proxy +none +8 +auto:0\.5 +flat ' "$work/st" || grep -qE '^proxy +none +8 +0\.5' "$work/st"; then
   echo "FAIL --scoring / --fetch-ratio auto in the outputs"; cat "$work/sj" "$work/sc" "$work/st"; fails=$((fails + 1))
