@@ -76,7 +76,8 @@ static void usage(FILE *f) {
       "  with --warmup 0 the first measured step moves no block.\n"
       "  --scoring S (default c4, the runtime's): how the prediction scores blocks (docs/kernels.md\n"
       "  \"Scoring at long context\"); --groups N: for c4 and q8 the candidates rescored beyond K per KV\n"
-      "  head (default K), for two-level the groups kept (default K / 4).\n"
+      "  head (default K / 4, at least min(K, 8): 32 at K = 128), for two-level the groups kept (default\n"
+      "  K / 4).\n"
       "  --selection device (default): selection and its commit run as kernels on DEVICE slot tables\n"
       "  (okv_runtime_config_t.device_selection); host runs them on the host's maps (the default with\n"
       "  --fetch-ratio auto, whose spare slots device selection does not support).\n");

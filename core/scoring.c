@@ -21,6 +21,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* q8 and c4's default candidate margin beyond K per KV head: K / 4 (rounded up), but at least min(K, 8). The
+ * margin absorbs the first pass's misorder near the K-th block, which does not grow with K: at K = 128 a margin
+ * of 32 kept the benchmark's recall at 16K-128K tokens, and at K = 8 a margin of 2 cost stories260K 0.5 points
+ * of recall where 8 cost none (docs/kernels.md "Candidate margin"). */
+static uint32_t default_margin(uint32_t budget_blocks) {
+  const uint32_t quarter = (budget_blocks + 3u) / 4u, floor = budget_blocks < 8u ? budget_blocks : 8u;
+  return quarter > floor ? quarter : floor;
+}
+
 okv_status_t okv_rt_scoring_init(okv_runtime_t *rt, uint64_t n_host_blocks) {
   const okv_runtime_config_t *c = &rt->cfg;
   rt->groups_kept = 0;
@@ -34,8 +43,9 @@ okv_status_t okv_rt_scoring_init(okv_runtime_t *rt, uint64_t n_host_blocks) {
   uint64_t n_seg = (uint64_t)c->max_seqs * c->n_kv_heads;
   uint32_t g, in_effect;
   if (c->scoring == OKV_SCORING_Q8 || c->scoring == OKV_SCORING_C4) {
-    /* K + margin candidates per head; scoring all of a head's blocks this way is flat scoring. */
-    uint32_t m = asked ? asked : c->budget_blocks;
+    /* K + margin candidates per head; scoring all of a head's blocks this way is flat scoring. The default
+     * margin is default_margin's. */
+    uint32_t m = asked ? asked : default_margin(c->budget_blocks);
     g = c->budget_blocks + m > OKV_TOPK_MAX ? OKV_TOPK_MAX : c->budget_blocks + m;
     /* No margin left (K = OKV_TOPK_MAX) would make the 8-bit order decide: flat scoring then. */
     if (g <= c->budget_blocks || (uint64_t)g >= rt->max_blocks) return OKV_OK;

@@ -40,6 +40,9 @@ static void usage(FILE *f) {
           "                     auto[:MAX]: chosen per step from the measured link, at most MAX (default 0.05)\n"
           "  --scoring S        c4|q8|flat|two-level: how the prediction scores blocks (default: the runtime's, c4;\n"
           "                     docs/kernels.md \"Scoring at long context\")\n"
+          "  --groups N         c4|q8: candidates rescored beyond K per KV head; two-level: groups kept\n"
+          "                     (default: the runtime's, K / 4 but at least min(K, 8) for c4|q8, K / 4 for\n"
+          "                     two-level; 1..--budget; with --sweep, at most each K)\n"
           "  --selection S      host|device: where oasis and proxy select and commit (default host; device:\n"
           "                     slot tables and kernels, docs/api.md \"Selection on the device\"; not with\n"
           "                     --fetch-ratio auto or --prefill-tokens)\n"
@@ -146,6 +149,7 @@ static json_object *result_json(const okv_eval_result_t *r) {
   json_object_object_add(o, "fetch_ratio_auto", json_object_new_boolean(r->fetch_ratio < 0));
   json_object_object_add(o, "selection", json_object_new_string(r->device_selection ? "device" : "host"));
   json_object_object_add(o, "scoring", json_object_new_string(okv_scoring_name(r->scoring)));
+  json_object_object_add(o, "scoring_groups", json_object_new_int64(r->scoring_groups));
   json_object_object_add(o, "tokens_evaluated", json_object_new_int64((int64_t)r->tokens_evaluated));
   json_add_num(o, "mean_nll", r->mean_nll);
   json_add_num(o, "perplexity", r->perplexity);
@@ -344,7 +348,7 @@ int okv_cli_eval(int argc, char **argv) {
   const char *model_flag = NULL, *tok_flag = NULL, *text_flag = NULL, *json_path = NULL, *csv_path = NULL,
              *plot_path = NULL, *device = "cpu", *mode_s = "all", *drafter_s = "self";
   uint64_t offset = 0;
-  uint32_t bytes = 2000, n_windows = 1, budget = 8, context = 0, prefill_tokens = 0;
+  uint32_t bytes = 2000, n_windows = 1, budget = 8, context = 0, prefill_tokens = 0, groups = 0;
   double fetch_ratio = 0.05;
   okv_scoring_t scoring = OKV_SCORING_COUNT; /* not given */
   bool device_selection = false;
@@ -376,6 +380,7 @@ int okv_cli_eval(int argc, char **argv) {
     OKV_CLI_OPT_PARSED("--budget", okv_cli_parse_u32(CMD, "--budget", v, 1, OKV_TOPK_MAX, &budget))
     OKV_CLI_OPT_PARSED("--fetch-ratio", okv_cli_parse_fetch_ratio(CMD, v, &fetch_ratio))
     OKV_CLI_OPT_PARSED("--scoring", okv_cli_parse_scoring(CMD, v, &scoring))
+    OKV_CLI_OPT_PARSED("--groups", okv_cli_parse_u32(CMD, "--groups", v, 1, OKV_TOPK_MAX, &groups))
     OKV_CLI_OPT_PARSED("--selection", parse_selection(v, &device_selection))
     OKV_CLI_OPT_PARSED("--prefill-tokens", okv_cli_parse_u32(CMD, "--prefill-tokens", v, 1, 1u << 20, &prefill_tokens))
     fprintf(stderr, CMD ": unknown option '%s' (see --help)\n", argv[i]);
@@ -413,6 +418,10 @@ int okv_cli_eval(int argc, char **argv) {
               ": --context %u is too short: %s scores each position's next token, which needs at least %u "
               "positions\n",
               context, mode_desc, min_context);
+    return 2;
+  }
+  if (groups > budget && !sweep) {
+    fprintf(stderr, CMD ": --groups %u is above --budget %u (the candidates beyond K are at most K)\n", groups, budget);
     return 2;
   }
   if (device_selection && fetch_ratio < 0) {
@@ -559,6 +568,7 @@ int okv_cli_eval(int argc, char **argv) {
                           NULL,
                           scoring != OKV_SCORING_COUNT,
                           scoring != OKV_SCORING_COUNT ? scoring : OKV_SCORING_FLAT,
+                          groups,
                           device_selection};
   if (okv_cli_remote_wanted(&remote)) { /* the KV server prefills each window per run */
     if (!okv_cli_remote_open(CMD, cm.model_path, cm.tokenizer_path, device, context, &remote)) goto done;
@@ -590,6 +600,7 @@ int okv_cli_eval(int argc, char **argv) {
       ec.mode = modes[m];
       ec.drafter = modes[m] == OKV_MODE_OASIS ? drafter : OKV_DRAFTER_NONE;
       ec.budget_blocks = sweep ? k_sweep[b] : budget;
+      ec.scoring_groups = groups < ec.budget_blocks ? groups : ec.budget_blocks;          /* --sweep: at most each K */
       ec.trace = tctx.open && modes[m] == OKV_MODE_OASIS && b == 0 ? trace_record : NULL; /* one oasis run */
       ec.trace_user = &tctx;
       snprintf(prog.label, sizeof prog.label, "%s%s%s K=%u", okv_cli_mode_name(ec.mode), ec.drafter ? "+" : "",

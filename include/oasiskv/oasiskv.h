@@ -59,11 +59,11 @@ typedef enum okv_scoring_e {
                                 a group outside them is not predicted); equal to flat while a head has at most
                                 scoring_groups groups */
   OKV_SCORING_Q8 = 2,        /* 8-bit summaries (OKV_DTYPE_Q8, a quarter of f32's bytes, u8 x s8 dot products)
-                                score every block; each KV head's best K + scoring_groups (0: K more; at most
-                                OKV_TOPK_MAX in all) are rescored on the exact summaries and the top-K taken
-                                from them. The 8-bit score is itself an upper bound of the exact one, so the
-                                top-K differs from flat only where a block of flat's top-K ranks below those
-                                candidates on the 8-bit scale; equal to flat while a head has at most that many
+                                score every block; each KV head's best K + scoring_groups (0: K / 4 more, at least
+                                min(K, 8); at most OKV_TOPK_MAX in all) are rescored on the exact summaries and
+                                the top-K taken from them. The 8-bit score is itself an upper bound of the exact
+                                one, so the top-K differs from flat only where a block of flat's top-K ranks below
+                                those candidates on the 8-bit scale; equal to flat while a head has at most that many
                                 blocks, or when no margin fits (K = OKV_TOPK_MAX) (docs/kernels.md "8-bit
                                 summaries") */
   OKV_SCORING_C4 = 3,        /* 4-bit block centres (OKV_DTYPE_C4, 76 bytes per block at head_dim 128 against q8's 264)
@@ -121,7 +121,8 @@ typedef struct okv_runtime_config_t {
                                 OKV_SCORING_FLAT (the reference) or OKV_SCORING_TWO_LEVEL */
   uint32_t scoring_groups;   /* two-level: groups of OKV_SCORING_GROUP_BLOCKS blocks whose blocks are scored, per
                                 KV head and step; 0 = K / 4 (at least 1). q8 and c4: candidates rescored beyond K
-                                per KV head; 0 = K (fewer when K + it would pass OKV_TOPK_MAX). At most K. Ignored by
+                                per KV head; 0 = max(ceil(K / 4), min(K, 8)), 32 at K = 128 (fewer when K + it
+                                would pass OKV_TOPK_MAX; docs/kernels.md "Candidate margin"). At most K. Ignored by
                                 flat scoring. okv_runtime_config() reads the value in effect: 0 where every block is
                                 scored exactly (flat, DENSE, or where q8, c4 or two-level fall back to flat: q8 / c4
                                 with no margin below OKV_TOPK_MAX, candidates or kept groups that cover every block of

@@ -715,10 +715,10 @@ static void test_runtime_fetch_ratio(void **state) {
   print_message("auto:0.5: cap_blocks %.2f of at most %.0f\n", c, num(o, "cap_max_blocks"));
   assert_true(c >= 1 && c < 64);
   assert_true(num(o, "bytes_per_step") <= num(o, "cap_bytes_per_step"));
-  /* c4 by default: K = 128 candidates rescored beyond K (K + 128 = 256 < the 258 blocks of 4,118 tokens); the
+  /* c4 by default: K / 4 = 32 candidates rescored beyond K (K + 32 = 160 < the 258 blocks of 4,118 tokens); the
    * JSON said the option's value, 0, before. */
   assert_string_equal(str(o, "scoring"), "c4");
-  assert_true(num(o, "scoring_groups") == 128);
+  assert_true(num(o, "scoring_groups") == 32);
   assert_true(num(o, "noise") == 0.5); /* the default --noise, so that the JSON alone can repeat the run */
   /* Per layer, the table's bookkeeping and attention columns (the JSON had only their ratio): they sum to the
    * run's per-step totals, and each layer's ratio is theirs. */

@@ -125,6 +125,24 @@ static void test_scoring_groups_in_effect(void **state) {
     assert_int_equal(got, cases[i].want);
     drv_close(&d);
   }
+  /* The default margin of q8 and c4 against K, hand-computed from max(ceil(K / 4), min(K, 8)), with 4096
+   * tokens (256 blocks) so that no K here falls back to flat: K / 4 from K = 33 up, 8 from K = 8 to 32, K
+   * below 8. */
+  static const uint32_t ks[][2] = {{2, 2}, {7, 7}, {8, 8}, {16, 8}, {32, 8}, {33, 9}, {64, 16}, {100, 25}};
+  for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
+    for (int q8 = 0; q8 < 2; q8++) {
+      okv_runtime_config_t c;
+      budget_config(&c, ks[i][0], 0.05);
+      c.scoring = q8 ? OKV_SCORING_Q8 : OKV_SCORING_C4;
+      c.max_context_tokens = 4096;
+      drv_t d;
+      drv_open(&d, g_backend, &c, &p, 1, 4096);
+      const uint32_t got = okv_runtime_config(d.rt)->scoring_groups;
+      if (got != ks[i][1])
+        print_error("K = %u, %s: default margin %u, want %u\n", ks[i][0], q8 ? "q8" : "c4", got, ks[i][1]);
+      assert_int_equal(got, ks[i][1]);
+      drv_close(&d);
+    }
 }
 
 static void test_argument_errors(void **state) {

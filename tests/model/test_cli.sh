@@ -102,6 +102,9 @@ expect_fail_msg "generate missing value" "^oasiskv generate: option --steps need
 expect_fail "generate --temperature -1" generate --temperature -1
 expect_fail_msg "generate --temperature 1e-400" "'1e-400' is out of range \(underflows\)" generate --temperature 1e-400
 expect_fail_msg "generate --temperature 1e400" "'1e400' is out of range \(overflows\)" generate --temperature 1e400
+expect_fail_msg "eval --groups above --budget" "^oasiskv eval: --groups 9 is above --budget 8" eval "${base[@]}" \
+  --groups 9 "${outs[@]}"
+expect_fail_msg "eval --groups 0" "--groups" eval "${base[@]}" --groups 0 "${outs[@]}"
 expect_fail_msg "eval --fetch-ratio 1e-400" "'1e-400' is out of range \(underflows\)" eval "${base[@]}" \
   --fetch-ratio 1e-400 "${outs[@]}"
 expect_fail_msg "generate --temperature abc" "'abc' is not a number" generate --temperature abc
@@ -261,6 +264,21 @@ if [ "$(grep -c '"scoring":"flat"' "$work/sj")" -ne 2 ] || [ "$(grep -c '"fetch_
   echo "FAIL --scoring / --fetch-ratio auto in the outputs"; cat "$work/sj" "$work/sc" "$work/st"; fails=$((fails + 1))
 else
   echo "ok   --scoring / --fetch-ratio auto in JSON, CSV and table"
+fi
+
+# --groups: the JSON gives the margin in effect; the default at K = 8 is min(K, 8) = 8, --groups 3 passes
+# through (stories260K's 512 tokens are 32 blocks, above K + either), and dense reads 0 (every block exact).
+n=$((n + 1))
+"$cli" eval --model "$model" --tokenizer "$tok" --text "$text" --bytes 300 --mode oasis --json - >"$work/g0" 2>/dev/null
+"$cli" eval --model "$model" --tokenizer "$tok" --text "$text" --bytes 300 --mode oasis --groups 3 --json - \
+  >"$work/g3" 2>/dev/null
+tr -d ' \n' <"$work/g0" >"$work/g0f" && tr -d ' \n' <"$work/g3" >"$work/g3f" # one line: the JSON is indented
+if ! grep -q '"mode":"dense",[^}]*"scoring_groups":0,' "$work/g0f" ||
+   ! grep -q '"mode":"oasis",[^}]*"scoring_groups":8,' "$work/g0f" ||
+   ! grep -q '"mode":"oasis",[^}]*"scoring_groups":3,' "$work/g3f"; then
+  echo "FAIL --groups in the JSON"; cat "$work/g0" "$work/g3"; fails=$((fails + 1))
+else
+  echo "ok   --groups in the JSON"
 fi
 
 # tokenize: the reference encodings of ../shared/gguf (line k of <vocab>.out is string k of <vocab>.inp).

@@ -111,6 +111,7 @@ okv_status_t okv_eval_run_prefilled(const okv_model_t *model, okv_hal_device_t *
   rc.max_context_tokens = ctx_blocks * OKV_BLOCK_TOKENS;
   rc.track_recall = config->mode != OKV_MODE_DENSE;
   if (config->scoring_set) rc.scoring = config->scoring;
+  if (config->mode != OKV_MODE_DENSE) rc.scoring_groups = config->scoring_groups; /* dense: K is the whole context */
   rc.device_selection = config->device_selection; /* refused with fetch_ratio_auto (INVALID_ARGUMENT) */
 
   okv_status_t st = OKV_OK;
@@ -215,6 +216,7 @@ okv_status_t okv_eval_run_prefilled(const okv_model_t *model, okv_hal_device_t *
   r.budget_blocks = config->mode == OKV_MODE_DENSE ? rc.budget_blocks : config->budget_blocks;
   r.fetch_ratio = config->fetch_ratio;
   r.scoring = rc.scoring;
+  r.scoring_groups = okv_runtime_config(rt)->scoring_groups;
   r.device_selection = okv_runtime_config(rt)->device_selection;
   r.tokens_evaluated = total_positions;
   r.mean_nll = nll / (double)total_positions;

@@ -336,9 +336,10 @@ typedef struct okv_eval_config_t {
    * replaced by window indices; may be NULL. */
   okv_engine_trace_fn trace;
   void *trace_user;
-  bool scoring_set;      /* scoring given: otherwise the runtime's default */
-  okv_scoring_t scoring; /* okv_runtime_config_t.scoring when scoring_set */
-  bool device_selection; /* okv_runtime_config_t.device_selection (OASIS / PROXY runs; default false) */
+  bool scoring_set;        /* scoring given: otherwise the runtime's default */
+  okv_scoring_t scoring;   /* okv_runtime_config_t.scoring when scoring_set */
+  uint32_t scoring_groups; /* okv_runtime_config_t.scoring_groups (0: the runtime's default; <= budget_blocks) */
+  bool device_selection;   /* okv_runtime_config_t.device_selection (OASIS / PROXY runs; default false) */
 } okv_eval_config_t;
 
 typedef struct okv_eval_result_t {
@@ -347,6 +348,7 @@ typedef struct okv_eval_result_t {
   uint32_t budget_blocks;
   double fetch_ratio;        /* as okv_eval_config_t's: negative = the self-tuning cap, at most -fetch_ratio */
   okv_scoring_t scoring;     /* the prediction's block scoring the run's runtime used (okv_runtime_config_t) */
+  uint32_t scoring_groups;   /* okv_runtime_config_t.scoring_groups in effect (0: every block scored exactly) */
   bool device_selection;     /* the run selected on the device (okv_runtime_config_t.device_selection, effective) */
   uint64_t tokens_evaluated; /* predicted positions over all windows */
   double mean_nll;           /* nats per token */
