@@ -504,6 +504,51 @@ static void test_scoring_q8(void **state) {
  * 48; 37 blocks per KV head, so the second head starts inside a tile (lane 5) and tiles end part-used; then
  * ranges that start and end inside tiles, with the scores outside them untouched; 6 query rows (a partial
  * quad), an all-zero row and, at head_dim 48, a row with a NaN element (its head's blocks score +infinity). */
+/* okv_cpu_c4_query's codes, element by element, against nearbyintf(x / sig) clamped to [-127, 127] with sig =
+ * max|x| / 127 (the 16-wide path and the scalar tail must agree with it, ties to even included): rows whose
+ * elements sit exactly on halves (k + 0.5 times sig), on the clamp, at -0 and at zero, at head_dim 8 (tail only),
+ * 48 and 128 (vector path) and 40 (both). The packed layout is byte (j / 4) * 8 + (e % 2) * 4 + j % 4 for j = e / 2.
+ * Also the sums: sum_x and l1_x as f32 of their double sums. */
+static void test_c4_query_codes(void **state) {
+  (void)state;
+  static const uint32_t dims[] = {8, 40, 48, 128};
+  for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+    const uint32_t D = dims[di];
+    float x[128];
+    int8_t codes[128];
+    const float sig_want = 2.0f; /* max |x| = 254: sig = 2, so x = 2 (k + 0.5) is a tie */
+    for (uint32_t e = 0; e < D; e++) {
+      const int k = (int)(e * 37u % 255u) - 127; /* -127..127 */
+      switch (e % 5u) {
+        case 0: x[e] = 2.0f * ((float)k + 0.5f); break; /* a tie: rounds to the even neighbour */
+        case 1: x[e] = 2.0f * (float)k + 0.3f; break;
+        case 2: x[e] = e % 2u ? -0.0f : 0.0f; break;
+        case 3: x[e] = 2.0f * (float)k - 0.9f; break;
+        default: x[e] = -2.0f * ((float)k + 0.5f); break;
+      }
+    }
+    x[0] = 254.0f;      /* the maximum: code 127 */
+    x[D - 1] = -253.0f; /* -126.5: a tie, to -126 */
+    float sx = 0, l1 = 0;
+    const float sig = okv_cpu_c4_query(x, D, codes, &sx, &l1);
+    assert_true(sig == sig_want);
+    double dsx = 0, dl1 = 0;
+    for (uint32_t e = 0; e < D; e++) {
+      dsx += (double)x[e];
+      dl1 += fabs((double)x[e]);
+      float c = nearbyintf(x[e] / sig);
+      c = c > 127.0f ? 127.0f : c < -127.0f ? -127.0f : c;
+      const uint32_t j = e / 2u;
+      const int got = codes[(j / 4u) * 8u + (e % 2u) * 4u + j % 4u];
+      if (got != (int)c) print_error("D %u element %u: x %g code %d, want %d\n", D, e, (double)x[e], got, (int)c);
+      assert_int_equal(got, (int)c);
+    }
+    assert_true(codes[(((D - 1u) / 2u) / 4u) * 8u + ((D - 1u) % 2u) * 4u + ((D - 1u) / 2u) % 4u] == -126);
+    assert_true(sx == (float)dsx);
+    assert_true(l1 == (float)dl1);
+  }
+}
+
 static void test_scoring_c4(void **state) {
   (void)state;
   okv_test_rng_t rng;
@@ -1208,6 +1253,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_scoring_narrow),
       cmocka_unit_test(test_scoring_ranges),
       cmocka_unit_test(test_scoring_q8),
+      cmocka_unit_test(test_c4_query_codes),
       cmocka_unit_test(test_scoring_c4),
       cmocka_unit_test(test_scoring_scattered),
       cmocka_unit_test(test_summary_reduce),
