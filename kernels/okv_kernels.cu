@@ -649,7 +649,8 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_SCORE_THREADS) okv_gpu_scor
           l1 += okv_shfl_xor(l1, w, OKV_WARP_SIZE);
         }
         float v;
-        if (step < 0.0f || !(m < OKV_POS_INF)) {
+        /* a non-finite element or an L1 norm past f32's range: +infinity (the CPU's f32 estimate would overflow) */
+        if (step < 0.0f || !(m < OKV_POS_INF) || !((float)l1 < OKV_POS_INF)) {
           v = OKV_POS_INF;
         } else {
           const float sig = m / 127.0f;

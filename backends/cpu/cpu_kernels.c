@@ -663,7 +663,9 @@ float okv_cpu_c4_query(const float *x, uint32_t hd, int8_t *codes, float *sum_x,
   *sum_x = (float)sx;
   *l1_x = (float)l1;
   memset(codes, 0, 2u * (size_t)okv_cpu_c4_packed_bytes(hd));
-  if (!isfinite(m)) return NAN; /* a non-finite element: the row scores +infinity */
+  /* A non-finite element, or sums past f32's range (elements near 3e38): the row scores +infinity, as it does
+   * on the GPU, instead of an f32 estimate that overflows (inf - inf: NaN, never predicted). */
+  if (!isfinite(m) || !isfinite(*l1_x)) return NAN;
   if (!(m > 0.0f)) return 0.0f; /* all zero: no code */
   const float sig = m / 127.0f;
   uint32_t e0 = 0;
@@ -1417,6 +1419,7 @@ static inline void heap_down(uint64_t *h, uint32_t n, uint32_t i) {
  * OKV_TOPK_CAND_MAX blocks is radix sorted whole, and a longer one goes through a k-entry min-heap. */
 #define OKV_TOPK_SAMPLE_STRIDE 8u
 #define OKV_TOPK_CAND_MAX      (4u * OKV_TOPK_MAX)
+#define OKV_TOPK_PARALLEL_MIN  16384u /* scores in all below which a top-K runs on one thread */
 
 /* The `rank`-th best (1-based) of every stride-th score of sc[0..n) (NaN = -inf), or -inf; rank <= OKV_TOPK_MAX.
  * The samples' total-order keys go through the same min-heap as the top-K itself. */
@@ -1553,8 +1556,14 @@ void okv_cpu_topk(const okv_topk_desc_t *d, const float *scores, uint32_t *out_i
   const int nt = cpu_threads(n_threads);
   const long n_seg = (long)d->n_segments;
   const uint32_t k = d->k;
+  /* A top-K over few scores in all (a second pass's candidates: K + margin per head) takes a few microseconds on
+   * one thread, less than waking a second one costs. */
+  uint64_t n_all = 0;
+  for (long u = 0; u < n_seg && n_all < OKV_TOPK_PARALLEL_MIN; u++) n_all += d->seg_n[u];
+  const bool par = nt > 1 && n_seg > 1 && n_all >= OKV_TOPK_PARALLEL_MIN;
   okv_unused_threads(nt);
-OKV_OMP(omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && n_seg > 1))
+  (void)par;
+OKV_OMP(omp parallel for num_threads(nt) schedule(dynamic, 1) if (par))
 for (long ul = 0; ul < n_seg; ul++) {
   uint32_t u = (uint32_t)ul, n = d->seg_n[u];
   const float *sc = scores + d->seg_score_first[u];

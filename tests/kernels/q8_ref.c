@@ -88,7 +88,7 @@ double okv_ref_c4_score(const uint8_t *tile, uint32_t lane, const float *const *
       l1 += fabs((double)x);
       m = fabs((double)x) > m ? fabs((double)x) : m;
     }
-    if (step < 0 || !finite) return INFINITY;
+    if (step < 0 || !finite || !isfinite((float)l1)) return INFINITY; /* (float)l1 past f32: not finite */
     if (m > 0) {
       float sig = (float)m / 127.0f;
       for (uint32_t e = 0; e < D; e++) {
