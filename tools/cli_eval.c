@@ -420,6 +420,10 @@ int okv_cli_eval(int argc, char **argv) {
               context, mode_desc, min_context);
     return 2;
   }
+  if (groups > 0 && scoring == OKV_SCORING_FLAT) { /* said first: no value of --groups would do */
+    fprintf(stderr, CMD ": --groups applies to --scoring q8, c4 and two-level (flat scores every block)\n");
+    return 2;
+  }
   if (groups > budget && !sweep) {
     fprintf(stderr, CMD ": --groups %u is above --budget %u (the candidates beyond K are at most K)\n", groups, budget);
     return 2;

@@ -105,6 +105,8 @@ expect_fail_msg "generate --temperature 1e400" "'1e400' is out of range \(overfl
 expect_fail_msg "eval --groups above --budget" "^oasiskv eval: --groups 9 is above --budget 8" eval "${base[@]}" \
   --groups 9 "${outs[@]}"
 expect_fail_msg "eval --groups 0" "--groups" eval "${base[@]}" --groups 0 "${outs[@]}"
+expect_fail_msg "eval --groups with flat" "^oasiskv eval: --groups applies to --scoring q8, c4 and two-level" eval \
+  "${base[@]}" --scoring flat --groups 4 "${outs[@]}"
 expect_fail_msg "eval --fetch-ratio 1e-400" "'1e-400' is out of range \(underflows\)" eval "${base[@]}" \
   --fetch-ratio 1e-400 "${outs[@]}"
 expect_fail_msg "generate --temperature abc" "'abc' is not a number" generate --temperature abc
