@@ -345,8 +345,8 @@ static void test_bad_inputs(void **state) {
   okv_runtime_destroy(rt);
   /* Eval config errors. */
   okv_eval_window_t w = {f->text_tokens, 1};
-  okv_eval_config_t ec = {OKV_MODE_DENSE, OKV_DRAFTER_NONE, 8,    0.05, NULL, NULL, NULL, NULL,
-                          false,          OKV_SCORING_FLAT, false};
+  okv_eval_config_t ec = {OKV_MODE_DENSE, OKV_DRAFTER_NONE, 8, 0.05, NULL, NULL, NULL, NULL,
+                          false,          OKV_SCORING_FLAT, 0, false};
   okv_eval_result_t r;
   OKV_ASSERT_CODE(okv_eval_run(f->model, f->device, &w, 1, &ec, NULL, &f->alloc, NULL, &r),
                   OKV_STATUS_INVALID_ARGUMENT);
