@@ -76,8 +76,8 @@ static void usage(FILE *f) {
       "  with --warmup 0 the first measured step moves no block.\n"
       "  --scoring S (default c4, the runtime's): how the prediction scores blocks (docs/kernels.md\n"
       "  \"Scoring at long context\"); --groups N: for c4 and q8 the candidates rescored beyond K per KV\n"
-      "  head (default K / 4, at least min(K, 8): 32 at K = 128), for two-level the groups kept (default\n"
-      "  K / 4).\n"
+      "  head (default ceil(K / 4), at least min(K, 8): 32 at K = 128; K + it at most 512), for two-level\n"
+      "  the groups kept (default floor(K / 4), at least 1).\n"
       "  --selection device (default): selection and its commit run as kernels on DEVICE slot tables\n"
       "  (okv_runtime_config_t.device_selection); host runs them on the host's maps (the default with\n"
       "  --fetch-ratio auto, whose spare slots device selection does not support).\n");
@@ -456,6 +456,12 @@ int okv_cli_bench_runtime(int argc, char **argv) {
     fprintf(stderr,
             "oasiskv bench runtime: note: with --warmup 0 the first measured step moves no block (a step's fetches "
             "land at the next step's commit), so bytes per step are understated\n");
+  if ((o.scoring == OKV_SCORING_C4 || o.scoring == OKV_SCORING_Q8) && o.groups > 0 && kept_groups > 0 &&
+      kept_groups < o.groups)
+    fprintf(stderr,
+            "oasiskv bench runtime: note: --groups %u is cut to %u candidates beyond K: K + the margin is at most "
+            "%u blocks per KV head\n",
+            o.groups, kept_groups, OKV_TOPK_MAX);
   if (!fits && o.scoring == OKV_SCORING_TWO_LEVEL && kept_groups > 0 &&
       (uint64_t)kept_groups * OKV_SCORING_GROUP_BLOCKS < o.budget_blocks)
     fprintf(stderr,

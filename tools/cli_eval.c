@@ -41,8 +41,9 @@ static void usage(FILE *f) {
           "  --scoring S        c4|q8|flat|two-level: how the prediction scores blocks (default: the runtime's, c4;\n"
           "                     docs/kernels.md \"Scoring at long context\")\n"
           "  --groups N         c4|q8: candidates rescored beyond K per KV head; two-level: groups kept\n"
-          "                     (default: the runtime's, K / 4 but at least min(K, 8) for c4|q8, K / 4 for\n"
-          "                     two-level; 1..--budget; with --sweep, at most each K)\n"
+          "                     (default: the runtime's, ceil(K / 4) but at least min(K, 8) for c4|q8, K + it\n"
+          "                     at most 512; floor(K / 4), at least 1, for two-level; 1..--budget; with --sweep,\n"
+          "                     at most each K)\n"
           "  --selection S      host|device: where oasis and proxy select and commit (default host; device:\n"
           "                     slot tables and kernels, docs/api.md \"Selection on the device\"; not with\n"
           "                     --fetch-ratio auto or --prefill-tokens)\n"
@@ -344,11 +345,20 @@ static void trace_record(void *user, const okv_engine_trace_t *t) {
   }
 }
 
+/* --groups N: an integer >= 1 (its bound, --budget, is checked once every option is read). */
+static bool parse_groups(const char *v, uint64_t *out) {
+  if (!okv_cli_parse_u64(CMD, "--groups", v, out)) return false;
+  if (*out > 0) return true;
+  fprintf(stderr, CMD ": --groups must be at least 1 (and at most --budget), got %s\n", v);
+  return false;
+}
+
 int okv_cli_eval(int argc, char **argv) {
   const char *model_flag = NULL, *tok_flag = NULL, *text_flag = NULL, *json_path = NULL, *csv_path = NULL,
              *plot_path = NULL, *device = "cpu", *mode_s = "all", *drafter_s = "self";
   uint64_t offset = 0;
-  uint32_t bytes = 2000, n_windows = 1, budget = 8, context = 0, prefill_tokens = 0, groups = 0;
+  uint32_t bytes = 2000, n_windows = 1, budget = 8, context = 0, prefill_tokens = 0;
+  uint64_t groups = 0; /* not given */
   double fetch_ratio = 0.05;
   okv_scoring_t scoring = OKV_SCORING_COUNT; /* not given */
   bool device_selection = false;
@@ -380,7 +390,7 @@ int okv_cli_eval(int argc, char **argv) {
     OKV_CLI_OPT_PARSED("--budget", okv_cli_parse_u32(CMD, "--budget", v, 1, OKV_TOPK_MAX, &budget))
     OKV_CLI_OPT_PARSED("--fetch-ratio", okv_cli_parse_fetch_ratio(CMD, v, &fetch_ratio))
     OKV_CLI_OPT_PARSED("--scoring", okv_cli_parse_scoring(CMD, v, &scoring))
-    OKV_CLI_OPT_PARSED("--groups", okv_cli_parse_u32(CMD, "--groups", v, 1, OKV_TOPK_MAX, &groups))
+    OKV_CLI_OPT_PARSED("--groups", parse_groups(v, &groups))
     OKV_CLI_OPT_PARSED("--selection", parse_selection(v, &device_selection))
     OKV_CLI_OPT_PARSED("--prefill-tokens", okv_cli_parse_u32(CMD, "--prefill-tokens", v, 1, 1u << 20, &prefill_tokens))
     fprintf(stderr, CMD ": unknown option '%s' (see --help)\n", argv[i]);
@@ -425,7 +435,8 @@ int okv_cli_eval(int argc, char **argv) {
     return 2;
   }
   if (groups > budget && !sweep) {
-    fprintf(stderr, CMD ": --groups %u is above --budget %u (the candidates beyond K are at most K)\n", groups, budget);
+    fprintf(stderr, CMD ": --groups %llu is above --budget %u (at most K: candidates beyond K, or groups kept)\n",
+            (unsigned long long)groups, budget);
     return 2;
   }
   if (device_selection && fetch_ratio < 0) {
@@ -572,7 +583,7 @@ int okv_cli_eval(int argc, char **argv) {
                           NULL,
                           scoring != OKV_SCORING_COUNT,
                           scoring != OKV_SCORING_COUNT ? scoring : OKV_SCORING_FLAT,
-                          groups,
+                          0, /* scoring_groups: set per run below */
                           device_selection};
   if (okv_cli_remote_wanted(&remote)) { /* the KV server prefills each window per run */
     if (!okv_cli_remote_open(CMD, cm.model_path, cm.tokenizer_path, device, context, &remote)) goto done;
@@ -604,8 +615,8 @@ int okv_cli_eval(int argc, char **argv) {
       ec.mode = modes[m];
       ec.drafter = modes[m] == OKV_MODE_OASIS ? drafter : OKV_DRAFTER_NONE;
       ec.budget_blocks = sweep ? k_sweep[b] : budget;
-      ec.scoring_groups = groups < ec.budget_blocks ? groups : ec.budget_blocks;          /* --sweep: at most each K */
-      ec.trace = tctx.open && modes[m] == OKV_MODE_OASIS && b == 0 ? trace_record : NULL; /* one oasis run */
+      ec.scoring_groups = groups < ec.budget_blocks ? (uint32_t)groups : ec.budget_blocks; /* --sweep: at most K */
+      ec.trace = tctx.open && modes[m] == OKV_MODE_OASIS && b == 0 ? trace_record : NULL;  /* one oasis run */
       ec.trace_user = &tctx;
       snprintf(prog.label, sizeof prog.label, "%s%s%s K=%u", okv_cli_mode_name(ec.mode), ec.drafter ? "+" : "",
                ec.drafter ? okv_drafter_name(ec.drafter) : "", ec.budget_blocks);
@@ -616,6 +627,16 @@ int okv_cli_eval(int argc, char **argv) {
                              okv_status_annotate(s, "mode %s, K %u", okv_cli_mode_name(ec.mode), ec.budget_blocks));
         goto done;
       }
+      const okv_eval_result_t *rr = &results[n_results];
+      if (rr->scoring == OKV_SCORING_TWO_LEVEL && rr->scoring_groups > 0 &&
+          (uint64_t)rr->scoring_groups * OKV_SCORING_GROUP_BLOCKS < rr->budget_blocks)
+        fprintf(stderr,
+                CMD
+                ": note: mode %s, K %u: two-level scoring kept %u groups of %u blocks per KV head, %u blocks, "
+                "fewer than K: each prediction held at most that many (--groups %u or more keeps K)\n",
+                okv_cli_mode_name(rr->mode), rr->budget_blocks, rr->scoring_groups, OKV_SCORING_GROUP_BLOCKS,
+                rr->scoring_groups * OKV_SCORING_GROUP_BLOCKS,
+                (rr->budget_blocks + OKV_SCORING_GROUP_BLOCKS - 1u) / OKV_SCORING_GROUP_BLOCKS);
       ++n_results;
     }
   if (tctx.open) {

@@ -104,7 +104,9 @@ expect_fail_msg "generate --temperature 1e-400" "'1e-400' is out of range \(unde
 expect_fail_msg "generate --temperature 1e400" "'1e400' is out of range \(overflows\)" generate --temperature 1e400
 expect_fail_msg "eval --groups above --budget" "^oasiskv eval: --groups 9 is above --budget 8" eval "${base[@]}" \
   --groups 9 "${outs[@]}"
-expect_fail_msg "eval --groups 0" "--groups" eval "${base[@]}" --groups 0 "${outs[@]}"
+expect_fail_msg "eval --groups 0" "^oasiskv eval: --groups must be at least 1" eval "${base[@]}" --groups 0 "${outs[@]}"
+expect_fail_msg "eval --groups 99999999999" "^oasiskv eval: --groups 99999999999 is above --budget 8" eval "${base[@]}" \
+  --groups 99999999999 "${outs[@]}"
 expect_fail_msg "eval --groups with flat" "^oasiskv eval: --groups applies to --scoring q8, c4 and two-level" eval \
   "${base[@]}" --scoring flat --groups 4 "${outs[@]}"
 expect_fail_msg "eval --fetch-ratio 1e-400" "'1e-400' is out of range \(underflows\)" eval "${base[@]}" \
@@ -281,6 +283,16 @@ if ! grep -q '"mode":"dense",[^}]*"scoring_groups":0,' "$work/g0f" ||
   echo "FAIL --groups in the JSON"; cat "$work/g0" "$work/g3"; fails=$((fails + 1))
 else
   echo "ok   --groups in the JSON"
+fi
+
+# Two-level scoring told to keep fewer blocks than K (1 group of 16 at K = 20): a note, and the run goes ahead.
+n=$((n + 1))
+if "$cli" eval --model "$model" --tokenizer "$tok" --text "$text" --bytes 300 --mode oasis --budget 20 --groups 1 \
+     --scoring two-level >/dev/null 2>"$work/tl" &&
+   grep -q 'note: mode oasis, K 20: two-level scoring kept 1 groups of 16 blocks per KV head, 16 blocks' "$work/tl"; then
+  echo "ok   two-level --groups below K / 16: a note"
+else
+  echo "FAIL two-level --groups below K / 16"; cat "$work/tl"; fails=$((fails + 1))
 fi
 
 # tokenize: the reference encodings of ../shared/gguf (line k of <vocab>.out is string k of <vocab>.inp).
