@@ -1147,64 +1147,84 @@ for (long it = 0; it < n_items; it++) {
   }
 }
 
-/* Scoring with OKV_DTYPE_C4 summaries (same jobs and chunks as the other dtypes): the rows' codes, then the
- * tiles that a job's chunk touches, each scored whole, and the chunk's lanes merged into its scores. */
-static void score_c4(const okv_score_desc_t *d, const float *q, const void *summaries, float *scores, int nt) {
+/* One thread's state for c4 scoring: the query rows' codes (of the segment `loaded_u`), sums and the
+ * estimates of a chunk's tiles. (OKV_Q8_ROWS + 3) rows of up to 256 code bytes, read back 4 at a time as int32
+ * (their declared type); a chunk's tiles: OKV_SCORE_CHUNK blocks from any lane span at most
+ * OKV_SCORE_CHUNK / 16 + 1 tiles. */
+typedef struct c4_thread_t {
+  _Alignas(64) int32_t xc[(OKV_Q8_ROWS + 3u) * 64u];
+  float sig[OKV_Q8_ROWS], sx[OKV_Q8_ROWS], l1[OKV_Q8_ROWS], x[256], best[OKV_SCORE_CHUNK + OKV_C4_TILE];
+  c4_rows_t qr;
+  uint32_t loaded_u;
+} c4_thread_t;
+
+static void c4_thread_init(c4_thread_t *t, const okv_score_desc_t *d) {
+  t->qr = (c4_rows_t){
+      .xc = t->xc, .stride = okv_cpu_c4_packed_bytes(d->head_dim) / 2u, .sig = t->sig, .sx = t->sx, .l1 = t->l1};
+  t->loaded_u = UINT32_MAX;
+}
+
+/* Blocks [b0, b1) of one job (a segment or a range) scored with c4 summaries into `scores`: the rows' codes
+ * (unless thread t holds them), then the tiles that the blocks touch, each scored whole, and the blocks' lanes
+ * merged into their scores. */
+static void c4_score_chunk(const okv_score_desc_t *d, const float *q, const void *summaries, float *scores,
+                           score_job_t job, uint32_t b0, uint32_t b1, c4_thread_t *t) {
   const uint32_t G = d->group_size, hd = d->head_dim, nq = d->n_kv_heads * G;
   const uint32_t rows = (d->t_end - d->t_begin) * G;
-  const uint32_t n_jobs = d->n_ranges > 0 ? d->n_ranges : d->n_seqs * d->n_kv_heads;
   const uint32_t P = okv_cpu_c4_packed_bytes(hd);
   const size_t tb = okv_cpu_c4_tile_bytes(hd), stride = P / 2u; /* int32 per row of codes */
   const float scale = (float)(1.0 / sqrt((double)hd));
   const bool vnni = q8_have_vnni(), avx2 = !vnni && okv_cpu_isa_active() >= OKV_CPU_ISA_AVX2;
-  const uint32_t max_nb = score_max_blocks(d, n_jobs);
-  const long n_chunks = (long)((max_nb + OKV_SCORE_CHUNK - 1u) / OKV_SCORE_CHUNK);
-  const long n_items = (long)n_jobs * n_chunks;
-  okv_unused_threads(nt);
-  OKV_OMP(omp parallel num_threads(nt) if (nt > 1 && n_items > 1)) {
-    /* (OKV_Q8_ROWS + 3) rows of up to 256 code bytes, read back 4 at a time as int32 (their declared type) */
-    _Alignas(64) int32_t xc[(OKV_Q8_ROWS + 3u) * 64u];
-    /* a chunk's tiles: OKV_SCORE_CHUNK blocks from any lane span at most OKV_SCORE_CHUNK / 16 + 1 tiles */
-    float sig[OKV_Q8_ROWS], sx[OKV_Q8_ROWS], l1[OKV_Q8_ROWS], x[256], best[OKV_SCORE_CHUNK + OKV_C4_TILE];
-    c4_rows_t qr = {.xc = xc, .stride = stride, .sig = sig, .sx = sx, .l1 = l1};
-    uint32_t loaded_u = UINT32_MAX;
-OKV_OMP(omp for schedule(dynamic, 1))
-for (long it = 0; it < n_items; it++) {
-  const score_job_t job = score_job(d, (uint32_t)(it / n_chunks));
-  uint32_t b0 = (uint32_t)(it % n_chunks) * OKV_SCORE_CHUNK;
-  if (b0 >= job.n) continue;
-  uint32_t b1 = job.n - b0 > OKV_SCORE_CHUNK ? b0 + OKV_SCORE_CHUNK : job.n;
-  uint32_t s = job.u / d->n_kv_heads, h = job.u % d->n_kv_heads;
+  const uint32_t s = job.u / d->n_kv_heads, h = job.u % d->n_kv_heads;
   const uint64_t a0 = job.summary_first + b0, a1 = job.summary_first + b1; /* summaries [a0, a1) */
   for (uint32_t r0 = 0; r0 < rows; r0 += OKV_Q8_ROWS) {
     uint32_t nr = rows - r0 < OKV_Q8_ROWS ? rows - r0 : OKV_Q8_ROWS;
-    if (rows > OKV_Q8_ROWS || job.u != loaded_u) {
+    if (rows > OKV_Q8_ROWS || job.u != t->loaded_u) {
       for (uint32_t i = 0; i < nr; i++) {
-        const uint32_t r = r0 + i, t = d->t_begin + r / G, g = r % G;
-        const float *src = q + (((size_t)s * d->n_query_tokens + t) * nq + (size_t)h * G + g) * hd;
-        for (uint32_t e = 0; e < hd; e++) x[e] = src[e] * scale;
-        sig[i] = okv_cpu_c4_query(x, hd, (int8_t *)(xc + (size_t)i * stride), &sx[i], &l1[i]);
+        const uint32_t r = r0 + i, tk = d->t_begin + r / G, g = r % G;
+        const float *src = q + (((size_t)s * d->n_query_tokens + tk) * nq + (size_t)h * G + g) * hd;
+        for (uint32_t e = 0; e < hd; e++) t->x[e] = src[e] * scale;
+        t->sig[i] = okv_cpu_c4_query(t->x, hd, (int8_t *)(t->xc + (size_t)i * stride), &t->sx[i], &t->l1[i]);
       }
-      memset(xc + (size_t)nr * stride, 0, 3u * stride * sizeof(int32_t)); /* rows nr..nr+2: zero codes */
-      qr.nr = nr;
-      loaded_u = rows > OKV_Q8_ROWS ? UINT32_MAX : job.u;
+      memset(t->xc + (size_t)nr * stride, 0, 3u * stride * sizeof(int32_t)); /* rows nr..nr+2: zero codes */
+      t->qr.nr = nr;
+      t->loaded_u = rows > OKV_Q8_ROWS ? UINT32_MAX : job.u;
     }
     /* the tiles [t0, t0 + n_t) that hold summaries [a0, a1), scored into best[], then merged */
     const uint64_t t0 = a0 / OKV_C4_TILE, n_t = (a1 + OKV_C4_TILE - 1u) / OKV_C4_TILE - t0;
     const uint8_t *tiles = (const uint8_t *)summaries + (size_t)t0 * tb;
     if (vnni)
-      c4_tiles_vnni(tiles, (uint32_t)n_t, tb, P, &qr, best);
+      c4_tiles_vnni(tiles, (uint32_t)n_t, tb, P, &t->qr, t->best);
     else if (avx2)
-      c4_tiles_avx2(tiles, (uint32_t)n_t, tb, P, &qr, best);
+      c4_tiles_avx2(tiles, (uint32_t)n_t, tb, P, &t->qr, t->best);
     else
-      c4_tiles_base(tiles, (uint32_t)n_t, tb, P, &qr, best);
-    const float *src = best + (a0 - t0 * OKV_C4_TILE);
+      c4_tiles_base(tiles, (uint32_t)n_t, tb, P, &t->qr, t->best);
+    const float *src = t->best + (a0 - t0 * OKV_C4_TILE);
     float *dst = scores + job.score_first + b0;
     if (r0 == 0)
       memcpy(dst, src, (size_t)(b1 - b0) * sizeof(float));
     else
       for (uint32_t b = 0; b < b1 - b0; b++) dst[b] = src[b] > dst[b] ? src[b] : dst[b];
   }
+}
+
+/* Scoring with OKV_DTYPE_C4 summaries (same jobs and chunks as the other dtypes). */
+static void score_c4(const okv_score_desc_t *d, const float *q, const void *summaries, float *scores, int nt) {
+  const uint32_t n_jobs = d->n_ranges > 0 ? d->n_ranges : d->n_seqs * d->n_kv_heads;
+  const uint32_t max_nb = score_max_blocks(d, n_jobs);
+  const long n_chunks = (long)((max_nb + OKV_SCORE_CHUNK - 1u) / OKV_SCORE_CHUNK);
+  const long n_items = (long)n_jobs * n_chunks;
+  okv_unused_threads(nt);
+  OKV_OMP(omp parallel num_threads(nt) if (nt > 1 && n_items > 1)) {
+    c4_thread_t t;
+    c4_thread_init(&t, d);
+OKV_OMP(omp for schedule(dynamic, 1))
+for (long it = 0; it < n_items; it++) {
+  const score_job_t job = score_job(d, (uint32_t)(it / n_chunks));
+  uint32_t b0 = (uint32_t)(it % n_chunks) * OKV_SCORE_CHUNK;
+  if (b0 >= job.n) continue;
+  uint32_t b1 = job.n - b0 > OKV_SCORE_CHUNK ? b0 + OKV_SCORE_CHUNK : job.n;
+  c4_score_chunk(d, q, summaries, scores, job, b0, b1, &t);
 }
   }
 }
@@ -1551,11 +1571,13 @@ static void topk_radix_sort(uint32_t *key, uint32_t *pos, uint32_t *tk, uint32_t
   }
 }
 
+static void topk_segment(const okv_topk_desc_t *d, const float *scores, uint32_t u, uint32_t *out_indices,
+                         uint32_t *out_counts);
+
 void okv_cpu_topk(const okv_topk_desc_t *d, const float *scores, uint32_t *out_indices, uint32_t *out_counts,
                   int n_threads) {
   const int nt = cpu_threads(n_threads);
   const long n_seg = (long)d->n_segments;
-  const uint32_t k = d->k;
   /* A top-K over few scores in all (a second pass's candidates: K + margin per head) takes a few microseconds on
    * one thread, less than waking a second one costs. */
   uint64_t n_all = 0;
@@ -1564,8 +1586,13 @@ void okv_cpu_topk(const okv_topk_desc_t *d, const float *scores, uint32_t *out_i
   okv_unused_threads(nt);
   (void)par;
 OKV_OMP(omp parallel for num_threads(nt) schedule(dynamic, 1) if (par))
-for (long ul = 0; ul < n_seg; ul++) {
-  uint32_t u = (uint32_t)ul, n = d->seg_n[u];
+for (long ul = 0; ul < n_seg; ul++) topk_segment(d, scores, (uint32_t)ul, out_indices, out_counts);
+}
+
+/* Segment u of a top-K (okv_cpu_topk's contract for that segment alone). */
+static void topk_segment(const okv_topk_desc_t *d, const float *scores, uint32_t u, uint32_t *out_indices,
+                         uint32_t *out_counts) {
+  const uint32_t k = d->k, n = d->seg_n[u];
   const float *sc = scores + d->seg_score_first[u];
   uint64_t excl[65536u / 64u];
   uint64_t heap[OKV_TOPK_MAX];
@@ -1662,7 +1689,6 @@ for (long ul = 0; ul < n_seg; ul++) {
   }
   for (uint32_t i = cnt; i < k; i++) dst[i] = UINT32_MAX;
   if (out_counts != NULL) out_counts[u] = cnt;
-}
 }
 
 /* ---- selection on slot tables (kernels/okv_select_rule.h) ---- */
