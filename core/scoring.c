@@ -304,10 +304,17 @@ static okv_status_t predict_q8(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_ha
                          .out_counts = ctx->counts,
                          .index_map_buffer = ctx->cand};
   *bk_s += okv_rt_bk_s() - t0;
+  /* The first pass and its top-K reach the stream together (a CPU stream runs such a pair as one kernel). */
+  const bool batch = okv_status_consume(okv_hal_stream_batch_begin(stream)) == OKV_STATUS_OK;
   okv_status_t st = n_runs > 0 ? okv_hal_score_blocks_async(stream, &sd) : OKV_OK;
-  if (st != OKV_OK) return okv_status_annotate(st, "runtime: 8-bit scoring of layer %u", layer);
-  st = okv_hal_topk_async(stream, &td);
-  if (st != OKV_OK) return okv_status_annotate(st, "runtime: 8-bit top candidates of layer %u", layer);
+  if (st == OKV_OK) {
+    st = okv_hal_topk_async(stream, &td);
+    if (st != OKV_OK) st = okv_status_annotate(st, "runtime: 8-bit top candidates of layer %u", layer);
+  } else {
+    st = okv_status_annotate(st, "runtime: 8-bit scoring of layer %u", layer);
+  }
+  if (batch) OKV_IGNORE_ERROR(okv_hal_stream_batch_end(stream));
+  if (st != OKV_OK) return st;
   st = okv_hal_score_blocks_async(stream, &sd2);
   if (st != OKV_OK) return okv_status_annotate(st, "runtime: exact scoring of layer %u's candidates", layer);
   return okv_rt_final_topk(ctx, stream, &td2, layer);

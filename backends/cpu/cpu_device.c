@@ -415,13 +415,18 @@ static bool cpu_link_reserve(okv_cpu_stream_t *s, const okv_cpu_op_t *op, uint64
   return paced;
 }
 
-static void cpu_run_op(okv_cpu_stream_t *s, okv_cpu_op_t *op) {
+static int cpu_op_threads(const okv_cpu_stream_t *s) {
   int n_threads = s->base.device->n_threads;
 #if defined(__SANITIZE_THREAD__)
   /* libgomp's fork/join barriers are invisible to ThreadSanitizer, which would
    * report every OpenMP region's writes as racing with the next reader. */
   n_threads = 1;
 #endif
+  return n_threads;
+}
+
+static void cpu_run_op(okv_cpu_stream_t *s, okv_cpu_op_t *op) {
+  const int n_threads = cpu_op_threads(s);
   double start = 0.0, end = 0.0;
   bool paced = false;
   if (op->kind == OKV_CPU_OP_COPY || op->kind == OKV_CPU_OP_BLOCKS) {
@@ -449,6 +454,11 @@ static void cpu_run_op(okv_cpu_stream_t *s, okv_cpu_op_t *op) {
   if (paced) cpu_sleep_until(end);
 }
 
+static void cpu_run_score(okv_cpu_op_t *op, int n_threads);
+static void cpu_run_topk(okv_cpu_op_t *op, int n_threads);
+static bool cpu_fusable(const okv_cpu_stream_t *s, const okv_cpu_op_t *op);
+static void cpu_run_score_topk(okv_cpu_stream_t *s, okv_cpu_op_t *score, okv_cpu_op_t *topk);
+
 static void *cpu_stream_main(void *arg) {
   okv_cpu_stream_t *s = arg;
   pthread_mutex_lock(&s->mutex);
@@ -460,11 +470,17 @@ static void *cpu_stream_main(void *arg) {
     }
     if (!s->next_run) break; /* stop requested and the queue is drained */
     okv_cpu_op_t *op = s->next_run;
+    /* A c4 scoring call whose top-K is queued right behind it runs fused with it (cpu_run_score_topk): both
+     * finish together, as they would one after the other. */
+    okv_cpu_op_t *last = cpu_fusable(s, op) ? op->next : op;
     pthread_mutex_unlock(&s->mutex);
-    cpu_run_op(s, op);
+    if (last != op)
+      cpu_run_score_topk(s, op, last);
+    else
+      cpu_run_op(s, op);
     pthread_mutex_lock(&s->mutex);
-    s->next_run = op->next;
-    s->n_done = op->seq;
+    s->next_run = last->next;
+    s->n_done = last->seq;
     /* Waking a synchronize for every finished op would cost it a wake-up per op (a system call and a context
      * switch each): only when the queue ran dry, or when some thread waits for one op. */
     if (!s->next_run || s->seq_waiters > 0) pthread_cond_broadcast(&s->idle_cond);
@@ -979,6 +995,27 @@ static void cpu_run_topk(okv_cpu_op_t *op, int n_threads) {
                (uint32_t *)cpu_ptr(d->out_counts, d->counts_offset), n_threads);
 }
 OKV_CPU_DESC_KERNEL(topk, "top-K", 4, c->scores, c->out_indices, c->out_counts, c->index_map_buffer)
+
+/* op (queued on s, the worker holding s's mutex) and the op behind it are a c4 scoring call by ranges and a
+ * top-K of the same scores buffer that okv_cpu_score_topk can run as one. */
+static bool cpu_fusable(const okv_cpu_stream_t *s, const okv_cpu_op_t *op) {
+  const okv_cpu_op_t *next = op->next;
+  if (op->kind != OKV_CPU_OP_KERNEL || op->run != cpu_run_score || next == NULL || next->kind != OKV_CPU_OP_KERNEL ||
+      next->run != cpu_run_topk)
+    return false;
+  const okv_score_desc_t *sd = op->payload;
+  const okv_topk_desc_t *td = next->payload;
+  if (sd->list_blocks != NULL || td->index_map_buffer != NULL || td->scores != sd->scores) return false;
+  return okv_cpu_score_topk_fusable(sd, td, cpu_op_threads(s));
+}
+
+static void cpu_run_score_topk(okv_cpu_stream_t *s, okv_cpu_op_t *score, okv_cpu_op_t *topk) {
+  const okv_score_desc_t *sd = score->payload;
+  const okv_topk_desc_t *td = topk->payload;
+  okv_cpu_score_topk(sd, (const float *)cpu_ptr(sd->q, sd->q_offset), cpu_ptr(sd->summaries, 0),
+                     (float *)cpu_ptr(sd->scores, 0), td, (uint32_t *)cpu_ptr(td->out_indices, td->out_offset),
+                     (uint32_t *)cpu_ptr(td->out_counts, td->counts_offset), cpu_op_threads(s));
+}
 
 static void cpu_run_summary_reduce(okv_cpu_op_t *op, int n_threads) {
   const okv_summary_reduce_desc_t *d = op->payload;

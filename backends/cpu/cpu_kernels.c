@@ -1691,6 +1691,57 @@ static void topk_segment(const okv_topk_desc_t *d, const float *scores, uint32_t
   if (out_counts != NULL) out_counts[u] = cnt;
 }
 
+/* ---- fused c4 scoring + top-K ---- */
+
+bool okv_cpu_score_topk_fusable(const okv_score_desc_t *sd, const okv_topk_desc_t *td, int n_threads) {
+  const uint32_t U = sd->n_seqs * sd->n_kv_heads;
+  const uint32_t nt = (uint32_t)cpu_threads(n_threads);
+  if (sd->summary_dtype != OKV_DTYPE_C4 || sd->n_ranges == 0 || sd->list_blocks != NULL) return false;
+  if (td->n_segments != U || td->index_map != NULL || U < 2u * nt) return false;
+  for (uint32_t r = 0; r < sd->n_ranges; r++) {
+    const uint32_t u = sd->range_seg[r];
+    if (u >= U || (r > 0 && u < sd->range_seg[r - 1])) return false;
+    const uint64_t f = sd->range_score_first[r], tf = td->seg_score_first[u];
+    if (f < tf || f - tf + sd->range_n_blocks[r] > td->seg_n[u]) return false;
+  }
+  return true;
+}
+
+/* The first range of segment u or later (range_seg non-decreasing). */
+static uint32_t ranges_lower_bound(const okv_score_desc_t *d, uint32_t u) {
+  uint32_t lo = 0, hi = d->n_ranges;
+  while (lo < hi) {
+    const uint32_t mid = lo + (hi - lo) / 2u;
+    if (d->range_seg[mid] < u)
+      lo = mid + 1u;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+void okv_cpu_score_topk(const okv_score_desc_t *sd, const float *q, const void *summaries, float *scores,
+                        const okv_topk_desc_t *td, uint32_t *out_indices, uint32_t *out_counts, int n_threads) {
+  const int nt = cpu_threads(n_threads);
+  const long U = (long)sd->n_seqs * sd->n_kv_heads;
+  okv_unused_threads(nt);
+  OKV_OMP(omp parallel num_threads(nt) if (nt > 1 && U > 1)) {
+    c4_thread_t t;
+    c4_thread_init(&t, sd);
+OKV_OMP(omp for schedule(dynamic, 1))
+for (long ul = 0; ul < U; ul++) {
+  const uint32_t u = (uint32_t)ul;
+  for (uint32_t r = ranges_lower_bound(sd, u); r < sd->n_ranges && sd->range_seg[r] == u; r++) {
+    const score_job_t job = score_job(sd, r);
+    for (uint32_t b0 = 0; b0 < job.n; b0 += OKV_SCORE_CHUNK)
+      c4_score_chunk(sd, q, summaries, scores, job, b0, job.n - b0 > OKV_SCORE_CHUNK ? b0 + OKV_SCORE_CHUNK : job.n,
+                     &t);
+  }
+  topk_segment(td, scores, u, out_indices, out_counts);
+}
+  }
+}
+
 /* ---- selection on slot tables (kernels/okv_select_rule.h) ---- */
 
 void okv_cpu_select(const okv_select_desc_t *d, void *tables, const uint32_t *predicted, const uint32_t *counts,

@@ -78,6 +78,16 @@ void okv_cpu_select(const okv_select_desc_t *d, void *tables, const uint32_t *pr
 void okv_cpu_slot_commit(const okv_slot_commit_desc_t *d, void *tables, const uint32_t *plan, const uint32_t *result);
 void okv_cpu_topk(const okv_topk_desc_t *d, const float *scores, uint32_t *out_indices, uint32_t *out_counts,
                   int n_threads);
+/* A c4 scoring call by ranges followed by a top-K over the same scores, fused: each segment's ranges are scored
+ * and its top-K taken at once, on one thread, while its scores are in that core's cache (one parallel region
+ * instead of two; the CPU stream runs a queued score + top-K pair through it). Results are those of
+ * okv_cpu_score_blocks(sd) then okv_cpu_topk(td), bit for bit. okv_cpu_score_topk_fusable says whether a pair
+ * qualifies: sd by ranges (not a list) with C4 summaries, range_seg non-decreasing, each range's scores inside
+ * its segment's top-K span; td over sd's segments with no index map (td->index_map NULL); at least two
+ * segments per thread. */
+bool okv_cpu_score_topk_fusable(const okv_score_desc_t *sd, const okv_topk_desc_t *td, int n_threads);
+void okv_cpu_score_topk(const okv_score_desc_t *sd, const float *q, const void *summaries, float *scores,
+                        const okv_topk_desc_t *td, uint32_t *out_indices, uint32_t *out_counts, int n_threads);
 
 /* ---- Instruction-set dispatch ---- */
 

@@ -1235,6 +1235,112 @@ static void test_topk(void **state) {
   }
 }
 
+/* The fused c4 scoring + top-K (okv_cpu_score_topk, what the CPU stream runs for a queued pair) against the two
+ * calls one after the other: the same scores and the same top-K, indices and counts, bit for bit, at every ISA
+ * level and thread count. Six segments (2 sequences x 3 KV heads) of 0 to 1,100 blocks, each split into up to
+ * three ranges whose summaries lie apart (as a head's runs of extents do), an exclude set per segment (its last
+ * block, as the runtime's active block), k = 40 ascending; head_dim 128 and 48. Then what must not fuse. */
+static void test_score_topk_fused(void **state) {
+  (void)state;
+  okv_test_rng_t rng;
+  okv_test_rng_seed(&rng, 909);
+  static const uint32_t dims[2] = {128, 48};
+  for (int di = 0; di < 2; di++) {
+    const uint32_t S = 2, H = 3, G = 4, D = dims[di], T = 1, U = S * H, k = 40;
+    const uint32_t segn[6] = {1100, 37, 0, 300, 41, 777};
+    uint32_t rseg[18], rn[18], nr = 0, excl_off[7] = {0}, excl[6], ne = 0;
+    uint64_t rsf[18], rcf[18], tfirst[6], n_summ = 0, n_sc = 0;
+    for (uint32_t u = 0; u < U; u++) {
+      tfirst[u] = n_sc;
+      for (uint32_t b = 0; b < segn[u];) { /* ranges of 1..600 blocks, 5 spare summaries between them */
+        const uint32_t len = 1u + okv_test_rng_below(&rng, 600u), n = len < segn[u] - b ? len : segn[u] - b;
+        rseg[nr] = u;
+        rn[nr] = n;
+        rsf[nr] = n_summ + 5u;
+        rcf[nr] = n_sc + b;
+        n_summ += 5u + n;
+        nr++;
+        b += n;
+      }
+      if (segn[u] > 0) excl[ne++] = segn[u] - 1u;
+      excl_off[u + 1] = ne;
+      n_sc += segn[u];
+    }
+    const size_t tb = okv_cpu_c4_tile_bytes(D), n_tiles = (n_summ + 15u) / 16u;
+    uint8_t *c4 = test_malloc(tb * n_tiles);
+    float *mn = test_malloc(sizeof(float) * D), *mx = test_malloc(sizeof(float) * D);
+    for (uint64_t b = 0; b < n_tiles * 16u; b++) {
+      for (uint32_t e = 0; e < D; e++) {
+        const float a = okv_test_rng_normal(&rng), c = okv_test_rng_normal(&rng);
+        mn[e] = a < c ? a : c;
+        mx[e] = a < c ? c : a;
+      }
+      okv_cpu_c4_encode(mn, mx, D, okv_cpu_c4_tile(c4, b, D), (uint32_t)(b % 16u));
+    }
+    float *q = test_malloc(sizeof(float) * S * T * H * G * D);
+    for (size_t i = 0; i < (size_t)S * T * H * G * D; i++) q[i] = okv_test_rng_normal(&rng);
+    okv_score_desc_t sd = okv_kcase_score_desc(S, H, G, D, T, NULL, NULL, NULL);
+    sd.summary_dtype = OKV_DTYPE_C4;
+    sd.n_ranges = nr;
+    sd.range_seg = rseg;
+    sd.range_summary_first = rsf;
+    sd.range_n_blocks = rn;
+    sd.range_score_first = rcf;
+    okv_topk_desc_t td = okv_kcase_topk_desc(U, k, tfirst, segn, excl_off, excl);
+    td.ascending = true;
+    float *sc_ref = test_malloc(sizeof(float) * (n_sc + 1u)), *sc = test_malloc(sizeof(float) * (n_sc + 1u));
+    uint32_t *idx_ref = test_malloc(sizeof(uint32_t) * U * k), *idx = test_malloc(sizeof(uint32_t) * U * k);
+    uint32_t cnt_ref[6], cnt[6];
+    for (int isa = 0; isa <= (int)okv_cpu_isa_detected(); isa++) {
+      okv_cpu_isa_limit((okv_cpu_isa_t)isa);
+      okv_cpu_score_blocks(&sd, q, c4, sc_ref, 1);
+      okv_cpu_topk(&td, sc_ref, idx_ref, cnt_ref, 1);
+      for (int nt = 1; nt <= MAX_THREADS; nt++) {
+        assert_true(okv_cpu_score_topk_fusable(&sd, &td, nt));
+        memset(sc, 0xAB, sizeof(float) * n_sc);
+        memset(idx, 0xAB, sizeof(uint32_t) * U * k);
+        okv_cpu_score_topk(&sd, q, c4, sc, &td, idx, cnt, nt);
+        assert_memory_equal(sc, sc_ref, sizeof(float) * n_sc);
+        assert_memory_equal(idx, idx_ref, sizeof(uint32_t) * U * k);
+        assert_memory_equal(cnt, cnt_ref, sizeof cnt);
+      }
+    }
+    okv_cpu_isa_limit(OKV_CPU_ISA_AVX512);
+    assert_int_equal(cnt_ref[0], k);
+    assert_int_equal(cnt_ref[2], 0);
+    /* not fused: ranges out of segment order, a range past its segment's top-K span, an index map, too few
+     * segments for the threads, another summary dtype, a list */
+    okv_score_desc_t bad = sd;
+    uint32_t rseg2[18];
+    memcpy(rseg2, rseg, sizeof rseg2);
+    rseg2[0] = 5;
+    bad.range_seg = rseg2;
+    assert_false(okv_cpu_score_topk_fusable(&bad, &td, 1));
+    uint32_t rn2[18];
+    memcpy(rn2, rn, sizeof rn2);
+    for (uint32_t r = 0; r < nr; r++) /* segment 0's last range, one block longer: past its 1,100 */
+      if (rseg[r] == 0 && rcf[r] + rn[r] == segn[0]) rn2[r]++;
+    bad = sd;
+    bad.range_n_blocks = rn2;
+    assert_false(okv_cpu_score_topk_fusable(&bad, &td, 1));
+    okv_topk_desc_t tm = td;
+    tm.index_map = idx;
+    assert_false(okv_cpu_score_topk_fusable(&sd, &tm, 1));
+    assert_false(okv_cpu_score_topk_fusable(&sd, &td, 4)); /* 6 segments < 2 per thread */
+    bad = sd;
+    bad.summary_dtype = OKV_DTYPE_F32;
+    assert_false(okv_cpu_score_topk_fusable(&bad, &td, 1));
+    test_free(c4);
+    test_free(mn);
+    test_free(mx);
+    test_free(q);
+    test_free(sc_ref);
+    test_free(sc);
+    test_free(idx_ref);
+    test_free(idx);
+  }
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   (void)argv;
@@ -1258,6 +1364,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_scoring_q8),
       cmocka_unit_test(test_c4_query_codes),
       cmocka_unit_test(test_scoring_c4),
+      cmocka_unit_test(test_score_topk_fused),
       cmocka_unit_test(test_scoring_scattered),
       cmocka_unit_test(test_summary_reduce),
       cmocka_unit_test(test_topk),
