@@ -1326,7 +1326,15 @@ static void test_score_topk_fused(void **state) {
     okv_topk_desc_t tm = td;
     tm.index_map = idx;
     assert_false(okv_cpu_score_topk_fusable(&sd, &tm, 1));
-    assert_false(okv_cpu_score_topk_fusable(&sd, &td, 4)); /* 6 segments < 2 per thread */
+    bad = sd; /* one segment (the first's ranges alone): fewer than two per thread, at any thread count */
+    bad.n_seqs = 1;
+    bad.n_kv_heads = 1;
+    bad.n_ranges = 0;
+    while (bad.n_ranges < nr && rseg[bad.n_ranges] == 0) bad.n_ranges++;
+    tm = td;
+    tm.n_segments = 1;
+    assert_true(bad.n_ranges > 0);
+    assert_false(okv_cpu_score_topk_fusable(&bad, &tm, 1));
     bad = sd;
     bad.summary_dtype = OKV_DTYPE_F32;
     assert_false(okv_cpu_score_topk_fusable(&bad, &td, 1));
