@@ -209,11 +209,10 @@ struct okv_runtime_t {
   /* Two-level scoring: one summary per group of OKV_SCORING_GROUP_BLOCKS host blocks (host group g = host
    * blocks 16g..16g+15, one head's consecutive logical blocks since extents hold multiples of 16), NULL in flat. */
   okv_hal_buffer_t *group_summaries;
-  uint32_t groups_kept; /* two-level: groups scored in full per head; q8: candidates per head; 0 = flat */
-  uint32_t unit_blocks; /* blocks per unit of group_summaries: OKV_SCORING_GROUP_BLOCKS (two-level), 1 (q8, c4) */
-  okv_dtype_t
-      unit_dtype; /* dtype of group_summaries: cfg.summary_dtype (two-level), OKV_DTYPE_Q8 (q8), OKV_DTYPE_C4 (c4) */
-  uint32_t *ones; /* q8: [max_seqs * n_kv_heads] of 1 (src_n of the appended blocks' re-encode) */
+  uint32_t groups_kept;   /* two-level: groups scored in full per head; q8: candidates per head; 0 = flat */
+  uint32_t unit_blocks;   /* blocks per unit of group_summaries: OKV_SCORING_GROUP_BLOCKS (two-level), 1 (q8, c4) */
+  okv_dtype_t unit_dtype; /* of group_summaries: cfg.summary_dtype (two-level), OKV_DTYPE_Q8 / _C4 (q8 / c4) */
+  uint32_t *ones;         /* q8: [max_seqs * n_kv_heads] of 1 (src_n of the appended blocks' re-encode) */
   okv_hal_buffer_t *pool; /* slots */
   uint64_t n_slots;
   uint32_t *free_slots; /* global stack */

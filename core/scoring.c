@@ -71,7 +71,7 @@ okv_status_t okv_rt_scoring_init(okv_runtime_t *rt, uint64_t n_host_blocks) {
                                                                 : "group");
   if (okv_rt_blockwise_units(rt)) {
     rt->ones = okv_malloc(&rt->alloc, n_seg * sizeof(uint32_t));
-    if (rt->ones == NULL) return OKV_RT_HOST_OOM("8-bit summary updates");
+    if (rt->ones == NULL) return OKV_RT_HOST_OOM("compact (q8 / c4) summary updates");
     for (uint64_t i = 0; i < n_seg; i++) rt->ones[i] = 1;
     return OKV_OK;
   }
@@ -309,9 +309,10 @@ static okv_status_t predict_q8(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_ha
   okv_status_t st = n_runs > 0 ? okv_hal_score_blocks_async(stream, &sd) : OKV_OK;
   if (st == OKV_OK) {
     st = okv_hal_topk_async(stream, &td);
-    if (st != OKV_OK) st = okv_status_annotate(st, "runtime: 8-bit top candidates of layer %u", layer);
+    if (st != OKV_OK)
+      st = okv_status_annotate(st, "runtime: %s top candidates of layer %u", okv_dtype_name(rt->unit_dtype), layer);
   } else {
-    st = okv_status_annotate(st, "runtime: 8-bit scoring of layer %u", layer);
+    st = okv_status_annotate(st, "runtime: %s first-pass scoring of layer %u", okv_dtype_name(rt->unit_dtype), layer);
   }
   if (batch) OKV_IGNORE_ERROR(okv_hal_stream_batch_end(stream));
   if (st != OKV_OK) return st;

@@ -56,7 +56,7 @@ static okv_status_t append_enqueue(okv_runtime_t *rt, uint32_t layer) {
     st = okv_hal_summarize_blocks_async(rt->compute, &sd);
   }
   if (st == OKV_OK && rt->groups_kept > 0 && okv_rt_blockwise_units(rt)) {
-    /* 8-bit summaries: re-encode every appended block from its updated summary, then the rebuilt ones */
+    /* q8 / c4 summaries: re-encode every appended block from its updated summary, then the rebuilt ones */
     okv_summary_reduce_desc_t rd = {.head_dim = hd,
                                     .src = rt->summaries,
                                     .src_dtype = c->summary_dtype,

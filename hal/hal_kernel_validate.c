@@ -88,7 +88,7 @@ static okv_status_t check_dtype_of(okv_dtype_t dtype, const char *fn, const char
 static okv_status_t check_dtype(okv_dtype_t dtype, const char *fn) { return check_dtype_of(dtype, fn, "kv_dtype"); }
 
 /* A summary dtype that may also be OKV_DTYPE_Q8 or OKV_DTYPE_C4 (the compact summary formats). */
-static okv_status_t check_dtype_or_q8(okv_dtype_t dtype, const char *fn, const char *name) {
+static okv_status_t check_dtype_or_compact(okv_dtype_t dtype, const char *fn, const char *name) {
   if (dtype == OKV_DTYPE_Q8 || dtype == OKV_DTYPE_C4) return OKV_OK;
   return check_dtype_of(dtype, fn, name);
 }
@@ -297,7 +297,7 @@ okv_status_t okv_hal_validate_summary_reduce(const okv_hal_stream_t *stream, con
   OKV_RETURN_IF_ERROR(check_call(stream, d, fn));
   OKV_RETURN_IF_ERROR(check_head_dim(d->head_dim, fn));
   OKV_RETURN_IF_ERROR(check_dtype_of(d->src_dtype, fn, "src_dtype"));
-  OKV_RETURN_IF_ERROR(check_dtype_or_q8(d->dst_dtype, fn, "dst_dtype"));
+  OKV_RETURN_IF_ERROR(check_dtype_or_compact(d->dst_dtype, fn, "dst_dtype"));
   OKV_RETURN_IF_ERROR(check_range(stream, d->src, 0, 0, false, fn, "src"));
   OKV_RETURN_IF_ERROR(check_range(stream, d->dst, 0, 0, false, fn, "dst"));
   if (d->n == 0) return OKV_OK;
@@ -335,7 +335,7 @@ okv_status_t okv_hal_validate_score(const okv_hal_stream_t *stream, const okv_sc
       !mul_u64(n_q_heads, (uint64_t)d->head_dim * 4u * d->n_query_tokens, &q_bytes) ||
       !mul_u64(q_bytes, d->n_seqs, &q_bytes))
     return INVALID("%s: q size overflows", fn);
-  OKV_RETURN_IF_ERROR(check_dtype_or_q8(d->summary_dtype, fn, "summary_dtype"));
+  OKV_RETURN_IF_ERROR(check_dtype_or_compact(d->summary_dtype, fn, "summary_dtype"));
   OKV_RETURN_IF_ERROR(check_range(stream, d->q, d->q_offset, q_bytes, true, fn, "q"));
   OKV_RETURN_IF_ERROR(check_range(stream, d->summaries, 0, 0, false, fn, "summaries"));
   OKV_RETURN_IF_ERROR(check_range(stream, d->scores, 0, 0, false, fn, "scores"));

@@ -57,7 +57,8 @@ void okv_cpu_c4_encode(const float *mn, const float *mx, uint32_t hd, uint8_t *t
  * f32(max |x| / 127)), laid out by groups of 4 packed code bytes (8 elements): for group g, the codes of elements
  * 8g, 8g + 2, 8g + 4, 8g + 6 (the low nibbles) then 8g + 1, ..., 8g + 7 (the high ones); 2 *
  * okv_cpu_c4_packed_bytes(hd) bytes, unused ones zero. *sum_x and *l1_x get f32(sum(x)) and f32(sum|x|), summed
- * in double. Returns sigma (0 for an all-zero row, NaN for a non-finite one). */
+ * in double. Returns sigma (0 for an all-zero row; NaN for a non-finite one or one whose f32 sum|x| overflows: it
+ * scores +infinity). */
 float okv_cpu_c4_query(const float *x, uint32_t hd, int8_t *codes, float *sum_x, float *l1_x);
 /* summaries: d->summary_dtype; segments or, with d->n_ranges > 0, ranges. */
 void okv_cpu_score_blocks(const okv_score_desc_t *d, const float *q, const void *summaries, float *scores,

@@ -57,7 +57,8 @@ typedef enum okv_dtype_e {
    * half-width (max - min) / 2. A query row x (scaled by 1/sqrt(head_dim)) scores
    * lo * sum(x) + width * sum|x| + step * sigma * dot(codes, round(x / sigma)), sigma = max|x| / 127:
    * an estimate of the min/max bound sum(x * centre) + sum(|x| * half-width), not a bound. step < 0
-   * marks a block whose bounds are not finite (it scores +infinity). Only okv_hal_summary_reduce_async's
+   * marks a block whose bounds are not finite (it scores +infinity), as does a query row with a non-finite
+   * element or whose sum|x| passes f32's range. Only okv_hal_summary_reduce_async's
    * dst_dtype and okv_hal_score_blocks_async's summary_dtype accept it. */
   OKV_DTYPE_C4 = 5
 } okv_dtype_t;
