@@ -133,13 +133,15 @@ typedef struct okv_predict_ctx_t {
   uint64_t *cand_bits;           /* [max_blocks / 64 + 1] kept units of one head, to list them in ascending order */
   /* q8 scoring: the first pass's candidates stay on the device (ascending block ids, the second pass's lists and
    * its top-K's index map), and the runs of contiguous HOST extents that map them to summaries. */
-  okv_hal_buffer_t *cand;      /* DEVICE u32 [n_seg * groups_kept] */
-  uint32_t *run_offsets;       /* [n_seg + 1] */
-  uint32_t *run_first, *run_n; /* [n_seg * extents per head] */
-  uint64_t *run_sfirst;        /* [n_seg * extents per head] */
-  uint32_t *run_seg;           /* [n_seg * extents per head] the runs' segments (the 8-bit pass's ranges) */
-  uint64_t *run_score_first;   /* [n_seg * extents per head] the runs' first score elements (the same) */
-  uint64_t *cand_score_first;  /* [n_seg] the second pass's score offsets (u * groups_kept) */
+  okv_hal_buffer_t *cand;        /* DEVICE u32 [n_seg * groups_kept] */
+  okv_hal_buffer_t *cand_scores; /* DEVICE f32 [n_seg * groups_kept]: the exact pass's scores, in a buffer of their own
+                                  * so that no head's second pass writes where another head's first pass reads */
+  uint32_t *run_offsets;         /* [n_seg + 1] */
+  uint32_t *run_first, *run_n;   /* [n_seg * extents per head] */
+  uint64_t *run_sfirst;          /* [n_seg * extents per head] */
+  uint32_t *run_seg;             /* [n_seg * extents per head] the runs' segments (the 8-bit pass's ranges) */
+  uint64_t *run_score_first;     /* [n_seg * extents per head] the runs' first score elements (the same) */
+  uint64_t *cand_score_first;    /* [n_seg] the second pass's score offsets (u * groups_kept) */
   /* Recall pass with two-level scoring (track_recall): the two-level top-K of the real query, kept while the
    * flat (reference) pass overwrites host_topk, and a bitmap of one head's flat top-K. */
   uint32_t *agree_topk, *agree_counts; /* [n_seg * K], [n_seg] */
@@ -601,6 +603,10 @@ okv_score_desc_t okv_rt_pass_desc(const okv_runtime_t *rt, const okv_predict_ctx
  * "runtime: top-K of layer L". */
 okv_status_t okv_rt_final_topk(okv_predict_ctx_t *ctx, okv_hal_stream_t *stream, const okv_topk_desc_t *td,
                                uint32_t layer);
+/* Its second half, for a final top-K already enqueued: waited for and read back (n_segments x k indices and
+ * the counts), unless ctx->topk_on_device; same errors. */
+okv_status_t okv_rt_topk_readback(okv_predict_ctx_t *ctx, okv_hal_stream_t *stream, uint32_t n_segments, uint32_t k,
+                                  uint32_t layer);
 /* Flat scoring whatever cfg.scoring says (the reference of the recall pass); same contract. */
 okv_status_t okv_rt_predict_topk_flat(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_hal_stream_t *stream,
                                       uint32_t n_seqs, uint32_t layer, uint32_t T, uint32_t t_begin, uint32_t t_end,

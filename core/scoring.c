@@ -106,7 +106,9 @@ okv_status_t okv_rt_scoring_ctx_init(okv_runtime_t *rt, okv_predict_ctx_t *ctx) 
       !ctx->run_score_first || !ctx->cand_score_first)
     return OKV_RT_HOST_OOM("q8 scoring runs");
   okv_status_t st = okv_hal_buffer_alloc(rt->device, OKV_TIER_DEVICE, n * sizeof(uint32_t), &ctx->cand);
-  return st ? okv_status_annotate(st, "runtime: allocating the q8 candidate lists (DEVICE tier)") : OKV_OK;
+  if (st != OKV_OK) return okv_status_annotate(st, "runtime: allocating the candidate lists (DEVICE tier)");
+  st = okv_hal_buffer_alloc(rt->device, OKV_TIER_DEVICE, n * sizeof(float), &ctx->cand_scores);
+  return st ? okv_status_annotate(st, "runtime: allocating the candidates' scores (DEVICE tier)") : OKV_OK;
 }
 
 void okv_rt_scoring_ctx_free(okv_runtime_t *rt, okv_predict_ctx_t *ctx) {
@@ -116,7 +118,8 @@ void okv_rt_scoring_ctx_free(okv_runtime_t *rt, okv_predict_ctx_t *ctx) {
                   ctx->cand_score_first};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) okv_rt_free(&rt->alloc, arrs[i]);
   if (ctx->cand != NULL) OKV_IGNORE_ERROR(okv_hal_buffer_release(ctx->cand));
-  ctx->cand = NULL;
+  if (ctx->cand_scores != NULL) OKV_IGNORE_ERROR(okv_hal_buffer_release(ctx->cand_scores));
+  ctx->cand = ctx->cand_scores = NULL;
   ctx->run_offsets = ctx->run_first = ctx->run_n = NULL;
   ctx->run_sfirst = ctx->run_score_first = ctx->cand_score_first = NULL;
   ctx->run_seg = NULL;
@@ -207,15 +210,21 @@ okv_score_desc_t okv_rt_pass_desc(const okv_runtime_t *rt, const okv_predict_ctx
                             .summary_dtype = dtype};
 }
 
+okv_status_t okv_rt_topk_readback(okv_predict_ctx_t *ctx, okv_hal_stream_t *stream, uint32_t n_segments, uint32_t k,
+                                  uint32_t layer) {
+  if (ctx->topk_on_device) return OKV_OK; /* a failure reports at the selection's wait */
+  okv_status_t st = okv_hal_stream_synchronize(stream);
+  if (st == OKV_OK) st = okv_hal_buffer_read(ctx->topk, 0, ctx->host_topk, (uint64_t)n_segments * k * 4u);
+  if (st == OKV_OK) st = okv_hal_buffer_read(ctx->counts, 0, ctx->host_counts, (uint64_t)n_segments * 4u);
+  if (st != OKV_OK) return okv_status_annotate(st, "runtime: top-K of layer %u", layer);
+  return OKV_OK;
+}
+
 okv_status_t okv_rt_final_topk(okv_predict_ctx_t *ctx, okv_hal_stream_t *stream, const okv_topk_desc_t *td,
                                uint32_t layer) {
   okv_status_t st = okv_hal_topk_async(stream, td);
-  if (st == OKV_OK && ctx->topk_on_device) return OKV_OK; /* a failure reports at the selection's wait */
-  if (st == OKV_OK) st = okv_hal_stream_synchronize(stream);
-  if (st == OKV_OK) st = okv_hal_buffer_read(ctx->topk, 0, ctx->host_topk, (uint64_t)td->n_segments * td->k * 4u);
-  if (st == OKV_OK) st = okv_hal_buffer_read(ctx->counts, 0, ctx->host_counts, (uint64_t)td->n_segments * 4u);
   if (st != OKV_OK) return okv_status_annotate(st, "runtime: top-K of layer %u", layer);
-  return OKV_OK;
+  return okv_rt_topk_readback(ctx, stream, td->n_segments, td->k, layer);
 }
 
 /* q8 and c4 scoring with the candidates kept on the device: the 8-bit (or 4-bit) pass, its top-(K + margin) per head in
@@ -288,6 +297,7 @@ static okv_status_t predict_q8(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_ha
   sd2.range_n_blocks = NULL;
   sd2.summaries = rt->summaries;
   sd2.summary_dtype = c->summary_dtype;
+  sd2.scores = ctx->cand_scores;
   sd2.seg_score_first = ctx->cand_score_first;
   sd2.list_blocks = ctx->cand;
   sd2.list_stride = G;
@@ -297,14 +307,15 @@ static okv_status_t predict_q8(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_ha
   sd2.run_summary_first = ctx->run_sfirst;
   okv_topk_desc_t td2 = {.n_segments = n_seg,
                          .k = K,
-                         .scores = ctx->scores,
+                         .scores = ctx->cand_scores,
                          .seg_score_first = ctx->cand_score_first,
                          .seg_n = ctx->seg_n,
                          .out_indices = ctx->topk,
                          .out_counts = ctx->counts,
                          .index_map_buffer = ctx->cand};
   *bk_s += okv_rt_bk_s() - t0;
-  /* The first pass and its top-K reach the stream together (a CPU stream runs such a pair as one kernel). */
+  /* The four launches reach the stream together: a CPU stream runs them as one kernel, each head's two passes
+   * and top-Ks on one thread (okv_cpu_predict). */
   const bool batch = okv_status_consume(okv_hal_stream_batch_begin(stream)) == OKV_STATUS_OK;
   okv_status_t st = n_runs > 0 ? okv_hal_score_blocks_async(stream, &sd) : OKV_OK;
   if (st == OKV_OK) {
@@ -314,11 +325,17 @@ static okv_status_t predict_q8(okv_runtime_t *rt, okv_predict_ctx_t *ctx, okv_ha
   } else {
     st = okv_status_annotate(st, "runtime: %s first-pass scoring of layer %u", okv_dtype_name(rt->unit_dtype), layer);
   }
+  if (st == OKV_OK) {
+    st = okv_hal_score_blocks_async(stream, &sd2);
+    if (st != OKV_OK) st = okv_status_annotate(st, "runtime: exact scoring of layer %u's candidates", layer);
+  }
+  if (st == OKV_OK) {
+    st = okv_hal_topk_async(stream, &td2);
+    if (st != OKV_OK) st = okv_status_annotate(st, "runtime: top-K of layer %u", layer);
+  }
   if (batch) OKV_IGNORE_ERROR(okv_hal_stream_batch_end(stream));
   if (st != OKV_OK) return st;
-  st = okv_hal_score_blocks_async(stream, &sd2);
-  if (st != OKV_OK) return okv_status_annotate(st, "runtime: exact scoring of layer %u's candidates", layer);
-  return okv_rt_final_topk(ctx, stream, &td2, layer);
+  return okv_rt_topk_readback(ctx, stream, td2.n_segments, td2.k, layer);
 }
 
 /* Same contract as okv_rt_predict_topk (results in ctx->host_topk / host_counts,

@@ -458,6 +458,8 @@ static void cpu_run_score(okv_cpu_op_t *op, int n_threads);
 static void cpu_run_topk(okv_cpu_op_t *op, int n_threads);
 static bool cpu_fusable(const okv_cpu_stream_t *s, const okv_cpu_op_t *op);
 static void cpu_run_score_topk(okv_cpu_stream_t *s, okv_cpu_op_t *score, okv_cpu_op_t *topk);
+static bool cpu_predict_fusable(const okv_cpu_stream_t *s, const okv_cpu_op_t *op);
+static void cpu_run_predict(okv_cpu_stream_t *s, okv_cpu_op_t *op);
 
 static void *cpu_stream_main(void *arg) {
   okv_cpu_stream_t *s = arg;
@@ -472,12 +474,15 @@ static void *cpu_stream_main(void *arg) {
     okv_cpu_op_t *op = s->next_run;
     /* A c4 scoring call whose top-K is queued right behind it runs fused with it (cpu_run_score_topk): both
      * finish together, as they would one after the other. */
-    okv_cpu_op_t *last = cpu_fusable(s, op) ? op->next : op;
+    okv_cpu_op_t *last = op;
+    if (cpu_fusable(s, op)) last = cpu_predict_fusable(s, op) ? op->next->next->next : op->next;
     pthread_mutex_unlock(&s->mutex);
-    if (last != op)
+    if (last == op)
+      cpu_run_op(s, op);
+    else if (last == op->next)
       cpu_run_score_topk(s, op, last);
     else
-      cpu_run_op(s, op);
+      cpu_run_predict(s, op);
     pthread_mutex_lock(&s->mutex);
     s->next_run = last->next;
     s->n_done = last->seq;
@@ -977,12 +982,18 @@ static void cpu_run_score(okv_cpu_op_t *op, int n_threads) {
     okv_cpu_score_blocks(d, q, cpu_ptr(d->summaries, 0), scores, n_threads);
     return;
   }
-  /* Candidate lists: read on the device (here), turned into ranges of contiguous summaries, scored as such.
-   * The ranges live in the stream's scratch (only this worker touches it), so no call allocates. */
+  /* Candidate lists, read on the device (here): with f32 / f16 / bf16 summaries scored per segment directly;
+   * with 8- or 4-bit ones turned into ranges of contiguous summaries and scored as such (the ranges live in
+   * the stream's scratch, which only this worker touches, so no call allocates). */
+  const uint32_t *list = (const uint32_t *)cpu_ptr(d->list_blocks, d->list_offset);
+  if (okv_cpu_score_list_direct(d)) {
+    okv_cpu_score_list(d, q, cpu_ptr(d->summaries, 0), list, scores, n_threads);
+    return;
+  }
   okv_cpu_stream_t *s = op->stream;
   if (!cpu_stream_scratch(s, okv_cpu_score_list_scratch_bytes(d), "scoring list")) return;
   okv_score_desc_t rd;
-  okv_cpu_score_list_ranges(d, (const uint32_t *)cpu_ptr(d->list_blocks, d->list_offset), scores, s->scratch, &rd);
+  okv_cpu_score_list_ranges(d, list, scores, s->scratch, &rd);
   if (rd.n_ranges > 0) okv_cpu_score_blocks(&rd, q, cpu_ptr(d->summaries, 0), scores, n_threads);
 }
 OKV_CPU_DESC_KERNEL(score, "block scoring", 4, c->q, c->summaries, c->scores, c->list_blocks)
@@ -1015,6 +1026,49 @@ static void cpu_run_score_topk(okv_cpu_stream_t *s, okv_cpu_op_t *score, okv_cpu
   okv_cpu_score_topk(sd, (const float *)cpu_ptr(sd->q, sd->q_offset), cpu_ptr(sd->summaries, 0),
                      (float *)cpu_ptr(sd->scores, 0), td, (uint32_t *)cpu_ptr(td->out_indices, td->out_offset),
                      (uint32_t *)cpu_ptr(td->out_counts, td->counts_offset), cpu_op_threads(s));
+}
+
+/* op and op->next fusable (cpu_fusable), and the two ops behind them the exact pass over op->next's output as
+ * lists and the top-K through it as its index map: the whole prediction that okv_cpu_predict runs as one. */
+static bool cpu_predict_fusable(const okv_cpu_stream_t *s, const okv_cpu_op_t *op) {
+  const okv_cpu_op_t *o2 = op->next->next, *o3 = o2 != NULL ? o2->next : NULL;
+  if (o2 == NULL || o3 == NULL || o2->kind != OKV_CPU_OP_KERNEL || o2->run != cpu_run_score ||
+      o3->kind != OKV_CPU_OP_KERNEL || o3->run != cpu_run_topk)
+    return false;
+  const okv_score_desc_t *sd = op->payload, *sd2 = o2->payload;
+  const okv_topk_desc_t *td = op->next->payload, *td2 = o3->payload;
+  /* the lists and the index map are the candidates; the second scores, both outputs and the candidates apart */
+  if (sd2->list_blocks != td->out_indices || sd2->list_offset != td->out_offset ||
+      td2->index_map_buffer != td->out_indices || td2->index_map_offset != td->out_offset || td2->scores != sd2->scores)
+    return false;
+  const okv_hal_buffer_t *bufs[6] = {sd->scores,  td->out_indices,  td->out_counts,
+                                     sd2->scores, td2->out_indices, td2->out_counts};
+  for (int i = 0; i < 6; i++)
+    for (int j = i + 1; j < 6; j++)
+      if (bufs[i] != NULL && bufs[i] == bufs[j]) return false;
+  okv_cpu_predict_t p = {.sd = sd, .td = td, .sd2 = sd2, .td2 = td2};
+  return okv_cpu_predict_fusable(&p, cpu_op_threads(s));
+}
+
+static void cpu_run_predict(okv_cpu_stream_t *s, okv_cpu_op_t *op) {
+  const okv_cpu_op_t *o2 = op->next->next, *o3 = o2->next;
+  const okv_score_desc_t *sd = op->payload, *sd2 = o2->payload;
+  const okv_topk_desc_t *td = op->next->payload, *td2 = o3->payload;
+  const okv_cpu_predict_t p = {.sd = sd,
+                               .q = (const float *)cpu_ptr(sd->q, sd->q_offset),
+                               .summaries = cpu_ptr(sd->summaries, 0),
+                               .scores = (float *)cpu_ptr(sd->scores, 0),
+                               .td = td,
+                               .cand = (uint32_t *)cpu_ptr(td->out_indices, td->out_offset),
+                               .cand_counts = (uint32_t *)cpu_ptr(td->out_counts, td->counts_offset),
+                               .sd2 = sd2,
+                               .q2 = (const float *)cpu_ptr(sd2->q, sd2->q_offset),
+                               .summaries2 = cpu_ptr(sd2->summaries, 0),
+                               .scores2 = (float *)cpu_ptr(sd2->scores, 0),
+                               .td2 = td2,
+                               .out = (uint32_t *)cpu_ptr(td2->out_indices, td2->out_offset),
+                               .out_counts = (uint32_t *)cpu_ptr(td2->out_counts, td2->counts_offset)};
+  okv_cpu_predict(&p, cpu_op_threads(s));
 }
 
 static void cpu_run_summary_reduce(okv_cpu_op_t *op, int n_threads) {

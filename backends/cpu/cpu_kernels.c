@@ -1294,6 +1294,119 @@ void okv_cpu_score_list_ranges(const okv_score_desc_t *d, const uint32_t *list, 
   out->range_score_first = r_cfirst;
 }
 
+/* The min/max bound scorer of the active ISA level. */
+static okv_score_fn score_range_fn(void) {
+  switch (okv_cpu_isa_active()) {
+    case OKV_CPU_ISA_AVX512: return okv_score_range_avx512;
+    case OKV_CPU_ISA_AVX2: return okv_score_range_avx2;
+    default: return okv_score_range_base;
+  }
+}
+
+#define OKV_LIST_PF_BLOCKS 8u /* listed blocks ahead whose summaries list scoring prefetches */
+
+/* One thread's state for list scoring: a segment's query rows (okv_cpu_score_blocks's split) and the summary
+ * index of each listed block of a chunk. */
+typedef struct list_thread_t {
+  _Alignas(64) float qp[OKV_PASS_ROWS * 256];
+  _Alignas(64) float qn[OKV_PASS_ROWS * 256];
+  float tmp[OKV_SCORE_CHUNK];
+  uint64_t sidx[OKV_SCORE_CHUNK];
+} list_thread_t;
+
+/* Scoring's list mode for segment u, summaries f32, f16 or bf16 (list: the lists, u's at u * list_stride):
+ * each listed block's summary found through u's runs (-infinity for one in none), then, OKV_SCORE_CHUNK listed
+ * blocks at a time, four query rows on AVX-512 four blocks at a time wherever they lie (the remainder of a
+ * chunk one by one), otherwise runs of contiguous summaries over passes of OKV_PASS_ROWS rows. Every call
+ * scores a segment the same way, whichever thread and whatever else it runs beside. */
+static void score_list_segment(const okv_score_desc_t *d, const float *q, const void *summaries, const uint32_t *list,
+                               float *scores, uint32_t u, list_thread_t *w) {
+  const uint32_t G = d->group_size, hd = d->head_dim, hdp = (hd + 15u) & ~15u;
+  const uint32_t rows = (d->t_end - d->t_begin) * G, n = d->seg_n_blocks[u];
+  const uint32_t s = u / d->n_kv_heads, h = u % d->n_kv_heads;
+  const int sdt = (int)d->summary_dtype;
+  const size_t sb = (size_t)okv_summary_bytes_ex(d->summary_dtype, hd);
+  const float scale = (float)(1.0 / sqrt((double)hd));
+  const okv_score_fn fn = score_range_fn();
+  const bool gather = rows == 4 && hd % 16u == 0 && fn == okv_score_range_avx512;
+  const uint32_t *l = list + (size_t)u * d->list_stride;
+  const uint8_t *base = summaries;
+  float *dst = scores + d->seg_score_first[u];
+  bool loaded = false; /* the rows of u are in w (all of them: rows <= OKV_PASS_ROWS) */
+  uint32_t hint = d->seg_run_offsets[u];
+  for (uint32_t c0 = 0; c0 < n; c0 += OKV_SCORE_CHUNK) {
+    const uint32_t cn = n - c0 < OKV_SCORE_CHUNK ? n - c0 : OKV_SCORE_CHUNK;
+    for (uint32_t i = 0; i < cn; i++) {
+      const uint32_t b = l[c0 + i], r = list_run_of(d, u, b, hint);
+      if (r == UINT32_MAX) {
+        w->sidx[i] = UINT64_MAX;
+        dst[c0 + i] = -INFINITY;
+        continue;
+      }
+      hint = r;
+      w->sidx[i] = d->run_summary_first[r] + (b - d->run_first_block[r]);
+    }
+    if (gather) {
+      if (!loaded) score_load_rows(d, q, s, h, 0, rows, hdp, scale, w->qp, w->qn);
+      loaded = true;
+      const uint8_t *qs[4];
+      float *qd[4];
+      uint32_t nq = 0;
+      for (uint32_t i = 0; i < cn; i++) {
+        if (i + OKV_LIST_PF_BLOCKS < cn && w->sidx[i + OKV_LIST_PF_BLOCKS] != UINT64_MAX) {
+          const char *p = (const char *)base + (size_t)w->sidx[i + OKV_LIST_PF_BLOCKS] * sb;
+          for (size_t o = 0; o < sb; o += 64) __builtin_prefetch(p + o);
+        }
+        if (w->sidx[i] == UINT64_MAX) continue;
+        qs[nq] = base + (size_t)w->sidx[i] * sb;
+        qd[nq] = dst + c0 + i;
+        if (++nq == 4) {
+          okv_score_gather4_avx512(qs, sdt, hd, hdp, w->qp, w->qn, qd, true);
+          nq = 0;
+        }
+      }
+      for (uint32_t k = 0; k < nq; k++) fn(qs[k], sdt, hd, hdp, 1, rows, w->qp, w->qn, qd[k]);
+      continue;
+    }
+    for (uint32_t i = 0; i < cn;) {
+      if (w->sidx[i] == UINT64_MAX) {
+        i++;
+        continue;
+      }
+      uint32_t j = i + 1u; /* [i, j): contiguous summaries */
+      while (j < cn && w->sidx[j] != UINT64_MAX && w->sidx[j] == w->sidx[j - 1u] + 1u) j++;
+      for (uint32_t r0 = 0; r0 < rows; r0 += OKV_PASS_ROWS) {
+        const uint32_t nr = rows - r0 < OKV_PASS_ROWS ? rows - r0 : OKV_PASS_ROWS;
+        if (rows > OKV_PASS_ROWS || !loaded) score_load_rows(d, q, s, h, r0, nr, hdp, scale, w->qp, w->qn);
+        loaded = rows <= OKV_PASS_ROWS;
+        float *o = r0 == 0 ? dst + c0 + i : w->tmp;
+        fn(base + (size_t)w->sidx[i] * sb, sdt, hd, hdp, j - i, nr, w->qp, w->qn, o);
+        if (r0 > 0)
+          for (uint32_t b = 0; b < j - i; b++)
+            dst[c0 + i + b] = w->tmp[b] > dst[c0 + i + b] ? w->tmp[b] : dst[c0 + i + b];
+      }
+      i = j;
+    }
+  }
+}
+
+bool okv_cpu_score_list_direct(const okv_score_desc_t *d) {
+  return d->n_ranges == 0 &&
+         (d->summary_dtype == OKV_DTYPE_F32 || d->summary_dtype == OKV_DTYPE_F16 || d->summary_dtype == OKV_DTYPE_BF16);
+}
+
+void okv_cpu_score_list(const okv_score_desc_t *d, const float *q, const void *summaries, const uint32_t *list,
+                        float *scores, int n_threads) {
+  const int nt = cpu_threads(n_threads);
+  const long U = (long)d->n_seqs * d->n_kv_heads;
+  okv_unused_threads(nt);
+  OKV_OMP(omp parallel num_threads(nt) if (nt > 1 && U > 1)) {
+    list_thread_t w;
+OKV_OMP(omp for schedule(dynamic, 1))
+for (long u = 0; u < U; u++) score_list_segment(d, q, summaries, list, scores, (uint32_t)u, &w);
+  }
+}
+
 #define OKV_GATHER_PF_RANGES 6u /* ranges ahead whose summaries the gathered scoring prefetches */
 
 void okv_cpu_score_blocks(const okv_score_desc_t *d, const float *q, const void *summaries, float *scores,
@@ -1312,12 +1425,7 @@ void okv_cpu_score_blocks(const okv_score_desc_t *d, const float *q, const void 
     score_c4(d, q, summaries, scores, cpu_threads(n_threads));
     return;
   }
-  okv_score_fn fn = okv_score_range_base;
-  switch (okv_cpu_isa_active()) {
-    case OKV_CPU_ISA_AVX512: fn = okv_score_range_avx512; break;
-    case OKV_CPU_ISA_AVX2: fn = okv_score_range_avx2; break;
-    default: break;
-  }
+  const okv_score_fn fn = score_range_fn();
   const uint32_t max_nb = score_max_blocks(d, n_jobs);
   const long n_chunks = (long)((max_nb + OKV_SCORE_CHUNK - 1u) / OKV_SCORE_CHUNK);
   /* Short ranges (the candidates of a second pass) are scored several per work item. */
@@ -1441,6 +1549,124 @@ static inline void heap_down(uint64_t *h, uint32_t n, uint32_t i) {
 #define OKV_TOPK_CAND_MAX      (4u * OKV_TOPK_MAX)
 #define OKV_TOPK_PARALLEL_MIN  16384u /* scores in all below which a top-K runs on one thread */
 
+/* The order key of a score alone: topk_key's upper 32 bits (higher score, higher key). */
+static inline uint32_t topk_key32(float x) {
+  x = x != x ? -INFINITY : x + 0.0f; /* NaN = -inf; -0 + 0 = +0 */
+  uint32_t b;
+  memcpy(&b, &x, 4);
+  return b ^ ((uint32_t)((int32_t)b >> 31) | 0x80000000u); /* negative: all bits flipped; else the sign set */
+}
+
+/* The least and the greatest of a[0..m) (m >= 1). */
+static void u32_range_base(const uint32_t *a, uint32_t m, uint32_t *lo, uint32_t *hi) {
+  uint32_t l = a[0], h = a[0];
+  for (uint32_t i = 1; i < m; i++) {
+    l = a[i] < l ? a[i] : l;
+    h = a[i] > h ? a[i] : h;
+  }
+  *lo = l;
+  *hi = h;
+}
+
+/* Keeps the entries i of key[0..m) / pos[0..m) with key[i] >= floor, in order; returns how many. */
+static uint32_t u32_keep_at_least_base(uint32_t *key, uint32_t *pos, uint32_t m, uint32_t floor) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < m; i++) {
+    key[n] = key[i];
+    pos[n] = pos[i];
+    n += key[i] >= floor;
+  }
+  return n;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx512f"))) static void u32_range_avx512(const uint32_t *a, uint32_t m, uint32_t *lo,
+                                                                uint32_t *hi) {
+  __m512i l = _mm512_set1_epi32((int)a[0]), h = l;
+  uint32_t i = 0;
+  for (; i + 16u <= m; i += 16u) {
+    const __m512i v = _mm512_loadu_si512(a + i);
+    l = _mm512_min_epu32(l, v);
+    h = _mm512_max_epu32(h, v);
+  }
+  uint32_t tl = _mm512_reduce_min_epu32(l), th = _mm512_reduce_max_epu32(h);
+  for (; i < m; i++) {
+    tl = a[i] < tl ? a[i] : tl;
+    th = a[i] > th ? a[i] : th;
+  }
+  *lo = tl;
+  *hi = th;
+}
+
+__attribute__((target("avx512f"))) static uint32_t u32_keep_at_least_avx512(uint32_t *key, uint32_t *pos, uint32_t m,
+                                                                            uint32_t floor) {
+  const __m512i F = _mm512_set1_epi32((int)floor);
+  uint32_t n = 0, i = 0;
+  for (; i + 16u <= m; i += 16u) { /* n <= i: a whole-vector store at n ends within the vector just read */
+    const __m512i k = _mm512_loadu_si512(key + i), p = _mm512_loadu_si512(pos + i);
+    const __mmask16 keep = _mm512_cmpge_epu32_mask(k, F);
+    _mm512_storeu_si512(key + n, _mm512_maskz_compress_epi32(keep, k));
+    _mm512_storeu_si512(pos + n, _mm512_maskz_compress_epi32(keep, p));
+    n += (uint32_t)__builtin_popcount(keep);
+  }
+  for (; i < m; i++) {
+    key[n] = key[i];
+    pos[n] = pos[i];
+    n += key[i] >= floor;
+  }
+  return n;
+}
+#endif
+
+static void u32_range(const uint32_t *a, uint32_t m, uint32_t *lo, uint32_t *hi) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (okv_cpu_isa_active() >= OKV_CPU_ISA_AVX512) {
+    u32_range_avx512(a, m, lo, hi);
+    return;
+  }
+#endif
+  u32_range_base(a, m, lo, hi);
+}
+
+static uint32_t u32_keep_at_least(uint32_t *key, uint32_t *pos, uint32_t m, uint32_t floor) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (okv_cpu_isa_active() >= OKV_CPU_ISA_AVX512) return u32_keep_at_least_avx512(key, pos, m, floor);
+#endif
+  return u32_keep_at_least_base(key, pos, m, floor);
+}
+
+/* The k-th largest (1-based, 1 <= k <= m) of the keys a[0..m): a most-significant-digit radix select, eight
+ * bits at a time from the highest bit in which the keys differ, each round keeping only the digit that holds
+ * the k-th. At most four rounds, each one pass over the keys still in play; no compare depends on the order of
+ * the input (a heap fed scores that rise with position would take a sift-down per score). a and tmp (m entries
+ * each) are overwritten. */
+static uint32_t topk_key_select(uint32_t *a, uint32_t m, uint32_t k, uint32_t *tmp) {
+  uint32_t lo, hi;
+  u32_range(a, m, &lo, &hi);
+  if (lo == hi) return lo;
+  uint32_t *src = a, *dst = tmp, hist[256];
+  int top = 31 - __builtin_clz(lo ^ hi); /* the keys share every bit above `top` */
+  for (;;) {
+    const int sh = top >= 7 ? top - 7 : 0;
+    const uint32_t mask = (2u << (top - sh)) - 1u; /* the digit: bits sh..top */
+    memset(hist, 0, (size_t)(mask + 1u) * sizeof hist[0]);
+    for (uint32_t i = 0; i < m; i++) hist[(src[i] >> sh) & mask]++;
+    uint32_t dg = mask;
+    for (; hist[dg] < k; dg--) k -= hist[dg]; /* the digits above dg hold fewer than k keys */
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < m; i++) { /* branch-free: the digits are as often in as out */
+      dst[n] = src[i];
+      n += ((src[i] >> sh) & mask) == dg;
+    }
+    if (sh == 0 || n == 1u) return dst[k - 1u]; /* sh == 0: all equal; n == 1: k == 1 */
+    uint32_t *t = src;
+    src = dst;
+    dst = t;
+    m = n;
+    top = sh - 1;
+  }
+}
+
 /* The `rank`-th best (1-based) of every stride-th score of sc[0..n) (NaN = -inf), or -inf; rank <= OKV_TOPK_MAX.
  * The samples' total-order keys go through the same min-heap as the top-K itself. */
 static float topk_sample_threshold(const float *sc, uint32_t n, uint32_t rank) {
@@ -1462,9 +1688,6 @@ static float topk_sample_threshold(const float *sc, uint32_t n, uint32_t rank) {
   }
   return topk_key_score(h[0]);
 }
-
-/* The order key of a score alone: topk_key's upper 32 bits (higher score, higher key). */
-static inline uint32_t topk_key32(float x) { return (uint32_t)(topk_key(x, 0) >> 32); }
 
 /* The candidates of a sampled threshold t0: positions i of sc[0..n) with sc[i] >= t0 (never a NaN) and not
  * in the exclude bitmap `excl` (NULL: none), in ascending order, their order keys in ck and positions in cp
@@ -1571,6 +1794,160 @@ static void topk_radix_sort(uint32_t *key, uint32_t *pos, uint32_t *tk, uint32_t
   }
 }
 
+/* A segment's ascending top-K taken while its scores are produced, each chunk while it is in L1 (a separate
+ * top-K reads them back from further out, twice: samples, then candidates). The scores arrive in position
+ * order; a buffer of cap entries holds the order keys and positions of those that may still be in the top-K,
+ * in position order. Until it first fills, every score enters; then the k-th key is selected, the buffer keeps
+ * the top k alone, and from then on only a key above the k-th enters (an equal key comes later, so it loses
+ * the tie). The result is topk_segment's with `ascending`, bit for bit. */
+#define OKV_TOPK_STREAM_CAP (4u * OKV_TOPK_MAX + 32u)
+typedef struct topk_stream_t {
+  uint32_t key[OKV_TOPK_STREAM_CAP + 16u], pos[OKV_TOPK_STREAM_CAP + 16u]; /* 16 spare: whole-vector stores */
+  uint32_t tk[OKV_TOPK_STREAM_CAP], tp[OKV_TOPK_STREAM_CAP];               /* the selection's scratch */
+  uint64_t excl[65536u / 64u + 1u];                                        /* one spare word: 16-bit reads */
+  uint32_t k, cap, n, kt;
+  bool open, has_excl;
+} topk_stream_t;
+
+/* Starts segment u of td (td->k <= OKV_TOPK_MAX, seg_n <= 65,536). */
+static void topk_stream_begin(topk_stream_t *t, const okv_topk_desc_t *td, uint32_t u) {
+  t->k = td->k;
+  t->cap = 4u * td->k + 32u; /* room for 16 more after a prune (<= cap / 2) or a compaction (k) */
+  t->n = 0;
+  t->kt = 0;
+  t->open = true;
+  t->has_excl = td->excl_offsets != NULL && td->excl_offsets[u + 1] > td->excl_offsets[u];
+  if (t->has_excl) {
+    memset(t->excl, 0, ((size_t)td->seg_n[u] + 63u) / 64u * sizeof(uint64_t) + sizeof(uint64_t));
+    for (uint32_t i = td->excl_offsets[u]; i < td->excl_offsets[u + 1]; i++)
+      t->excl[td->excl_blocks[i] >> 6] |= 1ull << (td->excl_blocks[i] & 63u);
+  }
+}
+
+/* Keeps the top k of the n > k buffered keys, in position order; later keys must beat the k-th. */
+static void topk_stream_compact(topk_stream_t *t) {
+  memcpy(t->tk, t->key, (size_t)t->n * sizeof t->tk[0]);
+  const uint32_t kth = topk_key_select(t->tk, t->n, t->k, t->tp);
+  uint32_t above = 0, m = 0;
+  for (uint32_t i = 0; i < t->n; i++) above += t->key[i] > kth;
+  uint32_t need = t->k - above; /* of the keys equal to the k-th, the first (lowest positions) */
+  for (uint32_t i = 0; i < t->n; i++) {
+    const uint32_t x = t->key[i];
+    const bool keep = x > kth || (x == kth && need > 0);
+    need -= x == kth && need > 0;
+    t->key[m] = x;
+    t->pos[m] = t->pos[i];
+    m += keep;
+  }
+  t->n = m;
+  t->kt = kth;
+  t->open = false;
+}
+
+/* Makes room in a full buffer (n > k) at a third of the exact compaction's cost: one radix round finds the
+ * 8-bit digit (of the highest bits in which the keys differ) that holds the k-th key, and the keys of that
+ * digit and above stay, at least k of them; later keys must reach the digit's least key. A key below it has k
+ * keys above it already, so it can never be in the top-K. When that frees less than half the buffer (keys
+ * bunched in one digit), the exact compaction. */
+static void topk_stream_prune(topk_stream_t *t) {
+  uint32_t lo, hi, hist[256];
+  u32_range(t->key, t->n, &lo, &hi);
+  if (lo != hi) {
+    const int top = 31 - __builtin_clz(lo ^ hi), sh = top >= 7 ? top - 7 : 0;
+    const uint32_t mask = (2u << (top - sh)) - 1u;
+    memset(hist, 0, (size_t)(mask + 1u) * sizeof hist[0]);
+    for (uint32_t i = 0; i < t->n; i++) hist[(t->key[i] >> sh) & mask]++;
+    uint32_t dg = mask, kept = hist[mask];
+    while (kept < t->k) kept += hist[--dg];
+    const uint64_t floor = ((uint64_t)hi >> (top + 1) << (top + 1)) | ((uint64_t)dg << sh); /* the digit's least */
+    if (floor > 0 && kept <= t->cap / 2u) {
+      t->n = u32_keep_at_least(t->key, t->pos, t->n, (uint32_t)floor);
+      t->kt = (uint32_t)floor - 1u;
+      t->open = false;
+      return;
+    }
+  }
+  topk_stream_compact(t);
+}
+
+/* Bits p..p+15 of the exclude bitmap. */
+static inline uint32_t topk_stream_excl16(const topk_stream_t *t, uint32_t p) {
+  const uint32_t w = p >> 6, sh = p & 63u;
+  uint64_t v = t->excl[w] >> sh;
+  if (sh > 48u) v |= t->excl[w + 1u] << (64u - sh);
+  return (uint32_t)v & 0xFFFFu;
+}
+
+/* Scores sc[0..cnt) at positions p0.. (the positions after the last ones fed), one at a time. */
+static void topk_stream_add_base(topk_stream_t *t, const float *sc, uint32_t p0, uint32_t cnt) {
+  for (uint32_t i = 0; i < cnt; i++) {
+    const uint32_t p = p0 + i, x = topk_key32(sc[i]);
+    if ((!t->open && x <= t->kt) || (t->has_excl && (t->excl[p >> 6] >> (p & 63u) & 1u))) continue;
+    if (t->n >= t->cap) {
+      topk_stream_prune(t);
+      if (x <= t->kt) continue;
+    }
+    t->key[t->n] = x;
+    t->pos[t->n] = p;
+    t->n++;
+  }
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+/* The same, 16 at a time: the order keys computed as topk_key32 does, the entering ones compressed into the
+ * buffer. */
+__attribute__((target("avx512f"))) static void topk_stream_add_avx512(topk_stream_t *t, const float *sc, uint32_t p0,
+                                                                      uint32_t cnt) {
+  const __m512i SIGN = _mm512_set1_epi32((int)0x80000000u),
+                IOTA = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  uint32_t i = 0;
+  for (; i + 16u <= cnt; i += 16u) {
+    __m512 x = _mm512_add_ps(_mm512_loadu_ps(sc + i), _mm512_setzero_ps()); /* -0 + 0 = +0 */
+    x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x, _mm512_set1_ps(-INFINITY));
+    const __m512i b = _mm512_castps_si512(x);
+    const __m512i key = _mm512_xor_si512(b, _mm512_or_si512(_mm512_srai_epi32(b, 31), SIGN));
+    const uint32_t ex = t->has_excl ? topk_stream_excl16(t, p0 + i) : 0u;
+    __mmask16 m = (__mmask16)(t->open ? 0xFFFFu : _mm512_cmpgt_epu32_mask(key, _mm512_set1_epi32((int)t->kt)));
+    m &= (__mmask16)~ex;
+    if (m == 0) continue;
+    if (t->n + 16u > t->cap) {
+      topk_stream_prune(t);
+      m &= _mm512_cmpgt_epu32_mask(key, _mm512_set1_epi32((int)t->kt));
+    }
+    _mm512_storeu_si512(t->key + t->n, _mm512_maskz_compress_epi32(m, key));
+    _mm512_storeu_si512(t->pos + t->n,
+                        _mm512_maskz_compress_epi32(m, _mm512_add_epi32(_mm512_set1_epi32((int)(p0 + i)), IOTA)));
+    t->n += (uint32_t)__builtin_popcount(m);
+  }
+  topk_stream_add_base(t, sc + i, p0 + i, cnt - i);
+}
+#endif
+
+static void topk_stream_add(topk_stream_t *t, const float *sc, uint32_t p0, uint32_t cnt) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (okv_cpu_isa_active() >= OKV_CPU_ISA_AVX512) {
+    topk_stream_add_avx512(t, sc, p0, cnt);
+    return;
+  }
+#endif
+  topk_stream_add_base(t, sc, p0, cnt);
+}
+
+/* Segment u's top-K into out_indices[u * k ..] in ascending position order, through td's index map if any
+ * (UINT32_MAX after the last), and its count. */
+static void topk_stream_end(topk_stream_t *t, const okv_topk_desc_t *td, uint32_t u, uint32_t *out_indices,
+                            uint32_t *out_counts) {
+  if (t->n > t->k) topk_stream_compact(t);
+  uint32_t *dst = out_indices + (size_t)u * t->k;
+  const uint32_t *map = td->index_map != NULL ? td->index_map + td->seg_score_first[u] : NULL;
+  if (map != NULL)
+    for (uint32_t i = 0; i < t->n; i++) dst[i] = map[t->pos[i]];
+  else
+    memcpy(dst, t->pos, (size_t)t->n * sizeof *dst);
+  for (uint32_t i = t->n; i < t->k; i++) dst[i] = UINT32_MAX;
+  if (out_counts != NULL) out_counts[u] = t->n;
+}
+
 static void topk_segment(const okv_topk_desc_t *d, const float *scores, uint32_t u, uint32_t *out_indices,
                          uint32_t *out_counts);
 
@@ -1590,8 +1967,21 @@ for (long ul = 0; ul < n_seg; ul++) topk_segment(d, scores, (uint32_t)ul, out_in
 }
 
 /* Segment u of a top-K (okv_cpu_topk's contract for that segment alone). */
+/* An ascending top-K of one segment through the streaming form (topk_stream_t: one pass over the scores). */
+static void topk_segment_stream(const okv_topk_desc_t *d, const float *scores, uint32_t u, uint32_t *out_indices,
+                                uint32_t *out_counts) {
+  topk_stream_t t;
+  topk_stream_begin(&t, d, u);
+  topk_stream_add(&t, scores + d->seg_score_first[u], 0, d->seg_n[u]);
+  topk_stream_end(&t, d, u, out_indices, out_counts);
+}
+
 static void topk_segment(const okv_topk_desc_t *d, const float *scores, uint32_t u, uint32_t *out_indices,
                          uint32_t *out_counts) {
+  if (d->ascending && d->k >= 1u) {
+    topk_segment_stream(d, scores, u, out_indices, out_counts);
+    return;
+  }
   const uint32_t k = d->k, n = d->seg_n[u];
   const float *sc = scores + d->seg_score_first[u];
   uint64_t excl[65536u / 64u];
@@ -1627,6 +2017,27 @@ static void topk_segment(const okv_topk_desc_t *d, const float *scores, uint32_t
       m++;
     }
     radix = true;
+  }
+  if (radix && d->ascending) { /* the set alone: the k-th key selected, the candidates walked in position order */
+    uint32_t *dst = out_indices + (size_t)u * k, kth = 0, need = 0;
+    const uint32_t *map = d->index_map != NULL ? d->index_map + d->seg_score_first[u] : NULL;
+    if (m > k) {
+      memcpy(tk, ck, (size_t)m * sizeof *tk);
+      kth = topk_key_select(tk, m, k, tp);
+      uint32_t above = 0;
+      for (uint32_t i = 0; i < m; i++) above += ck[i] > kth;
+      need = k - above; /* of the candidates at the k-th key, the lowest positions: the order's tie rule */
+    }
+    for (uint32_t i = 0; i < m && cnt < k; i++) {
+      if (m > k && ck[i] <= kth) {
+        if (ck[i] < kth || need == 0) continue;
+        need--;
+      }
+      dst[cnt++] = map ? map[cp[i]] : cp[i];
+    }
+    for (uint32_t i = cnt; i < k; i++) dst[i] = UINT32_MAX;
+    if (out_counts != NULL) out_counts[u] = cnt;
+    return;
   }
   if (radix) { /* sorted: the first k are the top-K in descending order */
     topk_radix_sort(ck, cp, tk, tp, m);
@@ -1720,27 +2131,98 @@ static uint32_t ranges_lower_bound(const okv_score_desc_t *d, uint32_t u) {
   return lo;
 }
 
-void okv_cpu_score_topk(const okv_score_desc_t *sd, const float *q, const void *summaries, float *scores,
-                        const okv_topk_desc_t *td, uint32_t *out_indices, uint32_t *out_counts, int n_threads) {
+/* Whether segment u's ranges score its top-K span [0, seg_n) whole, in position order, once: then its top-K
+ * can be taken as the scores arrive. */
+static bool topk_stream_covers(const okv_score_desc_t *sd, const okv_topk_desc_t *td, uint32_t u, uint32_t r0) {
+  uint64_t next = td->seg_score_first[u];
+  for (uint32_t r = r0; r < sd->n_ranges && sd->range_seg[r] == u; r++) {
+    if (sd->range_score_first[r] != next) return false;
+    next += sd->range_n_blocks[r];
+  }
+  return next - td->seg_score_first[u] == td->seg_n[u];
+}
+
+bool okv_cpu_predict_fusable(const okv_cpu_predict_t *p, int n_threads) {
+  const okv_score_desc_t *sd = p->sd, *sd2 = p->sd2;
+  const okv_topk_desc_t *td = p->td, *td2 = p->td2;
+  if (!okv_cpu_score_topk_fusable(sd, td, n_threads) || !td->ascending || td->k == 0) return false;
+  const uint32_t U = sd->n_seqs * sd->n_kv_heads;
+  if (!okv_cpu_score_list_direct(sd2) || sd2->n_seqs * sd2->n_kv_heads != U || sd2->list_stride != td->k) return false;
+  if (td2->n_segments != U || td2->k == 0 || td2->k > OKV_TOPK_MAX) return false;
+  for (uint32_t u = 0; u < U; u++) {
+    if (sd2->seg_n_blocks[u] > td->k || td2->seg_score_first[u] != sd2->seg_score_first[u] ||
+        td2->seg_n[u] > sd2->seg_n_blocks[u])
+      return false;
+    /* the index map read for u (td's output at td2's positions) lies in u's own candidates */
+    if (td2->seg_score_first[u] < (uint64_t)u * td->k ||
+        td2->seg_score_first[u] + td2->seg_n[u] > (uint64_t)(u + 1u) * td->k)
+      return false;
+    if (u > 0 && sd2->seg_score_first[u - 1] + sd2->seg_n_blocks[u - 1] > sd2->seg_score_first[u]) return false;
+  }
+  return true;
+}
+
+/* The fused kernels' common body: segment u's first pass and its top-K (streamed when it covers the span), then
+ * (p->sd2) its exact pass and final top-K. */
+static void predict_run(const okv_cpu_predict_t *p, int n_threads) {
+  const okv_score_desc_t *sd = p->sd;
+  const okv_topk_desc_t *td = p->td;
   const int nt = cpu_threads(n_threads);
   const long U = (long)sd->n_seqs * sd->n_kv_heads;
+  const bool stream = td->ascending && td->index_map == NULL && td->k >= 1u && td->k <= OKV_TOPK_MAX;
+  okv_topk_desc_t td2;
+  if (p->sd2 != NULL) {
+    td2 = *p->td2;
+    td2.index_map = p->cand; /* the candidates: position i of segment u maps to block cand[u * k + i] */
+  }
   okv_unused_threads(nt);
   OKV_OMP(omp parallel num_threads(nt) if (nt > 1 && U > 1)) {
     c4_thread_t t;
     c4_thread_init(&t, sd);
+    topk_stream_t *ts = NULL;
+    topk_stream_t ts_mem;
+    if (stream) ts = &ts_mem;
+    list_thread_t lw;
 OKV_OMP(omp for schedule(dynamic, 1))
 for (long ul = 0; ul < U; ul++) {
-  const uint32_t u = (uint32_t)ul;
-  for (uint32_t r = ranges_lower_bound(sd, u); r < sd->n_ranges && sd->range_seg[r] == u; r++) {
+  const uint32_t u = (uint32_t)ul, r0 = ranges_lower_bound(sd, u);
+  const bool st = ts != NULL && td->seg_n[u] <= 65536u && topk_stream_covers(sd, td, u, r0);
+  if (st) topk_stream_begin(ts, td, u);
+  for (uint32_t r = r0; r < sd->n_ranges && sd->range_seg[r] == u; r++) {
     const score_job_t job = score_job(sd, r);
-    for (uint32_t b0 = 0; b0 < job.n; b0 += OKV_SCORE_CHUNK)
-      c4_score_chunk(sd, q, summaries, scores, job, b0, job.n - b0 > OKV_SCORE_CHUNK ? b0 + OKV_SCORE_CHUNK : job.n,
-                     &t);
+    for (uint32_t b0 = 0; b0 < job.n; b0 += OKV_SCORE_CHUNK) {
+      const uint32_t b1 = job.n - b0 > OKV_SCORE_CHUNK ? b0 + OKV_SCORE_CHUNK : job.n;
+      c4_score_chunk(sd, p->q, p->summaries, p->scores, job, b0, b1, &t);
+      if (st)
+        topk_stream_add(ts, p->scores + job.score_first + b0, (uint32_t)(job.score_first - td->seg_score_first[u]) + b0,
+                        b1 - b0);
+    }
   }
-  topk_segment(td, scores, u, out_indices, out_counts);
+  if (st)
+    topk_stream_end(ts, td, u, p->cand, p->cand_counts);
+  else
+    topk_segment(td, p->scores, u, p->cand, p->cand_counts);
+  if (p->sd2 != NULL) {
+    score_list_segment(p->sd2, p->q2, p->summaries2, p->cand, p->scores2, u, &lw);
+    topk_segment(&td2, p->scores2, u, p->out, p->out_counts);
+  }
 }
   }
 }
+
+void okv_cpu_score_topk(const okv_score_desc_t *sd, const float *q, const void *summaries, float *scores,
+                        const okv_topk_desc_t *td, uint32_t *out_indices, uint32_t *out_counts, int n_threads) {
+  const okv_cpu_predict_t p = {.sd = sd,
+                               .q = q,
+                               .summaries = summaries,
+                               .scores = scores,
+                               .td = td,
+                               .cand = out_indices,
+                               .cand_counts = out_counts};
+  predict_run(&p, n_threads);
+}
+
+void okv_cpu_predict(const okv_cpu_predict_t *p, int n_threads) { predict_run(p, n_threads); }
 
 /* ---- selection on slot tables (kernels/okv_select_rule.h) ---- */
 

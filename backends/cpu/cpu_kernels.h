@@ -90,6 +90,40 @@ bool okv_cpu_score_topk_fusable(const okv_score_desc_t *sd, const okv_topk_desc_
 void okv_cpu_score_topk(const okv_score_desc_t *sd, const float *q, const void *summaries, float *scores,
                         const okv_topk_desc_t *td, uint32_t *out_indices, uint32_t *out_counts, int n_threads);
 
+/* Whether a list-mode scoring call (d->list_blocks set, no ranges) is scored directly (okv_cpu_score_list) rather
+ * than through ranges: f32, f16 or bf16 summaries. */
+bool okv_cpu_score_list_direct(const okv_score_desc_t *d);
+/* List-mode scoring (okv_cpu_score_list_direct(d)), list = d's lists (the buffer's bytes from list_offset);
+ * segments in parallel (OpenMP), each scored the same way whatever the thread count. */
+void okv_cpu_score_list(const okv_score_desc_t *d, const float *q, const void *summaries, const uint32_t *list,
+                        float *scores, int n_threads);
+
+/* A whole two-pass prediction fused (what core's c4 scoring queues as one batch): the c4 pass by ranges and its
+ * ascending top-(K + margin) (okv_cpu_score_topk's pair), then the exact pass over those candidates as lists and
+ * the final top-K through them as its index map. Each segment runs all four on one thread, one parallel region
+ * for all. Results (both score arrays, both top-Ks and counts) are those of the four calls one after another,
+ * bit for bit; okv_cpu_predict_fusable says whether p qualifies: the first pair fusable and ascending, sd2 a
+ * list over td's output (list_stride = td->k, at most td->k per segment; the caller checks that list and
+ * index map are td's output) scored by okv_cpu_score_list, td2 over sd2's segments reading inside them, and
+ * sd2's segments in ascending, disjoint score spans of a scores2 apart from scores (the caller checks the
+ * buffers). */
+typedef struct okv_cpu_predict_t {
+  const okv_score_desc_t *sd; /* first pass, c4 by ranges */
+  const float *q;
+  const void *summaries;
+  float *scores;
+  const okv_topk_desc_t *td; /* its top-K: the candidates */
+  uint32_t *cand, *cand_counts;
+  const okv_score_desc_t *sd2; /* exact pass over the candidates (lists: cand) */
+  const float *q2;
+  const void *summaries2;
+  float *scores2;
+  const okv_topk_desc_t *td2; /* final top-K (index map: cand) */
+  uint32_t *out, *out_counts;
+} okv_cpu_predict_t;
+bool okv_cpu_predict_fusable(const okv_cpu_predict_t *p, int n_threads);
+void okv_cpu_predict(const okv_cpu_predict_t *p, int n_threads);
+
 /* ---- Instruction-set dispatch ---- */
 
 /* SIMD level the CPU kernels dispatch to at run time. The same source is

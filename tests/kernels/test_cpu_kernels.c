@@ -1239,16 +1239,19 @@ static void test_topk(void **state) {
  * calls one after the other: the same scores and the same top-K, indices and counts, bit for bit, at every ISA
  * level and thread count. Six segments (2 sequences x 3 KV heads) of 0 to 1,100 blocks, each split into up to
  * three ranges whose summaries lie apart (as a head's runs of extents do), an exclude set per segment (its last
- * block, as the runtime's active block), k = 40 ascending; head_dim 128 and 48. Then what must not fuse. */
+ * block, as the runtime's active block), k = 40 ascending; head_dim 128 and 48, and two cases of tied scores
+ * (summaries of three patterns; all alike, k = 7) for the streamed top-K's tie rule. Then the whole prediction
+ * (okv_cpu_predict: the pair, the exact pass over the candidates with bf16 summaries, the final top-K through
+ * them) against its four calls, and what must not fuse. */
 static void test_score_topk_fused(void **state) {
   (void)state;
   okv_test_rng_t rng;
   okv_test_rng_seed(&rng, 909);
-  static const uint32_t dims[2] = {128, 48};
-  for (int di = 0; di < 2; di++) {
-    const uint32_t S = 2, H = 3, G = 4, D = dims[di], T = 1, U = S * H, k = 40;
+  static const uint32_t dims[4] = {128, 48, 128, 128}, ks[4] = {40, 40, 40, 7}, patterns[4] = {0, 0, 3, 1};
+  for (int vi = 0; vi < 4; vi++) {
+    const uint32_t S = 2, H = 3, G = 4, D = dims[vi], T = 1, U = S * H, k = ks[vi];
     const uint32_t segn[6] = {1100, 37, 0, 300, 41, 777};
-    uint32_t rseg[18], rn[18], nr = 0, excl_off[7] = {0}, excl[6], ne = 0;
+    uint32_t rseg[18], rn[18], nr = 0, excl_off[7] = {0}, excl[6], ne = 0, run_off[7] = {0}, run_first[18];
     uint64_t rsf[18], rcf[18], tfirst[6], n_summ = 0, n_sc = 0;
     for (uint32_t u = 0; u < U; u++) {
       tfirst[u] = n_sc;
@@ -1258,24 +1261,39 @@ static void test_score_topk_fused(void **state) {
         rn[nr] = n;
         rsf[nr] = n_summ + 5u;
         rcf[nr] = n_sc + b;
+        run_first[nr] = b;
         n_summ += 5u + n;
         nr++;
         b += n;
       }
+      run_off[u + 1] = nr;
       if (segn[u] > 0) excl[ne++] = segn[u] - 1u;
       excl_off[u + 1] = ne;
       n_sc += segn[u];
     }
     const size_t tb = okv_cpu_c4_tile_bytes(D), n_tiles = (n_summ + 15u) / 16u;
     uint8_t *c4 = test_malloc(tb * n_tiles);
-    float *mn = test_malloc(sizeof(float) * D), *mx = test_malloc(sizeof(float) * D);
-    for (uint64_t b = 0; b < n_tiles * 16u; b++) {
+    uint16_t *bf = test_malloc(sizeof(uint16_t) * 2u * D * n_tiles * 16u); /* exact summaries: [min[D], max[D]] */
+    float *mn = test_malloc(sizeof(float) * D * 3u), *mx = test_malloc(sizeof(float) * D * 3u);
+    for (uint32_t pi = 0; pi < 3; pi++) /* the tied cases' patterns */
       for (uint32_t e = 0; e < D; e++) {
-        const float a = okv_test_rng_normal(&rng), c = okv_test_rng_normal(&rng);
-        mn[e] = a < c ? a : c;
-        mx[e] = a < c ? c : a;
+        const float x = okv_test_rng_normal(&rng), y = okv_test_rng_normal(&rng);
+        mn[pi * D + e] = x < y ? x : y;
+        mx[pi * D + e] = x < y ? y : x;
       }
-      okv_cpu_c4_encode(mn, mx, D, okv_cpu_c4_tile(c4, b, D), (uint32_t)(b % 16u));
+    for (uint64_t b = 0; b < n_tiles * 16u; b++) {
+      const uint32_t pi = patterns[vi] > 0 ? (uint32_t)(b % patterns[vi]) : 0u;
+      if (patterns[vi] == 0)
+        for (uint32_t e = 0; e < D; e++) {
+          const float x = okv_test_rng_normal(&rng), y = okv_test_rng_normal(&rng);
+          mn[e] = x < y ? x : y;
+          mx[e] = x < y ? y : x;
+        }
+      okv_cpu_c4_encode(mn + pi * D, mx + pi * D, D, okv_cpu_c4_tile(c4, b, D), (uint32_t)(b % 16u));
+      for (uint32_t e = 0; e < D; e++) {
+        bf[b * 2u * D + e] = okv_f32_to_bf16(mn[pi * D + e]);
+        bf[b * 2u * D + D + e] = okv_f32_to_bf16(mx[pi * D + e]);
+      }
     }
     float *q = test_malloc(sizeof(float) * S * T * H * G * D);
     for (size_t i = 0; i < (size_t)S * T * H * G * D; i++) q[i] = okv_test_rng_normal(&rng);
@@ -1291,10 +1309,61 @@ static void test_score_topk_fused(void **state) {
     float *sc_ref = test_malloc(sizeof(float) * (n_sc + 1u)), *sc = test_malloc(sizeof(float) * (n_sc + 1u));
     uint32_t *idx_ref = test_malloc(sizeof(uint32_t) * U * k), *idx = test_malloc(sizeof(uint32_t) * U * k);
     uint32_t cnt_ref[6], cnt[6];
+    /* the exact pass over the candidates (lists: idx, u's at u * k) and the final top-K of k2 through them */
+    const uint32_t k2 = k > 4u ? k - 4u : k;
+    uint32_t n2[6], n2_ref[6];
+    uint64_t first2[6];
+    for (uint32_t u = 0; u < U; u++) {
+      n2[u] = segn[u] > 1u ? (segn[u] - 1u < k ? segn[u] - 1u : k) : 0u;
+      first2[u] = (uint64_t)u * k;
+    }
+    memcpy(n2_ref, n2, sizeof n2);
+    okv_score_desc_t sd2 = okv_kcase_score_desc(S, H, G, D, T, NULL, n2, first2);
+    sd2.summary_dtype = OKV_DTYPE_BF16;
+    sd2.list_stride = k;
+    sd2.seg_run_offsets = run_off;
+    sd2.run_first_block = run_first;
+    sd2.run_n_blocks = rn;
+    sd2.run_summary_first = rsf;
+    okv_topk_desc_t td2 = okv_kcase_topk_desc(U, k2, first2, n2, NULL, NULL);
+    float *sc2_ref = test_malloc(sizeof(float) * U * k), *sc2 = test_malloc(sizeof(float) * U * k);
+    float *sc2_rg = test_malloc(sizeof(float) * U * k);
+    uint32_t *out_ref = test_malloc(sizeof(uint32_t) * U * k2), *out = test_malloc(sizeof(uint32_t) * U * k2);
+    uint32_t cnt2_ref[6], cnt2[6];
+    assert_true(okv_cpu_score_list_direct(&sd2));
     for (int isa = 0; isa <= (int)okv_cpu_isa_detected(); isa++) {
       okv_cpu_isa_limit((okv_cpu_isa_t)isa);
       okv_cpu_score_blocks(&sd, q, c4, sc_ref, 1);
       okv_cpu_topk(&td, sc_ref, idx_ref, cnt_ref, 1);
+      memset(sc2_ref, 0xCD, sizeof(float) * U * k);
+      okv_cpu_score_list(&sd2, q, bf, idx_ref, sc2_ref, 1);
+      td2.index_map = idx_ref;
+      okv_cpu_topk(&td2, sc2_ref, out_ref, cnt2_ref, 1);
+      /* the direct list scoring against the one through ranges (okv_cpu_score_list_ranges), within rounding */
+      void *scratch = test_malloc(okv_cpu_score_list_scratch_bytes(&sd2));
+      okv_score_desc_t rd;
+      okv_cpu_score_list_ranges(&sd2, idx_ref, sc2_rg, scratch, &rd);
+      if (rd.n_ranges > 0) okv_cpu_score_blocks(&rd, q, bf, sc2_rg, 1);
+      for (uint32_t u = 0; u < U; u++)
+        for (uint32_t i = 0; i < n2[u]; i++) {
+          const float a = sc2_ref[first2[u] + i], b2 = sc2_rg[first2[u] + i];
+          assert_true(fabsf(a - b2) <= 1e-5f * (1.0f + fabsf(b2)));
+        }
+      test_free(scratch);
+      okv_cpu_predict_t p = {.sd = &sd,
+                             .q = q,
+                             .summaries = c4,
+                             .scores = sc,
+                             .td = &td,
+                             .cand = idx,
+                             .cand_counts = cnt,
+                             .sd2 = &sd2,
+                             .q2 = q,
+                             .summaries2 = bf,
+                             .scores2 = sc2,
+                             .td2 = &td2,
+                             .out = out,
+                             .out_counts = cnt2};
       for (int nt = 1; nt <= MAX_THREADS; nt++) {
         assert_true(okv_cpu_score_topk_fusable(&sd, &td, nt));
         memset(sc, 0xAB, sizeof(float) * n_sc);
@@ -1303,11 +1372,28 @@ static void test_score_topk_fused(void **state) {
         assert_memory_equal(sc, sc_ref, sizeof(float) * n_sc);
         assert_memory_equal(idx, idx_ref, sizeof(uint32_t) * U * k);
         assert_memory_equal(cnt, cnt_ref, sizeof cnt);
+        /* the whole prediction */
+        td2.index_map = idx;
+        assert_true(okv_cpu_predict_fusable(&p, nt));
+        memset(sc, 0xAB, sizeof(float) * n_sc);
+        memset(idx, 0xAB, sizeof(uint32_t) * U * k);
+        memset(sc2, 0xCD, sizeof(float) * U * k);
+        memset(out, 0xAB, sizeof(uint32_t) * U * k2);
+        okv_cpu_predict(&p, nt);
+        assert_memory_equal(sc, sc_ref, sizeof(float) * n_sc);
+        assert_memory_equal(idx, idx_ref, sizeof(uint32_t) * U * k);
+        assert_memory_equal(cnt, cnt_ref, sizeof cnt);
+        assert_memory_equal(sc2, sc2_ref, sizeof(float) * U * k);
+        assert_memory_equal(out, out_ref, sizeof(uint32_t) * U * k2);
+        assert_memory_equal(cnt2, cnt2_ref, sizeof cnt2);
       }
     }
     okv_cpu_isa_limit(OKV_CPU_ISA_AVX512);
     assert_int_equal(cnt_ref[0], k);
     assert_int_equal(cnt_ref[2], 0);
+    assert_int_equal(cnt2_ref[0], k2);
+    if (patterns[vi] == 1) /* all tied: the lowest positions win, the excluded last block skipped */
+      for (uint32_t i = 0; i < k; i++) assert_int_equal(idx_ref[i], i);
     /* not fused: ranges out of segment order, a range past its segment's top-K span, an index map, too few
      * segments for the threads, another summary dtype, a list */
     okv_score_desc_t bad = sd;
@@ -1338,7 +1424,48 @@ static void test_score_topk_fused(void **state) {
     bad = sd;
     bad.summary_dtype = OKV_DTYPE_F32;
     assert_false(okv_cpu_score_topk_fusable(&bad, &td, 1));
+    /* the whole prediction, not fused: a descending first top-K, lists of another stride, 8-bit exact
+     * summaries, overlapping second-pass spans, a final top-K reading past a segment's candidates */
+    okv_cpu_predict_t p = {.sd = &sd, .td = &td, .sd2 = &sd2, .td2 = &td2};
+    assert_true(okv_cpu_predict_fusable(&p, 1));
+    tm = td;
+    tm.ascending = false;
+    p.td = &tm;
+    assert_false(okv_cpu_predict_fusable(&p, 1));
+    p.td = &td;
+    okv_score_desc_t bad2 = sd2;
+    bad2.list_stride = k + 1u;
+    p.sd2 = &bad2;
+    assert_false(okv_cpu_predict_fusable(&p, 1));
+    bad2 = sd2;
+    bad2.summary_dtype = OKV_DTYPE_Q8;
+    assert_false(okv_cpu_predict_fusable(&p, 1));
+    uint64_t first3[6];
+    memcpy(first3, first2, sizeof first3);
+    first3[1] = first2[0] + 1u; /* segment 1's scores over segment 0's */
+    bad2 = sd2;
+    bad2.seg_score_first = first3;
+    okv_topk_desc_t tb2 = td2;
+    tb2.seg_score_first = first3;
+    p.sd2 = &bad2;
+    p.td2 = &tb2;
+    assert_false(okv_cpu_predict_fusable(&p, 1));
+    memcpy(first3, first2, sizeof first3);
+    first3[5] = first2[5] + 1u; /* segment 5's last score (and index map entry) past its candidates */
+    bad2.seg_score_first = first3;
+    tb2.seg_score_first = first3;
+    assert_false(okv_cpu_predict_fusable(&p, 1));
+    uint32_t n3[6];
+    memcpy(n3, n2, sizeof n3);
+    n3[0] = k + 1u; /* more than segment 0's exact pass scores */
+    tb2 = td2;
+    tb2.seg_n = n3;
+    p.sd2 = &sd2;
+    p.td2 = &tb2;
+    assert_false(okv_cpu_predict_fusable(&p, 1));
+    assert_memory_equal(n2, n2_ref, sizeof n2);
     test_free(c4);
+    test_free(bf);
     test_free(mn);
     test_free(mx);
     test_free(q);
@@ -1346,6 +1473,11 @@ static void test_score_topk_fused(void **state) {
     test_free(sc);
     test_free(idx_ref);
     test_free(idx);
+    test_free(sc2_ref);
+    test_free(sc2);
+    test_free(sc2_rg);
+    test_free(out_ref);
+    test_free(out);
   }
 }
 
