@@ -1966,7 +1966,6 @@ OKV_OMP(omp parallel for num_threads(nt) schedule(dynamic, 1) if (par))
 for (long ul = 0; ul < n_seg; ul++) topk_segment(d, scores, (uint32_t)ul, out_indices, out_counts);
 }
 
-/* Segment u of a top-K (okv_cpu_topk's contract for that segment alone). */
 /* An ascending top-K of one segment through the streaming form (topk_stream_t: one pass over the scores). */
 static void topk_segment_stream(const okv_topk_desc_t *d, const float *scores, uint32_t u, uint32_t *out_indices,
                                 uint32_t *out_counts) {
@@ -1976,9 +1975,14 @@ static void topk_segment_stream(const okv_topk_desc_t *d, const float *scores, u
   topk_stream_end(&t, d, u, out_indices, out_counts);
 }
 
+/* Segment u of a top-K (okv_cpu_topk's contract for that segment alone). */
 static void topk_segment(const okv_topk_desc_t *d, const float *scores, uint32_t u, uint32_t *out_indices,
                          uint32_t *out_counts) {
-  if (d->ascending && d->k >= 1u) {
+  if (d->k == 0) { /* nothing to keep (the HAL refuses k = 0; a direct call gets an empty result) */
+    if (out_counts != NULL) out_counts[u] = 0;
+    return;
+  }
+  if (d->ascending) { /* the set alone, in position order: streamed */
     topk_segment_stream(d, scores, u, out_indices, out_counts);
     return;
   }
@@ -2018,27 +2022,6 @@ static void topk_segment(const okv_topk_desc_t *d, const float *scores, uint32_t
     }
     radix = true;
   }
-  if (radix && d->ascending) { /* the set alone: the k-th key selected, the candidates walked in position order */
-    uint32_t *dst = out_indices + (size_t)u * k, kth = 0, need = 0;
-    const uint32_t *map = d->index_map != NULL ? d->index_map + d->seg_score_first[u] : NULL;
-    if (m > k) {
-      memcpy(tk, ck, (size_t)m * sizeof *tk);
-      kth = topk_key_select(tk, m, k, tp);
-      uint32_t above = 0;
-      for (uint32_t i = 0; i < m; i++) above += ck[i] > kth;
-      need = k - above; /* of the candidates at the k-th key, the lowest positions: the order's tie rule */
-    }
-    for (uint32_t i = 0; i < m && cnt < k; i++) {
-      if (m > k && ck[i] <= kth) {
-        if (ck[i] < kth || need == 0) continue;
-        need--;
-      }
-      dst[cnt++] = map ? map[cp[i]] : cp[i];
-    }
-    for (uint32_t i = cnt; i < k; i++) dst[i] = UINT32_MAX;
-    if (out_counts != NULL) out_counts[u] = cnt;
-    return;
-  }
   if (radix) { /* sorted: the first k are the top-K in descending order */
     topk_radix_sort(ck, cp, tk, tp, m);
     for (; cnt < k && cnt < m; cnt++) heap[cnt] = ((uint64_t)ck[cnt] << 32) | (uint64_t)(~cp[cnt]);
@@ -2074,7 +2057,7 @@ static void topk_segment(const okv_topk_desc_t *d, const float *scores, uint32_t
       tf = topk_key_score(thr);
     }
   }
-  if (!radix && !d->ascending) /* heap sort: popping the minimum to the end leaves descending order */
+  if (!radix) /* heap sort: popping the minimum to the end leaves descending order */
     for (uint32_t r = cnt; r > 1; r--) {
       uint64_t top = heap[0];
       heap[0] = heap[r - 1u];
@@ -2083,21 +2066,7 @@ static void topk_segment(const okv_topk_desc_t *d, const float *scores, uint32_t
     }
   uint32_t *dst = out_indices + (size_t)u * k;
   const uint32_t *map = d->index_map != NULL ? d->index_map + d->seg_score_first[u] : NULL;
-  if (d->ascending) { /* the set in ascending position order: a bitmap of the positions, walked */
-    uint32_t nw = (n + 63u) / 64u, j = 0;
-    memset(excl, 0, (size_t)nw * sizeof(uint64_t));
-    for (uint32_t i = 0; i < cnt; i++) {
-      uint32_t pos = ~(uint32_t)heap[i];
-      excl[pos >> 6] |= 1ull << (pos & 63u);
-    }
-    for (uint32_t w = 0; w < nw; w++)
-      for (uint64_t bits = excl[w]; bits != 0; bits &= bits - 1u) {
-        uint32_t pos = w * 64u + (uint32_t)__builtin_ctzll(bits);
-        dst[j++] = map ? map[pos] : pos;
-      }
-  } else {
-    for (uint32_t i = 0; i < cnt; i++) dst[i] = map ? map[~(uint32_t)heap[i]] : ~(uint32_t)heap[i];
-  }
+  for (uint32_t i = 0; i < cnt; i++) dst[i] = map ? map[~(uint32_t)heap[i]] : ~(uint32_t)heap[i];
   for (uint32_t i = cnt; i < k; i++) dst[i] = UINT32_MAX;
   if (out_counts != NULL) out_counts[u] = cnt;
 }
