@@ -29,6 +29,7 @@
 #define OKV_GPU_SELECT_THREADS    64u /* one thread per KV head (kernels/okv_select_rule.h) */
 /* Blocks scored per thread block by okv_gpu_score_blocks (grid.y chunks). */
 #define OKV_GPU_SCORE_BLOCKS_PER_CTA 64u
+#define OKV_GPU_SCORE_ROWS           16u /* c4 / q8 query rows quantized once per CTA (more: per block) */
 /* Largest query-row tile of one attention thread block. */
 #define OKV_GPU_ATTENTION_MAX_ROWS 32u
 

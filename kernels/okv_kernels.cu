@@ -598,6 +598,55 @@ OKV_DEVICE bool okv_list_summary(const okv_gpu_score_args_t &a, uint32_t u, uint
   return true;
 }
 
+// A query row's statistics for the coded (c4, q8) estimates, over the warp: max |x| (NaN if an element is),
+// sum x and sum |x| in double, x = q_d * scale.
+OKV_DEVICE void okv_row_stats(const float *qr, float scale, uint32_t D, uint32_t lane, float *m_out, double *sx_out,
+                              double *l1_out) {
+  float m = 0.0f;
+  double sx = 0.0, l1 = 0.0;
+  for (uint32_t d = lane; d < D; d += OKV_WARP_SIZE) {
+    const float x = qr[d] * scale;
+    m = fabsf(x) > m || x != x ? fabsf(x) : m; /* NaN stays: the row is not finite */
+    sx += (double)x;
+    l1 += (double)fabsf(x);
+  }
+  for (int w = OKV_WARP_SIZE / 2; w > 0; w /= 2) {
+    const float o = okv_shfl_xor(m, w, OKV_WARP_SIZE);
+    m = o > m || o != o ? o : m;
+    sx += okv_shfl_xor(sx, w, OKV_WARP_SIZE);
+    l1 += okv_shfl_xor(l1, w, OKV_WARP_SIZE);
+  }
+  *m_out = m;
+  *sx_out = sx;
+  *l1_out = l1;
+}
+
+#define OKV_ROW_FINITE 0u /* a row's estimate is its formula */
+#define OKV_ROW_INF    1u /* +infinity (a non-finite element, or c4's sum |x| past f32) */
+#define OKV_ROW_ZERO   2u /* q8: an all-zero row, lo * sum x */
+
+// c4's code of x = q_d * scale: round(x / sig) clamped to [-127, 127] (sig = max |x| / 127 > 0).
+OKV_DEVICE signed char okv_c4_query_code(float x, float sig) {
+  float c = rintf(x / sig);
+  c = c > 127.0f ? 127.0f : c < -127.0f ? -127.0f : c;
+  return (signed char)(int)c;
+}
+
+// q8's query scale for max |x| = m > 0 (finite): the least f32 with 127 * sig >= m.
+OKV_DEVICE float okv_q8_query_sigma(float m) {
+  float sig = m / 127.0f;
+  while (127.0 * (double)sig < (double)m) sig = nextafterf(sig, OKV_POS_INF);
+  return sig;
+}
+
+// q8's code of x: ceil(x / sig), raised until code * sig >= x, clamped to [-127, 127].
+OKV_DEVICE signed char okv_q8_query_code(float x, float sig) {
+  float c = ceilf(x / sig);
+  if ((double)c * (double)sig < (double)x) c += 1.0f;
+  c = c > 127.0f ? 127.0f : c < -127.0f ? -127.0f : c;
+  return (signed char)(int)c;
+}
+
 extern "C" __global__ void __launch_bounds__(OKV_GPU_SCORE_THREADS) okv_gpu_score_blocks(okv_gpu_score_args_t a) {
   const uint32_t D = a.head_dim, G = a.group_size, T = a.n_query_tokens;
   const uint32_t Hkv = a.n_kv_heads, Hq = Hkv * G;
@@ -618,6 +667,45 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_SCORE_THREADS) okv_gpu_scor
   const unsigned char *summ = (const unsigned char *)a.summaries;
   float *scores = (float *)a.scores;
   const uint32_t n_rows = (a.t_end - a.t_begin) * G;
+  /* c4 and q8 quantize each query row once per CTA into shared memory (every block of a CTA is scored against
+   * the same rows) when the rows fit; otherwise per block. Either way the same values. */
+  __shared__ signed char s_code[OKV_GPU_SCORE_ROWS * 256];
+  __shared__ float s_sig[OKV_GPU_SCORE_ROWS];
+  __shared__ double s_sx[OKV_GPU_SCORE_ROWS], s_l1[OKV_GPU_SCORE_ROWS];
+  __shared__ uint32_t s_state[OKV_GPU_SCORE_ROWS]; /* OKV_ROW_*: finite, +infinity, all zero */
+  const bool coded = sdt == (uint32_t)OKV_DTYPE_C4 || sdt == (uint32_t)OKV_DTYPE_Q8;
+  const bool cached = coded && n_rows <= OKV_GPU_SCORE_ROWS && D <= 256u;
+  if (cached) {                                         /* uniform across the block */
+    for (uint32_t r = warp; r < n_rows; r += n_warps) { /* uniform per warp */
+      const uint32_t t = a.t_begin + r / G, g = r % G;
+      const float *qr = q + (((uint64_t)s * T + t) * Hq + h * G + g) * D;
+      float m, sig;
+      double sx, l1;
+      okv_row_stats(qr, a.scale, D, lane, &m, &sx, &l1);
+      uint32_t state = OKV_ROW_FINITE;
+      if (sdt == (uint32_t)OKV_DTYPE_C4) {
+        sig = m / 127.0f;
+        if (!(m < OKV_POS_INF) || !((float)l1 < OKV_POS_INF)) state = OKV_ROW_INF;
+        for (uint32_t d = lane; d < D; d += OKV_WARP_SIZE)
+          s_code[r * D + d] = state == OKV_ROW_FINITE && m > 0.0f ? okv_c4_query_code(qr[d] * a.scale, sig) : 0;
+      } else {
+        sig = okv_q8_query_sigma(m);
+        if (!(m < OKV_POS_INF))
+          state = OKV_ROW_INF;
+        else if (!(m > 0.0f))
+          state = OKV_ROW_ZERO;
+        for (uint32_t d = lane; d < D; d += OKV_WARP_SIZE)
+          s_code[r * D + d] = state == OKV_ROW_FINITE ? okv_q8_query_code(qr[d] * a.scale, sig) : 0;
+      }
+      if (lane == 0) {
+        s_sig[r] = sig;
+        s_sx[r] = sx;
+        s_l1[r] = l1;
+        s_state[r] = state;
+      }
+    }
+    __syncthreads();
+  }
   if (sdt == (uint32_t)OKV_DTYPE_C4) { /* uniform across the block */
     const uint64_t tb = okv_c4_tile_bytes(D);
     for (uint32_t b = b_begin + warp; b < b_end; b += n_warps) { /* uniform per warp */
@@ -632,38 +720,35 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_SCORE_THREADS) okv_gpu_scor
       const float width = ((const float *)tile)[32 + l];
       float best = OKV_NEG_INF;
       for (uint32_t r = 0; r < n_rows; ++r) {
-        const uint32_t t = a.t_begin + r / G, g = r % G;
-        const float *qr = q + (((uint64_t)s * T + t) * Hq + h * G + g) * D;
-        float m = 0.0f;
-        double sx = 0.0, l1 = 0.0;
-        for (uint32_t d = lane; d < D; d += OKV_WARP_SIZE) {
-          const float x = qr[d] * a.scale;
-          m = fabsf(x) > m || x != x ? fabsf(x) : m; /* NaN stays: the row is not finite */
-          sx += (double)x;
-          l1 += (double)fabsf(x);
-        }
-        for (int w = OKV_WARP_SIZE / 2; w > 0; w /= 2) {
-          const float o = okv_shfl_xor(m, w, OKV_WARP_SIZE);
-          m = o > m || o != o ? o : m;
-          sx += okv_shfl_xor(sx, w, OKV_WARP_SIZE);
-          l1 += okv_shfl_xor(l1, w, OKV_WARP_SIZE);
-        }
-        float v;
-        /* a non-finite element or an L1 norm past f32's range: +infinity (the CPU's f32 estimate would overflow) */
-        if (step < 0.0f || !(m < OKV_POS_INF) || !((float)l1 < OKV_POS_INF)) {
-          v = OKV_POS_INF;
-        } else {
-          const float sig = m / 127.0f;
-          int dot = 0;
-          for (uint32_t d = lane; d < D && m > 0.0f; d += OKV_WARP_SIZE) {
-            float c = rintf((qr[d] * a.scale) / sig);
-            c = c > 127.0f ? 127.0f : c < -127.0f ? -127.0f : c;
+        float m = 0.0f, sig;
+        double sx, l1;
+        bool inf;
+        int dot = 0;
+        if (cached) {
+          sig = s_sig[r];
+          sx = s_sx[r];
+          l1 = s_l1[r];
+          inf = s_state[r] == OKV_ROW_INF;
+          for (uint32_t d = lane; d < D && !inf; d += OKV_WARP_SIZE) {
             const unsigned char p = tile[okv_c4_code_at(d / 2u, l)];
-            dot += (int)c * (int)(d % 2u ? p >> 4 : p & 15u);
+            dot += (int)s_code[r * D + d] * (int)(d % 2u ? p >> 4 : p & 15u);
           }
-          for (int w = OKV_WARP_SIZE / 2; w > 0; w /= 2) dot += okv_shfl_xor(dot, w, OKV_WARP_SIZE);
-          v = (float)((double)lo * sx + (double)width * l1 + (double)step * (double)sig * (double)dot);
+        } else {
+          const uint32_t t = a.t_begin + r / G, g = r % G;
+          const float *qr = q + (((uint64_t)s * T + t) * Hq + h * G + g) * D;
+          okv_row_stats(qr, a.scale, D, lane, &m, &sx, &l1);
+          sig = m / 127.0f;
+          inf = !(m < OKV_POS_INF) || !((float)l1 < OKV_POS_INF);
+          for (uint32_t d = lane; d < D && m > 0.0f && !inf; d += OKV_WARP_SIZE) {
+            const unsigned char p = tile[okv_c4_code_at(d / 2u, l)];
+            dot += (int)okv_c4_query_code(qr[d] * a.scale, sig) * (int)(d % 2u ? p >> 4 : p & 15u);
+          }
         }
+        for (int w = OKV_WARP_SIZE / 2; w > 0; w /= 2) dot += okv_shfl_xor(dot, w, OKV_WARP_SIZE);
+        /* a non-finite element or an L1 norm past f32's range: +infinity (the CPU's f32 estimate would overflow) */
+        const float v = step < 0.0f || inf
+                            ? OKV_POS_INF
+                            : (float)((double)lo * sx + (double)width * l1 + (double)step * (double)sig * (double)dot);
         best = fmaxf(best, v);
       }
       if (lane == 0) scores[score_first + b] = best;
@@ -682,39 +767,37 @@ extern "C" __global__ void __launch_bounds__(OKV_GPU_SCORE_THREADS) okv_gpu_scor
       const float lo = ((const float *)sb)[0], step = ((const float *)sb)[1];
       float best = OKV_NEG_INF;
       for (uint32_t r = 0; r < n_rows; ++r) {
-        const uint32_t t = a.t_begin + r / G, g = r % G;
-        const float *qr = q + (((uint64_t)s * T + t) * Hq + h * G + g) * D;
-        float m = 0.0f;
-        double sx = 0.0;
-        for (uint32_t d = lane; d < D; d += OKV_WARP_SIZE) {
-          const float x = qr[d] * a.scale;
-          m = fabsf(x) > m || x != x ? fabsf(x) : m; /* NaN stays: the row is not finite */
-          sx += (double)x;
-        }
-        for (int w = OKV_WARP_SIZE / 2; w > 0; w /= 2) {
-          const float o = okv_shfl_xor(m, w, OKV_WARP_SIZE);
-          m = o > m || o != o ? o : m;
-          sx += okv_shfl_xor(sx, w, OKV_WARP_SIZE);
-        }
-        float v;
-        if (step < 0.0f || !(m < OKV_POS_INF)) {
-          v = OKV_POS_INF;
-        } else if (!(m > 0.0f)) {
-          v = (float)((double)lo * sx);
-        } else {
-          float sig = m / 127.0f;
-          while (127.0 * (double)sig < (double)m) sig = nextafterf(sig, OKV_POS_INF);
-          int dot = 0;
-          for (uint32_t d = lane; d < D; d += OKV_WARP_SIZE) {
-            const float x = qr[d] * a.scale;
-            float c = ceilf(x / sig);
-            if ((double)c * (double)sig < (double)x) c += 1.0f;
-            c = c > 127.0f ? 127.0f : c < -127.0f ? -127.0f : c;
-            dot += (int)c * (int)(x < 0.0f ? sb[8 + d] : sb[8 + D + d]);
+        float m = 0.0f, sig = 0.0f;
+        double sx, l1;
+        uint32_t state;
+        int dot = 0;
+        if (cached) {
+          sig = s_sig[r];
+          sx = s_sx[r];
+          state = s_state[r];
+          for (uint32_t d = lane; d < D && state == OKV_ROW_FINITE; d += OKV_WARP_SIZE) {
+            const int c = s_code[r * D + d];
+            dot += c * (int)(c < 0 ? sb[8 + d] : sb[8 + D + d]); /* c = 0: either code, no term */
           }
-          for (int w = OKV_WARP_SIZE / 2; w > 0; w /= 2) dot += okv_shfl_xor(dot, w, OKV_WARP_SIZE);
-          v = (float)((double)lo * sx + (double)step * (double)sig * (double)dot);
+        } else {
+          const uint32_t t = a.t_begin + r / G, g = r % G;
+          const float *qr = q + (((uint64_t)s * T + t) * Hq + h * G + g) * D;
+          okv_row_stats(qr, a.scale, D, lane, &m, &sx, &l1);
+          state = !(m < OKV_POS_INF) ? OKV_ROW_INF : !(m > 0.0f) ? OKV_ROW_ZERO : OKV_ROW_FINITE;
+          if (state == OKV_ROW_FINITE) sig = okv_q8_query_sigma(m);
+          for (uint32_t d = lane; d < D && state == OKV_ROW_FINITE; d += OKV_WARP_SIZE) {
+            const float x = qr[d] * a.scale;
+            dot += okv_q8_query_code(x, sig) * (int)(x < 0.0f ? sb[8 + d] : sb[8 + D + d]);
+          }
         }
+        for (int w = OKV_WARP_SIZE / 2; w > 0; w /= 2) dot += okv_shfl_xor(dot, w, OKV_WARP_SIZE);
+        float v;
+        if (step < 0.0f || state == OKV_ROW_INF)
+          v = OKV_POS_INF;
+        else if (state == OKV_ROW_ZERO)
+          v = (float)((double)lo * sx);
+        else
+          v = (float)((double)lo * sx + (double)step * (double)sig * (double)dot);
         best = fmaxf(best, v);
       }
       if (lane == 0) scores[score_first + b] = best;

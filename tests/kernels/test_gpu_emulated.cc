@@ -891,7 +891,7 @@ void test_scores_list_bf16(void **state) {
 void test_q8(void **state) {
   (void)state;
   Rng r(26);
-  const uint32_t n_kv = 2, G = 3, D = 40, T = 2, Hq = n_kv * G, nb = 19, n = n_kv * nb;
+  const uint32_t n_kv = 2, G = 3, D = 40, Hq = n_kv * G, nb = 19, n = n_kv * nb;
   Elems src(2, (size_t)n * 2 * D);
   for (uint32_t b = 0; b < n; ++b)
     for (uint32_t d = 0; d < D; ++d) {
@@ -925,41 +925,45 @@ void test_q8(void **state) {
     if (why != 0) fprintf(stderr, "8-bit summary %u fails check %d\n", b, why);
     assert_int_equal(why, 0);
   }
-  std::vector<float> q((size_t)T * Hq * D);
-  for (auto &x : q) x = r.normal();
-  std::vector<uint64_t> sf = {0, nb}, cf = {0, nb};
-  std::vector<uint32_t> sn = {nb, nb};
-  std::vector<float> scores(n, 42.0f);
-  okv_gpu_score_args_t a = {};
-  a.q = addr(q.data());
-  a.summaries = addr(q8.data());
-  a.scores = addr(scores.data());
-  a.seg_summary_first = addr(sf.data());
-  a.seg_n_blocks = addr(sn.data());
-  a.seg_score_first = addr(cf.data());
-  a.n_seqs = 1;
-  a.n_kv_heads = n_kv;
-  a.group_size = G;
-  a.head_dim = D;
-  a.n_query_tokens = T;
-  a.t_begin = 0;
-  a.t_end = T;
-  a.scale = (float)(1.0 / std::sqrt((double)D));
-  a.summary_dtype = OKV_DTYPE_Q8;
-  const uint32_t gy = (nb + OKV_GPU_SCORE_BLOCKS_PER_CTA - 1) / OKV_GPU_SCORE_BLOCKS_PER_CTA;
-  assert_true(okv_emu::launch(okv_gpu_score_blocks, {n_kv, gy, 1}, OKV_GPU_SCORE_THREADS, 0, a));
-  for (uint32_t h = 0; h < n_kv; ++h)
-    for (uint32_t b = 0; b < nb; ++b) {
-      double best = -INFINITY;
-      for (uint32_t t = 0; t < T; ++t)
-        for (uint32_t g = 0; g < G; ++g)
-          best = std::max(best, okv_ref_q8_row(&q8[(h * nb + b) * qb], &q[((size_t)t * Hq + h * G + g) * D], D));
-      const float got = scores[h * nb + b];
-      if (!(std::fabs(got - best) <= 1e-5 * (1.0 + std::fabs(best)))) {
-        fprintf(stderr, "8-bit score head %u block %u: got %.9g want %.9g\n", h, b, got, best);
-        fail();
+  /* 6 query rows (quantized once per CTA) and 18 (more than OKV_GPU_SCORE_ROWS: per block) */
+  for (const uint32_t T : {2u, 6u}) {
+    std::vector<float> q((size_t)T * Hq * D);
+    for (auto &x : q) x = r.normal();
+    for (uint32_t d = 0; d < D; ++d) q[(size_t)(1 * G + 1) * D + d] = 0.0f; /* head 1, t = 0, g = 1: a zero row */
+    std::vector<uint64_t> sf = {0, nb}, cf = {0, nb};
+    std::vector<uint32_t> sn = {nb, nb};
+    std::vector<float> scores(n, 42.0f);
+    okv_gpu_score_args_t a = {};
+    a.q = addr(q.data());
+    a.summaries = addr(q8.data());
+    a.scores = addr(scores.data());
+    a.seg_summary_first = addr(sf.data());
+    a.seg_n_blocks = addr(sn.data());
+    a.seg_score_first = addr(cf.data());
+    a.n_seqs = 1;
+    a.n_kv_heads = n_kv;
+    a.group_size = G;
+    a.head_dim = D;
+    a.n_query_tokens = T;
+    a.t_begin = 0;
+    a.t_end = T;
+    a.scale = (float)(1.0 / std::sqrt((double)D));
+    a.summary_dtype = OKV_DTYPE_Q8;
+    const uint32_t gy = (nb + OKV_GPU_SCORE_BLOCKS_PER_CTA - 1) / OKV_GPU_SCORE_BLOCKS_PER_CTA;
+    assert_true(okv_emu::launch(okv_gpu_score_blocks, {n_kv, gy, 1}, OKV_GPU_SCORE_THREADS, 0, a));
+    for (uint32_t h = 0; h < n_kv; ++h)
+      for (uint32_t b = 0; b < nb; ++b) {
+        double best = -INFINITY;
+        for (uint32_t t = 0; t < T; ++t)
+          for (uint32_t g = 0; g < G; ++g)
+            best = std::max(best, okv_ref_q8_row(&q8[(h * nb + b) * qb], &q[((size_t)t * Hq + h * G + g) * D], D));
+        const float got = scores[h * nb + b];
+        if (!(std::fabs(got - best) <= 1e-5 * (1.0 + std::fabs(best)))) {
+          fprintf(stderr, "8-bit score head %u block %u: got %.9g want %.9g\n", h, b, got, best);
+          fail();
+        }
       }
-    }
+  }
 }
 
 /* 4-bit centres (OKV_DTYPE_C4): the reduce kernel's lanes pass the format's checks (q8_ref.c), written into
@@ -969,7 +973,7 @@ void test_q8(void **state) {
 void test_c4(void **state) {
   (void)state;
   Rng r(27);
-  const uint32_t n_kv = 3, G = 3, D = 40, T = 2, Hq = n_kv * G, nb = 19, n = n_kv * nb;
+  const uint32_t n_kv = 3, G = 3, D = 40, Hq = n_kv * G, nb = 19, n = n_kv * nb;
   Elems src(2, (size_t)n * 2 * D);
   for (uint32_t b = 0; b < n; ++b)
     for (uint32_t d = 0; d < D; ++d) {
@@ -1003,44 +1007,47 @@ void test_c4(void **state) {
     if (why != 0) fprintf(stderr, "4-bit summary %u fails check %d\n", b, why);
     assert_int_equal(why, 0);
   }
-  std::vector<float> q((size_t)T * Hq * D);
-  for (auto &x : q) x = r.normal();
-  q[((size_t)(T - 1) * Hq + 1 * G + 2) * D + 3] = NAN; /* a NaN element: head 1's blocks score +inf */
-  /* head 2: elements near f32's largest, alternating signs, so that the |x| sum passes f32's range: +inf too */
-  for (uint32_t d = 0; d < D; ++d) q[((size_t)(T - 1) * Hq + 2 * G + 1) * D + d] = d % 2 ? -3e38f : 3e38f;
-  std::vector<uint64_t> sf = {0, nb, 2 * nb}, cf = {0, nb, 2 * nb};
-  std::vector<uint32_t> sn = {nb, nb, nb};
-  std::vector<float> scores(n, 42.0f);
-  okv_gpu_score_args_t a = {};
-  a.q = addr(q.data());
-  a.summaries = addr(c4.data());
-  a.scores = addr(scores.data());
-  a.seg_summary_first = addr(sf.data());
-  a.seg_n_blocks = addr(sn.data());
-  a.seg_score_first = addr(cf.data());
-  a.n_seqs = 1;
-  a.n_kv_heads = n_kv;
-  a.group_size = G;
-  a.head_dim = D;
-  a.n_query_tokens = T;
-  a.t_begin = 0;
-  a.t_end = T;
-  a.scale = (float)(1.0 / std::sqrt((double)D));
-  a.summary_dtype = OKV_DTYPE_C4;
-  const uint32_t gy = (nb + OKV_GPU_SCORE_BLOCKS_PER_CTA - 1) / OKV_GPU_SCORE_BLOCKS_PER_CTA;
-  assert_true(okv_emu::launch(okv_gpu_score_blocks, {n_kv, gy, 1}, OKV_GPU_SCORE_THREADS, 0, a));
-  for (uint32_t h = 0; h < n_kv; ++h) {
-    std::vector<const float *> rows;
-    for (uint32_t t = 0; t < T; ++t)
-      for (uint32_t g = 0; g < G; ++g) rows.push_back(&q[((size_t)t * Hq + h * G + g) * D]);
-    for (uint32_t b = 0; b < nb; ++b) {
-      const uint32_t blk = h * nb + b;
-      const double want = okv_ref_c4_score(&c4[blk / 16 * tb], blk % 16, rows.data(), (uint32_t)rows.size(), D);
-      const float got = scores[blk];
-      if (h >= 1) assert_true(std::isinf(want) && want > 0);
-      if (!(got == want || std::fabs(got - want) <= 1e-5 * (1.0 + std::fabs(want)))) {
-        fprintf(stderr, "4-bit estimate head %u block %u: got %.9g want %.9g\n", h, b, got, want);
-        fail();
+  /* 6 query rows (quantized once per CTA) and 18 (more than OKV_GPU_SCORE_ROWS: per block) */
+  for (const uint32_t T : {2u, 6u}) {
+    std::vector<float> q((size_t)T * Hq * D);
+    for (auto &x : q) x = r.normal();
+    q[((size_t)(T - 1) * Hq + 1 * G + 2) * D + 3] = NAN; /* a NaN element: head 1's blocks score +inf */
+    /* head 2: elements near f32's largest, alternating signs, so that the |x| sum passes f32's range: +inf too */
+    for (uint32_t d = 0; d < D; ++d) q[((size_t)(T - 1) * Hq + 2 * G + 1) * D + d] = d % 2 ? -3e38f : 3e38f;
+    std::vector<uint64_t> sf = {0, nb, 2 * nb}, cf = {0, nb, 2 * nb};
+    std::vector<uint32_t> sn = {nb, nb, nb};
+    std::vector<float> scores(n, 42.0f);
+    okv_gpu_score_args_t a = {};
+    a.q = addr(q.data());
+    a.summaries = addr(c4.data());
+    a.scores = addr(scores.data());
+    a.seg_summary_first = addr(sf.data());
+    a.seg_n_blocks = addr(sn.data());
+    a.seg_score_first = addr(cf.data());
+    a.n_seqs = 1;
+    a.n_kv_heads = n_kv;
+    a.group_size = G;
+    a.head_dim = D;
+    a.n_query_tokens = T;
+    a.t_begin = 0;
+    a.t_end = T;
+    a.scale = (float)(1.0 / std::sqrt((double)D));
+    a.summary_dtype = OKV_DTYPE_C4;
+    const uint32_t gy = (nb + OKV_GPU_SCORE_BLOCKS_PER_CTA - 1) / OKV_GPU_SCORE_BLOCKS_PER_CTA;
+    assert_true(okv_emu::launch(okv_gpu_score_blocks, {n_kv, gy, 1}, OKV_GPU_SCORE_THREADS, 0, a));
+    for (uint32_t h = 0; h < n_kv; ++h) {
+      std::vector<const float *> rows;
+      for (uint32_t t = 0; t < T; ++t)
+        for (uint32_t g = 0; g < G; ++g) rows.push_back(&q[((size_t)t * Hq + h * G + g) * D]);
+      for (uint32_t b = 0; b < nb; ++b) {
+        const uint32_t blk = h * nb + b;
+        const double want = okv_ref_c4_score(&c4[blk / 16 * tb], blk % 16, rows.data(), (uint32_t)rows.size(), D);
+        const float got = scores[blk];
+        if (h >= 1) assert_true(std::isinf(want) && want > 0);
+        if (!(got == want || std::fabs(got - want) <= 1e-5 * (1.0 + std::fabs(want)))) {
+          fprintf(stderr, "4-bit estimate head %u block %u: got %.9g want %.9g\n", h, b, got, want);
+          fail();
+        }
       }
     }
   }
