@@ -462,6 +462,12 @@ int okv_cli_bench_runtime(int argc, char **argv) {
             "oasiskv bench runtime: note: --groups %u is cut to %u candidates beyond K: K + the margin is at most "
             "%u blocks per KV head\n",
             o.groups, kept_groups, OKV_TOPK_MAX);
+  if (!fits && o.scoring != OKV_SCORING_FLAT && kept_groups == 0) /* core/scoring.c's fallback, said */
+    fprintf(stderr,
+            "oasiskv bench runtime: note: --scoring %s scores every block exactly here, as flat does: K + the "
+            "margin (or the groups kept) would cover a KV head's whole context, or K = %u leaves no margin "
+            "(scoring_groups reads 0)\n",
+            okv_scoring_name(o.scoring), OKV_TOPK_MAX);
   if (!fits && o.scoring == OKV_SCORING_TWO_LEVEL && kept_groups > 0 &&
       (uint64_t)kept_groups * OKV_SCORING_GROUP_BLOCKS < o.budget_blocks)
     fprintf(stderr,

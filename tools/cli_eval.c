@@ -628,6 +628,13 @@ int okv_cli_eval(int argc, char **argv) {
         goto done;
       }
       const okv_eval_result_t *rr = &results[n_results];
+      if (rr->mode != OKV_MODE_DENSE && rr->scoring != OKV_SCORING_FLAT && rr->scoring_groups == 0)
+        fprintf(stderr,
+                CMD
+                ": note: mode %s, K %u: --scoring %s scored every block exactly, as flat does: K + the margin "
+                "(or the groups kept) covered a KV head's whole context, or K = %u left no margin "
+                "(scoring_groups reads 0)\n",
+                okv_cli_mode_name(rr->mode), rr->budget_blocks, okv_scoring_name(rr->scoring), OKV_TOPK_MAX);
       if (rr->scoring == OKV_SCORING_TWO_LEVEL && rr->scoring_groups > 0 &&
           (uint64_t)rr->scoring_groups * OKV_SCORING_GROUP_BLOCKS < rr->budget_blocks)
         fprintf(stderr,

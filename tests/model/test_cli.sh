@@ -295,6 +295,19 @@ else
   echo "FAIL two-level --groups below K / 16"; cat "$work/tl"; fails=$((fails + 1))
 fi
 
+# c4 whose K + margin covers a KV head's whole context (K 31 of 32 blocks) scores every block exactly: a note
+# that says so (scoring_groups reads 0), and none at K 8, where the margin is 8 of 24 blocks left.
+n=$((n + 1))
+if "$cli" eval --model "$model" --tokenizer "$tok" --text "$text" --bytes 300 --mode oasis --budget 31 \
+     >/dev/null 2>"$work/fb" &&
+   grep -q 'note: mode oasis, K 31: --scoring c4 scored every block exactly, as flat does' "$work/fb" &&
+   "$cli" eval --model "$model" --tokenizer "$tok" --text "$text" --bytes 300 --mode oasis --budget 8 \
+     >/dev/null 2>"$work/fb8" && ! grep -q 'scored every block exactly' "$work/fb8"; then
+  echo "ok   c4 falling back to exact scoring: a note"
+else
+  echo "FAIL c4 falling back to exact scoring"; cat "$work/fb" "$work/fb8"; fails=$((fails + 1))
+fi
+
 # tokenize: the reference encodings of ../shared/gguf (line k of <vocab>.out is string k of <vocab>.inp).
 spm="$shared/gguf/ggml-vocab-llama-spm.gguf"
 gpt2="$shared/gguf/ggml-vocab-gpt-2.gguf"
