@@ -1635,24 +1635,36 @@ static uint32_t u32_keep_at_least(uint32_t *key, uint32_t *pos, uint32_t m, uint
   return u32_keep_at_least_base(key, pos, m, floor);
 }
 
-/* The k-th largest (1-based, 1 <= k <= m) of the keys a[0..m): a most-significant-digit radix select, eight
- * bits at a time from the highest bit in which the keys differ, each round keeping only the digit that holds
- * the k-th. At most four rounds, each one pass over the keys still in play; no compare depends on the order of
- * the input (a heap fed scores that rise with position would take a sift-down per score). a and tmp (m entries
- * each) are overwritten. */
+/* One most-significant-digit radix round over a[0..m), keys that share every bit above `top`: the 8-bit digit
+ * (bits *sh..top, *sh = max(top - 7, 0); *mask its values) that holds the k-th largest key (1 <= *k <= m).
+ * Returns it; *k becomes the k-th key's rank among that digit's keys, *in_digit their count. */
+static uint32_t topk_kth_digit(const uint32_t *a, uint32_t m, int top, uint32_t *k, int *sh, uint32_t *mask,
+                               uint32_t *in_digit) {
+  uint32_t hist[256];
+  *sh = top >= 7 ? top - 7 : 0;
+  *mask = (2u << (top - *sh)) - 1u;
+  memset(hist, 0, (size_t)(*mask + 1u) * sizeof hist[0]);
+  for (uint32_t i = 0; i < m; i++) hist[(a[i] >> *sh) & *mask]++;
+  uint32_t dg = *mask;
+  for (; hist[dg] < *k; dg--) *k -= hist[dg]; /* the digits above dg hold fewer than k keys */
+  *in_digit = hist[dg];
+  return dg;
+}
+
+/* The k-th largest (1-based, 1 <= k <= m) of the keys a[0..m): topk_kth_digit's rounds from the highest bit in
+ * which the keys differ, each keeping only the digit that holds the k-th. At most four rounds, each one pass
+ * over the keys still in play; no compare depends on the order of the input (a heap fed scores that rise with
+ * position would take a sift-down per score). a and tmp (m entries each) are overwritten. */
 static uint32_t topk_key_select(uint32_t *a, uint32_t m, uint32_t k, uint32_t *tmp) {
   uint32_t lo, hi;
   u32_range(a, m, &lo, &hi);
   if (lo == hi) return lo;
-  uint32_t *src = a, *dst = tmp, hist[256];
+  uint32_t *src = a, *dst = tmp;
   int top = 31 - __builtin_clz(lo ^ hi); /* the keys share every bit above `top` */
   for (;;) {
-    const int sh = top >= 7 ? top - 7 : 0;
-    const uint32_t mask = (2u << (top - sh)) - 1u; /* the digit: bits sh..top */
-    memset(hist, 0, (size_t)(mask + 1u) * sizeof hist[0]);
-    for (uint32_t i = 0; i < m; i++) hist[(src[i] >> sh) & mask]++;
-    uint32_t dg = mask;
-    for (; hist[dg] < k; dg--) k -= hist[dg]; /* the digits above dg hold fewer than k keys */
+    int sh;
+    uint32_t mask, in_digit;
+    const uint32_t dg = topk_kth_digit(src, m, top, &k, &sh, &mask, &in_digit);
     uint32_t n = 0;
     for (uint32_t i = 0; i < m; i++) { /* branch-free: the digits are as often in as out */
       dst[n] = src[i];
@@ -1797,9 +1809,10 @@ static void topk_radix_sort(uint32_t *key, uint32_t *pos, uint32_t *tk, uint32_t
 /* A segment's ascending top-K taken while its scores are produced, each chunk while it is in L1 (a separate
  * top-K reads them back from further out, twice: samples, then candidates). The scores arrive in position
  * order; a buffer of cap entries holds the order keys and positions of those that may still be in the top-K,
- * in position order. Until it first fills, every score enters; then the k-th key is selected, the buffer keeps
- * the top k alone, and from then on only a key above the k-th enters (an equal key comes later, so it loses
- * the tie). The result is topk_segment's with `ascending`, bit for bit. */
+ * in position order. Until it first fills, every score enters; each time it fills, it is pruned to the keys
+ * that can still be among the top k (topk_stream_prune), and from then on only a key above the bar that leaves
+ * enters (a key equal to the k-th comes later, so it loses the tie). The end selects the k-th key exactly.
+ * The result is topk_segment's with `ascending`, bit for bit. */
 #define OKV_TOPK_STREAM_CAP (4u * OKV_TOPK_MAX + 32u)
 typedef struct topk_stream_t {
   uint32_t key[OKV_TOPK_STREAM_CAP + 16u], pos[OKV_TOPK_STREAM_CAP + 16u]; /* 16 spare: whole-vector stores */
@@ -1850,15 +1863,14 @@ static void topk_stream_compact(topk_stream_t *t) {
  * keys above it already, so it can never be in the top-K. When that frees less than half the buffer (keys
  * bunched in one digit), the exact compaction. */
 static void topk_stream_prune(topk_stream_t *t) {
-  uint32_t lo, hi, hist[256];
+  uint32_t lo, hi;
   u32_range(t->key, t->n, &lo, &hi);
   if (lo != hi) {
-    const int top = 31 - __builtin_clz(lo ^ hi), sh = top >= 7 ? top - 7 : 0;
-    const uint32_t mask = (2u << (top - sh)) - 1u;
-    memset(hist, 0, (size_t)(mask + 1u) * sizeof hist[0]);
-    for (uint32_t i = 0; i < t->n; i++) hist[(t->key[i] >> sh) & mask]++;
-    uint32_t dg = mask, kept = hist[mask];
-    while (kept < t->k) kept += hist[--dg];
+    const int top = 31 - __builtin_clz(lo ^ hi);
+    int sh;
+    uint32_t rank = t->k, mask, in_digit;
+    const uint32_t dg = topk_kth_digit(t->key, t->n, top, &rank, &sh, &mask, &in_digit);
+    const uint32_t kept = t->k - rank + in_digit; /* the digits above dg, and dg's */
     const uint64_t floor = ((uint64_t)hi >> (top + 1) << (top + 1)) | ((uint64_t)dg << sh); /* the digit's least */
     if (floor > 0 && kept <= t->cap / 2u) {
       t->n = u32_keep_at_least(t->key, t->pos, t->n, (uint32_t)floor);
@@ -2131,14 +2143,14 @@ bool okv_cpu_predict_fusable(const okv_cpu_predict_t *p, int n_threads) {
   return true;
 }
 
-/* The fused kernels' common body: segment u's first pass and its top-K (streamed when it covers the span), then
- * (p->sd2) its exact pass and final top-K. */
-static void predict_run(const okv_cpu_predict_t *p, int n_threads) {
+/* Per segment u: its first pass and top-K (streamed as the scores arrive when its ranges cover the span), then
+ * (p->sd2 set) its exact pass and final top-K. */
+void okv_cpu_predict(const okv_cpu_predict_t *p, int n_threads) {
   const okv_score_desc_t *sd = p->sd;
   const okv_topk_desc_t *td = p->td;
   const int nt = cpu_threads(n_threads);
   const long U = (long)sd->n_seqs * sd->n_kv_heads;
-  const bool stream = td->ascending && td->index_map == NULL && td->k >= 1u && td->k <= OKV_TOPK_MAX;
+  const bool stream = td->ascending && td->k >= 1u && td->k <= OKV_TOPK_MAX;
   okv_topk_desc_t td2;
   if (p->sd2 != NULL) {
     td2 = *p->td2;
@@ -2148,27 +2160,25 @@ static void predict_run(const okv_cpu_predict_t *p, int n_threads) {
   OKV_OMP(omp parallel num_threads(nt) if (nt > 1 && U > 1)) {
     c4_thread_t t;
     c4_thread_init(&t, sd);
-    topk_stream_t *ts = NULL;
-    topk_stream_t ts_mem;
-    if (stream) ts = &ts_mem;
+    topk_stream_t ts;
     list_thread_t lw;
 OKV_OMP(omp for schedule(dynamic, 1))
 for (long ul = 0; ul < U; ul++) {
   const uint32_t u = (uint32_t)ul, r0 = ranges_lower_bound(sd, u);
-  const bool st = ts != NULL && td->seg_n[u] <= 65536u && topk_stream_covers(sd, td, u, r0);
-  if (st) topk_stream_begin(ts, td, u);
+  const bool st = stream && td->seg_n[u] <= 65536u && topk_stream_covers(sd, td, u, r0);
+  if (st) topk_stream_begin(&ts, td, u);
   for (uint32_t r = r0; r < sd->n_ranges && sd->range_seg[r] == u; r++) {
     const score_job_t job = score_job(sd, r);
     for (uint32_t b0 = 0; b0 < job.n; b0 += OKV_SCORE_CHUNK) {
       const uint32_t b1 = job.n - b0 > OKV_SCORE_CHUNK ? b0 + OKV_SCORE_CHUNK : job.n;
       c4_score_chunk(sd, p->q, p->summaries, p->scores, job, b0, b1, &t);
       if (st)
-        topk_stream_add(ts, p->scores + job.score_first + b0, (uint32_t)(job.score_first - td->seg_score_first[u]) + b0,
-                        b1 - b0);
+        topk_stream_add(&ts, p->scores + job.score_first + b0,
+                        (uint32_t)(job.score_first - td->seg_score_first[u]) + b0, b1 - b0);
     }
   }
   if (st)
-    topk_stream_end(ts, td, u, p->cand, p->cand_counts);
+    topk_stream_end(&ts, td, u, p->cand, p->cand_counts);
   else
     topk_segment(td, p->scores, u, p->cand, p->cand_counts);
   if (p->sd2 != NULL) {
@@ -2188,10 +2198,8 @@ void okv_cpu_score_topk(const okv_score_desc_t *sd, const float *q, const void *
                                .td = td,
                                .cand = out_indices,
                                .cand_counts = out_counts};
-  predict_run(&p, n_threads);
+  okv_cpu_predict(&p, n_threads);
 }
-
-void okv_cpu_predict(const okv_cpu_predict_t *p, int n_threads) { predict_run(p, n_threads); }
 
 /* ---- selection on slot tables (kernels/okv_select_rule.h) ---- */
 

@@ -114,7 +114,7 @@ typedef struct okv_cpu_predict_t {
   float *scores;
   const okv_topk_desc_t *td; /* its top-K: the candidates */
   uint32_t *cand, *cand_counts;
-  const okv_score_desc_t *sd2; /* exact pass over the candidates (lists: cand) */
+  const okv_score_desc_t *sd2; /* exact pass over the candidates (lists: cand); NULL: the first pair alone */
   const float *q2;
   const void *summaries2;
   float *scores2;
@@ -122,6 +122,8 @@ typedef struct okv_cpu_predict_t {
   uint32_t *out, *out_counts;
 } okv_cpu_predict_t;
 bool okv_cpu_predict_fusable(const okv_cpu_predict_t *p, int n_threads);
+/* Runs p (sd2 NULL: okv_cpu_score_topk's pair). KV heads in parallel (OpenMP, up to n_threads, each on one
+ * thread from its first pass to its final top-K); about 140 KiB of stack per thread. Writes only p's outputs. */
 void okv_cpu_predict(const okv_cpu_predict_t *p, int n_threads);
 
 /* ---- Instruction-set dispatch ---- */
